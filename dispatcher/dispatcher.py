@@ -1,0 +1,57 @@
+"""Dispatcher: per tick, for each source, claim due rows (commit), then RPUSH their entries.
+
+Owns pacing and backpressure; owns no SQL (the store) and no key names (shared.keys).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+
+from shared.loop import Tick
+from shared.policy import claim_room, dispatch_delay_s
+from shared.queue import ReadyQueue
+from shared.settings import DispatcherSettings, FaultSettings
+from shared.store import SourceStore
+
+log = logging.getLogger("duecast.dispatcher")
+
+
+class Dispatcher:
+    name = "dispatcher"
+
+    def __init__(
+        self,
+        stores: list[SourceStore],
+        queue: ReadyQueue,
+        settings: DispatcherSettings,
+        faults: FaultSettings | None = None,
+    ) -> None:
+        self.stores = stores
+        self.queue = queue
+        self.settings = settings
+        self.faults = faults or FaultSettings()
+        self.counts: Counter[str] = Counter()
+
+    def tick(self) -> Tick:
+        delays = [self._dispatch(store) for store in self.stores]
+        delay = min(delays, default=self.settings.poll_interval_s)
+        return Tick(delay, idle=delay > 0)
+
+    def _dispatch(self, store: SourceStore) -> float:
+        src = store.src
+        room = claim_room(self.queue.length(src.name), src.high_water, src.claim_batch)
+        if room == 0:
+            return self.settings.poll_interval_s  # backpressure: workers are behind
+        entries = store.claim_due(room)
+        if entries:
+            if self.faults.crash_after_commit:
+                log.warning("fault hook: exiting between COMMIT and RPUSH")
+                os._exit(70)
+            # Committed before pushing: if this push is lost, the rows stay DISPATCHED and the
+            # sweeper requeues them after the visibility timeout. Never push before commit.
+            self.queue.push(src.name, entries)
+            self.queue.add_stats(src.name, {"claimed": len(entries)})
+            self.counts[src.name] += len(entries)
+        return dispatch_delay_s(len(entries), room, self.settings.poll_interval_s)

@@ -1,0 +1,74 @@
+"""Sweeper: requeues rows dispatched but not acked within their visibility timeout.
+
+Runs as an APScheduler interval job (in the dispatcher process or alone); `tick()` is one sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from shared.loop import Tick
+from shared.queue import ReadyQueue
+from shared.settings import DispatcherSettings
+from shared.store import SourceStore
+
+log = logging.getLogger("duecast.sweeper")
+
+
+class Sweeper:
+    name = "sweeper"
+
+    def __init__(self, stores: list[SourceStore], queue: ReadyQueue, settings: DispatcherSettings) -> None:
+        self.stores = stores
+        self.queue = queue
+        self.settings = settings
+        self.requeued = 0
+
+    def tick(self) -> Tick:
+        full = False
+        for store in self.stores:
+            n = store.requeue_expired(store.src.visibility_timeout_s, self.settings.sweep_batch)
+            if n:
+                log.warning(
+                    "requeued %d rows of %s not acked within %.0fs",
+                    n,
+                    store.src.name,
+                    store.src.visibility_timeout_s,
+                )
+                self.queue.add_stats(store.src.name, {"requeued": n})
+                self.requeued += n
+            full = full or n >= self.settings.sweep_batch
+        delay = 0.0 if full else self.settings.sweep_interval_s
+        return Tick(delay, idle=not full)
+
+    def sweep_all(self) -> None:
+        """Sweep until nothing expired is left (one scheduled run may take several batches)."""
+        while not self.tick().idle:
+            pass
+
+
+def schedule(sweeper: Sweeper, stop: threading.Event) -> BackgroundScheduler:
+    """Start an APScheduler interval job running the sweeper; the caller shuts it down."""
+    scheduler = BackgroundScheduler(daemon=True)
+
+    def job() -> None:
+        if stop.is_set():
+            return
+        try:
+            sweeper.sweep_all()
+        except Exception:
+            log.exception("sweep failed; will retry at the next interval")
+
+    scheduler.add_job(
+        job,
+        "interval",
+        seconds=sweeper.settings.sweep_interval_s,
+        max_instances=1,
+        coalesce=True,
+        id="duecast-sweeper",
+    )
+    scheduler.start()
+    return scheduler

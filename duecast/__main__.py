@@ -1,0 +1,7 @@
+"""`python -m duecast`."""
+
+import sys
+
+from duecast.cli import main
+
+sys.exit(main())

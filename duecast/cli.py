@@ -1,0 +1,140 @@
+"""The `duecast` console script: one subcommand per role or operator task.
+
+Each subcommand builds settings in its own `main()`; nothing is configured at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from collections.abc import Callable
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from shared import migrate
+from shared.loop import stop_on_signals
+from shared.runtime import build_queue, build_stores, setup_logging
+from shared.schema import SchemaError
+from shared.settings import Settings, load_settings
+from shared.status import snapshot
+
+
+def _cmd_dispatcher(rest: list[str]) -> int:
+    from dispatcher.main import main  # noqa: PLC0415 - load a role only when it is asked for
+
+    return main(rest)
+
+
+def _cmd_worker(rest: list[str]) -> int:
+    from worker.main import main  # noqa: PLC0415
+
+    return main(rest)
+
+
+def _cmd_demo(rest: list[str]) -> int:
+    from duecast.demo import main  # noqa: PLC0415
+
+    return main(rest)
+
+
+def _cmd_sweeper(rest: list[str]) -> int:
+    from dispatcher.main import serve_sweeper  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="duecast sweeper", description="Run only the sweeper job.")
+    parser.add_argument("--config")
+    parser.add_argument("--once", action="store_true", help="sweep once and exit")
+    args = parser.parse_args(rest)
+    settings = load_settings(args.config)
+    setup_logging(settings.log_level)
+    stop = threading.Event()
+    stop_on_signals(stop)
+    serve_sweeper(settings, stop, once=args.once)
+    return 0
+
+
+def _cmd_migrate(rest: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="duecast migrate",
+        description="Create the jobs table and add dispatch columns + index to each configured source.",
+    )
+    parser.add_argument("--config")
+    parser.add_argument("--print", dest="dry_run", action="store_true", help="print the SQL, change nothing")
+    args = parser.parse_args(rest)
+    settings = load_settings(args.config)
+    if args.dry_run:
+        steps = migrate.plan(settings)
+        print(";\n\n".join(steps) + (";" if steps else "-- up to date"))
+        return 0
+    steps = migrate.apply(settings, on_step=lambda s: print(f"applying: {s.splitlines()[0]} ..."))
+    print(f"migrate: {len(steps)} step(s) applied" if steps else "migrate: up to date")
+    return 0
+
+
+def _cmd_status(rest: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="duecast status", description="Show every source's state.")
+    parser.add_argument("--config")
+    args = parser.parse_args(rest)
+    settings = load_settings(args.config)
+    Console().print(status_table(settings))
+    return 0
+
+
+def status_table(settings: Settings) -> Table:
+    snaps = snapshot(build_stores(settings, settings.all_sources()), build_queue(settings))
+    table = Table(title="duecast status")
+    for col in (
+        "source",
+        "due",
+        "in flight",
+        "in Redis",
+        "oldest due age",
+        "acked",
+        "stale",
+        "bad",
+        "requeued",
+    ):
+        table.add_column(col, justify="left" if col == "source" else "right")
+    for s in snaps:
+        age = "-" if s.db.oldest_due_age_s is None else f"{max(s.db.oldest_due_age_s, 0.0):.1f}s"
+        c = s.counters
+        table.add_row(
+            s.name,
+            f"{s.db.due:,}",
+            f"{s.db.in_flight:,}",
+            f"{s.list_length:,}",
+            age,
+            f"{c.get('acked', 0):,}",
+            f"{c.get('stale_entries', 0) + c.get('stale_acks', 0):,}",
+            f"{c.get('bad', 0):,}",
+            f"{c.get('requeued', 0):,}",
+        )
+    return table
+
+
+COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
+    "dispatcher": (_cmd_dispatcher, "claim due rows and push them to Redis (hosts the sweeper)"),
+    "worker": (_cmd_worker, "pop entries, run handlers, ack in MySQL"),
+    "sweeper": (_cmd_sweeper, "requeue rows dispatched but never acked (if not in the dispatcher)"),
+    "migrate": (_cmd_migrate, "create/alter tables so sources can be dispatched"),
+    "status": (_cmd_status, "show due backlog, in flight, staleness and counters per source"),
+    "demo": (_cmd_demo, "run the user_block_status re-scan demo with a live display"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in {"-h", "--help"} or args[0] not in COMMANDS:
+        print("usage: duecast COMMAND [options]\n\ncommands:")
+        for name, (_, help_) in COMMANDS.items():
+            print(f"  {name:<11} {help_}")
+        return 0 if args and args[0] in {"-h", "--help"} else 2
+    try:
+        return COMMANDS[args[0]][0](args[1:])
+    except ValidationError as exc:
+        print(f"duecast: invalid settings:\n{exc}", file=sys.stderr)
+    except (SchemaError, FileNotFoundError) as exc:
+        print(f"duecast: {exc}", file=sys.stderr)
+    return 2

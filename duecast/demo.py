@@ -1,0 +1,220 @@
+"""`duecast demo`: the user_block_status re-scan, end to end, with a live display and a summary.
+
+Builds the table, migrates it, starts one dispatcher and N workers as real processes, samples
+MySQL and Redis once a second, and stops every process it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.progress import Progress
+from rich.table import Table
+
+from duecast import demo_data
+from duecast.fleet import Fleet
+from shared import migrate
+from shared.loop import stop_on_signals
+from shared.queue import ReadyQueue
+from shared.runtime import build_queue, build_stores
+from shared.settings import Settings, SourceSettings, load_settings
+from shared.status import SourceSnapshot, snapshot
+from shared.store import SourceStore
+
+APP = "duecast.examples.block_check"
+
+
+@dataclass
+class Sample:
+    t: float
+    acked: int
+    snap: SourceSnapshot
+
+
+@dataclass
+class Run:
+    """What one demo run saw; benchmarks read the same numbers."""
+
+    users: int
+    workers: int
+    samples: list[Sample] = field(default_factory=list)
+    exit_codes: dict[str, int] = field(default_factory=dict)
+
+    def rates(self, skip_s: float = 0.0) -> list[float]:
+        s = [x for x in self.samples if x.t - self.samples[0].t >= skip_s] if self.samples else []
+        return [(b.acked - a.acked) / (b.t - a.t) for a, b in itertools.pairwise(s) if b.t > a.t]
+
+    def mean_rate(self, skip_s: float = 0.0) -> float:
+        s = [x for x in self.samples if x.t - self.samples[0].t >= skip_s] if self.samples else []
+        if len(s) < 2 or s[-1].t <= s[0].t:
+            return 0.0
+        return (s[-1].acked - s[0].acked) / (s[-1].t - s[0].t)
+
+    def counter(self, name: str) -> int:
+        return self.samples[-1].snap.counters.get(name, 0) if self.samples else 0
+
+
+def demo_settings(base: Settings, period_s: float) -> Settings:
+    src: SourceSettings = demo_data.source(period_s)
+    return base.model_copy(update={"sources": [src]})
+
+
+def write_config(settings: Settings, path: Path, workers_concurrency: int) -> None:
+    """The children's settings file: the demo source and worker knobs (connection stays in env)."""
+    src = settings.sources[0]
+    path.write_text(
+        "[[sources]]\n"
+        f'name = "{src.name}"\ntable = "{src.table}"\nid_column = "{src.id_column}"\n'
+        f'due_column = "{src.due_column}"\nperiod_s = {src.period_s}\n'
+        f"claim_batch = {src.claim_batch}\nhigh_water = {src.high_water}\n\n"
+        f'[worker]\nconcurrency = {workers_concurrency}\nsources = ["{src.name}"]\n'
+        f"pop_batch = {src.claim_batch}\n"
+    )
+
+
+def run(
+    settings: Settings,
+    users: int,
+    workers: int,
+    seconds: float,
+    *,
+    concurrency: int = 1,
+    console: Console | None = None,
+    stop: threading.Event | None = None,
+) -> Run:
+    console = console or Console()
+    stop = stop or threading.Event()
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task(f"preparing {users:,} users", total=users)
+        built = demo_data.prepare(
+            settings.mysql, users, settings.sources[0].period_s, lambda n: bar.advance(task, n)
+        )
+    console.print(f"table {demo_data.TABLE}: {users:,} users ({'built' if built else 'reused'})")
+    migrate.apply(settings, on_step=lambda s: console.print(f"migrate: {s.splitlines()[0]}"))
+    stores = build_stores(settings, settings.sources)
+    queue = build_queue(settings)
+    for key in (queue.keys.ready, queue.keys.stats, queue.keys.quarantine):
+        queue.client.delete(key(demo_data.TABLE))  # our own demo keys only
+    stores[0].reset_dispatched()
+    result = Run(users, workers)
+    with tempfile.TemporaryDirectory(prefix="duecast-demo-") as tmp:
+        config = Path(tmp) / "demo.toml"
+        write_config(settings, config, concurrency)
+        fleet = Fleet(config, APP, Path(tmp))
+        fleet.start_dispatcher()
+        for i in range(workers):
+            fleet.start_worker(f"worker-{i + 1}")
+        try:
+            _watch(
+                fleet=fleet,
+                stores=stores,
+                queue=queue,
+                result=result,
+                seconds=seconds,
+                console=console,
+                stop=stop,
+            )
+        finally:
+            result.exit_codes = fleet.stop()
+    return result
+
+
+def _watch(
+    *,
+    fleet: Fleet,
+    stores: list[SourceStore],
+    queue: ReadyQueue,
+    result: Run,
+    seconds: float,
+    console: Console,
+    stop: threading.Event,
+) -> None:
+    start = time.monotonic()
+    with Live(console=console, refresh_per_second=2, transient=False) as live:
+        while not stop.is_set() and time.monotonic() - start < seconds:
+            snap = snapshot(stores, queue)[0]
+            result.samples.append(Sample(time.monotonic(), snap.counters.get("acked", 0), snap))
+            live.update(_table(result, fleet, time.monotonic() - start))
+            stop.wait(1.0)
+
+
+def _table(result: Run, fleet: Fleet, elapsed: float) -> Table:
+    snap = result.samples[-1].snap
+    rates = result.rates()
+    c = snap.counters
+    age = snap.db.oldest_due_age_s
+    table = Table(title=f"duecast demo: {result.users:,} users, re-checked every period", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for what, value in (
+        ("elapsed", f"{elapsed:.0f}s"),
+        ("checks/s (last second)", f"{rates[-1]:,.0f}" if rates else "-"),
+        ("checks done", f"{c.get('acked', 0):,}"),
+        ("due backlog", f"{snap.db.due:,}"),
+        ("in flight (dispatched)", f"{snap.db.in_flight:,}"),
+        ("waiting in Redis", f"{snap.list_length:,}"),
+        ("oldest-due age (staleness)", "-" if age is None else f"{max(age, 0.0):.2f}s"),
+        ("redeliveries (sweeper)", f"{c.get('requeued', 0):,}"),
+        ("stale entries / acks", f"{c.get('stale_entries', 0):,} / {c.get('stale_acks', 0):,}"),
+        ("bad entries", f"{c.get('bad', 0):,}"),
+        ("processes alive", f"{len(fleet.alive())} of {len(fleet.procs)}"),
+    ):
+        table.add_row(what, value)
+    return table
+
+
+def summary(result: Run) -> Table:
+    rates = result.rates(skip_s=2.0)
+    ages = [s.snap.db.oldest_due_age_s or 0.0 for s in result.samples]
+    table = Table(title="duecast demo summary", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for what, value in (
+        ("users / worker processes", f"{result.users:,} / {result.workers}"),
+        ("checks done", f"{result.counter('acked'):,}"),
+        ("checks/s (mean after warm-up)", f"{result.mean_rate(skip_s=2.0):,.0f}"),
+        ("checks/s (median second)", f"{statistics.median(rates):,.0f}" if rates else "-"),
+        ("worst oldest-due age", f"{max(ages, default=0.0):.2f}s"),
+        ("redeliveries", f"{result.counter('requeued'):,}"),
+        ("stale acks", f"{result.counter('stale_acks'):,}"),
+        ("processes exit codes", ", ".join(f"{k}={v}" for k, v in result.exit_codes.items())),
+    ):
+        table.add_row(what, value)
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="duecast demo", description=__doc__)
+    parser.add_argument("--users", type=int, default=100_000, help="rows in user_block_status")
+    parser.add_argument("--workers", type=int, default=3, help="worker processes")
+    parser.add_argument("--seconds", type=float, default=30.0, help="run time (Ctrl-C ends early)")
+    parser.add_argument("--period", type=float, default=10.0, help="re-check period in seconds")
+    parser.add_argument("--concurrency", type=int, default=1, help="handler threads per worker")
+    parser.add_argument("--config", help="TOML settings file (connection settings)")
+    args = parser.parse_args(argv)
+    if args.users < 1 or args.workers < 1 or args.seconds <= 0:
+        parser.error("--users and --workers must be >= 1 and --seconds > 0")
+    settings = demo_settings(load_settings(args.config), args.period)
+    stop = threading.Event()
+    stop_on_signals(stop)
+    console = Console()
+    result = run(
+        settings,
+        args.users,
+        args.workers,
+        args.seconds,
+        concurrency=args.concurrency,
+        console=console,
+        stop=stop,
+    )
+    console.print(summary(result))
+    return 0

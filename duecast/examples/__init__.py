@@ -1,0 +1,1 @@
+"""Example handler modules; `block_check` is the one the demo runs."""

@@ -1,0 +1,59 @@
+"""Start, watch and stop duecast processes (a dispatcher and N workers) for the demo and benchmarks.
+
+Children inherit the environment plus the settings file given; stopping is SIGTERM, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Fleet:
+    config: Path  # TOML settings file every child reads (DUECAST_CONFIG)
+    app: str  # handler module for workers
+    log_dir: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        env = {**os.environ, **self.extra_env, "DUECAST_CONFIG": str(self.config)}
+        log = (self.log_dir / f"{name}.log").open("ab")
+        proc = subprocess.Popen([sys.executable, *args], env=env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def start_dispatcher(self, name: str = "dispatcher") -> subprocess.Popen[bytes]:
+        return self._spawn(name, ["-m", "dispatcher"])
+
+    def start_worker(self, name: str, *extra: str) -> subprocess.Popen[bytes]:
+        return self._spawn(name, ["-m", "worker", "--app", self.app, *extra])
+
+    def alive(self) -> list[str]:
+        return [n for n, p in self.procs.items() if p.poll() is None]
+
+    def signal(self, name: str, sig: signal.Signals) -> None:
+        proc = self.procs[name]
+        if proc.poll() is None:
+            proc.send_signal(sig)
+
+    def stop(self, timeout_s: float = 15.0) -> dict[str, int]:
+        """SIGTERM everyone, wait up to `timeout_s`, SIGKILL stragglers; returns exit codes."""
+        for name in self.alive():
+            self.signal(name, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        codes: dict[str, int] = {}
+        for name, proc in self.procs.items():
+            try:
+                codes[name] = proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes[name] = proc.wait()
+        return codes

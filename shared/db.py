@@ -1,0 +1,85 @@
+"""One MySQL connection per role, opened lazily and replaced after a connection error.
+
+PyMySQL no longer reconnects by itself; a unit of work that hits a dropped connection fails
+(the caller retries the whole unit) and the next unit gets a fresh connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pymysql
+import pymysql.cursors
+from pymysql.constants import CLIENT
+
+from shared.settings import MySQLSettings
+
+log = logging.getLogger("duecast.db")
+
+# Errors after which the connection cannot be trusted: drop it so the next unit reconnects.
+_CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
+
+
+def connect(settings: MySQLSettings, database: bool = True) -> pymysql.Connection[pymysql.cursors.Cursor]:
+    """Open a connection: autocommit off, READ COMMITTED, utf8mb4, rowcount = rows matched."""
+    conn = pymysql.connect(
+        host=settings.host,
+        port=settings.port,
+        user=settings.user,
+        password=settings.password.get_secret_value(),
+        database=settings.database if database else None,
+        unix_socket=settings.unix_socket,
+        connect_timeout=settings.connect_timeout_s,
+        read_timeout=settings.read_timeout_s,
+        write_timeout=settings.read_timeout_s,
+        charset="utf8mb4",
+        autocommit=False,
+        # FOUND_ROWS: an UPDATE reports rows matched, so a fenced ack's rowcount is exact.
+        client_flag=CLIENT.FOUND_ROWS,
+    )
+    with conn.cursor() as cur:
+        # READ COMMITTED: no gap locks on the claim scan, and rows a locking read does not
+        # match are unlocked at once, so SKIP LOCKED only skips rows someone is really working on.
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        # Short lock waits: the only long-held locks are a live worker's batch rows, and whoever
+        # waits for those has a fallback (skip them) instead of stalling its loop.
+        cur.execute("SET SESSION innodb_lock_wait_timeout = %s", (settings.lock_wait_s,))
+    return conn
+
+
+class Database:
+    """Holds one lazily opened connection; `transaction()` is the only way to use it."""
+
+    def __init__(self, settings: MySQLSettings) -> None:
+        self._settings = settings
+        self._conn: pymysql.Connection[pymysql.cursors.Cursor] | None = None
+
+    @contextmanager
+    def transaction(self) -> Iterator[pymysql.cursors.Cursor]:
+        """Run a unit of work: commit on success, roll back on error, drop a broken connection."""
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = connect(self._settings)
+        try:
+            with conn.cursor() as cur:
+                yield cur
+            conn.commit()
+        except _CONNECTION_ERRORS:
+            self.close()
+            raise
+        except BaseException:
+            try:
+                conn.rollback()
+            except _CONNECTION_ERRORS:
+                self.close()
+            raise
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                log.debug("closing a broken connection failed", exc_info=True)

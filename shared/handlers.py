@@ -1,0 +1,159 @@
+"""The user-facing handler API: a Registry of plain functions per source, and the Ack they return.
+
+A handler never sees a connection or a Redis client: it gets rows (dicts) and says what to do with
+each; the worker turns that into fenced, batched SQL.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from shared.identifiers import check_identifier
+from shared.settings import JOBS_SOURCE
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Ack:
+    """What to do with a handled row. Returning None from a handler means `Ack.default()`."""
+
+    action: Literal["default", "touch", "delete"] = "default"
+    delay_s: float = 0.0  # touch: push the due time this much further than the period
+    values: tuple[tuple[str, Any], ...] = field(default=())  # touch: columns to set
+
+    @classmethod
+    def default(cls) -> Ack:
+        """The source's `on_success` action (touch for re-scan sources, delete for one-off work)."""
+        return cls()
+
+    @classmethod
+    def touch(cls, delay_s: float = 0.0, **values: Any) -> Ack:
+        """Mark the row handled now (due again after its period + delay_s), setting `values`."""
+        if delay_s < 0:
+            raise ValueError("delay_s must be >= 0")
+        for name in values:
+            check_identifier(name)
+        return cls("touch", float(delay_s), tuple(sorted(values.items())))
+
+    @classmethod
+    def delete(cls) -> Ack:
+        """Remove the row: it is done for good."""
+        return cls("delete")
+
+
+RowHandler = Callable[[Row], Ack | None]
+BatchHandler = Callable[[list[Row]], Sequence[Ack | None] | None]
+TaskFunction = Callable[[Any], Ack | None]
+
+
+@dataclass(frozen=True)
+class Handler:
+    """One registered handler: per-row functions are called in a loop, batch ones once per slice."""
+
+    source: str
+    fn: Callable[..., Any]
+    batch: bool
+
+    def run(self, rows: list[Row]) -> list[Ack | BaseException]:
+        """Outcome per row: its Ack, or the exception its handling raised (that row is not acked)."""
+        if self.batch:
+            return self._run_batch(rows)
+        out: list[Ack | BaseException] = []
+        for row in rows:
+            try:
+                out.append(_as_ack(self.fn(row)))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+    def _run_batch(self, rows: list[Row]) -> list[Ack | BaseException]:
+        try:
+            acks = self.fn(rows)
+        except Exception as exc:
+            return [exc] * len(rows)
+        if acks is None:
+            return [Ack.default()] * len(rows)
+        acks = list(acks)
+        if len(acks) != len(rows):
+            err = ValueError(
+                f"batch handler for {self.source} returned {len(acks)} acks for {len(rows)} rows"
+            )
+            return [err] * len(rows)
+        return [_as_ack(a) for a in acks]
+
+
+def _as_ack(value: object) -> Ack:
+    if value is None:
+        return Ack.default()
+    if not isinstance(value, Ack):
+        raise TypeError(f"a handler must return an Ack or None, not {type(value).__name__}")
+    return value
+
+
+class Registry:
+    """Where a user module registers its handlers; the worker loads it with `--app module:attr`."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+        self._tasks: dict[str, TaskFunction] = {}
+
+    def row(self, source: str) -> Callable[[RowHandler], RowHandler]:
+        """Register `fn(row) -> Ack | None` for `source`."""
+        return self._register(source, batch=False)
+
+    def batch(self, source: str) -> Callable[[BatchHandler], BatchHandler]:
+        """Register `fn(rows) -> list[Ack | None] | None` for `source` (one call per slice of a batch)."""
+        return self._register(source, batch=True)
+
+    def task(self, name: str) -> Callable[[TaskFunction], TaskFunction]:
+        """Register a one-off job task: `fn(payload)`, where payload is the job's decoded JSON."""
+
+        def decorate(fn: TaskFunction) -> TaskFunction:
+            if name in self._tasks:
+                raise ValueError(f"task {name!r} is registered twice")
+            self._tasks[name] = fn
+            if JOBS_SOURCE not in self._handlers:
+                self._handlers[JOBS_SOURCE] = Handler(JOBS_SOURCE, self._run_job, batch=False)
+            return fn
+
+        return decorate
+
+    def _register(self, source: str, batch: bool) -> Callable[[Any], Any]:
+        def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+            if source in self._handlers:
+                raise ValueError(f"source {source!r} already has a handler")
+            self._handlers[source] = Handler(source, fn, batch)
+            return fn
+
+        return decorate
+
+    def _run_job(self, row: Row) -> Ack | None:
+        fn = self._tasks.get(row["task"])
+        if fn is None:
+            raise LookupError(f"no task named {row['task']!r} is registered")
+        return fn(json.loads(row["payload"]))
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted(self._handlers)
+
+    def handler(self, source: str) -> Handler:
+        try:
+            return self._handlers[source]
+        except KeyError:
+            raise KeyError(f"no handler registered for source {source!r}") from None
+
+
+def load_registry(spec: str) -> Registry:
+    """Import "package.module[:attribute]" (attribute defaults to `handlers`) and return its Registry."""
+    module_name, _, attr = spec.partition(":")
+    module = importlib.import_module(module_name)
+    registry = getattr(module, attr or "handlers", None)
+    if not isinstance(registry, Registry):
+        raise TypeError(f"{spec}: expected a duecast Registry at {module_name}:{attr or 'handlers'}")
+    return registry

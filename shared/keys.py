@@ -1,0 +1,71 @@
+"""Every Redis key duecast uses, and the codec of a ready-list entry ("<id>:<attempt>").
+
+Keys carry a `{prefix}` hash tag so a source's keys stay in one Redis Cluster slot.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MAX_ID = 2**63 - 1  # BIGINT
+MAX_ATTEMPT = 2**32 - 1  # INT UNSIGNED
+MAX_ENTRY_BYTES = 30  # 19 digits + ":" + 10 digits
+# ASCII digits only: a bytes pattern never matches Unicode digits such as "١٢".
+_ENTRY = re.compile(rb"([1-9][0-9]{0,18}):([1-9][0-9]{0,9})")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    id: int
+    attempt: int
+
+
+class BadEntry(ValueError):
+    """A ready-list item that is not a valid entry; `reason` is a stable, short label."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def encode_entry(id_: int, attempt: int) -> bytes:
+    return b"%d:%d" % (id_, attempt)
+
+
+def decode_entry(raw: bytes) -> Entry:
+    """Parse one entry or raise BadEntry. Never trusts the list: size is checked before parsing."""
+    if len(raw) > MAX_ENTRY_BYTES:
+        raise BadEntry("too_long")
+    m = _ENTRY.fullmatch(raw)
+    if m is None:
+        raise BadEntry("malformed")
+    id_, attempt = int(m.group(1)), int(m.group(2))
+    if id_ > MAX_ID:
+        raise BadEntry("id_out_of_range")
+    if attempt > MAX_ATTEMPT:
+        raise BadEntry("attempt_out_of_range")
+    return Entry(id_, attempt)
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key names under one prefix. `{prefix}` is a Redis Cluster hash tag."""
+
+    prefix: str
+
+    def ready(self, source: str) -> str:
+        """List of entries dispatched for `source`, popped by workers."""
+        return f"{{{self.prefix}}}:ready:{source}"
+
+    def quarantine(self, source: str) -> str:
+        """Capped list of bad entries seen by workers, for inspection."""
+        return f"{{{self.prefix}}}:quarantine:{source}"
+
+    def stats(self, source: str) -> str:
+        """Hash of counters (claimed, pushed, acked, stale...) summed over all processes."""
+        return f"{{{self.prefix}}}:stats:{source}"
+
+    def source_of_ready(self, key: str | bytes) -> str:
+        text = key.decode() if isinstance(key, bytes) else key
+        return text.rsplit(":", 1)[1]

@@ -1,0 +1,68 @@
+"""The one loop every role runs: call `tick()`, sleep the delay it returns, stop on request.
+
+Sleeping is an Event wait, so SIGTERM ends it at once. `drain=True` exits at the first idle tick:
+tests and one-shot commands run the production loop, not a copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import threading
+from dataclasses import dataclass
+from types import FrameType
+from typing import Protocol
+
+from shared.policy import error_backoff_s
+
+log = logging.getLogger("duecast.loop")
+
+
+@dataclass(frozen=True)
+class Tick:
+    delay_s: float  # how long to wait before the next tick
+    idle: bool  # nothing was there to do (drain mode stops here)
+
+
+class Role(Protocol):
+    name: str
+
+    def tick(self) -> Tick: ...
+
+
+def run(
+    role: Role,
+    stop: threading.Event,
+    *,
+    drain: bool = False,
+    error_base_s: float = 0.5,
+    error_cap_s: float = 10.0,
+) -> None:
+    """Run `role` until `stop` is set (or, draining, until it is idle). Errors back off, never exit."""
+    rng = random.Random()
+    failures = 0
+    while not stop.is_set():
+        try:
+            result = role.tick()
+            failures = 0
+        except Exception:
+            failures += 1
+            delay = error_backoff_s(failures, error_base_s, error_cap_s, rng)
+            log.exception("%s: tick failed (%d in a row); retrying in %.2fs", role.name, failures, delay)
+            result = Tick(delay, idle=False)
+        if drain and result.idle:
+            return
+        if result.delay_s > 0:
+            stop.wait(result.delay_s)
+
+
+def stop_on_signals(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT ask the loop to finish its current tick and return."""
+
+    def _handler(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s; finishing current work and stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _handler)
+    signal.signal(signal.SIGINT, _handler)

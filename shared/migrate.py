@@ -1,0 +1,63 @@
+"""`duecast migrate`: create the database and jobs table, add dispatch columns to each source.
+
+Prints or applies; every step is idempotent and checked against information_schema first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pymysql
+
+from shared.db import connect
+from shared.identifiers import quote
+from shared.schema import describe, jobs_table_ddl, source_migration
+from shared.settings import Settings
+
+_UNKNOWN_DATABASE = 1049
+
+
+def plan(settings: Settings) -> list[str]:
+    """The statements `migrate` would run now, in order (empty when up to date)."""
+    steps: list[str] = []
+    try:
+        conn = connect(settings.mysql)
+    except pymysql.err.OperationalError as exc:
+        if exc.args[0] != _UNKNOWN_DATABASE:
+            raise
+        steps.append(f"CREATE DATABASE IF NOT EXISTS {quote(settings.mysql.database)} CHARACTER SET utf8mb4")
+        if settings.jobs.enabled:
+            steps.append(jobs_table_ddl(settings.jobs))
+        return steps  # sources live in a database that does not exist yet: nothing to alter
+    try:
+        with conn.cursor() as cur:
+            if settings.jobs.enabled and not describe(cur, settings.jobs.table).columns:
+                steps.append(jobs_table_ddl(settings.jobs))
+            for src in settings.sources:
+                steps.extend(source_migration(src, describe(cur, src.table)))
+    finally:
+        conn.close()
+    return steps
+
+
+def apply(settings: Settings, on_step: Callable[[str], None] = lambda _s: None) -> list[str]:
+    """Run the plan; returns the statements run. DDL commits implicitly in MySQL."""
+    steps = plan(settings)
+    if not steps:
+        return steps
+    conn = connect(settings.mysql, database=False)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                f"CREATE DATABASE IF NOT EXISTS {quote(settings.mysql.database)} CHARACTER SET utf8mb4"
+            )
+            cur.execute(f"USE {quote(settings.mysql.database)}")
+            for stmt in steps:
+                if stmt.startswith("CREATE DATABASE"):
+                    continue
+                on_step(stmt)
+                cur.execute(stmt)
+        conn.commit()
+    finally:
+        conn.close()
+    return steps

@@ -1,0 +1,82 @@
+"""The Redis side: ready lists (variadic RPUSH, batched BLMPOP), quarantine and shared counters.
+
+Redis holds only copies of what MySQL already says; anything here may vanish without losing work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import redis
+
+from shared.keys import Entry, Keys, encode_entry
+from shared.settings import RedisSettings
+
+QUARANTINE_CAP = 1000  # newest bad entries kept for inspection
+QUARANTINE_ITEM_BYTES = 256  # a 10 MB bad entry is kept as its first bytes only
+_PUSH_CHUNK = 5000  # keeps one RPUSH far from Redis' argument limits
+
+
+def connect_redis(settings: RedisSettings) -> redis.Redis:
+    return redis.Redis.from_url(
+        settings.url.get_secret_value(),
+        socket_timeout=settings.socket_timeout_s,
+        socket_connect_timeout=settings.socket_timeout_s,
+        health_check_interval=30,
+    )
+
+
+class ReadyQueue:
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+
+    def push(self, source: str, entries: Sequence[Entry]) -> None:
+        key = self.keys.ready(source)
+        for i in range(0, len(entries), _PUSH_CHUNK):
+            chunk = entries[i : i + _PUSH_CHUNK]
+            self.client.rpush(key, *(encode_entry(e.id, e.attempt) for e in chunk))
+
+    def push_raw(self, source: str, items: Sequence[bytes]) -> None:
+        """Push arbitrary bytes (fault tests: duplicate and malformed entries)."""
+        self.client.rpush(self.keys.ready(source), *items)
+
+    def length(self, source: str) -> int:
+        return int(self.client.llen(self.keys.ready(source)))
+
+    def pop(self, sources: Sequence[str], count: int, timeout_s: float) -> tuple[str, list[bytes]] | None:
+        """Pop up to `count` entries from the first non-empty list, blocking at most `timeout_s`."""
+        keys = [self.keys.ready(s) for s in sources]
+        reply = self.client.blmpop(timeout_s, len(keys), *keys, direction="LEFT", count=count)
+        if not reply:
+            return None
+        key, items = reply
+        return self.keys.source_of_ready(_b(key)), [_b(i) for i in items]
+
+    def quarantine(self, source: str, items: Sequence[tuple[bytes, str]]) -> None:
+        key = self.keys.quarantine(source)
+        pipe = self.client.pipeline(transaction=False)
+        for raw, reason in items:
+            pipe.lpush(key, reason.encode() + b" " + raw[:QUARANTINE_ITEM_BYTES])
+        pipe.ltrim(key, 0, QUARANTINE_CAP - 1)
+        pipe.execute()
+
+    def quarantined(self, source: str) -> list[bytes]:
+        return [_b(i) for i in self.client.lrange(self.keys.quarantine(source), 0, -1)]
+
+    def add_stats(self, source: str, counts: Mapping[str, int]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        key = self.keys.stats(source)
+        for field, n in counts.items():
+            if n:
+                pipe.hincrby(key, field, n)
+        pipe.execute()
+
+    def stats(self, source: str) -> dict[str, int]:
+        raw = self.client.hgetall(self.keys.stats(source))
+        return {_b(k).decode(): int(v) for k, v in raw.items()}
+
+
+def _b(value: object) -> bytes:
+    """redis-py types replies loosely; this client never decodes, so replies are bytes."""
+    return value if isinstance(value, bytes) else str(value).encode()

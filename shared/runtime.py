@@ -1,0 +1,36 @@
+"""Process start-up shared by every role: logging, clients and verified stores built from settings.
+
+Nothing here runs at import time; each role's `main()` calls these once.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from shared.db import Database
+from shared.keys import Keys
+from shared.queue import ReadyQueue, connect_redis
+from shared.settings import Settings, SourceSettings
+from shared.store import SourceStore
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s",
+    )
+
+
+def build_queue(settings: Settings) -> ReadyQueue:
+    return ReadyQueue(connect_redis(settings.redis), Keys(settings.redis.key_prefix))
+
+
+def build_stores(settings: Settings, sources: list[SourceSettings]) -> list[SourceStore]:
+    """One store per source on one fresh connection, each verified against information_schema."""
+    db = Database(settings.mysql)
+    stores = [SourceStore(db, src) for src in sources]
+    for store in stores:
+        store.verify()
+    return stores

@@ -1,0 +1,109 @@
+"""Schema duecast owns: the jobs table, the dispatch columns it adds to a source, and start-up checks.
+
+Migrations are idempotent: each step looks at information_schema first and only adds what is missing,
+so `duecast migrate` can run on every deploy. It never copies or rewrites business rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pymysql.cursors
+
+from shared.identifiers import quote
+from shared.settings import JobsSettings, SourceSettings
+from shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN
+
+DISPATCH_COLUMNS: dict[str, str] = {
+    STATE_COLUMN: "TINYINT UNSIGNED NOT NULL DEFAULT 0",
+    ATTEMPT_COLUMN: "INT UNSIGNED NOT NULL DEFAULT 0",
+    DISPATCHED_AT_COLUMN: "DATETIME(6) NULL",
+}
+_INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
+_TIME_TYPES = {"datetime", "timestamp"}
+
+
+class SchemaError(RuntimeError):
+    """The database does not match the settings; the message says what to run or fix."""
+
+
+def jobs_table_ddl(jobs: JobsSettings) -> str:
+    return f"""CREATE TABLE IF NOT EXISTS {quote(jobs.table)} (
+  `id` BIGINT NOT NULL AUTO_INCREMENT,
+  `queue` VARCHAR(64) NOT NULL DEFAULT 'default',
+  `task` VARCHAR(191) NOT NULL,
+  `payload` LONGTEXT NOT NULL,
+  `run_at` DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+  `created_at` DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+  `{STATE_COLUMN}` {DISPATCH_COLUMNS[STATE_COLUMN]},
+  `{ATTEMPT_COLUMN}` {DISPATCH_COLUMNS[ATTEMPT_COLUMN]},
+  `{DISPATCHED_AT_COLUMN}` {DISPATCH_COLUMNS[DISPATCHED_AT_COLUMN]},
+  PRIMARY KEY (`id`),
+  KEY `{DUE_INDEX}` (`{STATE_COLUMN}`, `run_at`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    columns: dict[str, str]  # name -> DATA_TYPE
+    index_columns: list[str]  # columns of dc_due, in order; empty if the index is missing
+
+
+def describe(cur: pymysql.cursors.Cursor, table: str) -> TableInfo:
+    cur.execute(
+        "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+        (table,),
+    )
+    columns = {str(name): str(kind).lower() for name, kind in cur.fetchall()}
+    cur.execute(
+        "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
+        "AND TABLE_NAME = %s AND INDEX_NAME = %s ORDER BY SEQ_IN_INDEX",
+        (table, DUE_INDEX),
+    )
+    return TableInfo(columns, [str(r[0]) for r in cur.fetchall()])
+
+
+def source_migration(src: SourceSettings, info: TableInfo) -> list[str]:
+    """The ALTER statements that would make `src.table` dispatchable; empty when it already is."""
+    _check_business_columns(src, info)
+    t = quote(src.table)
+    missing = [c for c in DISPATCH_COLUMNS if c not in info.columns]
+    steps = []
+    if missing:
+        adds = ", ".join(f"ADD COLUMN {quote(c)} {DISPATCH_COLUMNS[c]}" for c in missing)
+        steps.append(f"ALTER TABLE {t} {adds}")
+    if not info.index_columns:
+        steps.append(
+            f"ALTER TABLE {t} ADD INDEX {quote(DUE_INDEX)} ({quote(STATE_COLUMN)}, {quote(src.due_column)})"
+        )
+    return steps
+
+
+def check_source(src: SourceSettings, info: TableInfo) -> None:
+    """Raise SchemaError unless the table is ready to dispatch from (run at every role start)."""
+    if source_migration(src, info):
+        raise SchemaError(
+            f"source {src.name}: table {src.table} lacks duecast's dispatch columns or its "
+            f"{DUE_INDEX} index; run `duecast migrate` (or `duecast migrate --print` to review)"
+        )
+    want = [STATE_COLUMN, src.due_column]
+    if info.index_columns != want:
+        raise SchemaError(
+            f"source {src.name}: index {DUE_INDEX} on {src.table} is on "
+            f"({', '.join(info.index_columns)}), expected ({', '.join(want)})"
+        )
+
+
+def _check_business_columns(src: SourceSettings, info: TableInfo) -> None:
+    if not info.columns:
+        raise SchemaError(f"source {src.name}: table {src.table} does not exist in this database")
+    for col, kinds, what in (
+        (src.id_column, _INTEGER_TYPES, "an integer key"),
+        (src.due_column, _TIME_TYPES, "a DATETIME or TIMESTAMP"),
+    ):
+        kind = info.columns.get(col)
+        if kind is None:
+            raise SchemaError(f"source {src.name}: table {src.table} has no column {col}")
+        if kind not in kinds:
+            raise SchemaError(f"source {src.name}: {src.table}.{col} is {kind}; it must be {what}")

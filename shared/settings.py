@@ -1,0 +1,199 @@
+"""Every setting of every role, validated once at start-up (pydantic-settings).
+
+Sources: `DUECAST_*` environment variables (nested with `__`) over an optional TOML file. Secrets are
+`SecretStr` and input values are never echoed in validation errors.
+"""
+
+from __future__ import annotations
+
+import os
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Annotated, Literal, Self
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from shared.identifiers import check_identifier
+
+Identifier = Annotated[str, AfterValidator(check_identifier)]
+
+JOBS_SOURCE = "jobs"
+_toml_path: ContextVar[Path | None] = ContextVar("duecast_toml_path", default=None)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+
+class MySQLSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(3306, ge=1, le=65535)
+    user: str = "root"
+    password: SecretStr = SecretStr("")
+    database: Identifier = "duecast"
+    unix_socket: str | None = None
+    connect_timeout_s: float = Field(5.0, gt=0, le=60)
+    read_timeout_s: float = Field(30.0, gt=0, le=3600)
+    lock_wait_s: int = Field(2, ge=1, le=60)  # innodb_lock_wait_timeout for duecast's sessions
+
+
+class RedisSettings(_Section):
+    url: SecretStr = SecretStr("redis://127.0.0.1:6379/0")  # may carry a password
+    key_prefix: str = Field("duecast", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    socket_timeout_s: float = Field(5.0, gt=0, le=60)
+
+
+class SourceSettings(_Section):
+    """One table duecast dispatches from, and how a row of it becomes due."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,47}$")
+    table: Identifier
+    id_column: Identifier = "id"
+    due_column: Identifier
+    # A row is due when due_column <= NOW(6) - period_s. A re-scan source (check every 10 s) sets
+    # the period; a `due_at` style column uses 0.
+    period_s: float = Field(0.0, ge=0, le=366 * 86400)
+    # What a handler's plain success does: "touch" sets due_column = NOW(6) (re-scan);
+    # "delete" removes the row (one-off work).
+    on_success: Literal["touch", "delete"] = "touch"
+    claim_batch: int = Field(1000, ge=1, le=10_000)
+    high_water: int = Field(20_000, ge=1, le=10_000_000)
+    visibility_timeout_s: float = Field(60.0, ge=1, le=86400)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        if self.claim_batch > self.high_water:
+            raise ValueError(
+                f"source {self.name}: claim_batch ({self.claim_batch}) must be <= high_water "
+                f"({self.high_water}), or the dispatcher could never claim a full batch"
+            )
+        if self.on_success == "touch" and self.period_s == 0:
+            raise ValueError(
+                f"source {self.name}: on_success='touch' with period_s=0 would make every row due "
+                "again at once; set period_s > 0 or on_success='delete'"
+            )
+        return self
+
+
+class JobsSettings(_Section):
+    """duecast's own one-off jobs table, dispatched like any other source."""
+
+    enabled: bool = True
+    table: Identifier = "duecast_jobs"
+    claim_batch: int = Field(1000, ge=1, le=10_000)
+    high_water: int = Field(20_000, ge=1, le=10_000_000)
+    visibility_timeout_s: float = Field(60.0, ge=1, le=86400)
+
+    def as_source(self) -> SourceSettings:
+        return SourceSettings(
+            name=JOBS_SOURCE,
+            table=self.table,
+            id_column="id",
+            due_column="run_at",
+            period_s=0,
+            on_success="delete",
+            claim_batch=self.claim_batch,
+            high_water=self.high_water,
+            visibility_timeout_s=self.visibility_timeout_s,
+        )
+
+
+class DispatcherSettings(_Section):
+    poll_interval_s: float = Field(0.2, gt=0, le=60)
+    sweep_interval_s: float = Field(5.0, gt=0, le=3600)
+    sweep_batch: int = Field(5000, ge=1, le=100_000)
+    run_sweeper: bool = True  # the dispatcher hosts the sweeper job unless a separate one runs
+
+
+class WorkerSettings(_Section):
+    app: str | None = None  # "package.module" or "package.module:attribute" holding a Registry
+    sources: list[str] = []  # empty: every source the app has handlers for
+    pop_batch: int = Field(500, ge=1, le=10_000)
+    block_timeout_s: float = Field(1.0, ge=0.1, le=2.0)  # never 0: loops must see stop requests
+    concurrency: int = Field(1, ge=1, le=256)
+    error_backoff_s: float = Field(1.0, gt=0, le=60)
+
+
+class FaultSettings(_Section):
+    """Fault-injection hooks for the fault tests. Never set in production."""
+
+    crash_after_commit: bool = False  # dispatcher: os._exit right after COMMIT, before RPUSH
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="DUECAST_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        hide_input_in_errors=True,
+    )
+
+    mysql: MySQLSettings = MySQLSettings()
+    redis: RedisSettings = RedisSettings()
+    sources: list[SourceSettings] = []
+    jobs: JobsSettings = JobsSettings()
+    dispatcher: DispatcherSettings = DispatcherSettings()
+    worker: WorkerSettings = WorkerSettings()
+    faults: FaultSettings = FaultSettings()
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        if self.worker.block_timeout_s >= self.redis.socket_timeout_s:
+            raise ValueError(
+                f"worker.block_timeout_s ({self.worker.block_timeout_s}) must be shorter than "
+                f"redis.socket_timeout_s ({self.redis.socket_timeout_s}), or every idle pop "
+                "would look like a dead server"
+            )
+        names = [s.name for s in self.all_sources()]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"source names must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+    def all_sources(self) -> list[SourceSettings]:
+        """Configured sources, plus the built-in jobs source when enabled."""
+        extra = [self.jobs.as_source()] if self.jobs.enabled else []
+        return [*self.sources, *extra]
+
+    def source(self, name: str) -> SourceSettings:
+        for s in self.all_sources():
+            if s.name == name:
+                return s
+        known = ", ".join(s.name for s in self.all_sources()) or "none"
+        raise KeyError(f"no source named {name!r} (configured: {known})")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = _toml_path.get()
+        chain: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if toml is not None:
+            chain.append(TomlConfigSettingsSource(settings_cls, toml_file=toml))
+        return tuple(chain)
+
+
+def load_settings(config: str | Path | None = None) -> Settings:
+    """Build settings from the environment over the TOML file named by `config` or DUECAST_CONFIG."""
+    raw = config if config is not None else os.environ.get("DUECAST_CONFIG")
+    path = Path(raw) if raw else None
+    if path is not None and not path.is_file():
+        raise FileNotFoundError(f"settings file {path} does not exist")
+    token = _toml_path.set(path)
+    try:
+        return Settings()
+    finally:
+        _toml_path.reset(token)

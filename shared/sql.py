@@ -1,0 +1,125 @@
+"""Every SQL statement duecast runs against a source table, each named, with the index it relies on.
+
+Identifiers come only from validated settings (shared.identifiers); values are always parameters.
+Times are always NOW(6) on the server, shifted by integer microseconds: client clocks never count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shared.identifiers import quote
+from shared.settings import SourceSettings
+from shared.states import (
+    ATTEMPT_COLUMN,
+    DISPATCHED_AT_COLUMN,
+    DUE_INDEX,
+    STATE_COLUMN,
+    State,
+)
+
+IDLE, DISPATCHED = int(State.IDLE), int(State.DISPATCHED)
+
+
+@dataclass(frozen=True)
+class SourceSQL:
+    """The statements for one source, rendered once at start-up from its validated names."""
+
+    claim_due: str
+    mark_dispatched: str
+    lock_dispatched: str
+    lock_dispatched_skip: str
+    ack_touch: str
+    ack_delete: str
+    find_expired: str
+    requeue: str
+    release_all: str
+    count_due: str
+    count_in_flight: str
+    oldest_due_age: str
+    check_schema: str
+
+
+def render(src: SourceSettings) -> SourceSQL:
+    t, pk, due = quote(src.table), quote(src.id_column), quote(src.due_column)
+    st, att, disp, ix = (
+        quote(STATE_COLUMN),
+        quote(ATTEMPT_COLUMN),
+        quote(DISPATCHED_AT_COLUMN),
+        quote(DUE_INDEX),
+    )
+    # A row is due when due <= NOW(6) - period; the parameter is the period in microseconds.
+    due_now = f"{st} = {IDLE} AND {due} <= NOW(6) - INTERVAL %s MICROSECOND"
+    # Fence: (id, attempt) must match and the row must still be dispatched. The `id IN` list
+    # drives a PRIMARY range; the row-constructor IN only filters (FORCE INDEX: with few rows
+    # dispatched, the optimizer otherwise prefers dc_due and scans every in-flight row).
+    fenced = f"{pk} IN %s AND ({pk}, {att}) IN %s AND {st} = {DISPATCHED}"
+    return SourceSQL(
+        # Claim step 1: the oldest due rows, locked. Walks dc_due (state, due, id) from its
+        # start, so it reads only due rows whatever the table size; SKIP LOCKED lets a second
+        # dispatcher pass over rows the first is claiming instead of waiting or double-claiming.
+        claim_due=(
+            f"SELECT {pk}, {att} FROM {t} FORCE INDEX ({ix}) WHERE {due_now} "
+            f"ORDER BY {due}, {pk} LIMIT %s FOR UPDATE SKIP LOCKED"
+        ),
+        # Claim step 2: IDLE -> DISPATCHED with a new attempt; PRIMARY range on the locked ids.
+        mark_dispatched=(
+            f"UPDATE {t} SET {st} = {DISPATCHED}, {att} = {att} + 1, {disp} = NOW(6) WHERE {pk} IN %s"
+        ),
+        # Worker start: lock the rows of its entries for the length of the batch; PRIMARY eq_ref
+        # per id. It waits (briefly) for a lock rather than skipping: the dispatcher's and
+        # sweeper's scans lock rows for microseconds, and skipping those would strand the row
+        # until the visibility timeout. A duplicate entry waits for the holder's commit, then no
+        # longer matches the fence, so one attempt runs once. A dead worker's locks go with its
+        # connection.
+        lock_dispatched=f"SELECT * FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced} FOR UPDATE",
+        # ...and when that wait times out (a duplicate held by a long batch), skip what is held.
+        lock_dispatched_skip=(
+            f"SELECT * FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced} FOR UPDATE SKIP LOCKED"
+        ),
+        # Ack, re-scan: DISPATCHED -> IDLE, due again after period (+ an optional delay).
+        # `{set}` is filled with validated column assignments from the handler's Ack.
+        ack_touch=(
+            f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {IDLE}, "
+            f"{due} = NOW(6) + INTERVAL %s MICROSECOND{{set}} WHERE {fenced}"
+        ),
+        # Ack, one-off: the row is done and removed.
+        ack_delete=f"DELETE FROM {t} WHERE {fenced}",
+        # Sweeper step 1: dispatched rows not acked within the visibility timeout. Reads the
+        # DISPATCHED prefix of dc_due (bounded by the high-water mark); SKIP LOCKED passes over
+        # rows a live worker holds, so only abandoned rows are requeued.
+        find_expired=(
+            f"SELECT {pk} FROM {t} FORCE INDEX ({ix}) WHERE {st} = {DISPATCHED} "
+            f"AND {disp} < NOW(6) - INTERVAL %s MICROSECOND LIMIT %s FOR UPDATE SKIP LOCKED"
+        ),
+        # Sweeper step 2: DISPATCHED -> IDLE, due unchanged so the row is due at once. The
+        # attempt is not touched here: the next claim bumps it, fencing every older copy.
+        requeue=f"UPDATE {t} SET {st} = {IDLE} WHERE {pk} IN %s AND {st} = {DISPATCHED}",
+        # Demo/tests start-up only, with no dispatcher or worker running: every DISPATCHED row
+        # back to IDLE at once instead of waiting out the visibility timeout.
+        release_all=f"UPDATE {t} SET {st} = {IDLE} WHERE {st} = {DISPATCHED}",
+        # Status: due backlog, capped so a huge backlog costs a bounded dc_due range read.
+        count_due=(
+            f"SELECT COUNT(*) FROM (SELECT 1 FROM {t} FORCE INDEX ({ix}) WHERE {due_now} "
+            "LIMIT %s) AS due_rows"
+        ),
+        count_in_flight=f"SELECT COUNT(*) FROM {t} FORCE INDEX ({ix}) WHERE {st} = {DISPATCHED}",
+        # Status: seconds since the least recently handled row became due (its staleness for
+        # re-scan sources); two dc_due index dives, one per state.
+        oldest_due_age=(
+            f"SELECT TIMESTAMPDIFF(MICROSECOND, MIN({due}), NOW(6)) - %s FROM ("
+            f"(SELECT {due} FROM {t} FORCE INDEX ({ix}) WHERE {st} = {IDLE} "
+            f"ORDER BY {due} LIMIT 1) UNION ALL "
+            f"(SELECT {due} FROM {t} FORCE INDEX ({ix}) WHERE {st} = {DISPATCHED} "
+            f"ORDER BY {due} LIMIT 1)) AS heads"
+        ),
+        check_schema=(
+            "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s"
+        ),
+    )
+
+
+def assignments(columns: list[str]) -> str:
+    """`, col = %s` for each (already validated and quoted-safe) column of an Ack."""
+    return "".join(f", {quote(c)} = %s" for c in columns)

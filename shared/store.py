@@ -1,0 +1,168 @@
+"""The only class that runs SQL against a source table; one method per state transition.
+
+claim_due (IDLE -> DISPATCHED), started (lock a batch for work), Batch.ack (DISPATCHED -> IDLE or
+deleted, fenced), requeue_expired (abandoned DISPATCHED -> IDLE). Callers never see a cursor.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql.cursors
+
+from shared.db import Database
+from shared.handlers import Ack, Row
+from shared.keys import Entry
+from shared.schema import check_source, describe
+from shared.settings import SourceSettings
+from shared.sql import SourceSQL, assignments, render
+from shared.states import ATTEMPT_COLUMN
+
+LOCK_WAIT_TIMEOUT = 1205  # ER_LOCK_WAIT_TIMEOUT
+STATUS_COUNT_CAP = 1_000_000  # due-backlog counts stop here: a bounded index read per status call
+
+
+def _us(seconds: float) -> int:
+    return round(seconds * 1_000_000)
+
+
+@dataclass(frozen=True)
+class AckCounts:
+    acked: int
+    stale: int  # acks whose (id, attempt, state) no longer matched: counted and dropped
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    due: int  # capped at STATUS_COUNT_CAP
+    in_flight: int
+    oldest_due_age_s: float | None  # None when the table is empty
+
+
+class Batch:
+    """Rows locked for one worker batch, inside an open transaction; `ack` runs in that transaction."""
+
+    def __init__(self, store: SourceStore, cur: pymysql.cursors.Cursor, rows: list[Row]) -> None:
+        self._store = store
+        self._cur = cur
+        self.rows = rows
+
+    def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
+        """Apply each row's Ack as fenced, batched statements; rows with equal acks share one."""
+        groups: dict[Any, list[Row]] = defaultdict(list)
+        for row, ack in acks:
+            groups[self._store.group_key(ack)].append(row)
+        acked = stale = 0
+        for key, rows in groups.items():
+            done = self._store.run_ack(self._cur, key, rows)
+            acked += done
+            stale += len(rows) - done
+        return AckCounts(acked, stale)
+
+
+class SourceStore:
+    def __init__(self, db: Database, src: SourceSettings) -> None:
+        self.db = db
+        self.src = src
+        self.sql: SourceSQL = render(src)
+        self.columns: frozenset[str] = frozenset()
+        self._period_us = _us(src.period_s)
+
+    def verify(self) -> None:
+        """Check the table against the settings (start-up); remembers its columns for acks."""
+        with self.db.transaction() as cur:
+            info = describe(cur, self.src.table)
+        check_source(self.src, info)
+        self.columns = frozenset(info.columns)
+
+    def claim_due(self, limit: int) -> list[Entry]:
+        """IDLE -> DISPATCHED for up to `limit` due rows, oldest first; committed on return."""
+        with self.db.transaction() as cur:
+            cur.execute(self.sql.claim_due, (self._period_us, limit))
+            found = cur.fetchall()
+            if not found:
+                return []
+            cur.execute(self.sql.mark_dispatched, ([r[0] for r in found],))
+        return [Entry(int(i), int(a) + 1) for i, a in found]
+
+    @contextmanager
+    def started(self, entries: Sequence[Entry]) -> Iterator[Batch]:
+        """Lock the rows whose (id, attempt) is still dispatched; commit acks when the block ends.
+
+        Stale or deleted rows are left out; so are rows another worker still holds after the
+        session's lock wait (mysql.lock_wait_s): a duplicate entry being worked on elsewhere.
+        """
+        if not entries:
+            raise ValueError("started() needs at least one entry")
+        with self.db.transaction() as cur:
+            try:
+                cur.execute(self.sql.lock_dispatched, _fence_params(entries))
+            except pymysql.err.OperationalError as exc:
+                if exc.args[0] != LOCK_WAIT_TIMEOUT:
+                    raise
+                # Only the statement was rolled back; take what is free, leave what is held.
+                cur.execute(self.sql.lock_dispatched_skip, _fence_params(entries))
+            names = [d[0] for d in cur.description or ()]
+            rows = [dict(zip(names, values, strict=True)) for values in cur.fetchall()]
+            yield Batch(self, cur, rows)
+
+    def group_key(self, ack: Ack) -> Any:
+        action = self.src.on_success if ack.action == "default" else ack.action
+        if action == "delete":
+            return ("delete",)
+        for name, _ in ack.values:
+            if name not in self.columns:
+                raise ValueError(f"Ack sets {name!r}, which is not a column of {self.src.table}")
+        try:
+            hash(ack.values)
+            return ("touch", ack.delay_s, ack.values)
+        except TypeError:  # unhashable values (lists...): this row gets its own statement
+            return ("touch", ack.delay_s, ack.values, id(ack))
+
+    def run_ack(self, cur: pymysql.cursors.Cursor, key: Any, rows: list[Row]) -> int:
+        """Run one fenced ack statement for `rows`; returns how many rows it really changed."""
+        entries = [Entry(int(r[self.src.id_column]), int(r[ATTEMPT_COLUMN])) for r in rows]
+        if key[0] == "delete":
+            return int(cur.execute(self.sql.ack_delete, _fence_params(entries)))
+        values = key[2]
+        stmt = self.sql.ack_touch.format(set=assignments([n for n, _ in values]))
+        params = (_us(key[1]), *(v for _, v in values), *_fence_params(entries))
+        return int(cur.execute(stmt, params))
+
+    def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
+        """Abandoned DISPATCHED rows (not acked in time, not locked by a worker) -> IDLE."""
+        with self.db.transaction() as cur:
+            cur.execute(self.sql.find_expired, (_us(visibility_timeout_s), limit))
+            ids = [r[0] for r in cur.fetchall()]
+            if not ids:
+                return 0
+            return int(cur.execute(self.sql.requeue, (ids,)))
+
+    def reset_dispatched(self) -> int:
+        """Every DISPATCHED row -> IDLE. Only when no dispatcher or worker runs (demo start-up)."""
+        with self.db.transaction() as cur:
+            return int(cur.execute(self.sql.release_all))
+
+    def status(self) -> SourceStatus:
+        with self.db.transaction() as cur:
+            cur.execute(self.sql.count_due, (self._period_us, STATUS_COUNT_CAP))
+            due = _scalar(cur)
+            cur.execute(self.sql.count_in_flight)
+            in_flight = _scalar(cur)
+            cur.execute(self.sql.oldest_due_age, (self._period_us,))
+            row = cur.fetchone()
+        age = None if row is None or row[0] is None else float(row[0]) / 1e6
+        return SourceStatus(int(due or 0), int(in_flight or 0), age)
+
+
+def _fence_params(entries: Sequence[Entry]) -> tuple[list[int], list[tuple[int, int]]]:
+    return [e.id for e in entries], [(e.id, e.attempt) for e in entries]
+
+
+def _scalar(cur: pymysql.cursors.Cursor) -> Any:
+    row = cur.fetchone()
+    return None if row is None else row[0]

@@ -1,0 +1,7 @@
+"""`python -m worker`."""
+
+import sys
+
+from worker.main import main
+
+sys.exit(main())

@@ -1,0 +1,61 @@
+"""Wiring for `duecast worker` / `python -m worker`: settings + the user's app -> worker loop."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+
+from shared.handlers import load_registry
+from shared.loop import run, stop_on_signals
+from shared.runtime import build_queue, build_stores, setup_logging
+from shared.settings import Settings, load_settings
+from worker.executor import Executor
+from worker.worker import Worker
+
+log = logging.getLogger("duecast.worker")
+
+
+def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> Worker:
+    """Run a worker until stopped (or, draining, until the lists are empty); returns it for its counts."""
+    if not settings.worker.app:
+        raise SystemExit("worker: no app given; pass --app package.module or set DUECAST_WORKER__APP")
+    registry = load_registry(settings.worker.app)
+    wanted = settings.worker.sources or registry.sources
+    sources = [settings.source(name) for name in wanted]
+    handlers = {s.name: registry.handler(s.name) for s in sources}
+    stores = {store.src.name: store for store in build_stores(settings, sources)}
+    executor = Executor(settings.worker.concurrency)
+    worker = Worker(stores, handlers, build_queue(settings), settings.worker, executor)
+    log.info("working on %s with %d thread(s)", ", ".join(stores), settings.worker.concurrency)
+    try:
+        run(worker, stop, drain=drain, error_base_s=settings.worker.error_backoff_s)
+    finally:
+        executor.close()
+    log.info("worker stopped; %s", dict(worker.counts))
+    return worker
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="duecast worker", description=__doc__)
+    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
+    parser.add_argument("--app", help="module[:attribute] holding the handler Registry")
+    parser.add_argument("--source", action="append", default=[], help="serve only these sources")
+    parser.add_argument("--concurrency", type=int, help="handler threads per process")
+    parser.add_argument("--drain", action="store_true", help="exit once the ready lists are empty")
+    args = parser.parse_args(argv)
+    settings = load_settings(args.config)
+    overrides = {
+        k: v
+        for k, v in (("app", args.app), ("sources", args.source or None), ("concurrency", args.concurrency))
+        if v
+    }
+    if overrides:
+        settings = settings.model_copy(
+            update={"worker": settings.worker.model_validate({**settings.worker.model_dump(), **overrides})}
+        )
+    setup_logging(settings.log_level)
+    stop = threading.Event()
+    stop_on_signals(stop)
+    serve(settings, stop, drain=args.drain)
+    return 0

@@ -1,0 +1,123 @@
+"""Worker: per tick, pop a batch, validate entries, lock rows, run the handler, ack fenced, commit.
+
+A bad entry is quarantined, a stale one skipped, a failed row left DISPATCHED for the sweeper.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from shared.handlers import Ack, Handler, Row
+from shared.keys import BadEntry, Entry, decode_entry
+from shared.loop import Tick
+from shared.queue import ReadyQueue
+from shared.settings import WorkerSettings
+from shared.store import SourceStore
+from worker.executor import Executor
+
+log = logging.getLogger("duecast.worker")
+
+
+def decode_batch(raws: Sequence[bytes]) -> tuple[list[Entry], list[tuple[bytes, str]], int]:
+    """Valid unique entries, bad ones with their reason, and how many exact duplicates were dropped."""
+    seen: set[Entry] = set()
+    entries: list[Entry] = []
+    bad: list[tuple[bytes, str]] = []
+    for raw in raws:
+        try:
+            entry = decode_entry(raw)
+        except BadEntry as exc:
+            bad.append((raw, exc.reason))
+            continue
+        if entry not in seen:
+            seen.add(entry)
+            entries.append(entry)
+    return entries, bad, len(raws) - len(bad) - len(entries)
+
+
+class Worker:
+    name = "worker"
+
+    def __init__(
+        self,
+        stores: Mapping[str, SourceStore],
+        handlers: Mapping[str, Handler],
+        queue: ReadyQueue,
+        settings: WorkerSettings,
+        executor: Executor,
+    ) -> None:
+        self.stores = stores
+        self.handlers = handlers
+        self.queue = queue
+        self.settings = settings
+        self.executor = executor
+        self.counts: Counter[str] = Counter()
+
+    def tick(self) -> Tick:
+        popped = self.queue.pop(list(self.stores), self.settings.pop_batch, self.settings.block_timeout_s)
+        if popped is None:
+            return Tick(0.0, idle=True)  # BLMPOP already waited block_timeout_s
+        source, raws = popped
+        counts = self._handle(source, raws)
+        self.counts.update(counts)
+        self.queue.add_stats(source, counts)
+        return Tick(0.0, idle=False)
+
+    def _handle(self, source: str, raws: list[bytes]) -> Counter[str]:
+        entries, bad, dupes = decode_batch(raws)
+        counts: Counter[str] = Counter(popped=len(raws), bad=len(bad), stale_entries=dupes)
+        if bad:
+            log.warning(
+                "quarantined %d bad entries from %s (%s)",
+                len(bad),
+                source,
+                ", ".join(sorted({r for _, r in bad})),
+            )
+            self.queue.quarantine(source, bad)
+        if entries:
+            counts.update(self._work(self.stores[source], self.handlers[source], entries))
+        return counts
+
+    def _work(self, store: SourceStore, handler: Handler, entries: list[Entry]) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        with store.started(entries) as batch:
+            # Entries whose row is not locked here are stale, deleted, or held by another worker.
+            counts["stale_entries"] += len(entries) - len(batch.rows)
+            outcomes = self.executor.run(handler, batch.rows)
+            acks: list[tuple[Row, Ack]] = []
+            for row, outcome in zip(batch.rows, outcomes, strict=True):
+                if isinstance(outcome, Ack) and self._valid(store, outcome):
+                    acks.append((row, outcome))
+                else:
+                    counts["failed"] += 1
+                    self._log_failure(store, row, outcome)
+            result = batch.ack(acks)
+        counts["acked"] += result.acked
+        counts["stale_acks"] += result.stale
+        return counts
+
+    @staticmethod
+    def _valid(store: SourceStore, ack: Ack) -> bool:
+        try:
+            store.group_key(ack)
+        except ValueError:
+            return False
+        return True
+
+    @staticmethod
+    def _log_failure(store: SourceStore, row: Row, outcome: object) -> None:
+        # Not acked: the row stays DISPATCHED and the sweeper requeues it after the visibility
+        # timeout, which is also this failure's retry delay.
+        row_id = row.get(store.src.id_column)
+        if isinstance(outcome, BaseException):
+            log.error(
+                "handler failed for %s id=%s: %r",
+                store.src.name,
+                row_id,
+                outcome,
+                exc_info=(type(outcome), outcome, outcome.__traceback__),
+            )
+        else:
+            log.error("invalid ack for %s id=%s: %r", store.src.name, row_id, outcome)
