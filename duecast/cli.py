@@ -20,6 +20,7 @@ from shared.runtime import build_queue, build_stores, setup_logging
 from shared.schema import SchemaError
 from shared.settings import Settings, load_settings
 from shared.status import snapshot
+from shared.store import STATUS_COUNT_CAP
 
 
 def _cmd_dispatcher(rest: list[str]) -> int:
@@ -102,7 +103,7 @@ def status_table(settings: Settings) -> Table:
         c = s.counters
         table.add_row(
             s.name,
-            f"{s.db.due:,}",
+            f"{s.db.due:,}+" if s.db.due >= STATUS_COUNT_CAP else f"{s.db.due:,}",
             f"{s.db.in_flight:,}",
             f"{s.list_length:,}",
             age,

@@ -28,7 +28,7 @@ from shared.queue import ReadyQueue
 from shared.runtime import build_queue, build_stores
 from shared.settings import Settings, SourceSettings, load_settings
 from shared.status import SourceSnapshot, snapshot
-from shared.store import SourceStore
+from shared.store import STATUS_COUNT_CAP, SourceStore
 
 APP = "duecast.examples.block_check"
 
@@ -48,6 +48,8 @@ class Run:
     workers: int
     samples: list[Sample] = field(default_factory=list)
     exit_codes: dict[str, int] = field(default_factory=dict)
+    log_dir: Path | None = None
+    errors: dict[str, str] = field(default_factory=dict)  # process -> last lines of its log
 
     def rates(self, skip_s: float = 0.0) -> list[float]:
         s = [x for x in self.samples if x.t - self.samples[0].t >= skip_s] if self.samples else []
@@ -63,8 +65,8 @@ class Run:
         return self.samples[-1].snap.counters.get(name, 0) if self.samples else 0
 
 
-def demo_settings(base: Settings, period_s: float) -> Settings:
-    src: SourceSettings = demo_data.source(period_s)
+def demo_settings(base: Settings, period_s: float, batch: int = 2000) -> Settings:
+    src: SourceSettings = demo_data.source(period_s, batch)
     return base.model_copy(update={"sources": [src]})
 
 
@@ -106,26 +108,37 @@ def run(
         queue.client.delete(key(demo_data.TABLE))  # our own demo keys only
     stores[0].reset_dispatched()
     result = Run(users, workers)
-    with tempfile.TemporaryDirectory(prefix="duecast-demo-") as tmp:
-        config = Path(tmp) / "demo.toml"
-        write_config(settings, config, concurrency)
-        fleet = Fleet(config, APP, Path(tmp))
-        fleet.start_dispatcher()
-        for i in range(workers):
-            fleet.start_worker(f"worker-{i + 1}")
-        try:
-            _watch(
-                fleet=fleet,
-                stores=stores,
-                queue=queue,
-                result=result,
-                seconds=seconds,
-                console=console,
-                stop=stop,
-            )
-        finally:
-            result.exit_codes = fleet.stop()
+    # Logs are kept (and named in the summary): a demo that went wrong must say why.
+    logs = Path(tempfile.mkdtemp(prefix="duecast-demo-"))
+    config = logs / "demo.toml"
+    write_config(settings, config, concurrency)
+    fleet = Fleet(config, APP, logs)
+    fleet.start_dispatcher()
+    for i in range(workers):
+        fleet.start_worker(f"worker-{i + 1}")
+    try:
+        _watch(
+            fleet=fleet,
+            stores=stores,
+            queue=queue,
+            result=result,
+            seconds=seconds,
+            console=console,
+            stop=stop,
+        )
+    finally:
+        result.exit_codes = fleet.stop()
+    result.log_dir = logs
+    result.errors = {name: tail for name in fleet.procs if (tail := _error_tail(logs / f"{name}.log"))}
     return result
+
+
+def _error_tail(log: Path, lines: int = 12) -> str:
+    """The end of a process log if it recorded an error, else ''."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    if " ERROR " not in text and "Traceback" not in text:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def _watch(
@@ -159,7 +172,7 @@ def _table(result: Run, fleet: Fleet, elapsed: float) -> Table:
         ("elapsed", f"{elapsed:.0f}s"),
         ("checks/s (last second)", f"{rates[-1]:,.0f}" if rates else "-"),
         ("checks done", f"{c.get('acked', 0):,}"),
-        ("due backlog", f"{snap.db.due:,}"),
+        ("due backlog", due_text(snap.db.due)),
         ("in flight (dispatched)", f"{snap.db.in_flight:,}"),
         ("waiting in Redis", f"{snap.list_length:,}"),
         ("oldest-due age (staleness)", "-" if age is None else f"{max(age, 0.0):.2f}s"),
@@ -170,6 +183,10 @@ def _table(result: Run, fleet: Fleet, elapsed: float) -> Table:
     ):
         table.add_row(what, value)
     return table
+
+
+def due_text(due: int) -> str:
+    return f"{due:,}+" if due >= STATUS_COUNT_CAP else f"{due:,}"
 
 
 def summary(result: Run) -> Table:
@@ -199,11 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="run time (Ctrl-C ends early)")
     parser.add_argument("--period", type=float, default=10.0, help="re-check period in seconds")
     parser.add_argument("--concurrency", type=int, default=1, help="handler threads per worker")
+    parser.add_argument("--batch", type=int, default=2000, help="rows per claim and per pop")
     parser.add_argument("--config", help="TOML settings file (connection settings)")
     args = parser.parse_args(argv)
     if args.users < 1 or args.workers < 1 or args.seconds <= 0:
         parser.error("--users and --workers must be >= 1 and --seconds > 0")
-    settings = demo_settings(load_settings(args.config), args.period)
+    settings = demo_settings(load_settings(args.config), args.period, args.batch)
     stop = threading.Event()
     stop_on_signals(stop)
     console = Console()
@@ -217,4 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         stop=stop,
     )
     console.print(summary(result))
-    return 0
+    for name, tail in result.errors.items():
+        console.print(f"[red]{name} logged errors[/red]; last lines:\n{tail}", highlight=False)
+    console.print(f"process logs: {result.log_dir}")
+    return 1 if result.errors or any(result.exit_codes.values()) else 0

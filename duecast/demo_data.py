@@ -22,9 +22,15 @@ _SEQ = (
 )
 
 
-def source(period_s: float = 10.0) -> SourceSettings:
+def source(period_s: float = 10.0, batch: int = 2000) -> SourceSettings:
     return SourceSettings(
-        name=TABLE, table=TABLE, id_column="user_id", due_column="updated_time", period_s=period_s
+        name=TABLE,
+        table=TABLE,
+        id_column="user_id",
+        due_column="updated_time",
+        period_s=period_s,
+        claim_batch=batch,
+        high_water=max(40_000, batch * 20),
     )
 
 

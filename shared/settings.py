@@ -62,8 +62,8 @@ class SourceSettings(_Section):
     # What a handler's plain success does: "touch" sets due_column = NOW(6) (re-scan);
     # "delete" removes the row (one-off work).
     on_success: Literal["touch", "delete"] = "touch"
-    claim_batch: int = Field(1000, ge=1, le=10_000)
-    high_water: int = Field(20_000, ge=1, le=10_000_000)
+    claim_batch: int = Field(2000, ge=1, le=10_000)
+    high_water: int = Field(40_000, ge=1, le=10_000_000)
     visibility_timeout_s: float = Field(60.0, ge=1, le=86400)
 
     @model_validator(mode="after")
@@ -86,8 +86,8 @@ class JobsSettings(_Section):
 
     enabled: bool = True
     table: Identifier = "duecast_jobs"
-    claim_batch: int = Field(1000, ge=1, le=10_000)
-    high_water: int = Field(20_000, ge=1, le=10_000_000)
+    claim_batch: int = Field(2000, ge=1, le=10_000)
+    high_water: int = Field(40_000, ge=1, le=10_000_000)
     visibility_timeout_s: float = Field(60.0, ge=1, le=86400)
 
     def as_source(self) -> SourceSettings:
@@ -114,7 +114,7 @@ class DispatcherSettings(_Section):
 class WorkerSettings(_Section):
     app: str | None = None  # "package.module" or "package.module:attribute" holding a Registry
     sources: list[str] = []  # empty: every source the app has handlers for
-    pop_batch: int = Field(500, ge=1, le=10_000)
+    pop_batch: int = Field(2000, ge=1, le=10_000)
     block_timeout_s: float = Field(1.0, ge=0.1, le=2.0)  # never 0: loops must see stop requests
     concurrency: int = Field(1, ge=1, le=256)
     error_backoff_s: float = Field(1.0, gt=0, le=60)

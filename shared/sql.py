@@ -6,9 +6,12 @@ Times are always NOW(6) on the server, shifted by integer microseconds: client c
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from shared.identifiers import quote
+from shared.keys import Entry
 from shared.settings import SourceSettings
 from shared.states import (
     ATTEMPT_COLUMN,
@@ -25,6 +28,8 @@ IDLE, DISPATCHED = int(State.IDLE), int(State.DISPATCHED)
 class SourceSQL:
     """The statements for one source, rendered once at start-up from its validated names."""
 
+    id_column: str  # quoted
+    attempt_column: str  # quoted
     claim_due: str
     mark_dispatched: str
     lock_dispatched: str
@@ -39,6 +44,22 @@ class SourceSQL:
     oldest_due_age: str
     check_schema: str
 
+    def fence(self, entries: Iterable[Entry]) -> str:
+        """The compare-and-set of a batch: `(id IN (...) AND attempt = n) OR ...`, one group per attempt.
+
+        Grouping by attempt keeps it to plain PRIMARY range lookups with a scalar compare (a
+        row-constructor IN costs a materialised subquery). Ids and attempts are Python ints
+        rendered by int_list, so no value text from outside ever reaches SQL.
+        """
+        groups: dict[int, list[int]] = defaultdict(list)
+        for e in entries:
+            groups[e.attempt].append(e.id)
+        parts = [
+            f"({self.id_column} IN ({int_list(ids)}) AND {self.attempt_column} = {int_list([attempt])})"
+            for attempt, ids in sorted(groups.items())
+        ]
+        return "(" + " OR ".join(parts) + ")"
+
 
 def render(src: SourceSettings) -> SourceSQL:
     t, pk, due = quote(src.table), quote(src.id_column), quote(src.due_column)
@@ -50,11 +71,11 @@ def render(src: SourceSettings) -> SourceSQL:
     )
     # A row is due when due <= NOW(6) - period; the parameter is the period in microseconds.
     due_now = f"{st} = {IDLE} AND {due} <= NOW(6) - INTERVAL %s MICROSECOND"
-    # Fence: (id, attempt) must match and the row must still be dispatched. The `id IN` list
-    # drives a PRIMARY range; the row-constructor IN only filters (FORCE INDEX: with few rows
-    # dispatched, the optimizer otherwise prefers dc_due and scans every in-flight row).
-    fenced = f"{pk} IN %s AND ({pk}, {att}) IN %s AND {st} = {DISPATCHED}"
+    # Fenced statements carry a `{fence}` placeholder: see SourceSQL.fence().
+    fenced = f"{{fence}} AND {st} = {DISPATCHED}"
     return SourceSQL(
+        id_column=pk,
+        attempt_column=att,
         # Claim step 1: the oldest due rows, locked. Walks dc_due (state, due, id) from its
         # start, so it reads only due rows whatever the table size; SKIP LOCKED lets a second
         # dispatcher pass over rows the first is claiming instead of waiting or double-claiming.
@@ -64,7 +85,7 @@ def render(src: SourceSettings) -> SourceSQL:
         ),
         # Claim step 2: IDLE -> DISPATCHED with a new attempt; PRIMARY range on the locked ids.
         mark_dispatched=(
-            f"UPDATE {t} SET {st} = {DISPATCHED}, {att} = {att} + 1, {disp} = NOW(6) WHERE {pk} IN %s"
+            f"UPDATE {t} SET {st} = {DISPATCHED}, {att} = {att} + 1, {disp} = NOW(6) WHERE {pk} IN ({{ids}})"
         ),
         # Worker start: lock the rows of its entries for the length of the batch; PRIMARY eq_ref
         # per id. It waits (briefly) for a lock rather than skipping: the dispatcher's and
@@ -72,10 +93,10 @@ def render(src: SourceSettings) -> SourceSQL:
         # until the visibility timeout. A duplicate entry waits for the holder's commit, then no
         # longer matches the fence, so one attempt runs once. A dead worker's locks go with its
         # connection.
-        lock_dispatched=f"SELECT * FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced} FOR UPDATE",
+        lock_dispatched=f"SELECT {{columns}} FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced} FOR UPDATE",
         # ...and when that wait times out (a duplicate held by a long batch), skip what is held.
         lock_dispatched_skip=(
-            f"SELECT * FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced} FOR UPDATE SKIP LOCKED"
+            f"SELECT {{columns}} FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced} FOR UPDATE SKIP LOCKED"
         ),
         # Ack, re-scan: DISPATCHED -> IDLE, due again after period (+ an optional delay).
         # `{set}` is filled with validated column assignments from the handler's Ack.
@@ -84,7 +105,7 @@ def render(src: SourceSettings) -> SourceSQL:
             f"{due} = NOW(6) + INTERVAL %s MICROSECOND{{set}} WHERE {fenced}"
         ),
         # Ack, one-off: the row is done and removed.
-        ack_delete=f"DELETE FROM {t} WHERE {fenced}",
+        ack_delete=f"DELETE FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced}",
         # Sweeper step 1: dispatched rows not acked within the visibility timeout. Reads the
         # DISPATCHED prefix of dc_due (bounded by the high-water mark); SKIP LOCKED passes over
         # rows a live worker holds, so only abandoned rows are requeued.
@@ -94,7 +115,7 @@ def render(src: SourceSettings) -> SourceSQL:
         ),
         # Sweeper step 2: DISPATCHED -> IDLE, due unchanged so the row is due at once. The
         # attempt is not touched here: the next claim bumps it, fencing every older copy.
-        requeue=f"UPDATE {t} SET {st} = {IDLE} WHERE {pk} IN %s AND {st} = {DISPATCHED}",
+        requeue=f"UPDATE {t} SET {st} = {IDLE} WHERE {pk} IN ({{ids}}) AND {st} = {DISPATCHED}",
         # Demo/tests start-up only, with no dispatcher or worker running: every DISPATCHED row
         # back to IDLE at once instead of waiting out the visibility timeout.
         release_all=f"UPDATE {t} SET {st} = {IDLE} WHERE {st} = {DISPATCHED}",
@@ -118,6 +139,24 @@ def render(src: SourceSettings) -> SourceSQL:
             "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s"
         ),
     )
+
+
+def int_list(values: Iterable[int]) -> str:
+    """Render integers as SQL text: `1,2,3`. Refuses anything that is not a real int."""
+    out = []
+    for v in values:
+        if type(v) is not int:
+            raise TypeError(f"only ints may be rendered into SQL, not {type(v).__name__}")
+        out.append(str(v))
+    if not out:
+        raise ValueError("an IN list needs at least one value")
+    return ",".join(out)
+
+
+def column_list(columns: Iterable[str]) -> str:
+    """`*` or a quoted, validated column list for a locking read."""
+    cols = list(columns)
+    return "*" if not cols else ", ".join(quote(c) for c in cols)
 
 
 def assignments(columns: list[str]) -> str:

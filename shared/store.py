@@ -19,11 +19,11 @@ from shared.handlers import Ack, Row
 from shared.keys import Entry
 from shared.schema import check_source, describe
 from shared.settings import SourceSettings
-from shared.sql import SourceSQL, assignments, render
+from shared.sql import SourceSQL, assignments, column_list, int_list, render
 from shared.states import ATTEMPT_COLUMN
 
 LOCK_WAIT_TIMEOUT = 1205  # ER_LOCK_WAIT_TIMEOUT
-STATUS_COUNT_CAP = 1_000_000  # due-backlog counts stop here: a bounded index read per status call
+STATUS_COUNT_CAP = 100_000  # due-backlog counts stop here: a bounded index read per status call
 
 
 def _us(seconds: float) -> int:
@@ -86,26 +86,29 @@ class SourceStore:
             found = cur.fetchall()
             if not found:
                 return []
-            cur.execute(self.sql.mark_dispatched, ([r[0] for r in found],))
+            cur.execute(self.sql.mark_dispatched.format(ids=int_list(r[0] for r in found)))
         return [Entry(int(i), int(a) + 1) for i, a in found]
 
     @contextmanager
-    def started(self, entries: Sequence[Entry]) -> Iterator[Batch]:
+    def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[Batch]:
         """Lock the rows whose (id, attempt) is still dispatched; commit acks when the block ends.
 
+        `columns` limits what is read (the id and attempt always come too; empty means all).
         Stale or deleted rows are left out; so are rows another worker still holds after the
         session's lock wait (mysql.lock_wait_s): a duplicate entry being worked on elsewhere.
         """
         if not entries:
             raise ValueError("started() needs at least one entry")
+        wanted = list(dict.fromkeys([self.src.id_column, ATTEMPT_COLUMN, *columns])) if columns else []
+        args = {"columns": column_list(wanted), "fence": self.sql.fence(entries)}
         with self.db.transaction() as cur:
             try:
-                cur.execute(self.sql.lock_dispatched, _fence_params(entries))
+                cur.execute(self.sql.lock_dispatched.format(**args))
             except pymysql.err.OperationalError as exc:
                 if exc.args[0] != LOCK_WAIT_TIMEOUT:
                     raise
                 # Only the statement was rolled back; take what is free, leave what is held.
-                cur.execute(self.sql.lock_dispatched_skip, _fence_params(entries))
+                cur.execute(self.sql.lock_dispatched_skip.format(**args))
             names = [d[0] for d in cur.description or ()]
             rows = [dict(zip(names, values, strict=True)) for values in cur.fetchall()]
             yield Batch(self, cur, rows)
@@ -125,13 +128,12 @@ class SourceStore:
 
     def run_ack(self, cur: pymysql.cursors.Cursor, key: Any, rows: list[Row]) -> int:
         """Run one fenced ack statement for `rows`; returns how many rows it really changed."""
-        entries = [Entry(int(r[self.src.id_column]), int(r[ATTEMPT_COLUMN])) for r in rows]
+        fence = self.sql.fence(Entry(int(r[self.src.id_column]), int(r[ATTEMPT_COLUMN])) for r in rows)
         if key[0] == "delete":
-            return int(cur.execute(self.sql.ack_delete, _fence_params(entries)))
+            return int(cur.execute(self.sql.ack_delete.format(fence=fence)))
         values = key[2]
-        stmt = self.sql.ack_touch.format(set=assignments([n for n, _ in values]))
-        params = (_us(key[1]), *(v for _, v in values), *_fence_params(entries))
-        return int(cur.execute(stmt, params))
+        stmt = self.sql.ack_touch.format(set=assignments([n for n, _ in values]), fence=fence)
+        return int(cur.execute(stmt, (_us(key[1]), *(v for _, v in values))))
 
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
         """Abandoned DISPATCHED rows (not acked in time, not locked by a worker) -> IDLE."""
@@ -140,7 +142,7 @@ class SourceStore:
             ids = [r[0] for r in cur.fetchall()]
             if not ids:
                 return 0
-            return int(cur.execute(self.sql.requeue, (ids,)))
+            return int(cur.execute(self.sql.requeue.format(ids=int_list(ids))))
 
     def reset_dispatched(self) -> int:
         """Every DISPATCHED row -> IDLE. Only when no dispatcher or worker runs (demo start-up)."""
@@ -157,10 +159,6 @@ class SourceStore:
             row = cur.fetchone()
         age = None if row is None or row[0] is None else float(row[0]) / 1e6
         return SourceStatus(int(due or 0), int(in_flight or 0), age)
-
-
-def _fence_params(entries: Sequence[Entry]) -> tuple[list[int], list[tuple[int, int]]]:
-    return [e.id for e in entries], [(e.id, e.attempt) for e in entries]
 
 
 def _scalar(cur: pymysql.cursors.Cursor) -> Any:

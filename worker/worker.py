@@ -82,7 +82,7 @@ class Worker:
 
     def _work(self, store: SourceStore, handler: Handler, entries: list[Entry]) -> Counter[str]:
         counts: Counter[str] = Counter()
-        with store.started(entries) as batch:
+        with store.started(entries, handler.columns) as batch:
             # Entries whose row is not locked here are stale, deleted, or held by another worker.
             counts["stale_entries"] += len(entries) - len(batch.rows)
             outcomes = self.executor.run(handler, batch.rows)

@@ -18,7 +18,7 @@ def looks_blocked(user_id: int, attempt: int) -> bool:
     return (user_id * 2654435761 + attempt * 40503) % 1000 == 0
 
 
-@handlers.batch("user_block_status")
+@handlers.batch("user_block_status", columns=["status"])
 def check_users(rows: list[Row]) -> list[Ack]:
     """Batch form: one call per slice of rows. Only rows whose status changes set a column, so the
     worker acks the whole slice with one UPDATE per distinct outcome."""

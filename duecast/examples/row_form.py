@@ -8,7 +8,7 @@ from duecast.examples.block_check import BLOCKED, OK, looks_blocked
 handlers = Registry()
 
 
-@handlers.row("user_block_status")
+@handlers.row("user_block_status", columns=["status"])
 def check_user(row: Row) -> Ack | None:
     status = BLOCKED if looks_blocked(row["user_id"], row["dc_attempt"]) else OK
     return None if status == row["status"] else Ack.touch(status=status)
