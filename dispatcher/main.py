@@ -8,9 +8,9 @@ import threading
 
 from dispatcher.dispatcher import Dispatcher
 from dispatcher.sweeper import Sweeper, schedule
-from shared.loop import run, stop_on_signals
-from shared.runtime import build_queue, build_stores, setup_logging
-from shared.settings import Settings, load_settings
+from shared.loop import run
+from shared.runtime import build_queue, build_stores, start_process
+from shared.settings import Settings
 
 log = logging.getLogger("duecast.dispatcher")
 
@@ -51,9 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
     parser.add_argument("--drain", action="store_true", help="exit once nothing is due")
     args = parser.parse_args(argv)
-    settings = load_settings(args.config)
-    setup_logging(settings.log_level)
-    stop = threading.Event()
-    stop_on_signals(stop)
+    settings, stop = start_process(args.config)
     serve(settings, stop, drain=args.drain)
+    return 0
+
+
+def sweeper_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="duecast sweeper", description="Run only the sweeper job.")
+    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
+    parser.add_argument("--once", action="store_true", help="sweep once and exit")
+    args = parser.parse_args(argv)
+    settings, stop = start_process(args.config)
+    serve_sweeper(settings, stop, once=args.once)
     return 0

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 from collections.abc import Callable
 
 from pydantic import ValidationError
@@ -15,8 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from shared import migrate
-from shared.loop import stop_on_signals
-from shared.runtime import build_queue, build_stores, setup_logging
+from shared.runtime import build_queue, build_stores
 from shared.schema import SchemaError
 from shared.settings import Settings, load_settings
 from shared.status import snapshot
@@ -42,18 +40,9 @@ def _cmd_demo(rest: list[str]) -> int:
 
 
 def _cmd_sweeper(rest: list[str]) -> int:
-    from dispatcher.main import serve_sweeper  # noqa: PLC0415
+    from dispatcher.main import sweeper_main  # noqa: PLC0415
 
-    parser = argparse.ArgumentParser(prog="duecast sweeper", description="Run only the sweeper job.")
-    parser.add_argument("--config")
-    parser.add_argument("--once", action="store_true", help="sweep once and exit")
-    args = parser.parse_args(rest)
-    settings = load_settings(args.config)
-    setup_logging(settings.log_level)
-    stop = threading.Event()
-    stop_on_signals(stop)
-    serve_sweeper(settings, stop, once=args.once)
-    return 0
+    return sweeper_main(rest)
 
 
 def _cmd_migrate(rest: list[str]) -> int:

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 
 from shared.db import Database
 from shared.keys import Keys
+from shared.loop import stop_on_signals
 from shared.queue import ReadyQueue, connect_redis
-from shared.settings import Settings, SourceSettings
+from shared.settings import Settings, SourceSettings, load_settings
 from shared.store import SourceStore
 
 
@@ -21,6 +23,15 @@ def setup_logging(level: str) -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s",
     )
+
+
+def start_process(config: str | None) -> tuple[Settings, threading.Event]:
+    """Common start of every role's main(): settings, logging, and a stop event tied to signals."""
+    settings = load_settings(config)
+    setup_logging(settings.log_level)
+    stop = threading.Event()
+    stop_on_signals(stop)
+    return settings, stop
 
 
 def build_queue(settings: Settings) -> ReadyQueue:

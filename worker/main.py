@@ -7,9 +7,9 @@ import logging
 import threading
 
 from shared.handlers import load_registry
-from shared.loop import run, stop_on_signals
-from shared.runtime import build_queue, build_stores, setup_logging
-from shared.settings import Settings, load_settings
+from shared.loop import run
+from shared.runtime import build_queue, build_stores, start_process
+from shared.settings import Settings
 from worker.executor import Executor
 from worker.worker import Worker
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, help="handler threads per process")
     parser.add_argument("--drain", action="store_true", help="exit once the ready lists are empty")
     args = parser.parse_args(argv)
-    settings = load_settings(args.config)
+    settings, stop = start_process(args.config)
     overrides = {
         k: v
         for k, v in (("app", args.app), ("sources", args.source or None), ("concurrency", args.concurrency))
@@ -54,8 +54,5 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings.model_copy(
             update={"worker": settings.worker.model_validate({**settings.worker.model_dump(), **overrides})}
         )
-    setup_logging(settings.log_level)
-    stop = threading.Event()
-    stop_on_signals(stop)
     serve(settings, stop, drain=args.drain)
     return 0
