@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from shared.identifiers import check_identifier
 from shared.settings import JOBS_SOURCE
+from shared.states import DISPATCH_COLUMNS
 
 Row = dict[str, Any]
 
@@ -34,10 +36,13 @@ class Ack:
     @classmethod
     def touch(cls, delay_s: float = 0.0, **values: Any) -> Ack:
         """Mark the row handled now (due again after its period + delay_s), setting `values`."""
-        if delay_s < 0:
-            raise ValueError("delay_s must be >= 0")
+        if not math.isfinite(delay_s) or delay_s < 0:
+            raise ValueError(f"delay_s must be a finite number >= 0, not {delay_s!r}")
         for name in values:
             check_identifier(name)
+            if name in DISPATCH_COLUMNS:
+                # Setting these would corrupt the (id, attempt, state) fence of the ack itself.
+                raise ValueError(f"{name} is duecast's own column; a handler may not set it")
         return cls("touch", float(delay_s), tuple(sorted(values.items())))
 
     @classmethod
@@ -74,18 +79,24 @@ class Handler:
 
     def _run_batch(self, rows: list[Row]) -> list[Ack | BaseException]:
         try:
-            acks = self.fn(rows)
-        except Exception as exc:
+            result = self.fn(rows)
+            acks = [Ack.default()] * len(rows) if result is None else list(result)
+        except Exception as exc:  # a non-iterable return lands here too
             return [exc] * len(rows)
-        if acks is None:
-            return [Ack.default()] * len(rows)
-        acks = list(acks)
         if len(acks) != len(rows):
             err = ValueError(
                 f"batch handler for {self.source} returned {len(acks)} acks for {len(rows)} rows"
             )
             return [err] * len(rows)
-        return [_as_ack(a) for a in acks]
+        return [_outcome(a) for a in acks]
+
+
+def _outcome(value: object) -> Ack | BaseException:
+    """One batch item as a row outcome: a non-Ack fails that row only."""
+    try:
+        return _as_ack(value)
+    except TypeError as exc:
+        return exc
 
 
 def _as_ack(value: object) -> Ack:
@@ -121,6 +132,9 @@ class Registry:
         def decorate(fn: TaskFunction) -> TaskFunction:
             if name in self._tasks:
                 raise ValueError(f"task {name!r} is registered twice")
+            current = self._handlers.get(JOBS_SOURCE)
+            if current is not None and current.fn != self._run_job:
+                raise ValueError(f"source {JOBS_SOURCE!r} has a custom handler, so tasks could never run")
             self._tasks[name] = fn
             if JOBS_SOURCE not in self._handlers:
                 self._handlers[JOBS_SOURCE] = Handler(

@@ -54,6 +54,8 @@ class SourceSQL:
         groups: dict[int, list[int]] = defaultdict(list)
         for e in entries:
             groups[e.attempt].append(e.id)
+        if not groups:
+            raise ValueError("a fence needs at least one entry")
         parts = [
             f"({self.id_column} IN ({int_list(ids)}) AND {self.attempt_column} = {int_list([attempt])})"
             for attempt, ids in sorted(groups.items())

@@ -1,0 +1,100 @@
+"""Test doubles for the MySQL side: stores with the methods the roles call, scripted per test.
+
+They keep no SQL and no state machine: each answers from a script and records what it was asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+
+from shared.handlers import Ack, Row
+from shared.keys import Entry
+from shared.settings import SourceSettings
+from shared.states import ATTEMPT_COLUMN
+from shared.store import AckCounts, SourceStore
+
+
+def rescan_source(name: str = "users", **overrides: object) -> SourceSettings:
+    """A valid re-scan source (touch, period 10 s); keyword overrides replace any field."""
+    fields: dict[str, object] = {
+        "name": name,
+        "table": name,
+        "id_column": "user_id",
+        "due_column": "updated_time",
+        "period_s": 10.0,
+        "on_success": "touch",
+    }
+    fields.update(overrides)
+    return SourceSettings.model_validate(fields)
+
+
+class FakeClaimStore:
+    """Stands in for SourceStore.claim_due: returns up to `limit` of the due entries, in order."""
+
+    def __init__(self, src: SourceSettings, due: Iterable[Entry] = ()) -> None:
+        self.src = src
+        self.due = list(due)
+        self.limits: list[int] = []  # the `limit` of every claim_due call
+
+    def claim_due(self, limit: int) -> list[Entry]:
+        self.limits.append(limit)
+        claimed, self.due = self.due[:limit], self.due[limit:]
+        return claimed
+
+
+class FakeSweepStore:
+    """Stands in for SourceStore.requeue_expired: answers a scripted count per call (then 0)."""
+
+    def __init__(self, src: SourceSettings, counts: Iterable[int] = ()) -> None:
+        self.src = src
+        self.counts = list(counts)
+        self.calls: list[tuple[float, int]] = []  # (visibility_timeout_s, limit) per call
+
+    def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
+        self.calls.append((visibility_timeout_s, limit))
+        n = self.counts.pop(0) if self.counts else 0
+        return min(n, limit)
+
+
+class FakeBatch:
+    def __init__(self, store: FakeWorkStore, rows: list[Row]) -> None:
+        self._store = store
+        self.rows = rows
+
+    def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
+        id_column = self._store.src.id_column
+        done = [(row, ack) for row, ack in acks if row[id_column] not in self._store.stale_on_ack]
+        self._store.acked.extend(done)
+        return AckCounts(len(done), len(acks) - len(done))
+
+
+class FakeWorkStore:
+    """Stands in for SourceStore.started/group_key: rows are 'locked' when (id, attempt) is current.
+
+    `current` maps id -> the attempt the table holds as DISPATCHED; `stale_on_ack` ids lose their
+    fence between the lock and the ack (as if requeued and re-claimed) so their acks count as stale.
+    group_key is the real SourceStore.group_key: it is pure given `src` and `columns`.
+    """
+
+    group_key = SourceStore.group_key
+
+    def __init__(
+        self, src: SourceSettings, current: dict[int, int], columns: Iterable[str] = ("status",)
+    ) -> None:
+        self.src = src
+        self.current = dict(current)
+        self.columns = frozenset({src.id_column, src.due_column, ATTEMPT_COLUMN, *columns})
+        self.stale_on_ack: set[int] = set()
+        self.started_with: list[tuple[list[Entry], tuple[str, ...]]] = []
+        self.acked: list[tuple[Row, Ack]] = []
+
+    @contextmanager
+    def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[FakeBatch]:
+        self.started_with.append((list(entries), tuple(columns)))
+        rows = [
+            {self.src.id_column: e.id, ATTEMPT_COLUMN: e.attempt}
+            for e in entries
+            if self.current.get(e.id) == e.attempt
+        ]
+        yield FakeBatch(self, rows)

@@ -1,0 +1,153 @@
+"""The ReadyQueue contract: one suite, run against fakeredis here and against real Redis elsewhere.
+
+Subclass `QueueContract` and provide a `queue` fixture returning a ReadyQueue whose key prefix is
+private to the test (its lists start empty). Nothing here assumes more of the server than that:
+
+    from tests.unit.queue_contract import QueueContract
+
+    class TestRealQueue(QueueContract):
+        @pytest.fixture
+        def queue(self, redis_settings): ...
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from shared.keys import Entry
+from shared.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES, ReadyQueue
+
+SHORT_TIMEOUT_S = 0.1  # BLMPOP timeout for pops expected to come back empty
+
+
+def _entries(ids: range, attempt: int = 1) -> list[Entry]:
+    return [Entry(i, attempt) for i in ids]
+
+
+class QueueContract:
+    @pytest.fixture
+    def queue(self) -> ReadyQueue:
+        raise NotImplementedError("subclass QueueContract and provide a `queue` fixture")
+
+    # --- push / pop -------------------------------------------------------------------------------
+
+    def test_push_then_pop_is_fifo_with_attempts(self, queue: ReadyQueue) -> None:
+        queue.push("alpha", [Entry(5, 1), Entry(3, 2), Entry(9, 1)])
+        queue.push("alpha", [Entry(1, 4)])
+        assert queue.length("alpha") == 4
+        assert queue.pop(["alpha"], 10, SHORT_TIMEOUT_S) == ("alpha", [b"5:1", b"3:2", b"9:1", b"1:4"])
+        assert queue.length("alpha") == 0
+
+    def test_pop_takes_at_most_count(self, queue: ReadyQueue) -> None:
+        queue.push("alpha", _entries(range(1, 8)))
+        assert queue.pop(["alpha"], 3, SHORT_TIMEOUT_S) == ("alpha", [b"1:1", b"2:1", b"3:1"])
+        assert queue.length("alpha") == 4
+        assert queue.pop(["alpha"], 3, SHORT_TIMEOUT_S) == ("alpha", [b"4:1", b"5:1", b"6:1"])
+        assert queue.pop(["alpha"], 3, SHORT_TIMEOUT_S) == ("alpha", [b"7:1"])
+
+    def test_pop_takes_from_the_first_non_empty_source_only(self, queue: ReadyQueue) -> None:
+        queue.push("beta", [Entry(1, 1), Entry(2, 1)])
+        queue.push("gamma", [Entry(3, 1)])
+        assert queue.pop(["alpha", "beta", "gamma"], 10, SHORT_TIMEOUT_S) == ("beta", [b"1:1", b"2:1"])
+        assert queue.length("gamma") == 1  # a pop never mixes sources
+        assert queue.pop(["alpha", "beta", "gamma"], 10, SHORT_TIMEOUT_S) == ("gamma", [b"3:1"])
+
+    def test_pop_follows_the_given_source_order(self, queue: ReadyQueue) -> None:
+        queue.push("beta", [Entry(1, 1)])
+        queue.push("gamma", [Entry(2, 1)])
+        assert queue.pop(["gamma", "beta"], 10, SHORT_TIMEOUT_S) == ("gamma", [b"2:1"])
+
+    def test_pop_returns_none_when_empty_after_the_timeout(self, queue: ReadyQueue) -> None:
+        started = time.monotonic()
+        assert queue.pop(["alpha", "beta"], 10, SHORT_TIMEOUT_S) is None
+        assert time.monotonic() - started < 3.0  # bounded: the loop gets to check for stop
+
+    def test_source_names_survive_the_key_round_trip(self, queue: ReadyQueue) -> None:
+        name = "user_block_status_2"
+        queue.push(name, [Entry(1, 1)])
+        assert queue.pop([name], 1, SHORT_TIMEOUT_S) == (name, [b"1:1"])
+
+    def test_large_push_keeps_order_across_chunks(self, queue: ReadyQueue) -> None:
+        entries = _entries(range(1, 12_346), attempt=2)
+        queue.push("alpha", entries)
+        assert queue.length("alpha") == len(entries)
+        got: list[bytes] = []
+        while (popped := queue.pop(["alpha"], 5000, SHORT_TIMEOUT_S)) is not None:
+            got += popped[1]
+        assert got == [b"%d:2" % e.id for e in entries]
+
+    def test_push_nothing_is_a_no_op(self, queue: ReadyQueue) -> None:
+        queue.push("alpha", [])
+        assert queue.length("alpha") == 0
+
+    def test_push_raw_keeps_arbitrary_bytes(self, queue: ReadyQueue) -> None:
+        raw = [b"1:1", b"1:1", b"\xff\xfe:1", b"", b"x" * 1000]
+        queue.push_raw("alpha", raw)
+        assert queue.pop(["alpha"], 10, SHORT_TIMEOUT_S) == ("alpha", raw)
+
+    def test_sources_are_separate_lists(self, queue: ReadyQueue) -> None:
+        queue.push("alpha", [Entry(1, 1)])
+        assert (queue.length("alpha"), queue.length("beta")) == (1, 0)
+
+    # --- quarantine -------------------------------------------------------------------------------
+
+    def test_quarantine_keeps_reason_and_raw_newest_first(self, queue: ReadyQueue) -> None:
+        queue.quarantine("alpha", [(b"abc", "malformed"), (b"0:1", "malformed")])
+        queue.quarantine("alpha", [(b"1:99999999999", "attempt_out_of_range")])
+        assert queue.quarantined("alpha") == [
+            b"attempt_out_of_range 1:99999999999",
+            b"malformed 0:1",
+            b"malformed abc",
+        ]
+        assert queue.quarantined("beta") == []
+        assert queue.length("alpha") == 0  # quarantine is not the ready list
+
+    def test_quarantine_truncates_items(self, queue: ReadyQueue) -> None:
+        huge = b"7" * (10 * 1024 * 1024)
+        queue.quarantine("alpha", [(huge, "too_long"), (b"\xff\xfe:1", "malformed")])
+        items = queue.quarantined("alpha")
+        assert items == [b"malformed \xff\xfe:1", b"too_long " + b"7" * QUARANTINE_ITEM_BYTES]
+
+    def test_quarantine_is_capped_keeping_the_newest(self, queue: ReadyQueue) -> None:
+        n = QUARANTINE_CAP + 25
+        queue.quarantine("alpha", [(b"bad-%d" % i, "malformed") for i in range(n)])
+        items = queue.quarantined("alpha")
+        assert len(items) == QUARANTINE_CAP
+        assert items[0] == b"malformed bad-%d" % (n - 1)
+        assert items[-1] == b"malformed bad-%d" % (n - QUARANTINE_CAP)
+        # ...and stays capped across calls.
+        queue.quarantine("alpha", [(b"later", "malformed")])
+        items = queue.quarantined("alpha")
+        assert len(items) == QUARANTINE_CAP
+        assert items[0] == b"malformed later"
+
+    # --- stats ------------------------------------------------------------------------------------
+
+    def test_stats_accumulate_per_source(self, queue: ReadyQueue) -> None:
+        assert queue.stats("alpha") == {}
+        queue.add_stats("alpha", {"claimed": 3, "acked": 2})
+        queue.add_stats("alpha", {"claimed": 4, "stale_acks": 1})
+        queue.add_stats("beta", {"claimed": 1})
+        assert queue.stats("alpha") == {"claimed": 7, "acked": 2, "stale_acks": 1}
+        assert queue.stats("beta") == {"claimed": 1}
+
+    def test_zero_counts_create_no_fields(self, queue: ReadyQueue) -> None:
+        queue.add_stats("alpha", {"claimed": 0, "bad": 0})
+        queue.add_stats("alpha", {})
+        assert queue.stats("alpha") == {}
+        queue.add_stats("alpha", {"claimed": 0, "bad": 2})
+        assert queue.stats("alpha") == {"bad": 2}
+
+    # --- keys -------------------------------------------------------------------------------------
+
+    def test_all_keys_live_under_the_prefix_hash_tag(self, queue: ReadyQueue) -> None:
+        queue.push("alpha", [Entry(1, 1)])
+        queue.quarantine("alpha", [(b"x", "malformed")])
+        queue.add_stats("alpha", {"claimed": 1})
+        keys = [queue.keys.ready("alpha"), queue.keys.quarantine("alpha"), queue.keys.stats("alpha")]
+        assert queue.client.exists(*keys) == 3
+        tag = "{" + queue.keys.prefix + "}:"
+        found = {k.decode() for k in queue.client.scan_iter(match=tag + "*")}
+        assert found == set(keys)

@@ -1,0 +1,123 @@
+"""Pacing and backoff policy (shared/policy.py): pure functions, checked exhaustively over small ranges."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from shared.policy import claim_room, dispatch_delay_s, error_backoff_s
+
+# --- claim_room -------------------------------------------------------------------------------------
+
+
+def test_claim_room_exhaustive_small_ranges() -> None:
+    for length, high_water, batch in itertools.product(range(0, 25), range(1, 21), range(1, 21)):
+        room = claim_room(length, high_water, batch)
+        assert 0 <= room <= batch
+        if length >= high_water:
+            assert room == 0  # backpressure: workers are behind, claim nothing
+        else:
+            assert length + room <= high_water  # a claim never pushes the list past high water
+            # ...and claims as much as allowed: a full batch, or exactly up to high water.
+            assert room == batch or length + room == high_water
+
+
+def test_claim_room_examples() -> None:
+    assert claim_room(0, 40_000, 2000) == 2000
+    assert claim_room(39_000, 40_000, 2000) == 1000
+    assert claim_room(40_000, 40_000, 2000) == 0
+    assert claim_room(10**9, 40_000, 2000) == 0
+
+
+def test_claim_room_shrinks_as_the_list_grows() -> None:
+    rooms = [claim_room(length, 100, 30) for length in range(0, 150)]
+    assert all(a >= b for a, b in itertools.pairwise(rooms))
+
+
+# --- dispatch_delay_s -------------------------------------------------------------------------------
+
+
+def test_full_batch_claims_again_at_once() -> None:
+    assert dispatch_delay_s(claimed=2000, room=2000, poll_interval_s=0.2) == 0.0
+
+
+@pytest.mark.parametrize(("claimed", "room"), [(0, 2000), (1999, 2000), (1, 2), (0, 0)])
+def test_partial_or_empty_claim_waits_a_poll(claimed: int, room: int) -> None:
+    assert dispatch_delay_s(claimed, room, poll_interval_s=0.2) == 0.2
+
+
+def test_no_room_waits_a_poll_even_though_nothing_was_missed() -> None:
+    """room 0 (backpressure) must not read as 'claimed everything': that would spin on Redis."""
+    assert dispatch_delay_s(0, 0, poll_interval_s=0.5) == 0.5
+
+
+def test_dispatch_delay_exhaustive() -> None:
+    for claimed, room in itertools.product(range(0, 12), range(0, 12)):
+        if claimed > room:
+            continue  # a store never returns more than asked
+        delay = dispatch_delay_s(claimed, room, 0.25)
+        assert delay == (0.0 if room > 0 and claimed == room else 0.25)
+
+
+# --- error_backoff_s --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("failures", [0, -1, -100])
+def test_no_failure_no_backoff(failures: int) -> None:
+    assert error_backoff_s(failures, 0.5, 10.0, random.Random(1)) == 0.0
+
+
+def _ceiling(failures: int, base_s: float, cap_s: float) -> float:
+    """The documented ceiling: base doubled per extra failure, never above the cap."""
+    ceiling = base_s
+    for _ in range(failures - 1):
+        ceiling *= 2
+        if ceiling >= cap_s:
+            return cap_s
+    return min(ceiling, cap_s)
+
+
+@pytest.mark.parametrize(("base_s", "cap_s"), [(0.5, 10.0), (0.001, 0.002), (1.0, 1.0), (2.0, 1.0)])
+def test_backoff_is_jittered_below_a_doubling_capped_ceiling(base_s: float, cap_s: float) -> None:
+    rng = random.Random(7)
+    for failures in range(1, 80):
+        ceiling = _ceiling(failures, base_s, cap_s)
+        samples = [error_backoff_s(failures, base_s, cap_s, rng) for _ in range(200)]
+        assert all(ceiling / 2 <= s <= ceiling for s in samples)
+        assert max(samples) <= cap_s
+
+
+def test_backoff_ceiling_is_monotonic_then_flat_at_the_cap() -> None:
+    """With jitter removed (uniform pinned to its upper bound), the ceiling only grows, up to the cap."""
+
+    class Top(random.Random):
+        def uniform(self, a: float, b: float) -> float:
+            return b
+
+    top = Top()
+    ceilings = [error_backoff_s(f, 0.5, 10.0, top) for f in range(1, 40)]
+    assert ceilings[:6] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0]
+    assert all(a <= b for a, b in itertools.pairwise(ceilings))
+    assert set(ceilings[5:]) == {10.0}
+
+
+def test_backoff_jitter_spreads_over_the_whole_range() -> None:
+    """Equal jitter: retries of many processes must not stay in lockstep."""
+    rng = random.Random(3)
+    samples = [error_backoff_s(4, 0.5, 10.0, rng) for _ in range(2000)]  # ceiling 4.0
+    assert min(samples) < 2.2
+    assert max(samples) > 3.8
+    assert len(set(samples)) > 1900
+
+
+def test_backoff_survives_huge_failure_counts() -> None:
+    """A loop failing for days must not overflow the exponent."""
+    assert 5.0 <= error_backoff_s(10**9, 0.5, 10.0, random.Random(0)) <= 10.0
+
+
+def test_backoff_is_deterministic_for_a_seeded_rng() -> None:
+    a = [error_backoff_s(f, 0.5, 10.0, random.Random(42)) for f in range(1, 10)]
+    b = [error_backoff_s(f, 0.5, 10.0, random.Random(42)) for f in range(1, 10)]
+    assert a == b
