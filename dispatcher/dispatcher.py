@@ -13,7 +13,7 @@ from shared.loop import Tick
 from shared.policy import claim_room, dispatch_delay_s
 from shared.queue import ReadyQueue
 from shared.settings import DispatcherSettings, FaultSettings
-from shared.store import SourceStore
+from shared.store import Store
 
 log = logging.getLogger("duecast.dispatcher")
 
@@ -23,7 +23,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        stores: list[SourceStore],
+        stores: list[Store],
         queue: ReadyQueue,
         settings: DispatcherSettings,
         faults: FaultSettings | None = None,
@@ -39,7 +39,7 @@ class Dispatcher:
         delay = min(delays, default=self.settings.poll_interval_s)
         return Tick(delay, idle=delay > 0)
 
-    def _dispatch(self, store: SourceStore) -> float:
+    def _dispatch(self, store: Store) -> float:
         src = store.src
         room = claim_room(self.queue.length(src.name), src.high_water, src.claim_batch)
         if room == 0:

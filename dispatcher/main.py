@@ -5,26 +5,36 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+from collections.abc import Callable
 
 from dispatcher.dispatcher import Dispatcher
-from dispatcher.sweeper import Sweeper, schedule
+from dispatcher.ranges import RangeKeeper
+from dispatcher.scheduler import start as scheduler_start
+from dispatcher.sweeper import Sweeper
 from shared.loop import run
+from shared.range_store import RangeStore
 from shared.runtime import build_queue, build_stores, start_process
 from shared.settings import Settings
+from shared.store import Store
 
 log = logging.getLogger("duecast.dispatcher")
 
 
 def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> None:
-    """Run the dispatcher (and the sweeper job, unless disabled) until stopped or drained."""
+    """Run the dispatcher and its singleton duties until stopped (or, draining, until idle)."""
     sources = settings.all_sources()
     queue = build_queue(settings)
     dispatcher = Dispatcher(build_stores(settings, sources), queue, settings.dispatcher, settings.faults)
-    scheduler = None
-    if settings.dispatcher.run_sweeper and not drain:
-        # Its own connection: PyMySQL connections are not shared across threads.
+    # Duties run in scheduler threads, on their own connections (PyMySQL is not thread-safe).
+    keeper = RangeKeeper(_range_stores(build_stores(settings, sources)), settings.dispatcher)
+    keeper.discover(full=True)  # before the first claim, so a new range source is covered at once
+    jobs: list[tuple[str, Callable[[], object], float]] = []
+    if settings.dispatcher.run_sweeper:
         sweeper = Sweeper(build_stores(settings, sources), queue, settings.dispatcher)
-        scheduler = schedule(sweeper, stop)
+        jobs.append(("duecast-sweeper", sweeper.sweep_all, settings.dispatcher.sweep_interval_s))
+    if keeper.stores:
+        jobs.append(("duecast-ranges", keeper.tick, settings.dispatcher.range_discover_s))
+    scheduler = scheduler_start(stop, jobs) if jobs and not drain else None
     log.info("dispatching %s", ", ".join(s.name for s in sources))
     try:
         run(dispatcher, stop, drain=drain)
@@ -41,9 +51,15 @@ def serve_sweeper(settings: Settings, stop: threading.Event, *, once: bool = Fal
     if once:
         sweeper.sweep_all()
         return
-    scheduler = schedule(sweeper, stop)
+    scheduler = scheduler_start(
+        stop, [("duecast-sweeper", sweeper.sweep_all, settings.dispatcher.sweep_interval_s)]
+    )
     stop.wait()
     scheduler.shutdown(wait=True)
+
+
+def _range_stores(stores: list[Store]) -> list[RangeStore]:
+    return [s for s in stores if isinstance(s, RangeStore)]
 
 
 def main(argv: list[str] | None = None) -> int:

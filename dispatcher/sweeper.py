@@ -1,19 +1,16 @@
 """Sweeper: requeues rows dispatched but not acked within their visibility timeout.
 
-Runs as an APScheduler interval job (in the dispatcher process or alone); `tick()` is one sweep.
+Runs as an APScheduler interval job (dispatcher.scheduler), in the dispatcher or alone; `tick()` is one sweep.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-
-from apscheduler.schedulers.background import BackgroundScheduler
 
 from shared.loop import Tick
 from shared.queue import ReadyQueue
 from shared.settings import DispatcherSettings
-from shared.store import SourceStore
+from shared.store import Store
 
 log = logging.getLogger("duecast.sweeper")
 
@@ -21,7 +18,7 @@ log = logging.getLogger("duecast.sweeper")
 class Sweeper:
     name = "sweeper"
 
-    def __init__(self, stores: list[SourceStore], queue: ReadyQueue, settings: DispatcherSettings) -> None:
+    def __init__(self, stores: list[Store], queue: ReadyQueue, settings: DispatcherSettings) -> None:
         self.stores = stores
         self.queue = queue
         self.settings = settings
@@ -48,27 +45,3 @@ class Sweeper:
         """Sweep until nothing expired is left (one scheduled run may take several batches)."""
         while not self.tick().idle:
             pass
-
-
-def schedule(sweeper: Sweeper, stop: threading.Event) -> BackgroundScheduler:
-    """Start an APScheduler interval job running the sweeper; the caller shuts it down."""
-    scheduler = BackgroundScheduler(daemon=True)
-
-    def job() -> None:
-        if stop.is_set():
-            return
-        try:
-            sweeper.sweep_all()
-        except Exception:
-            log.exception("sweep failed; will retry at the next interval")
-
-    scheduler.add_job(
-        job,
-        "interval",
-        seconds=sweeper.settings.sweep_interval_s,
-        max_instances=1,
-        coalesce=True,
-        id="duecast-sweeper",
-    )
-    scheduler.start()
-    return scheduler

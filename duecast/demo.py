@@ -28,7 +28,7 @@ from shared.queue import ReadyQueue
 from shared.runtime import build_queue, build_stores
 from shared.settings import Settings, SourceSettings, load_settings
 from shared.status import SourceSnapshot, snapshot
-from shared.store import STATUS_COUNT_CAP, SourceStore
+from shared.store import STATUS_COUNT_CAP, Store
 
 APP = "duecast.examples.block_check"
 
@@ -65,8 +65,8 @@ class Run:
         return self.samples[-1].snap.counters.get(name, 0) if self.samples else 0
 
 
-def demo_settings(base: Settings, period_s: float, batch: int = 2000) -> Settings:
-    src: SourceSettings = demo_data.source(period_s, batch)
+def demo_settings(base: Settings, period_s: float, batch: int = 2000, mode: str = "rows") -> Settings:
+    src: SourceSettings = demo_data.source(period_s, batch, mode)
     return base.model_copy(update={"sources": [src]})
 
 
@@ -77,7 +77,8 @@ def write_config(settings: Settings, path: Path, workers_concurrency: int) -> No
         "[[sources]]\n"
         f'name = "{src.name}"\ntable = "{src.table}"\nid_column = "{src.id_column}"\n'
         f'due_column = "{src.due_column}"\nperiod_s = {src.period_s}\n'
-        f"claim_batch = {src.claim_batch}\nhigh_water = {src.high_water}\n\n"
+        f"claim_batch = {src.claim_batch}\nhigh_water = {src.high_water}\n"
+        f'mode = "{src.mode}"\nrange_size = {src.range_size}\n\n'
         f'[worker]\nconcurrency = {workers_concurrency}\nsources = ["{src.name}"]\n'
         f"pop_batch = {src.claim_batch}\n"
     )
@@ -144,7 +145,7 @@ def _error_tail(log: Path, lines: int = 12) -> str:
 def _watch(
     *,
     fleet: Fleet,
-    stores: list[SourceStore],
+    stores: list[Store],
     queue: ReadyQueue,
     result: Run,
     seconds: float,
@@ -172,8 +173,9 @@ def _table(result: Run, fleet: Fleet, elapsed: float) -> Table:
         ("elapsed", f"{elapsed:.0f}s"),
         ("checks/s (last second)", f"{rates[-1]:,.0f}" if rates else "-"),
         ("checks done", f"{c.get('acked', 0):,}"),
-        ("due backlog", due_text(snap.db.due)),
-        ("in flight (dispatched)", f"{snap.db.in_flight:,}"),
+        (f"due backlog ({snap.db.unit})", due_text(snap.db.due)),
+        (f"in flight ({snap.db.unit})", f"{snap.db.in_flight:,}"),
+        ("checked within period + 1s", "-" if snap.db.fresh_share is None else f"{snap.db.fresh_share:.1%}"),
         ("waiting in Redis", f"{snap.list_length:,}"),
         ("oldest-due age (staleness)", "-" if age is None else f"{max(age, 0.0):.2f}s"),
         ("redeliveries (sweeper)", f"{c.get('requeued', 0):,}"),
@@ -217,11 +219,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--period", type=float, default=10.0, help="re-check period in seconds")
     parser.add_argument("--concurrency", type=int, default=1, help="handler threads per worker")
     parser.add_argument("--batch", type=int, default=2000, help="rows per claim and per pop")
+    parser.add_argument(
+        "--mode",
+        choices=["rows", "ranges"],
+        default="rows",
+        help="dispatch state per row or per range of ids",
+    )
     parser.add_argument("--config", help="TOML settings file (connection settings)")
     args = parser.parse_args(argv)
     if args.users < 1 or args.workers < 1 or args.seconds <= 0:
         parser.error("--users and --workers must be >= 1 and --seconds > 0")
-    settings = demo_settings(load_settings(args.config), args.period, args.batch)
+    settings = demo_settings(load_settings(args.config), args.period, args.batch, args.mode)
     stop = threading.Event()
     stop_on_signals(stop)
     console = Console()

@@ -22,8 +22,9 @@ _SEQ = (
 )
 
 
-def source(period_s: float = 10.0, batch: int = 2000) -> SourceSettings:
+def source(period_s: float = 10.0, batch: int = 2000, mode: str = "rows") -> SourceSettings:
     return SourceSettings(
+        mode=mode,
         name=TABLE,
         table=TABLE,
         id_column="user_id",

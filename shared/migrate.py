@@ -8,11 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pymysql
+import pymysql.cursors
 
 from shared.db import connect
 from shared.identifiers import quote
-from shared.schema import describe, jobs_table_ddl, source_migration
-from shared.settings import Settings
+from shared.ranges import ranges_table, ranges_table_ddl
+from shared.schema import check_business_columns, describe, jobs_table_ddl, source_migration
+from shared.settings import Settings, SourceSettings
 
 _UNKNOWN_DATABASE = 1049
 
@@ -34,10 +36,19 @@ def plan(settings: Settings) -> list[str]:
             if settings.jobs.enabled and not describe(cur, settings.jobs.table).columns:
                 steps.append(jobs_table_ddl(settings.jobs))
             for src in settings.sources:
-                steps.extend(source_migration(src, describe(cur, src.table)))
+                steps.extend(_source_steps(cur, src))
     finally:
         conn.close()
     return steps
+
+
+def _source_steps(cur: pymysql.cursors.Cursor, src: SourceSettings) -> list[str]:
+    business = describe(cur, src.table)
+    if src.mode == "rows":
+        return source_migration(src, business)
+    # Range mode leaves the business table's schema alone: it only needs its own ranges table.
+    check_business_columns(src, business)
+    return [] if describe(cur, ranges_table(src)).columns else [ranges_table_ddl(src)]
 
 
 def apply(settings: Settings, on_step: Callable[[str], None] = lambda _s: None) -> list[str]:

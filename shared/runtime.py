@@ -13,8 +13,9 @@ from shared.db import Database
 from shared.keys import Keys
 from shared.loop import stop_on_signals
 from shared.queue import ReadyQueue, connect_redis
+from shared.range_store import RangeStore
 from shared.settings import Settings, SourceSettings, load_settings
-from shared.store import SourceStore
+from shared.store import SourceStore, Store
 
 
 def setup_logging(level: str) -> None:
@@ -38,10 +39,12 @@ def build_queue(settings: Settings) -> ReadyQueue:
     return ReadyQueue(connect_redis(settings.redis), Keys(settings.redis.key_prefix))
 
 
-def build_stores(settings: Settings, sources: list[SourceSettings]) -> list[SourceStore]:
+def build_stores(settings: Settings, sources: list[SourceSettings]) -> list[Store]:
     """One store per source on one fresh connection, each verified against information_schema."""
     db = Database(settings.mysql)
-    stores = [SourceStore(db, src) for src in sources]
+    stores: list[Store] = [
+        SourceStore(db, src) if src.mode == "rows" else RangeStore(db, src) for src in sources
+    ]
     for store in stores:
         store.verify()
     return stores

@@ -66,7 +66,7 @@ def describe(cur: pymysql.cursors.Cursor, table: str) -> TableInfo:
 
 def source_migration(src: SourceSettings, info: TableInfo) -> list[str]:
     """The ALTER statements that would make `src.table` dispatchable; empty when it already is."""
-    _check_business_columns(src, info)
+    check_business_columns(src, info)
     t = quote(src.table)
     missing = [c for c in DISPATCH_COLUMNS if c not in info.columns]
     steps = []
@@ -95,7 +95,7 @@ def check_source(src: SourceSettings, info: TableInfo) -> None:
         )
 
 
-def _check_business_columns(src: SourceSettings, info: TableInfo) -> None:
+def check_business_columns(src: SourceSettings, info: TableInfo) -> None:
     if not info.columns:
         raise SchemaError(f"source {src.name}: table {src.table} does not exist in this database")
     for col, kinds, what in (

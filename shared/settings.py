@@ -65,9 +65,20 @@ class SourceSettings(_Section):
     claim_batch: int = Field(2000, ge=1, le=10_000)
     high_water: int = Field(40_000, ge=1, le=10_000_000)
     visibility_timeout_s: float = Field(60.0, ge=1, le=86400)
+    # "rows": dispatch state in each row (dc_* columns): per-row due times, two row writes per
+    # check. "ranges": dispatch state per span of `range_size` ids in duecast's own
+    # dc_ranges_<name> table; a business row is written only when its handler changes it.
+    # For re-scan sources (period_s > 0). claim_batch and high_water still count rows.
+    mode: Literal["rows", "ranges"] = "rows"
+    range_size: int = Field(1000, ge=1, le=100_000)
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
+        if self.mode == "ranges" and (self.period_s == 0 or self.on_success != "touch"):
+            raise ValueError(
+                f"source {self.name}: mode='ranges' is for re-scan sources: it needs period_s > 0 "
+                "and on_success='touch'"
+            )
         if self.claim_batch > self.high_water:
             raise ValueError(
                 f"source {self.name}: claim_batch ({self.claim_batch}) must be <= high_water "
@@ -109,6 +120,8 @@ class DispatcherSettings(_Section):
     sweep_interval_s: float = Field(5.0, gt=0, le=3600)
     sweep_batch: int = Field(5000, ge=1, le=100_000)
     run_sweeper: bool = True  # the dispatcher hosts the sweeper job unless a separate one runs
+    range_discover_s: float = Field(10.0, gt=0, le=3600)  # range mode: look for new ids this often
+    range_full_scan_s: float = Field(300.0, gt=0, le=86400)  # ...and rescan every span this often
 
 
 class WorkerSettings(_Section):

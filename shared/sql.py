@@ -164,3 +164,51 @@ def column_list(columns: Iterable[str]) -> str:
 def assignments(columns: list[str]) -> str:
     """`, col = %s` for each (already validated and quoted-safe) column of an Ack."""
     return "".join(f", {quote(c)} = %s" for c in columns)
+
+
+@dataclass(frozen=True)
+class RangeSQL:
+    """Range mode: statements on the business table (the ranges table uses SourceSQL)."""
+
+    rows_in_ranges: str
+    set_values: str
+    delete_ids: str
+    discover: str
+    known_max: str
+    freshness: str
+
+
+def render_ranges(src: SourceSettings, ranges_table: str) -> RangeSQL:
+    t, pk, due, r = quote(src.table), quote(src.id_column), quote(src.due_column), quote(ranges_table)
+    size = int(src.range_size)
+    return RangeSQL(
+        # A batch's rows: `{spans}` is `(id >= lo AND id < hi) OR ...` from locked range rows;
+        # PRIMARY range scans, no locks (the range row's lock fences the whole span).
+        rows_in_ranges=f"SELECT {{columns}} FROM {t} FORCE INDEX (PRIMARY) WHERE {{spans}} ORDER BY {pk}",
+        # Only rows whose handler asked for a change are written (their due column records the
+        # change, as a touch does in row mode); PRIMARY lookups. `{set}` starts with ", ".
+        set_values=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {due} = NOW(6){{set}} WHERE {pk} IN ({{ids}})",
+        delete_ids=f"DELETE FROM {t} FORCE INDEX (PRIMARY) WHERE {pk} IN ({{ids}})",
+        # Range discovery: one range per span of ids that holds a row, from `%s` up. New ranges
+        # start long ago, so they are due at once. A PRIMARY range scan; INSERT IGNORE keeps it
+        # idempotent and harmless under two dispatchers.
+        discover=(
+            f"INSERT IGNORE INTO {r} (`range_id`, `lo`, `hi`, `checked_at`) "
+            f"SELECT DISTINCT {pk} DIV {size} + 1, ({pk} DIV {size}) * {size}, "
+            f"({pk} DIV {size}) * {size} + {size}, '2000-01-01 00:00:00' FROM {t} WHERE {pk} >= %s"
+        ),
+        known_max=f"SELECT MAX(`lo`) FROM {r}",
+        # Freshness: rows (as last seen) whose range was checked within period + slack, of all.
+        freshness=(
+            f"SELECT COALESCE(SUM(`rows_seen`), 0), COALESCE(SUM(IF(`checked_at` >= "
+            f"NOW(6) - INTERVAL %s MICROSECOND, `rows_seen`, 0)), 0) FROM {r}"
+        ),
+    )
+
+
+def spans(bounds: Iterable[tuple[int, int]], id_column: str) -> str:
+    """`(id >= lo AND id < hi) OR ...` for integer bounds (id_column already quoted)."""
+    parts = [f"({id_column} >= {int_list([lo])} AND {id_column} < {int_list([hi])})" for lo, hi in bounds]
+    if not parts:
+        raise ValueError("spans needs at least one range")
+    return "(" + " OR ".join(parts) + ")"

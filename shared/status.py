@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shared.queue import ReadyQueue
-from shared.store import SourceStatus, SourceStore
+from shared.store import SourceStatus, Store
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class SourceSnapshot:
     counters: dict[str, int]
 
 
-def snapshot(stores: list[SourceStore], queue: ReadyQueue) -> list[SourceSnapshot]:
+def snapshot(stores: list[Store], queue: ReadyQueue) -> list[SourceSnapshot]:
     return [
         SourceSnapshot(
             store.src.name, store.status(), queue.length(store.src.name), queue.stats(store.src.name)

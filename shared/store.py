@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pymysql.cursors
 
@@ -36,20 +36,61 @@ class AckCounts:
     stale: int  # acks whose (id, attempt, state) no longer matched: counted and dropped
 
 
+class StaleAck(RuntimeError):
+    """An ack found rows no longer matching their fence where that cannot be dropped row by row."""
+
+    def __init__(self, count: int, why: str) -> None:
+        super().__init__(f"{count} stale: {why}")
+        self.count = count
+
+
 @dataclass(frozen=True)
 class SourceStatus:
     due: int  # capped at STATUS_COUNT_CAP
     in_flight: int
     oldest_due_age_s: float | None  # None when the table is empty
+    unit: str = "rows"  # what due / in_flight count: rows, or ranges in range mode
+    fresh_share: float | None = None  # range mode: share of rows checked within period + 1 s
+
+
+class WorkBatch(Protocol):
+    rows: list[Row]
+    skipped: int  # entries not started: stale, deleted, or held by another worker
+
+    def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts: ...
+
+
+class Store(Protocol):
+    """What the roles need from a source's store (row mode: SourceStore; range mode: RangeStore)."""
+
+    @property
+    def src(self) -> SourceSettings: ...
+    @property
+    def id_column(self) -> str: ...  # the business table's key, as in the rows handlers get
+    @property
+    def rows_per_entry(self) -> int: ...  # 1, or range_size in range mode
+
+    def verify(self) -> None: ...
+    def claim_due(self, limit: int) -> list[Entry]: ...
+    def started(
+        self, entries: Sequence[Entry], columns: Sequence[str] = ()
+    ) -> AbstractContextManager[WorkBatch]: ...
+    def group_key(self, ack: Ack) -> Any: ...
+    def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int: ...
+    def reset_dispatched(self) -> int: ...
+    def status(self) -> SourceStatus: ...
 
 
 class Batch:
     """Rows locked for one worker batch, inside an open transaction; `ack` runs in that transaction."""
 
-    def __init__(self, store: SourceStore, cur: pymysql.cursors.Cursor, rows: list[Row]) -> None:
+    def __init__(
+        self, store: SourceStore, cur: pymysql.cursors.Cursor, rows: list[Row], skipped: int
+    ) -> None:
         self._store = store
-        self._cur = cur
+        self.cursor = cur  # range mode reads business rows in this same transaction
         self.rows = rows
+        self.skipped = skipped
 
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
         """Apply each row's Ack as fenced, batched statements; rows with equal acks share one."""
@@ -58,7 +99,7 @@ class Batch:
             groups[self._store.group_key(ack)].append(row)
         acked = stale = 0
         for key, rows in groups.items():
-            done = self._store.run_ack(self._cur, key, rows)
+            done = self._store.run_ack(self.cursor, key, rows)
             acked += done
             stale += len(rows) - done
         return AckCounts(acked, stale)
@@ -70,6 +111,8 @@ class SourceStore:
         self.src = src
         self.sql: SourceSQL = render(src)
         self.columns: frozenset[str] = frozenset()
+        self.id_column = src.id_column
+        self.rows_per_entry = 1
         self._period_us = _us(src.period_s)
 
     def verify(self) -> None:
@@ -111,7 +154,7 @@ class SourceStore:
                 cur.execute(self.sql.lock_dispatched_skip.format(**args))
             names = [d[0] for d in cur.description or ()]
             rows = [dict(zip(names, values, strict=True)) for values in cur.fetchall()]
-            yield Batch(self, cur, rows)
+            yield Batch(self, cur, rows, len(entries) - len(rows))
 
     def group_key(self, ack: Ack) -> Any:
         action = self.src.on_success if ack.action == "default" else ack.action

@@ -14,7 +14,7 @@ from shared.keys import BadEntry, Entry, decode_entry
 from shared.loop import Tick
 from shared.queue import ReadyQueue
 from shared.settings import WorkerSettings
-from shared.store import SourceStore
+from shared.store import StaleAck, Store
 from worker.executor import Executor
 
 log = logging.getLogger("duecast.worker")
@@ -42,7 +42,7 @@ class Worker:
 
     def __init__(
         self,
-        stores: Mapping[str, SourceStore],
+        stores: Mapping[str, Store],
         handlers: Mapping[str, Handler],
         queue: ReadyQueue,
         settings: WorkerSettings,
@@ -54,9 +54,14 @@ class Worker:
         self.settings = settings
         self.executor = executor
         self.counts: Counter[str] = Counter()
+        # pop_batch counts rows; a range-mode entry stands for range_size of them.
+        self.pop_count = min(
+            (max(1, -(-settings.pop_batch // s.rows_per_entry)) for s in stores.values()),
+            default=settings.pop_batch,
+        )
 
     def tick(self) -> Tick:
-        popped = self.queue.pop(list(self.stores), self.settings.pop_batch, self.settings.block_timeout_s)
+        popped = self.queue.pop(list(self.stores), self.pop_count, self.settings.block_timeout_s)
         if popped is None:
             return Tick(0.0, idle=True)  # BLMPOP already waited block_timeout_s
         source, raws = popped
@@ -77,14 +82,18 @@ class Worker:
             )
             self.queue.quarantine(source, bad)
         if entries:
-            counts.update(self._work(self.stores[source], self.handlers[source], entries))
+            try:
+                counts.update(self._work(self.stores[source], self.handlers[source], entries))
+            except StaleAck as exc:  # rolled back whole; every row is redelivered
+                log.warning("batch of %s rolled back: %s", source, exc)
+                counts["stale_acks"] += exc.count
         return counts
 
-    def _work(self, store: SourceStore, handler: Handler, entries: list[Entry]) -> Counter[str]:
+    def _work(self, store: Store, handler: Handler, entries: list[Entry]) -> Counter[str]:
         counts: Counter[str] = Counter()
         with store.started(entries, handler.columns) as batch:
             # Entries whose row is not locked here are stale, deleted, or held by another worker.
-            counts["stale_entries"] += len(entries) - len(batch.rows)
+            counts["stale_entries"] += batch.skipped
             outcomes = self.executor.run(handler, batch.rows)
             acks: list[tuple[Row, Ack]] = []
             for row, outcome in zip(batch.rows, outcomes, strict=True):
@@ -99,7 +108,7 @@ class Worker:
         return counts
 
     @staticmethod
-    def _valid(store: SourceStore, ack: Ack) -> bool:
+    def _valid(store: Store, ack: Ack) -> bool:
         try:
             store.group_key(ack)
         except ValueError:
@@ -107,10 +116,10 @@ class Worker:
         return True
 
     @staticmethod
-    def _log_failure(store: SourceStore, row: Row, outcome: object) -> None:
+    def _log_failure(store: Store, row: Row, outcome: object) -> None:
         # Not acked: the row stays DISPATCHED and the sweeper requeues it after the visibility
         # timeout, which is also this failure's retry delay.
-        row_id = row.get(store.src.id_column)
+        row_id = row.get(store.id_column)
         if isinstance(outcome, BaseException):
             log.error(
                 "handler failed for %s id=%s: %r",

@@ -58,9 +58,10 @@ class FakeSweepStore:
 
 
 class FakeBatch:
-    def __init__(self, store: FakeWorkStore, rows: list[Row]) -> None:
+    def __init__(self, store: FakeWorkStore, rows: list[Row], skipped: int) -> None:
         self._store = store
         self.rows = rows
+        self.skipped = skipped
 
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
         id_column = self._store.src.id_column
@@ -83,6 +84,8 @@ class FakeWorkStore:
         self, src: SourceSettings, current: dict[int, int], columns: Iterable[str] = ("status",)
     ) -> None:
         self.src = src
+        self.id_column = src.id_column
+        self.rows_per_entry = 1
         self.current = dict(current)
         self.columns = frozenset({src.id_column, src.due_column, ATTEMPT_COLUMN, *columns})
         self.stale_on_ack: set[int] = set()
@@ -97,4 +100,4 @@ class FakeWorkStore:
             for e in entries
             if self.current.get(e.id) == e.attempt
         ]
-        yield FakeBatch(self, rows)
+        yield FakeBatch(self, rows, len(entries) - len(rows))

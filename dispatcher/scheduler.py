@@ -1,0 +1,42 @@
+"""The dispatcher's singleton duties (sweeper, range discovery) as APScheduler interval jobs.
+
+APScheduler runs each job in its own thread, never overlapping itself, and coalesces missed runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+log = logging.getLogger("duecast.scheduler")
+
+
+def start(stop: threading.Event, jobs: list[tuple[str, Callable[[], object], float]]) -> BackgroundScheduler:
+    """Run each (name, fn, interval_s) every interval until shutdown; the caller shuts it down."""
+    scheduler = BackgroundScheduler(daemon=True)
+    for name, fn, interval_s in jobs:
+        scheduler.add_job(
+            _guarded(name, fn, stop),
+            "interval",
+            seconds=interval_s,
+            max_instances=1,
+            coalesce=True,
+            id=name,
+        )
+    scheduler.start()
+    return scheduler
+
+
+def _guarded(name: str, fn: Callable[[], object], stop: threading.Event) -> Callable[[], None]:
+    def job() -> None:
+        if stop.is_set():
+            return
+        try:
+            fn()
+        except Exception:
+            log.exception("%s failed; will retry at the next interval", name)
+
+    return job

@@ -1,0 +1,171 @@
+"""Range mode's store: dispatch state per span of ids, business rows read by PK range, written on change.
+
+Claims, locks, fenced acks and requeues of ranges are the row-mode SourceStore on the ranges table;
+this class adds what happens to the business rows inside a locked range. It runs all of range
+mode's SQL (text in shared.sql).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pymysql.cursors
+
+from shared.db import Database
+from shared.handlers import Ack, Row
+from shared.keys import Entry
+from shared.ranges import range_source, ranges_table
+from shared.schema import check_business_columns, describe
+from shared.settings import SourceSettings
+from shared.sql import assignments, column_list, int_list, render_ranges, spans
+from shared.states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
+from shared.store import AckCounts, Batch, SourceStatus, SourceStore, StaleAck
+
+RANGE_KEY = "dc_range"  # each business row handed to a handler carries its span's first id
+FRESH_SLACK_S = 1.0  # "checked within period + 1 s" is what freshness counts
+
+
+class RangeBatch:
+    """The business rows of a batch's locked ranges; `ack` writes changes and marks the ranges."""
+
+    def __init__(
+        self,
+        store: RangeStore,
+        cur: pymysql.cursors.Cursor,
+        ranges: Batch,
+        rows: list[Row],
+        skipped: int,
+    ) -> None:
+        self._store = store
+        self._cur = cur
+        self._ranges = ranges
+        self.rows = rows
+        self.skipped = skipped
+
+    def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
+        """Mark every range whose rows all succeeded as checked; write the changed rows in them.
+
+        A range with a failed row is left DISPATCHED: the sweeper redelivers the whole span.
+        """
+        succeeded = {id(row) for row, _ in acks}
+        failed = {row[RANGE_KEY] for row in self.rows if id(row) not in succeeded}
+        seen: dict[int, int] = defaultdict(int)
+        for row in self.rows:
+            seen[row[RANGE_KEY]] += 1
+        done = [r for r in self._ranges.rows if int(r["lo"]) not in failed]
+        if not done:
+            return AckCounts(0, 0)
+        # The ranges first: their fence decides whether any business write may happen.
+        marks = [(r, Ack.touch(rows_seen=seen[int(r["lo"])])) for r in done]
+        counts = self._ranges.ack(marks)
+        if counts.stale:
+            raise StaleAck(counts.stale, "a locked range no longer matched its fence")
+        done_los = {int(r["lo"]) for r in done}
+        changes = [(row, ack) for row, ack in acks if row[RANGE_KEY] in done_los]
+        self._store.write_changes(self._cur, changes)
+        return AckCounts(sum(seen[lo] for lo in done_los), 0)
+
+
+class RangeStore:
+    def __init__(self, db: Database, business: SourceSettings) -> None:
+        if business.mode != "ranges":
+            raise ValueError(f"source {business.name} is not in range mode")
+        self.db = db
+        self.business = business
+        self.ranges = SourceStore(db, range_source(business))
+        self.src = self.ranges.src  # what dispatcher and sweeper pace by: counted in ranges
+        self.sql = render_ranges(business, ranges_table(business))
+        self.columns: frozenset[str] = frozenset()
+        self.id_column = business.id_column
+        self.rows_per_entry = business.range_size
+
+    def verify(self) -> None:
+        with self.db.transaction() as cur:
+            info = describe(cur, self.business.table)
+        check_business_columns(self.business, info)
+        self.columns = frozenset(info.columns)
+        self.ranges.verify()
+
+    def claim_due(self, limit: int) -> list[Entry]:
+        return self.ranges.claim_due(limit)
+
+    def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
+        return self.ranges.requeue_expired(visibility_timeout_s, limit)
+
+    def reset_dispatched(self) -> int:
+        return self.ranges.reset_dispatched()
+
+    def discover(self, full: bool = False) -> int:
+        """Add a range for every span holding a row: from the highest known span, or from 0."""
+        with self.db.transaction() as cur:
+            cur.execute(self.sql.known_max)
+            row = cur.fetchone()
+            start = 0 if full or row is None or row[0] is None else int(row[0])
+            return int(cur.execute(self.sql.discover, (start,)))
+
+    def status(self) -> SourceStatus:
+        base = self.ranges.status()
+        slack_us = round((self.business.period_s + FRESH_SLACK_S) * 1_000_000)
+        with self.db.transaction() as cur:
+            cur.execute(self.sql.freshness, (slack_us,))
+            total, fresh = cur.fetchone() or (0, 0)
+        share = float(fresh) / float(total) if total else None
+        return SourceStatus(base.due, base.in_flight, base.oldest_due_age_s, unit="ranges", fresh_share=share)
+
+    @contextmanager
+    def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[RangeBatch]:
+        """Lock the entries' ranges (fenced, as in row mode), then read their business rows."""
+        with self.ranges.started(entries, ["lo", "hi"]) as locked:
+            cur = locked.cursor
+            rows = self._rows(cur, locked.rows, columns) if locked.rows else []
+            yield RangeBatch(self, cur, locked, rows, locked.skipped)
+
+    def _rows(self, cur: pymysql.cursors.Cursor, ranges: list[Row], columns: Sequence[str]) -> list[Row]:
+        pk = self.business.id_column
+        wanted = list(dict.fromkeys([pk, *columns])) if columns else []
+        bounds = [(int(r["lo"]), int(r["hi"])) for r in ranges]
+        attempts = {int(r["lo"]): int(r[ATTEMPT_COLUMN]) for r in ranges}
+        stmt = self.sql.rows_in_ranges.format(columns=column_list(wanted), spans=spans(bounds, f"`{pk}`"))
+        cur.execute(stmt)
+        names = [d[0] for d in cur.description or ()]
+        size = self.business.range_size
+        rows = []
+        for values in cur.fetchall():
+            row = dict(zip(names, values, strict=True))
+            lo = int(row[pk]) // size * size
+            row[RANGE_KEY] = lo
+            row[ATTEMPT_COLUMN] = attempts[lo]
+            rows.append(row)
+        return rows
+
+    def group_key(self, ack: Ack) -> Any:
+        """Validate an ack for range mode; rows with equal keys share one write."""
+        action = "touch" if ack.action == "default" else ack.action
+        for name, _ in ack.values:
+            if name not in self.columns or name in DISPATCH_COLUMNS:
+                raise ValueError(f"Ack sets {name!r}, which is not a column of {self.business.table}")
+        if action == "delete":
+            return ("delete",)
+        try:
+            hash(ack.values)
+            return ("touch", ack.values)
+        except TypeError:
+            return ("touch", ack.values, id(ack))
+
+    def write_changes(self, cur: pymysql.cursors.Cursor, acks: Sequence[tuple[Row, Ack]]) -> None:
+        """Write only rows whose ack changes something: a plain success costs no row write."""
+        groups: dict[Any, list[int]] = defaultdict(list)
+        for row, ack in acks:
+            key = self.group_key(ack)
+            if key[0] == "delete" or key[1]:
+                groups[key].append(int(row[self.business.id_column]))
+        for key, ids in groups.items():
+            if key[0] == "delete":
+                cur.execute(self.sql.delete_ids.format(ids=int_list(ids)))
+            else:
+                names = [n for n, _ in key[1]]
+                stmt = self.sql.set_values.format(set=assignments(names), ids=int_list(ids))
+                cur.execute(stmt, tuple(v for _, v in key[1]))
