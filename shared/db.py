@@ -57,9 +57,20 @@ class Database:
         self._conn: pymysql.Connection[pymysql.cursors.Cursor] | None = None
 
     @contextmanager
-    def transaction(self) -> Iterator[pymysql.cursors.Cursor]:
-        """Run a unit of work: commit on success, roll back on error, drop a broken connection."""
+    def transaction(self, *, check: bool = False) -> Iterator[pymysql.cursors.Cursor]:
+        """Run a unit of work: commit on success, roll back on error, drop a broken connection.
+
+        `check=True` pings first and replaces a dead connection (server restart, KILL,
+        wait_timeout) before the unit starts: for units whose input would be lost if their
+        first statement failed, such as a worker's batch just popped from Redis.
+        """
         conn = self._conn
+        if conn is not None and check:
+            try:
+                conn.ping(reconnect=False)
+            except _CONNECTION_ERRORS:
+                self.close()
+                conn = None
         if conn is None:
             conn = self._conn = connect(self._settings)
         try:

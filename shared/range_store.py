@@ -45,10 +45,14 @@ class RangeBatch:
         self.rows = rows
         self.skipped = skipped
 
+    def fail(self, rows: Sequence[Row]) -> None:
+        """Nothing to do here: `ack` already leaves the spans of failed rows to the sweeper."""
+
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
         """Mark every range whose rows all succeeded as checked; write the changed rows in them.
 
-        A range with a failed row is left DISPATCHED: the sweeper redelivers the whole span.
+        A range with a failed row is left DISPATCHED, under a burnt attempt: the sweeper
+        redelivers the whole span.
         """
         succeeded = {id(row) for row, _ in acks}
         failed = {row[RANGE_KEY] for row in self.rows if id(row) not in succeeded}
@@ -57,12 +61,14 @@ class RangeBatch:
             seen[row[RANGE_KEY]] += 1
         done = [r for r in self._ranges.rows if int(r["lo"]) not in failed]
         if not done:
+            self._ranges.fail(self._ranges.rows)
             return AckCounts(0, 0)
         # The ranges first: their fence decides whether any business write may happen.
         marks = [(r, Ack.touch(rows_seen=seen[int(r["lo"])])) for r in done]
         counts = self._ranges.ack(marks)
         if counts.stale:
             raise StaleAck(counts.stale, "a locked range no longer matched its fence")
+        self._ranges.fail([r for r in self._ranges.rows if int(r["lo"]) in failed])
         done_los = {int(r["lo"]) for r in done}
         changes = [(row, ack) for row, ack in acks if row[RANGE_KEY] in done_los]
         self._store.write_changes(self._cur, changes)

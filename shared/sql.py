@@ -36,6 +36,7 @@ class SourceSQL:
     lock_dispatched_skip: str
     ack_touch: str
     ack_delete: str
+    burn_attempt: str
     find_expired: str
     requeue: str
     release_all: str
@@ -107,7 +108,12 @@ def render(src: SourceSettings) -> SourceSQL:
             f"{due} = NOW(6) + INTERVAL %s MICROSECOND{{set}} WHERE {fenced}"
         ),
         # Ack, one-off: the row is done and removed.
-        ack_delete=f"DELETE FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced}",
+        # (The multi-table form: a single-table DELETE takes no index hint, and without one the
+        # optimizer may scan a small table and lock rows other workers hold.)
+        ack_delete=f"DELETE {t} FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced}",
+        # A failed row stays DISPATCHED for the sweeper (its visibility timeout is the retry
+        # delay) but its attempt moves on, so a copy of its entry can never run it again.
+        burn_attempt=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {att} = {att} + 1 WHERE {fenced}",
         # Sweeper step 1: dispatched rows not acked within the visibility timeout. Reads the
         # DISPATCHED prefix of dc_due (bounded by the high-water mark); SKIP LOCKED passes over
         # rows a live worker holds, so only abandoned rows are requeued.
@@ -188,7 +194,7 @@ def render_ranges(src: SourceSettings, ranges_table: str) -> RangeSQL:
         # Only rows whose handler asked for a change are written (their due column records the
         # change, as a touch does in row mode); PRIMARY lookups. `{set}` starts with ", ".
         set_values=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {due} = NOW(6){{set}} WHERE {pk} IN ({{ids}})",
-        delete_ids=f"DELETE FROM {t} FORCE INDEX (PRIMARY) WHERE {pk} IN ({{ids}})",
+        delete_ids=f"DELETE {t} FROM {t} FORCE INDEX (PRIMARY) WHERE {pk} IN ({{ids}})",
         # Range discovery: one range per span of ids that holds a row, from `%s` up. New ranges
         # start long ago, so they are due at once. A PRIMARY range scan; INSERT IGNORE keeps it
         # idempotent and harmless under two dispatchers.

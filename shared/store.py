@@ -58,6 +58,7 @@ class WorkBatch(Protocol):
     skipped: int  # entries not started: stale, deleted, or held by another worker
 
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts: ...
+    def fail(self, rows: Sequence[Row]) -> None: ...
 
 
 class Store(Protocol):
@@ -104,6 +105,11 @@ class Batch:
             stale += len(rows) - done
         return AckCounts(acked, stale)
 
+    def fail(self, rows: Sequence[Row]) -> None:
+        """Leave failed rows to the sweeper, under a new attempt no copy of their entry matches."""
+        if rows:
+            self._store.burn_attempts(self.cursor, rows)
+
 
 class SourceStore:
     def __init__(self, db: Database, src: SourceSettings) -> None:
@@ -144,7 +150,7 @@ class SourceStore:
             raise ValueError("started() needs at least one entry")
         wanted = list(dict.fromkeys([self.src.id_column, ATTEMPT_COLUMN, *columns])) if columns else []
         args = {"columns": column_list(wanted), "fence": self.sql.fence(entries)}
-        with self.db.transaction() as cur:
+        with self.db.transaction(check=True) as cur:
             try:
                 cur.execute(self.sql.lock_dispatched.format(**args))
             except pymysql.err.OperationalError as exc:
@@ -177,6 +183,10 @@ class SourceStore:
         values = key[2]
         stmt = self.sql.ack_touch.format(set=assignments([n for n, _ in values]), fence=fence)
         return int(cur.execute(stmt, (_us(key[1]), *(v for _, v in values))))
+
+    def burn_attempts(self, cur: pymysql.cursors.Cursor, rows: Sequence[Row]) -> None:
+        fence = self.sql.fence(Entry(int(r[self.src.id_column]), int(r[ATTEMPT_COLUMN])) for r in rows)
+        cur.execute(self.sql.burn_attempt.format(fence=fence))
 
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
         """Abandoned DISPATCHED rows (not acked in time, not locked by a worker) -> IDLE."""

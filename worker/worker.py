@@ -96,13 +96,16 @@ class Worker:
             counts["stale_entries"] += batch.skipped
             outcomes = self.executor.run(handler, batch.rows)
             acks: list[tuple[Row, Ack]] = []
+            failed: list[Row] = []
             for row, outcome in zip(batch.rows, outcomes, strict=True):
                 if isinstance(outcome, Ack) and self._valid(store, outcome):
                     acks.append((row, outcome))
                 else:
-                    counts["failed"] += 1
+                    failed.append(row)
                     self._log_failure(store, row, outcome)
+            counts["failed"] += len(failed)
             result = batch.ack(acks)
+            batch.fail(failed)
         counts["acked"] += result.acked
         counts["stale_acks"] += result.stale
         return counts

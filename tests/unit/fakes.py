@@ -63,6 +63,9 @@ class FakeBatch:
         self.rows = rows
         self.skipped = skipped
 
+    def fail(self, rows: Sequence[Row]) -> None:
+        self._store.failed.extend(rows)
+
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
         id_column = self._store.src.id_column
         done = [(row, ack) for row, ack in acks if row[id_column] not in self._store.stale_on_ack]
@@ -91,6 +94,7 @@ class FakeWorkStore:
         self.stale_on_ack: set[int] = set()
         self.started_with: list[tuple[list[Entry], tuple[str, ...]]] = []
         self.acked: list[tuple[Row, Ack]] = []
+        self.failed: list[Row] = []
 
     @contextmanager
     def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[FakeBatch]:
