@@ -1,0 +1,181 @@
+"""Range mode on real MariaDB + Redis: discovery, one pass checks every row once, only changed rows
+are written, a failed row leaves its whole span to the sweeper, and freshness is reported."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+
+import pymysql
+import pytest
+
+from dispatcher.main import serve as serve_dispatcher
+from dispatcher.sweeper import Sweeper
+from shared import migrate
+from shared.range_store import RangeStore
+from shared.ranges import ranges_table
+from shared.runtime import build_queue, build_stores
+from shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
+from tests.integration import range_app
+from tests.integration.range_app import PLAN
+from worker.main import serve as serve_worker
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def ranged(
+    mysql_settings: MySQLSettings, redis_settings: RedisSettings, sql: pymysql.cursors.Cursor
+) -> Iterator[Callable[[int], Settings]]:
+    """ranged(n) -> settings for a range-mode source over a fresh table of users 1..n, migrated."""
+    made: list[SourceSettings] = []
+
+    def make(users: int) -> Settings:
+        table = f"ubs_{uuid.uuid4().hex[:8]}"
+        sql.execute(
+            f"CREATE TABLE `{table}` (user_id BIGINT PRIMARY KEY, status INT NOT NULL DEFAULT 1, "
+            "updated_time DATETIME(6) NOT NULL)"
+        )
+        sql.execute(f"INSERT INTO `{table}` SELECT seq, 1, '2020-01-01' FROM seq_1_to_{users}")
+        src = SourceSettings(
+            name=range_app.SOURCE,
+            table=table,
+            id_column="user_id",
+            due_column="updated_time",
+            period_s=10,
+            mode="ranges",
+            range_size=100,
+            claim_batch=300,
+            high_water=3000,
+        )
+        made.append(src)
+        settings = Settings(
+            mysql=mysql_settings,
+            redis=redis_settings,
+            sources=[src],
+            jobs={"enabled": False},  # type: ignore[arg-type]
+            worker={"app": "tests.integration.range_app"},  # type: ignore[arg-type]
+        )
+        migrate.apply(settings)
+        PLAN.reset()
+        return settings
+
+    yield make
+    for src in made:
+        sql.execute(f"DROP TABLE IF EXISTS `{src.table}`")
+        sql.execute(f"DROP TABLE IF EXISTS `{ranges_table(src)}`")
+
+
+def one_pass(settings: Settings) -> None:
+    """Dispatcher (discovers ranges, claims all due) then a worker, both drained: the real loops."""
+    serve_dispatcher(settings, threading.Event(), drain=True)
+    serve_worker(settings, threading.Event(), drain=True)
+
+
+def store(settings: Settings) -> RangeStore:
+    (s,) = build_stores(settings, settings.sources)
+    assert isinstance(s, RangeStore)
+    return s
+
+
+def checksum(sql: pymysql.cursors.Cursor, table: str) -> dict[int, tuple[int, str]]:
+    sql.execute(f"SELECT user_id, status, CAST(updated_time AS CHAR) FROM `{table}`")
+    return {r[0]: (r[1], r[2]) for r in sql.fetchall()}
+
+
+def test_migrate_adds_only_a_ranges_table(
+    ranged: Callable[[int], Settings], sql: pymysql.cursors.Cursor
+) -> None:
+    settings = ranged(10)
+    src = settings.sources[0]
+    sql.execute(
+        "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+        "AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+        (src.table,),
+    )
+    assert [r[0] for r in sql.fetchall()] == ["user_id", "status", "updated_time"]
+    assert migrate.plan(settings) == []  # idempotent
+
+
+def test_discovery_covers_spans_with_rows_incrementally_and_fully(
+    ranged: Callable[[int], Settings], sql: pymysql.cursors.Cursor
+) -> None:
+    settings = ranged(250)  # spans [0,100) [100,200) [200,300) with range_size 100
+    s = store(settings)
+    rt = ranges_table(settings.sources[0])
+    assert s.discover(full=True) == 3
+    assert s.discover(full=True) == 0  # INSERT IGNORE: idempotent
+    sql.execute(f"SELECT range_id, lo, hi FROM `{rt}` ORDER BY lo")
+    assert sql.fetchall() == ((1, 0, 100), (2, 100, 200), (3, 200, 300))
+    table = settings.sources[0].table
+    sql.execute(f"INSERT INTO `{table}` VALUES (950, 1, NOW(6)), (10050, 1, NOW(6))")
+    assert s.discover() == 2  # incremental: above the highest known span
+    sql.execute(f"DELETE FROM `{rt}` WHERE lo = 100")  # a span the incremental pass cannot see
+    assert s.discover() == 0
+    assert s.discover(full=True) == 1
+
+
+def test_one_pass_checks_every_row_once_and_writes_only_changes(
+    ranged: Callable[[int], Settings], sql: pymysql.cursors.Cursor
+) -> None:
+    settings = ranged(1000)
+    table = settings.sources[0].table
+    before = checksum(sql, table)
+    PLAN.set_status.update({7: 2, 512: 2})
+
+    one_pass(settings)
+
+    assert PLAN.runs == {i: 1 for i in range(1, 1001)}
+    after = checksum(sql, table)
+    changed = {i for i in after if after[i] != before[i]}
+    assert changed == {7, 512}
+    assert after[7][0] == 2
+    assert after[512][0] == 2
+    sql.execute(
+        f"SELECT COUNT(*), SUM(rows_seen), SUM(dc_state), MIN(checked_at > NOW(6) - INTERVAL 1 MINUTE) "
+        f"FROM `{ranges_table(settings.sources[0])}`"
+    )
+    ranges, seen, dispatched, all_recent = sql.fetchone()
+    assert (ranges, int(seen), int(dispatched), all_recent) == (11, 1000, 0, 1)
+    status = store(settings).status()
+    assert status.unit == "ranges"
+    assert status.fresh_share == 1.0
+    assert status.in_flight == 0
+
+
+def test_checked_ranges_are_not_due_again_until_their_period(ranged: Callable[[int], Settings]) -> None:
+    settings = ranged(300)
+    one_pass(settings)
+    PLAN.reset()
+    one_pass(settings)
+    assert PLAN.runs == {}
+
+
+def test_a_failed_row_leaves_its_whole_span_to_the_sweeper(
+    ranged: Callable[[int], Settings], sql: pymysql.cursors.Cursor
+) -> None:
+    settings = ranged(300)
+    rt = ranges_table(settings.sources[0])
+    PLAN.fail.add(150)  # in span [100, 200), range_id 2
+    PLAN.set_status[120] = 2  # a change in the failing span must not be written
+
+    one_pass(settings)
+
+    sql.execute(f"SELECT range_id, dc_state, dc_attempt, rows_seen FROM `{rt}` ORDER BY range_id")
+    # users 1..300: spans [0,100) holds 99 of them, [300,400) holds user 300
+    assert sql.fetchall() == ((1, 0, 1, 99), (2, 1, 2, 0), (3, 0, 1, 100), (4, 0, 1, 1))  # 1 burnt -> 2
+    assert checksum(sql, settings.sources[0].table)[120][0] == 1
+
+    PLAN.fail.clear()
+    sql.execute(f"UPDATE `{rt}` SET dc_dispatched_at = NOW(6) - INTERVAL 1 HOUR WHERE dc_state = 1")
+    stores = build_stores(settings, settings.sources)
+    assert Sweeper(stores, build_queue(settings), settings.dispatcher).tick().idle
+    one_pass(settings)
+
+    assert PLAN.attempts[150] == [1, 3]  # redelivered under a fresh claim
+    assert PLAN.runs[50] == 1  # other spans were not run again
+    assert PLAN.runs[250] == 1
+    assert checksum(sql, settings.sources[0].table)[120][0] == 2
+    sql.execute(f"SELECT SUM(dc_state), SUM(rows_seen) FROM `{rt}`")
+    assert tuple(int(v) for v in sql.fetchone()) == (0, 300)
