@@ -1,8 +1,11 @@
 """Benchmark: end-to-end checks/s of the user_block_status re-scan (due -> dispatched -> handled -> acked).
 
 Runs the demo's real processes (one dispatcher, N workers) against a table of --users rows that is
-re-checked every --period seconds, several times, and prints a table with the median run.
-Usage: scripts/dev shell python bench/rescan.py --users 1000000 --seconds 60 --runs 3
+re-checked every --period seconds, in row mode and/or range mode, several times each, and prints
+a table of medians: checks/s sustained, the share of users checked within period + 1 s, p50/p99
+staleness at the end of the run, and the CPU each process used.
+
+    scripts/dev shell python bench/rescan.py --users 1000000 --seconds 60 --runs 3
 """
 
 from __future__ import annotations
@@ -15,34 +18,90 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from duecast import demo
+from duecast import demo, demo_data
+from duecast.fleet import cpu_seconds
 from shared.db import connect
-from shared.settings import load_settings
+from shared.ranges import ranges_table
+from shared.runtime import build_queue
+from shared.settings import Settings, load_settings
 
 
-def server_versions() -> dict[str, str]:
-    settings = load_settings()
-    conn = connect(settings.mysql, database=False)
-    with conn.cursor() as cur:
-        cur.execute("SELECT VERSION()")
-        row = cur.fetchone()
-    conn.close()
+def mariadb_pid() -> int | None:
+    out = subprocess.run(["pidof", "mariadbd", "mysqld"], capture_output=True, text=True, check=False)
+    pids = out.stdout.split()
+    return int(pids[0]) if pids else None
+
+
+def staleness(settings: Settings) -> tuple[list[float], list[int]]:
+    """Seconds since each user's last check, and each value's weight (rows it stands for)."""
+    src = settings.sources[0]
+    conn = connect(settings.mysql)
     try:
-        redis_v = subprocess.run(
-            ["redis-server", "--version"], capture_output=True, text=True, check=False
-        ).stdout.split()[2]
-    except (OSError, IndexError):
-        redis_v = "?"
-    return {
-        "mariadb": str(row[0]) if row else "?",
-        "redis": redis_v.removeprefix("v="),
-        "python": platform.python_version(),
-        "cpus": str(os.cpu_count()),
+        with conn.cursor() as cur:
+            if src.mode == "ranges":
+                cur.execute(
+                    f"SELECT TIMESTAMPDIFF(MICROSECOND, checked_at, NOW(6)), rows_seen "
+                    f"FROM `{ranges_table(src)}` WHERE rows_seen > 0"
+                )
+                rows = cur.fetchall()
+                return [r[0] / 1e6 for r in rows], [int(r[1]) for r in rows]
+            cur.execute(f"SELECT TIMESTAMPDIFF(MICROSECOND, updated_time, NOW(6)) FROM {demo_data.TABLE}")
+            ages = [r[0] / 1e6 for r in cur.fetchall()]
+            return ages, [1] * len(ages)
+    finally:
+        conn.close()
+
+
+def weighted_quantile(values: list[float], weights: list[int], q: float) -> float:
+    pairs = sorted(zip(values, weights, strict=True))
+    total = sum(weights)
+    acc = 0
+    for value, weight in pairs:
+        acc += weight
+        if acc >= q * total:
+            return value
+    return pairs[-1][0] if pairs else 0.0
+
+
+def one_run(settings: Settings, args: argparse.Namespace, workers: int, console: Console) -> dict[str, Any]:
+    measured: dict[str, Any] = {}
+
+    def before_stop() -> None:
+        ages, weights = staleness(settings)
+        total = sum(weights) or 1
+        within = sum(w for a, w in zip(ages, weights, strict=True) if a <= args.period + 1.0)
+        measured.update(
+            fresh_share=within / total,
+            staleness_p50_s=weighted_quantile(ages, weights, 0.50),
+            staleness_p99_s=weighted_quantile(ages, weights, 0.99),
+        )
+
+    db_pid = mariadb_pid()
+    db_cpu_before = cpu_seconds(db_pid) if db_pid else 0.0
+    run = demo.run(settings, args.users, workers, args.seconds, console=console, before_stop=before_stop)
+    db_cpu = (cpu_seconds(db_pid) - db_cpu_before) if db_pid else 0.0
+    if run.errors or any(run.exit_codes.values()):
+        raise SystemExit(f"run failed: {run.errors or run.exit_codes} (logs: {run.log_dir})")
+    cores = {name: cpu / args.seconds for name, cpu in run.cpu_s.items()}
+    return measured | {
+        "checks_per_s": run.mean_rate(skip_s=args.warmup),
+        "cores": {
+            "mariadb": db_cpu / args.seconds,
+            "dispatcher": cores.get("dispatcher", 0.0),
+            "workers": sum(v for k, v in cores.items() if k.startswith("worker")),
+        },
+        "stale_acks": run.counter("stale_acks"),
+        "redeliveries": run.counter("requeued"),
     }
+
+
+def median_of(runs: list[dict[str, Any]], key: str) -> float:
+    return float(statistics.median(float(r[key]) for r in runs))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,48 +111,80 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=1_000_000)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--modes", nargs="+", choices=["rows", "ranges"], default=["rows", "ranges"])
     parser.add_argument("--workers", type=int, nargs="+", default=[3], help="worker process counts to try")
     parser.add_argument("--period", type=float, default=10.0)
     parser.add_argument("--batch", type=int, default=2000)
-    parser.add_argument("--warmup", type=float, default=5.0, help="seconds ignored at the start of a run")
+    parser.add_argument("--warmup", type=float, default=12.0, help="seconds ignored at the start of a run")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
 
     console = Console(stderr=True)
-    settings = demo.demo_settings(load_settings(), args.period, args.batch)
     results = []
-    for workers in args.workers:
-        rates = []
-        for i in range(args.runs):
-            console.rule(f"{workers} worker(s), run {i + 1}/{args.runs}")
-            run = demo.run(settings, args.users, workers, args.seconds, console=console)
-            if run.errors or any(run.exit_codes.values()):
-                console.print(f"[red]run failed[/red]: {run.errors or run.exit_codes} (logs: {run.log_dir})")
-                return 1
-            rates.append(run.mean_rate(skip_s=args.warmup))
-            console.print(f"run {i + 1}: {rates[-1]:,.0f} checks/s")
-        results.append({"workers": workers, "runs": rates, "median": statistics.median(rates)})
+    for mode in args.modes:
+        settings = demo.demo_settings(load_settings(), args.period, args.batch, mode)
+        for workers in args.workers:
+            runs = []
+            for i in range(args.runs):
+                console.rule(f"{mode} mode, {workers} worker(s), run {i + 1}/{args.runs}")
+                runs.append(one_run(settings, args, workers, console))
+                console.print(f"run {i + 1}: {runs[-1]['checks_per_s']:,.0f} checks/s")
+            results.append({"mode": mode, "workers": workers, "runs": runs})
 
-    versions = server_versions()
-    table = Table(title=f"re-scan: {args.users:,} users, period {args.period:g}s, {args.seconds:g}s per run")
-    for col in ("worker processes", "runs (checks/s)", "median checks/s"):
+    table = Table(
+        title=f"re-scan: {args.users:,} users every {args.period:g} s, {args.seconds:g} s per run "
+        f"(median of {args.runs})"
+    )
+    for col in (
+        "mode",
+        "workers",
+        "checks/s",
+        "runs",
+        f"checked ≤ {args.period + 1:g} s",
+        "staleness p50 / p99",
+        "cores: MariaDB / dispatcher / workers",
+    ):
         table.add_column(col, justify="right")
     for r in results:
-        table.add_row(str(r["workers"]), ", ".join(f"{x:,.0f}" for x in r["runs"]), f"{r['median']:,.0f}")
+        runs = r["runs"]
+        cores = {
+            k: statistics.median(x["cores"][k] for x in runs) for k in ("mariadb", "dispatcher", "workers")
+        }
+        table.add_row(
+            r["mode"],
+            str(r["workers"]),
+            f"{median_of(runs, 'checks_per_s'):,.0f}",
+            ", ".join(f"{x['checks_per_s']:,.0f}" for x in runs),
+            f"{median_of(runs, 'fresh_share'):.1%}",
+            f"{median_of(runs, 'staleness_p50_s'):.1f} s / {median_of(runs, 'staleness_p99_s'):.1f} s",
+            f"{cores['mariadb']:.2f} / {cores['dispatcher']:.2f} / {cores['workers']:.2f}",
+        )
     out = Console()
     out.print(table)
-    out.print(
-        f"machine: {versions['cpus']} CPUs; MariaDB {versions['mariadb']}, Redis {versions['redis']}, "
-        f"Python {versions['python']}; batch {args.batch}"
-    )
+    versions = versions_line(settings)
+    out.print(versions)
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
             json.dumps(
-                {"args": vars(args) | {"json": str(args.json)}, "versions": versions, "results": results},
+                {"args": {k: str(v) for k, v in vars(args).items()}, "machine": versions, "results": results},
                 indent=2,
             )
         )
     return 0
+
+
+def versions_line(settings: Settings) -> str:
+    conn = connect(settings.mysql, database=False)
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        row = cur.fetchone()
+    conn.close()
+    redis_info = build_queue(settings).client.info("server")
+    return (
+        f"machine: {os.cpu_count()} CPUs, {platform.machine()}; MariaDB {row[0] if row else '?'}; "
+        f"Redis {redis_info.get('redis_version', '?')}; Python {platform.python_version()}"
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +51,7 @@ class Run:
     samples: list[Sample] = field(default_factory=list)
     exit_codes: dict[str, int] = field(default_factory=dict)
     log_dir: Path | None = None
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU used per process over the run
     errors: dict[str, str] = field(default_factory=dict)  # process -> last lines of its log
 
     def rates(self, skip_s: float = 0.0) -> list[float]:
@@ -101,7 +103,10 @@ def run(
     concurrency: int = 1,
     console: Console | None = None,
     stop: threading.Event | None = None,
+    before_stop: Callable[[], None] | None = None,
 ) -> Run:
+    """Prepare, start, watch for `seconds`, stop. `before_stop` runs while every process still
+    works (benchmarks take their end-of-run measurements there)."""
     console = console or Console()
     stop = stop or threading.Event()
     with Progress(console=console, transient=True) as bar:
@@ -135,7 +140,10 @@ def run(
             console=console,
             stop=stop,
         )
+        if before_stop is not None:
+            before_stop()
     finally:
+        result.cpu_s = fleet.cpu_seconds()
         result.exit_codes = fleet.stop()
     result.log_dir = logs
     result.errors = {name: tail for name in fleet.procs if (tail := _error_tail(logs / f"{name}.log"))}

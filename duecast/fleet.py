@@ -44,6 +44,10 @@ class Fleet:
         if proc.poll() is None:
             proc.send_signal(sig)
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system) used so far by each live child (Linux /proc)."""
+        return {name: cpu_seconds(proc.pid) for name, proc in self.procs.items() if proc.poll() is None}
+
     def stop(self, timeout_s: float = 15.0) -> dict[str, int]:
         """SIGTERM everyone, wait up to `timeout_s`, SIGKILL stragglers; returns exit codes."""
         for name in self.alive():
@@ -57,3 +61,13 @@ class Fleet:
                 proc.kill()
                 codes[name] = proc.wait()
         return codes
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process from /proc/<pid>/stat (0.0 where /proc is not available)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
