@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 from rich.console import Console
 from rich.table import Table
 
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args and args[0] in {"-h", "--help"} else 2
     try:
         return COMMANDS[args[0]][0](args[1:])
-    except ValidationError as exc:
+    except (ValidationError, SettingsError) as exc:
         print(f"duecast: invalid settings:\n{exc}", file=sys.stderr)
     except (SchemaError, FileNotFoundError) as exc:
         print(f"duecast: {exc}", file=sys.stderr)

@@ -10,19 +10,21 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import pymysql.cursors
 
 from shared.db import Database
 from shared.handlers import Ack, Row
+from shared.identifiers import quote
 from shared.keys import Entry
 from shared.ranges import range_source, ranges_table
 from shared.schema import check_business_columns, describe
 from shared.settings import SourceSettings
-from shared.sql import assignments, column_list, int_list, render_ranges, spans
+from shared.sql import assignments, column_list, in_list, render_ranges, spans
 from shared.states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
-from shared.store import AckCounts, Batch, SourceStatus, SourceStore, StaleAck
+from shared.store import AckCounts, Batch, SourceStatus, SourceStore, StaleAck, guarded
 
 RANGE_KEY = "dc_range"  # each business row handed to a handler carries its span's first id
 FRESH_SLACK_S = 1.0  # "checked within period + 1 s" is what freshness counts
@@ -49,30 +51,27 @@ class RangeBatch:
         """Nothing to do here: `ack` already leaves the spans of failed rows to the sweeper."""
 
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
-        """Mark every range whose rows all succeeded as checked; write the changed rows in them.
+        """Write the changed rows, then mark every range whose rows all succeeded as checked.
 
-        A range with a failed row is left DISPATCHED, under a burnt attempt: the sweeper
-        redelivers the whole span.
+        A range with a failed row (the handler's, or a value the database refused) is left
+        DISPATCHED under a burnt attempt: the sweeper redelivers the whole span. If a range's
+        fence no longer matches, StaleAck rolls the whole transaction back, writes included.
         """
         succeeded = {id(row) for row, _ in acks}
         failed = {row[RANGE_KEY] for row in self.rows if id(row) not in succeeded}
+        writes = [(row, ack) for row, ack in acks if row[RANGE_KEY] not in failed]
+        failed |= {row[RANGE_KEY] for row in self._store.write_changes(self._cur, writes)}
         seen: dict[int, int] = defaultdict(int)
         for row in self.rows:
             seen[row[RANGE_KEY]] += 1
         done = [r for r in self._ranges.rows if int(r["lo"]) not in failed]
+        self._ranges.fail([r for r in self._ranges.rows if int(r["lo"]) in failed])
         if not done:
-            self._ranges.fail(self._ranges.rows)
             return AckCounts(0, 0)
-        # The ranges first: their fence decides whether any business write may happen.
-        marks = [(r, Ack.touch(rows_seen=seen[int(r["lo"])])) for r in done]
-        counts = self._ranges.ack(marks)
+        counts = self._ranges.ack([(r, Ack.touch(rows_seen=seen[int(r["lo"])])) for r in done])
         if counts.stale:
             raise StaleAck(counts.stale, "a locked range no longer matched its fence")
-        self._ranges.fail([r for r in self._ranges.rows if int(r["lo"]) in failed])
-        done_los = {int(r["lo"]) for r in done}
-        changes = [(row, ack) for row, ack in acks if row[RANGE_KEY] in done_los]
-        self._store.write_changes(self._cur, changes)
-        return AckCounts(sum(seen[lo] for lo in done_los), 0)
+        return AckCounts(sum(seen[int(r["lo"])] for r in done), 0)
 
 
 class RangeStore:
@@ -86,6 +85,7 @@ class RangeStore:
         self.sql = render_ranges(business, ranges_table(business))
         self.columns: frozenset[str] = frozenset()
         self.id_column = business.id_column
+        self._pk = quote(business.id_column)
         self.rows_per_entry = business.range_size
 
     def verify(self) -> None:
@@ -161,17 +161,26 @@ class RangeStore:
         except TypeError:
             return ("touch", ack.values, id(ack))
 
-    def write_changes(self, cur: pymysql.cursors.Cursor, acks: Sequence[tuple[Row, Ack]]) -> None:
-        """Write only rows whose ack changes something: a plain success costs no row write."""
-        groups: dict[Any, list[int]] = defaultdict(list)
+    def write_changes(self, cur: pymysql.cursors.Cursor, acks: Sequence[tuple[Row, Ack]]) -> list[Row]:
+        """Write only rows whose ack changes something (a plain success costs no row write).
+
+        Returns the rows whose values the database refused.
+        """
+        groups: dict[Any, list[Row]] = defaultdict(list)
         for row, ack in acks:
             key = self.group_key(ack)
             if key[0] == "delete" or key[1]:
-                groups[key].append(int(row[self.business.id_column]))
-        for key, ids in groups.items():
-            if key[0] == "delete":
-                cur.execute(self.sql.delete_ids.format(ids=int_list(ids)))
-            else:
-                names = [n for n, _ in key[1]]
-                stmt = self.sql.set_values.format(set=assignments(names), ids=int_list(ids))
-                cur.execute(stmt, tuple(v for _, v in key[1]))
+                groups[key].append(row)
+        refused: list[Row] = []
+        for key, rows in groups.items():
+            _, bad = guarded(cur, rows, partial(self._write, cur, key))
+            refused.extend(bad)
+        return refused
+
+    def _write(self, cur: pymysql.cursors.Cursor, key: Any, rows: list[Row]) -> int:
+        ids = in_list(self._pk, (int(r[self.business.id_column]) for r in rows))
+        if key[0] == "delete":
+            return int(cur.execute(self.sql.delete_ids.format(ids=ids)))
+        names = [n for n, _ in key[1]]
+        stmt = self.sql.set_values.format(set=assignments(names), ids=ids)
+        return int(cur.execute(stmt, tuple(v for _, v in key[1])))

@@ -47,6 +47,7 @@ def jobs_table_ddl(jobs: JobsSettings) -> str:
 class TableInfo:
     columns: dict[str, str]  # name -> DATA_TYPE
     index_columns: list[str]  # columns of dc_due, in order; empty if the index is missing
+    primary: list[str] | None = None  # PRIMARY KEY columns; None when not read
 
 
 def describe(cur: pymysql.cursors.Cursor, table: str) -> TableInfo:
@@ -61,7 +62,13 @@ def describe(cur: pymysql.cursors.Cursor, table: str) -> TableInfo:
         "AND TABLE_NAME = %s AND INDEX_NAME = %s ORDER BY SEQ_IN_INDEX",
         (table, DUE_INDEX),
     )
-    return TableInfo(columns, [str(r[0]) for r in cur.fetchall()])
+    due_index = [str(r[0]) for r in cur.fetchall()]
+    cur.execute(
+        "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
+        "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+        (table,),
+    )
+    return TableInfo(columns, due_index, [str(r[0]) for r in cur.fetchall()])
 
 
 def source_migration(src: SourceSettings, info: TableInfo) -> list[str]:
@@ -107,3 +114,9 @@ def check_business_columns(src: SourceSettings, info: TableInfo) -> None:
             raise SchemaError(f"source {src.name}: table {src.table} has no column {col}")
         if kind not in kinds:
             raise SchemaError(f"source {src.name}: {src.table}.{col} is {kind}; it must be {what}")
+    # Every claim, lock and ack addresses one row by this key: it must be the whole primary key.
+    if info.primary is not None and info.primary != [src.id_column]:
+        raise SchemaError(
+            f"source {src.name}: {src.table}.{src.id_column} must be the table's primary key "
+            f"(it is ({', '.join(info.primary) or 'none'}))"
+        )

@@ -58,7 +58,7 @@ class SourceSQL:
         if not groups:
             raise ValueError("a fence needs at least one entry")
         parts = [
-            f"({self.id_column} IN ({int_list(ids)}) AND {self.attempt_column} = {int_list([attempt])})"
+            f"({in_list(self.id_column, ids)} AND {self.attempt_column} = {int_list([attempt])})"
             for attempt, ids in sorted(groups.items())
         ]
         return "(" + " OR ".join(parts) + ")"
@@ -88,7 +88,7 @@ def render(src: SourceSettings) -> SourceSQL:
         ),
         # Claim step 2: IDLE -> DISPATCHED with a new attempt; PRIMARY range on the locked ids.
         mark_dispatched=(
-            f"UPDATE {t} SET {st} = {DISPATCHED}, {att} = {att} + 1, {disp} = NOW(6) WHERE {pk} IN ({{ids}})"
+            f"UPDATE {t} SET {st} = {DISPATCHED}, {att} = {att} + 1, {disp} = NOW(6) WHERE {{ids}}"
         ),
         # Worker start: lock the rows of its entries for the length of the batch; PRIMARY eq_ref
         # per id. It waits (briefly) for a lock rather than skipping: the dispatcher's and
@@ -123,7 +123,7 @@ def render(src: SourceSettings) -> SourceSQL:
         ),
         # Sweeper step 2: DISPATCHED -> IDLE, due unchanged so the row is due at once. The
         # attempt is not touched here: the next claim bumps it, fencing every older copy.
-        requeue=f"UPDATE {t} SET {st} = {IDLE} WHERE {pk} IN ({{ids}}) AND {st} = {DISPATCHED}",
+        requeue=f"UPDATE {t} SET {st} = {IDLE} WHERE {{ids}} AND {st} = {DISPATCHED}",
         # Demo/tests start-up only, with no dispatcher or worker running: every DISPATCHED row
         # back to IDLE at once instead of waiting out the visibility timeout.
         release_all=f"UPDATE {t} SET {st} = {IDLE} WHERE {st} = {DISPATCHED}",
@@ -149,16 +149,29 @@ def render(src: SourceSettings) -> SourceSQL:
     )
 
 
+def _not_int(value: object) -> str:
+    raise TypeError(f"only ints may be rendered into SQL, not {type(value).__name__}")
+
+
 def int_list(values: Iterable[int]) -> str:
     """Render integers as SQL text: `1,2,3`. Refuses anything that is not a real int."""
-    out = []
-    for v in values:
-        if type(v) is not int:
-            raise TypeError(f"only ints may be rendered into SQL, not {type(v).__name__}")
-        out.append(str(v))
+    out = [str(v) if type(v) is int else _not_int(v) for v in values]
     if not out:
         raise ValueError("an IN list needs at least one value")
     return ",".join(out)
+
+
+IN_CHUNK = 500  # MariaDB rewrites an IN list of 1,000+ values into a subquery that can scan the table
+
+
+def in_list(column: str, values: Iterable[int]) -> str:
+    """`(col IN (...) OR col IN (...))` in chunks below MariaDB's in_predicate_conversion_threshold,
+    so every list stays a plain PRIMARY range on MySQL and MariaDB alike (`column` is quoted)."""
+    ids = [str(v) if type(v) is int else _not_int(v) for v in values]
+    if not ids:
+        raise ValueError("an IN list needs at least one value")
+    parts = [f"{column} IN ({','.join(ids[i : i + IN_CHUNK])})" for i in range(0, len(ids), IN_CHUNK)]
+    return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
 
 
 def column_list(columns: Iterable[str]) -> str:
@@ -193,8 +206,8 @@ def render_ranges(src: SourceSettings, ranges_table: str) -> RangeSQL:
         rows_in_ranges=f"SELECT {{columns}} FROM {t} FORCE INDEX (PRIMARY) WHERE {{spans}} ORDER BY {pk}",
         # Only rows whose handler asked for a change are written (their due column records the
         # change, as a touch does in row mode); PRIMARY lookups. `{set}` starts with ", ".
-        set_values=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {due} = NOW(6){{set}} WHERE {pk} IN ({{ids}})",
-        delete_ids=f"DELETE {t} FROM {t} FORCE INDEX (PRIMARY) WHERE {pk} IN ({{ids}})",
+        set_values=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {due} = NOW(6){{set}} WHERE {{ids}}",
+        delete_ids=f"DELETE {t} FROM {t} FORCE INDEX (PRIMARY) WHERE {{ids}}",
         # Range discovery: one range per span of ids that holds a row, from `%s` up. New ranges
         # start long ago, so they are due at once. A PRIMARY range scan; INSERT IGNORE keeps it
         # idempotent and harmless under two dispatchers.

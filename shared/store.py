@@ -7,9 +7,10 @@ deleted, fenced), requeue_expired (abandoned DISPATCHED -> IDLE). Callers never 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import pymysql.cursors
@@ -19,8 +20,8 @@ from shared.handlers import Ack, Row
 from shared.keys import Entry
 from shared.schema import check_source, describe
 from shared.settings import SourceSettings
-from shared.sql import SourceSQL, assignments, column_list, int_list, render
-from shared.states import ATTEMPT_COLUMN
+from shared.sql import SourceSQL, assignments, column_list, in_list, render
+from shared.states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
 
 LOCK_WAIT_TIMEOUT = 1205  # ER_LOCK_WAIT_TIMEOUT
 STATUS_COUNT_CAP = 100_000  # due-backlog counts stop here: a bounded index read per status call
@@ -34,6 +35,42 @@ def _us(seconds: float) -> int:
 class AckCounts:
     acked: int
     stale: int  # acks whose (id, attempt, state) no longer matched: counted and dropped
+    refused: int = 0  # acks whose values the database refused: those rows failed
+
+
+# Errors that mean "this statement's values are wrong", not "the connection or lock is".
+DATA_ERRORS = (pymysql.err.DataError, pymysql.err.IntegrityError)
+
+
+def guarded(
+    cur: pymysql.cursors.Cursor, rows: list[Row], run: Callable[[list[Row]], int]
+) -> tuple[int, list[Row]]:
+    """Run `run(rows)` under a savepoint; if the database refuses a value, undo just that statement
+    and run the rows one by one, so one bad value cannot roll back a whole batch.
+
+    Returns (what `run` counted, the rows the database refused).
+    """
+    try:
+        return _saved(cur, rows, run), []
+    except DATA_ERRORS:
+        if len(rows) == 1:
+            return 0, rows
+    done, refused = 0, []
+    for row in rows:
+        try:
+            done += _saved(cur, [row], run)
+        except DATA_ERRORS:
+            refused.append(row)
+    return done, refused
+
+
+def _saved(cur: pymysql.cursors.Cursor, rows: list[Row], run: Callable[[list[Row]], int]) -> int:
+    cur.execute("SAVEPOINT dc_ack")  # a savepoint of the same name replaces the last one
+    try:
+        return run(rows)
+    except DATA_ERRORS:
+        cur.execute("ROLLBACK TO SAVEPOINT dc_ack")
+        raise
 
 
 class StaleAck(RuntimeError):
@@ -94,16 +131,22 @@ class Batch:
         self.skipped = skipped
 
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
-        """Apply each row's Ack as fenced, batched statements; rows with equal acks share one."""
+        """Apply each row's Ack as fenced, batched statements; rows with equal acks share one.
+
+        Rows whose values the database refuses fail alone (their attempt is burnt).
+        """
         groups: dict[Any, list[Row]] = defaultdict(list)
         for row, ack in acks:
             groups[self._store.group_key(ack)].append(row)
         acked = stale = 0
+        refused: list[Row] = []
         for key, rows in groups.items():
-            done = self._store.run_ack(self.cursor, key, rows)
+            done, bad = guarded(self.cursor, rows, partial(self._store.run_ack, self.cursor, key))
             acked += done
-            stale += len(rows) - done
-        return AckCounts(acked, stale)
+            stale += len(rows) - len(bad) - done
+            refused.extend(bad)
+        self.fail(refused)
+        return AckCounts(acked, stale, len(refused))
 
     def fail(self, rows: Sequence[Row]) -> None:
         """Leave failed rows to the sweeper, under a new attempt no copy of their entry matches."""
@@ -135,7 +178,9 @@ class SourceStore:
             found = cur.fetchall()
             if not found:
                 return []
-            cur.execute(self.sql.mark_dispatched.format(ids=int_list(r[0] for r in found)))
+            cur.execute(
+                self.sql.mark_dispatched.format(ids=in_list(self.sql.id_column, (r[0] for r in found)))
+            )
         return [Entry(int(i), int(a) + 1) for i, a in found]
 
     @contextmanager
@@ -167,8 +212,10 @@ class SourceStore:
         if action == "delete":
             return ("delete",)
         for name, _ in ack.values:
-            if name not in self.columns:
-                raise ValueError(f"Ack sets {name!r}, which is not a column of {self.src.table}")
+            if name not in self.columns or name in DISPATCH_COLUMNS:
+                raise ValueError(
+                    f"Ack sets {name!r}, which is not a column a handler may set in {self.src.table}"
+                )
         try:
             hash(ack.values)
             return ("touch", ack.delay_s, ack.values)
@@ -195,7 +242,7 @@ class SourceStore:
             ids = [r[0] for r in cur.fetchall()]
             if not ids:
                 return 0
-            return int(cur.execute(self.sql.requeue.format(ids=int_list(ids))))
+            return int(cur.execute(self.sql.requeue.format(ids=in_list(self.sql.id_column, ids))))
 
     def reset_dispatched(self) -> int:
         """Every DISPATCHED row -> IDLE. Only when no dispatcher or worker runs (demo start-up)."""

@@ -108,6 +108,7 @@ class Worker:
             batch.fail(failed)
         counts["acked"] += result.acked
         counts["stale_acks"] += result.stale
+        counts["failed"] += result.refused
         return counts
 
     @staticmethod

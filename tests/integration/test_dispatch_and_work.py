@@ -1,0 +1,436 @@
+"""Dispatcher, worker and sweeper in-process on real MariaDB + Redis, through their production wiring.
+
+Roles run `dispatcher.main.serve` / `worker.main.serve` in drain mode (the production loop, exiting
+at its first idle tick); handlers live in tests.integration.apps and record every execution.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from dispatcher import main as dispatcher_main
+from shared import migrate
+from shared.handlers import Ack
+from shared.keys import encode_entry
+from shared.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES
+from shared.settings import DispatcherSettings, JobsSettings, Settings, WorkerSettings
+from tests.integration import apps
+from tests.integration.conftest import Env
+from tests.integration.polling import wait_until
+from worker import main as worker_main
+from worker.worker import Worker
+
+pytestmark = pytest.mark.integration
+
+MakeEnv = Callable[..., Env]
+IDLE, DISPATCHED = 0, 1
+APP = "tests.integration.apps:handlers"
+
+
+def role_settings(env: Env, worker: dict[str, Any] | None = None, **dispatcher: Any) -> Settings:
+    """The env's settings with this app, short idle waits (drain exits fast) and quick error backoff."""
+    return env.settings.model_copy(
+        update={
+            "worker": WorkerSettings(
+                **{
+                    "app": APP,
+                    "sources": [s.name for s in env.settings.all_sources()],
+                    "block_timeout_s": 0.1,
+                    "error_backoff_s": 0.05,
+                    **(worker or {}),
+                }
+            ),
+            "dispatcher": DispatcherSettings(**{"poll_interval_s": 0.05, **dispatcher}),
+        }
+    )
+
+
+def dispatch(settings: Settings) -> None:
+    dispatcher_main.serve(settings, threading.Event(), drain=True)
+
+
+def work(settings: Settings) -> Worker:
+    return worker_main.serve(settings, threading.Event(), drain=True)
+
+
+def sweep(settings: Settings) -> None:
+    dispatcher_main.serve_sweeper(settings, threading.Event(), once=True)
+
+
+@pytest.fixture
+def rescan(make_env: MakeEnv) -> Callable[..., Env]:
+    return lambda rows=0, **kw: make_env("rescan", rows=rows, name=apps.RESCAN, **kw)
+
+
+def handled_once(recorder: apps.Recorder, source: str, ids: range) -> None:
+    runs = recorder.executions(source)
+    assert runs == Counter({i: 1 for i in ids}), {i: n for i, n in runs.items() if n != 1}
+
+
+# ---------------------------------------------------------------- the whole path
+
+
+@pytest.mark.parametrize("kind", [apps.RESCAN, apps.ONEOFF])
+def test_every_due_row_is_handled_exactly_once(make_env: MakeEnv, recorder: apps.Recorder, kind: str) -> None:
+    n = 5000
+    env = make_env("rescan" if kind == apps.RESCAN else "oneoff", rows=n, name=kind)
+    settings = role_settings(env, worker={"concurrency": 4})
+
+    dispatch(settings)
+
+    assert env.queue.length(kind) == n
+    assert env.count("dc_state = 1 AND dc_attempt = 1") == n
+    assert env.queue.stats(kind) == {"claimed": n}
+    before_work = env.db_now()
+
+    worker = work(settings)
+
+    handled_once(recorder, kind, range(1, n + 1))
+    assert {attempt for _, _, attempt in recorder.runs} == {1}
+    if kind == apps.RESCAN:
+        assert env.states() == {i: (IDLE, 1) for i in range(1, n + 1)}
+        assert env.count("updated_time < %s", (before_work,)) == 0
+    else:
+        assert env.count() == 0
+    assert env.queue.length(kind) == 0
+    assert worker.counts["acked"] == n
+    assert env.queue.stats(kind) == {"claimed": n, "popped": n, "acked": n}
+
+
+@pytest.mark.parametrize("kind", [apps.RESCAN, apps.ONEOFF])
+def test_two_workers_share_the_list_and_handle_each_row_once(
+    make_env: MakeEnv, recorder: apps.Recorder, kind: str
+) -> None:
+    n = 5000
+    env = make_env("rescan" if kind == apps.RESCAN else "oneoff", rows=n, name=kind)
+    dispatch(role_settings(env))
+    # Two workers on their own connections, as two processes would be (batches under 1000 entries:
+    # see test_store's large-batch test for what bigger ones do).
+    workers: list[Worker] = []
+    settings = [role_settings(env, worker={"pop_batch": p}) for p in (900, 700)]
+    threads = [threading.Thread(target=lambda s=s: workers.append(work(s))) for s in settings]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+    assert len(workers) == 2
+    handled_once(recorder, kind, range(1, n + 1))
+    assert sum(w.counts["acked"] for w in workers) == n
+    assert env.count("dc_state = 1") == 0
+    assert env.count() == (n if kind == apps.RESCAN else 0)
+    assert env.queue.stats(kind) == {"claimed": n, "popped": n, "acked": n}
+
+
+def test_failed_rows_stay_dispatched_and_succeed_after_a_sweep(
+    rescan: Callable[..., Env], recorder: apps.Recorder
+) -> None:
+    env = rescan(200)
+    settings = role_settings(env)
+    failing = {3, 50, 199}
+    recorder.fail_once.update(failing)
+
+    dispatch(settings)
+    first = work(settings)
+
+    assert (first.counts["acked"], first.counts["failed"]) == (197, 3)
+    # A failed row stays DISPATCHED for the sweeper, its attempt burnt so no copy can rerun it.
+    assert env.states() == {i: (DISPATCHED, 2) if i in failing else (IDLE, 1) for i in range(1, 201)}
+    env.queue.push_raw(apps.RESCAN, [encode_entry(i, 1) for i in sorted(failing)])
+    assert work(settings).counts["stale_entries"] == 3
+
+    sweep(settings)  # not yet past the visibility timeout: nothing to requeue
+    assert env.count("dc_state = 1") == 3
+    env.backdate_dispatch()
+    sweep(settings)
+    assert env.states() == {i: (IDLE, 2 if i in failing else 1) for i in range(1, 201)}
+
+    dispatch(settings)  # only the requeued rows are due; the others were checked just now
+    assert {i for i, s in env.states().items() if s == (DISPATCHED, 3)} == failing
+    second = work(settings)
+
+    assert (second.counts["acked"], second.counts["failed"]) == (3, 0)
+    assert env.states() == {i: (IDLE, 3 if i in failing else 1) for i in range(1, 201)}
+    for i in failing:
+        assert recorder.attempts(apps.RESCAN, i) == [1, 3]
+    assert recorder.executions(apps.RESCAN) == Counter({i: 2 if i in failing else 1 for i in range(1, 201)})
+    assert env.queue.stats(apps.RESCAN) == {
+        "claimed": 203,
+        "popped": 206,
+        "acked": 200,
+        "failed": 3,
+        "stale_entries": 3,
+        "requeued": 3,
+    }
+
+
+def test_an_ack_setting_a_missing_column_is_a_failure_and_the_row_is_not_acked(
+    rescan: Callable[..., Env], recorder: apps.Recorder
+) -> None:
+    env = rescan(10)
+    recorder.acks[5] = Ack.touch(no_such_column=1)
+    recorder.acks[6] = Ack.touch(status=2)
+
+    dispatch(role_settings(env))
+    worker = work(role_settings(env))
+
+    assert (worker.counts["acked"], worker.counts["failed"]) == (9, 1)
+    assert env.states() == {i: (DISPATCHED, 2) if i == 5 else (IDLE, 1) for i in range(1, 11)}
+    assert dict(env.query("SELECT {pk}, status FROM {t}")) == {i: 2 if i == 6 else 1 for i in range(1, 11)}
+    assert env.count("user_id = 5 AND updated_time < NOW(6) - INTERVAL 59 MINUTE") == 1  # not touched
+
+
+OWN_COLUMNS = {"dc_attempt": 0, "dc_state": 1, "dc_dispatched_at": None}
+
+
+@pytest.mark.parametrize("column", OWN_COLUMNS)
+@pytest.mark.parametrize(
+    "build",
+    [
+        pytest.param(lambda column, value: Ack.touch(**{column: value}), id="Ack.touch"),
+        pytest.param(
+            lambda column, value: Ack("touch", 0.0, ((column, value),)),
+            id="Ack-built-directly",
+        ),
+    ],
+)
+def test_an_ack_may_not_set_duecasts_own_columns(
+    rescan: Callable[..., Env], recorder: apps.Recorder, column: str, build: Callable[[str, Any], Ack]
+) -> None:
+    env = rescan(3)
+    recorder.acks[2] = lambda: build(column, OWN_COLUMNS[column])
+
+    dispatch(role_settings(env))
+    worker = work(role_settings(env))
+
+    assert (worker.counts["acked"], worker.counts["failed"]) == (2, 1)
+    assert env.states() == {1: (IDLE, 1), 2: (DISPATCHED, 2), 3: (IDLE, 1)}  # left to the sweeper
+    assert env.count("dc_dispatched_at IS NULL") == 0
+
+
+def test_an_ack_value_the_database_rejects_fails_only_that_row(
+    rescan: Callable[..., Env], recorder: apps.Recorder
+) -> None:
+    env = rescan(10)
+    recorder.acks[5] = Ack.touch(status="not a number")
+
+    dispatch(role_settings(env))
+    worker = work(role_settings(env))
+
+    states = env.states()
+    assert states.pop(5)[0] == DISPATCHED  # left to the sweeper
+    assert states == {i: (IDLE, 1) for i in range(1, 11) if i != 5}
+    assert (worker.counts["acked"], worker.counts["failed"]) == (9, 1)
+
+
+# ---------------------------------------------------------------- backpressure
+
+
+def test_the_dispatcher_stops_claiming_at_the_high_water_mark(rescan: Callable[..., Env]) -> None:
+    env = rescan(1000, high_water=100, claim_batch=50)
+    settings = role_settings(env)
+
+    dispatch(settings)
+
+    assert env.queue.length(apps.RESCAN) == 100
+    assert env.count("dc_state = 1") == 100
+    dispatch(settings)  # still full: claims nothing
+    assert env.count("dc_state = 1") == 100
+
+    popped = env.queue.pop([apps.RESCAN], 30, 1.0)
+    assert popped is not None
+    assert len(popped[1]) == 30
+    dispatch(settings)
+
+    assert env.queue.length(apps.RESCAN) == 100
+    assert env.count("dc_state = 1") == 130
+    assert env.queue.stats(apps.RESCAN) == {"claimed": 130}
+
+
+def test_under_backpressure_every_row_still_goes_through_once(
+    rescan: Callable[..., Env], recorder: apps.Recorder
+) -> None:
+    n, high_water = 1000, 100
+    # A long period keeps handled rows from becoming due again while the test runs.
+    env = rescan(n, high_water=high_water, claim_batch=50, period_s=3600)
+    settings = role_settings(env, worker={"pop_batch": 20}, run_sweeper=False)
+    stop = threading.Event()
+    lengths: list[int] = []
+    errors: list[BaseException] = []
+
+    def guarded(fn: Callable[[], object]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as exc:
+                errors.append(exc)
+
+        return run
+
+    def sample() -> None:
+        while not stop.is_set():
+            lengths.append(env.queue.length(apps.RESCAN))
+            stop.wait(0.005)
+
+    threads = [
+        threading.Thread(target=guarded(lambda: dispatcher_main.serve(settings, stop))),
+        threading.Thread(target=guarded(lambda: worker_main.serve(settings, stop))),
+        threading.Thread(target=guarded(sample)),
+    ]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: env.count("dc_state = 0 AND dc_attempt = 1") == n, "every row to be acked", 30)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+
+    assert errors == []
+    assert max(lengths) <= high_water
+    assert max(lengths) > 0
+    handled_once(recorder, apps.RESCAN, range(1, n + 1))
+    assert env.queue.stats(apps.RESCAN)["acked"] == n
+
+
+# ---------------------------------------------------------------- bad and duplicate entries
+
+
+def test_bad_entries_are_counted_quarantined_and_never_run(
+    rescan: Callable[..., Env], recorder: apps.Recorder
+) -> None:
+    env = rescan(10)
+    settings = role_settings(env)
+    store = env.store
+    assert len(store.claim_due(10)) == 10
+    env.backdate_dispatch(where="user_id = 9")
+    assert store.requeue_expired(60, 10) == 1
+    assert len(store.claim_due(10)) == 1  # row 9 is now on attempt 2
+    huge = b"7" * (10 * 1024 * 1024)
+    malformed = {
+        b"": "malformed",
+        b"abc": "malformed",
+        b"-5:1": "malformed",
+        b"1.5:1": "malformed",
+        b"\xff\xfe": "malformed",
+        b"0:1": "malformed",
+        b"1:0": "malformed",
+        b"01:1": "malformed",
+        b"1 :1": "malformed",
+        b"9999999999999999999:1": "id_out_of_range",
+        b"1:9999999999": "attempt_out_of_range",
+        huge: "too_long",
+    }
+    stale = [b"9:1", b"10:2", b"99999999:1"]  # old attempt, future attempt, no such row
+    valid = [encode_entry(i, 1) for i in range(1, 6)]
+    # Valid and stale entries interleaved with the bad ones, all in one pop.
+    pushed: list[bytes] = []
+    for bad, good in zip(malformed, [*valid, *stale, *[None] * len(malformed)], strict=False):
+        pushed += [bad] if good is None else [bad, good]
+    assert len(pushed) == len(malformed) + len(valid) + len(stale)
+    env.queue.push_raw(apps.RESCAN, pushed)
+
+    worker = work(settings)
+
+    assert worker.counts["popped"] == len(pushed)
+    assert worker.counts["bad"] == len(malformed)
+    assert worker.counts["stale_entries"] == len(stale)
+    assert worker.counts["acked"] == 5
+    assert worker.counts["failed"] == 0
+    assert sorted(recorder.runs) == [(apps.RESCAN, i, 1) for i in range(1, 6)]
+    assert env.states() == {
+        **{i: (IDLE, 1) for i in range(1, 6)},
+        **{i: (DISPATCHED, 1) for i in (6, 7, 8, 10)},
+        9: (DISPATCHED, 2),
+    }
+    quarantined = env.queue.quarantined(apps.RESCAN)
+    assert sorted(quarantined) == sorted(
+        f"{why} ".encode() + raw[:QUARANTINE_ITEM_BYTES] for raw, why in malformed.items()
+    )
+    assert max(len(q) for q in quarantined) == len(b"too_long ") + QUARANTINE_ITEM_BYTES
+    assert env.queue.stats(apps.RESCAN) == {
+        "popped": len(pushed),
+        "bad": len(malformed),
+        "stale_entries": len(stale),
+        "acked": 5,
+    }
+
+    # The worker goes on with the next entries as usual.
+    env.queue.push_raw(apps.RESCAN, [encode_entry(i, 1) for i in (6, 7, 8)])
+    assert work(settings).counts["acked"] == 3
+    assert env.count("dc_state = 0") == 8
+
+
+def test_the_quarantine_keeps_only_the_newest_entries(rescan: Callable[..., Env]) -> None:
+    env = rescan()
+    env.queue.push_raw(apps.RESCAN, [b"bad-%d" % i for i in range(QUARANTINE_CAP + 100)])
+
+    worker = work(role_settings(env))
+
+    assert worker.counts["bad"] == QUARANTINE_CAP + 100
+    quarantined = env.queue.quarantined(apps.RESCAN)
+    assert len(quarantined) == QUARANTINE_CAP
+    assert quarantined[0] == b"malformed bad-%d" % (QUARANTINE_CAP + 99)
+    assert quarantined[-1] == b"malformed bad-100"
+
+
+@pytest.mark.parametrize("pop_batch", [2000, 1], ids=["one-pop", "three-pops"])
+def test_an_entry_pushed_three_times_runs_once(
+    rescan: Callable[..., Env], recorder: apps.Recorder, pop_batch: int
+) -> None:
+    env = rescan(2)
+    settings = role_settings(env, worker={"pop_batch": pop_batch})
+    dispatch(settings)  # pushes 1:1 and 2:1
+    env.queue.push_raw(apps.RESCAN, [b"1:1", b"1:1"])
+
+    worker = work(settings)
+
+    assert recorder.executions(apps.RESCAN) == Counter({1: 1, 2: 1})
+    assert (worker.counts["acked"], worker.counts["stale_entries"]) == (2, 2)
+    assert env.states() == {1: (IDLE, 1), 2: (IDLE, 1)}
+
+
+# ---------------------------------------------------------------- jobs
+
+
+@pytest.fixture
+def with_jobs(rescan: Callable[..., Env]) -> Iterator[tuple[Env, Settings]]:
+    env = rescan()
+    jobs = JobsSettings(enabled=True, table=f"jobs_{env.table[-8:]}")
+    settings = env.settings.model_copy(update={"jobs": jobs})
+    migrate.apply(settings)
+    yield env, role_settings(env, worker={"sources": [apps.RESCAN, "jobs"]}).model_copy(update={"jobs": jobs})
+    env.sql.execute(f"DROP TABLE IF EXISTS `{jobs.table}`")
+
+
+def test_jobs_run_their_task_once_and_are_deleted(
+    with_jobs: tuple[Env, Settings], recorder: apps.Recorder
+) -> None:
+    env, settings = with_jobs
+    table = settings.jobs.table
+    env.sql.executemany(
+        f"INSERT INTO `{table}` (task, payload, run_at) VALUES (%s, %s, NOW(6) + INTERVAL %s SECOND)",
+        [
+            ("remember", '{"n": 1}', -5),
+            ("remember", '{"n": 2}', -1),
+            ("remember", '{"n": 3}', 3600),
+            ("no_such_task", "{}", -1),
+        ],
+    )
+
+    dispatch(settings)
+    worker = work(settings)
+
+    assert sorted(p["n"] for p in recorder.tasks) == [1, 2]
+    assert (worker.counts["acked"], worker.counts["failed"]) == (2, 1)
+    env.sql.execute(f"SELECT task, dc_state, dc_attempt FROM `{table}` ORDER BY id")
+    assert env.sql.fetchall()[0] == ("remember", 0, 0)  # not due yet: never dispatched
+    env.sql.execute(f"SELECT dc_state, dc_attempt FROM `{table}` WHERE task = 'no_such_task'")
+    assert env.sql.fetchall() == ((DISPATCHED, 2),)  # failed: left to the sweeper, attempt burnt
+    env.sql.execute(f"SELECT COUNT(*) FROM `{table}`")
+    assert env.sql.fetchone() == (2,)

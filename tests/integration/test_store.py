@@ -1,0 +1,394 @@
+"""SourceStore state transitions on real MariaDB: claim, lock, fenced acks, sweeps and status."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pymysql
+import pytest
+
+from shared.handlers import Ack
+from shared.keys import Entry
+from shared.store import AckCounts, SourceStatus, SourceStore
+from tests.integration.conftest import Env
+from tests.integration.polling import wait_until
+
+pytestmark = pytest.mark.integration
+
+MakeEnv = Callable[..., Env]
+IDLE, DISPATCHED = 0, 1
+
+
+def entries(ids: list[int], attempt: int = 1) -> list[Entry]:
+    return [Entry(i, attempt) for i in ids]
+
+
+def due_times(env: Env) -> dict[int, dt.datetime]:
+    return dict(env.query(f"SELECT {{pk}}, `{env.source.due_column}` FROM {{t}}"))
+
+
+def in_locking_read(env: Env, connection_id: int) -> bool:
+    """Whether that session is executing a locking read of the test table: with its rows held
+    elsewhere, it is blocked on their lock. (PROCESSLIST, not INNODB_TRX: a one-id PRIMARY lookup waits
+    in the optimizer's const-row read before INNODB_TRX lists a LOCK WAIT, and that table is a cache
+    that polls faster than 100 ms keep from refreshing.)"""
+    rows = env.query(
+        "SELECT INFO FROM information_schema.PROCESSLIST WHERE ID = %s AND COMMAND = 'Query'",
+        (connection_id,),
+    )
+    return any(f"`{env.table}`" in str(info) and "FOR UPDATE" in str(info) for (info,) in rows)
+
+
+# ---------------------------------------------------------------- claim_due
+
+
+def test_claim_due_returns_oldest_due_first_with_ties_broken_by_id(make_env: MakeEnv) -> None:
+    env = make_env("rescan", rows=10)
+    # Offsets in seconds from a fixed past instant, per user_id 1..10; ids 2 and 3 tie.
+    env.query(
+        "UPDATE {t} SET updated_time = TIMESTAMP('2020-01-01') "
+        "+ INTERVAL ELT({pk}, 50, 30, 30, 10, 40, 20, 60, 70, 80, 90) SECOND"
+    )
+    env.query("UPDATE {t} SET updated_time = NOW(6) WHERE {pk} IN (9, 10)")  # checked just now
+    before = env.db_now()
+
+    first = env.store.claim_due(3)
+    rest = env.store.claim_due(100)
+    after = env.db_now()
+
+    assert first == entries([4, 6, 2])
+    assert rest == entries([3, 5, 1, 7, 8])
+    assert env.store.claim_due(100) == []
+    assert env.states() == {**{i: (DISPATCHED, 1) for i in range(1, 9)}, 9: (IDLE, 0), 10: (IDLE, 0)}
+    for (dispatched_at,) in env.query("SELECT dc_dispatched_at FROM {t} WHERE dc_state = 1"):
+        assert before <= dispatched_at <= after
+
+
+def test_claim_due_respects_the_period_on_the_database_clock(make_env: MakeEnv) -> None:
+    env = make_env("rescan", rows=3, period_s=10)
+    env.query(
+        "UPDATE {t} SET updated_time = NOW(6) - INTERVAL ELT({pk}, 5, 11, 0) SECOND"
+    )  # 1: checked 5 s ago, 2: 11 s ago, 3: just now
+
+    assert env.store.claim_due(10) == [Entry(2, 1)]
+    assert env.store.claim_due(10) == []
+
+    env.query("UPDATE {t} SET updated_time = updated_time - INTERVAL 1 HOUR WHERE {pk} IN (1, 3)")
+    assert env.store.claim_due(10) == entries([1, 3])
+    assert env.states() == {1: (DISPATCHED, 1), 2: (DISPATCHED, 1), 3: (DISPATCHED, 1)}
+
+
+def test_a_reclaimed_row_gets_the_next_attempt(make_env: MakeEnv) -> None:
+    env = make_env("oneoff", rows=2)
+    assert env.store.claim_due(10) == entries([1, 2])
+    env.backdate_dispatch()
+    assert env.store.requeue_expired(60, 100) == 2
+
+    assert env.store.claim_due(10) == entries([1, 2], attempt=2)
+    assert env.states() == {1: (DISPATCHED, 2), 2: (DISPATCHED, 2)}
+
+
+def test_two_claimers_in_parallel_never_claim_the_same_row(make_env: MakeEnv) -> None:
+    env = make_env("rescan", rows=3000)
+    stores = [env.store, env.other_store()]
+    claimed: list[list[Entry]] = [[], []]
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def claim_all(store: SourceStore, into: list[Entry]) -> None:
+        try:
+            start.wait(5)
+            while batch := store.claim_due(37):
+                into.extend(batch)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claim_all, args=(s, c)) for s, c in zip(stores, claimed, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+
+    assert errors == []
+    a, b = (set(c) for c in claimed)
+    assert len(a) == len(claimed[0])  # no entry twice within one claimer either
+    assert len(b) == len(claimed[1])
+    assert a.isdisjoint(b)
+    assert a | b == set(entries(list(range(1, 3001))))
+    assert env.count("dc_state = 1 AND dc_attempt = 1") == 3000
+
+
+# ---------------------------------------------------------------- started
+
+
+def test_started_locks_only_rows_whose_attempt_still_matches_and_are_dispatched(make_env: MakeEnv) -> None:
+    env = make_env("rescan", rows=6)
+    assert env.store.claim_due(5) == entries([1, 2, 3, 4, 5])
+    env.query("UPDATE {t} SET dc_attempt = 1 WHERE {pk} = 6")  # IDLE, but with attempt 1
+    asked = [Entry(1, 1), Entry(2, 2), Entry(3, 1), Entry(4, 0), Entry(6, 1), Entry(99_999, 1), Entry(5, 1)]
+
+    with env.store.started(asked, ["status"]) as batch:
+        assert sorted(r["user_id"] for r in batch.rows) == [1, 3, 5]
+        assert all(set(r) == {"user_id", "dc_attempt", "status"} for r in batch.rows)
+    with env.store.started(entries([2])) as batch:
+        assert set(batch.rows[0]) == {
+            "user_id",
+            "status",
+            "updated_time",
+            "dc_state",
+            "dc_attempt",
+            "dc_dispatched_at",
+        }
+
+    # No ack: leaving the block commits nothing but the (released) locks.
+    assert env.states() == {**{i: (DISPATCHED, 1) for i in range(1, 6)}, 6: (IDLE, 1)}
+
+
+def test_started_refuses_an_empty_batch(make_env: MakeEnv) -> None:
+    env = make_env("rescan")
+    with pytest.raises(ValueError, match="at least one entry"), env.store.started([]):
+        pass
+
+
+# ---------------------------------------------------------------- acks
+
+
+def test_touch_acks_set_idle_and_due_from_now_on_the_database_clock(make_env: MakeEnv) -> None:
+    env = make_env("rescan", rows=5)
+    env.store.claim_due(10)
+    t0 = env.db_now()
+
+    with env.store.started(entries([1, 2, 3, 4])) as batch:
+        rows = {r["user_id"]: r for r in batch.rows}
+        counts = batch.ack(
+            [
+                (rows[1], Ack.default()),
+                (rows[2], Ack.touch()),
+                (rows[3], Ack.touch(status=7)),
+                (rows[4], Ack.touch(delay_s=30)),
+            ]
+        )
+    t1 = env.db_now()
+
+    assert counts == AckCounts(acked=4, stale=0)
+    assert env.states() == {**{i: (IDLE, 1) for i in range(1, 5)}, 5: (DISPATCHED, 1)}
+    due = due_times(env)
+    for i in (1, 2, 3):
+        assert t0 <= due[i] <= t1
+    assert t0 + dt.timedelta(seconds=30) <= due[4] <= t1 + dt.timedelta(seconds=30)
+    assert dict(env.query("SELECT {pk}, status FROM {t}")) == {1: 1, 2: 1, 3: 7, 4: 1, 5: 1}
+
+    # Due again one period (10 s) after the ack, row 4 only after its extra 30 s.
+    assert env.store.claim_due(10) == []
+    env.query("UPDATE {t} SET updated_time = updated_time - INTERVAL 11 SECOND WHERE dc_state = 0")
+    assert env.store.claim_due(10) == entries([1, 2, 3], attempt=2)
+    env.query("UPDATE {t} SET updated_time = updated_time - INTERVAL 30 SECOND WHERE {pk} = 4")
+    assert env.store.claim_due(10) == [Entry(4, 2)]
+
+
+def test_delete_acks_remove_rows_and_touch_reschedules_a_one_off_row(make_env: MakeEnv) -> None:
+    env = make_env("oneoff", rows=5)
+    env.store.claim_due(10)
+    t0 = env.db_now()
+
+    with env.store.started(entries([1, 2, 3, 4, 5])) as batch:
+        rows = {r["id"]: r for r in batch.rows}
+        counts = batch.ack(
+            [
+                (rows[1], Ack.default()),
+                (rows[2], Ack.delete()),
+                (rows[3], Ack.default()),
+                (rows[4], Ack.touch(delay_s=60, payload="again")),
+            ]
+        )
+    t1 = env.db_now()
+
+    assert counts == AckCounts(acked=4, stale=0)
+    assert env.states() == {4: (IDLE, 1), 5: (DISPATCHED, 1)}
+    ((due_at, payload),) = env.query("SELECT due_at, payload FROM {t} WHERE id = 4")
+    assert payload == "again"
+    assert t0 + dt.timedelta(seconds=60) <= due_at <= t1 + dt.timedelta(seconds=60)
+
+
+def test_ack_with_a_column_the_table_lacks_is_refused_before_any_sql(make_env: MakeEnv) -> None:
+    env = make_env("rescan", rows=1)
+    env.store.claim_due(1)
+    with env.store.started(entries([1])) as batch, pytest.raises(ValueError, match="not a column"):
+        batch.ack([(batch.rows[0], Ack.touch(no_such_column=1))])
+    assert env.states() == {1: (DISPATCHED, 1)}
+
+
+@pytest.mark.parametrize("kind", ["rescan", "oneoff"])
+def test_a_stale_ack_changes_nothing_and_is_counted(make_env: MakeEnv, kind: str) -> None:
+    env = make_env(kind, rows=2)
+    assert env.store.claim_due(10) == entries([1, 2])
+    with env.store.started(entries([1])) as batch:
+        (old_row,) = batch.rows  # what a slow worker holds for attempt 1
+    env.backdate_dispatch()
+    assert env.store.requeue_expired(60, 100) == 2
+    assert env.store.claim_due(10) == entries([1, 2], attempt=2)
+    due_before = due_times(env)
+
+    with env.store.started(entries([1])) as batch:
+        assert batch.rows == []  # the old entry no longer locks anything
+    with env.store.db.transaction() as cur:
+        assert env.store.run_ack(cur, env.store.group_key(Ack.default()), [old_row]) == 0
+    with env.store.started([Entry(2, 2)]) as batch:
+        counts = batch.ack([(old_row, Ack.default()), (batch.rows[0], Ack.default())])
+
+    assert counts == AckCounts(acked=1, stale=1)
+    assert env.states()[1] == (DISPATCHED, 2)
+    assert due_times(env)[1] == due_before[1]
+    assert env.states().get(2) == (None if kind == "oneoff" else (IDLE, 2))
+
+
+# ---------------------------------------------------------------- requeue_expired
+
+
+def test_requeue_expired_takes_only_rows_past_the_visibility_timeout(make_env: MakeEnv) -> None:
+    env = make_env("rescan", rows=10)
+    env.store.claim_due(10)
+    env.backdate_dispatch(3600, where="user_id <= 5")
+    env.backdate_dispatch(30, where="user_id = 6")  # dispatched 30 s ago: within the 60 s timeout
+    due_before = due_times(env)
+
+    assert env.store.requeue_expired(60, 3) == 3
+    assert env.store.requeue_expired(60, 100) == 2
+    assert env.store.requeue_expired(60, 100) == 0
+
+    assert env.states() == {
+        **{i: (IDLE, 1) for i in range(1, 6)},
+        **{i: (DISPATCHED, 1) for i in range(6, 11)},
+    }
+    assert due_times(env) == due_before  # due unchanged: the requeued rows are due at once
+    assert env.store.claim_due(100) == entries([1, 2, 3, 4, 5], attempt=2)
+
+
+def test_requeue_skips_rows_a_live_batch_holds_until_its_connection_dies(make_env: MakeEnv) -> None:
+    env = make_env("rescan", rows=4)
+    env.store.claim_due(4)
+    env.backdate_dispatch()
+    worker = env.other_store()
+
+    held = worker.started(entries([1, 2]))
+    batch = held.__enter__()
+    assert len(batch.rows) == 2
+    assert env.store.requeue_expired(60, 100) == 2
+    assert env.states() == {1: (DISPATCHED, 1), 2: (DISPATCHED, 1), 3: (IDLE, 1), 4: (IDLE, 1)}
+    worker.db.close()  # the worker dies mid-batch: no commit, its locks go with the connection
+    with pytest.raises(pymysql.err.InterfaceError):
+        held.__exit__(None, None, None)  # its commit finds no connection
+
+    requeued: list[int] = []
+    wait_until(
+        lambda: requeued.append(env.store.requeue_expired(60, 100)) or sum(requeued) == 2,
+        "the dead worker's rows to be requeued",
+    )
+    assert env.states() == {i: (IDLE, 1) for i in range(1, 5)}
+
+
+def test_reset_dispatched_releases_every_dispatched_row(make_env: MakeEnv) -> None:
+    env = make_env("oneoff", rows=5)
+    env.store.claim_due(3)
+    assert env.store.reset_dispatched() == 3
+    assert env.states() == {i: (IDLE, 1 if i <= 3 else 0) for i in range(1, 6)}
+
+
+# ---------------------------------------------------------------- duplicate entries
+
+
+def test_a_duplicate_entry_waits_for_the_holder_and_then_gets_no_rows(make_env: MakeEnv) -> None:
+    env = make_env("rescan", rows=1)
+    (entry,) = env.store.claim_due(1)
+    # lock_wait_s=60: if the second batch returns inside this test, the holder's commit woke it.
+    second = env.other_store(lock_wait_s=60)
+    second_id = env.connection_id(second)
+    got: list[Any] = []
+    holder_committed = threading.Event()
+
+    def duplicate() -> None:
+        try:
+            with second.started([entry]) as batch:
+                got.append((holder_committed.is_set(), list(batch.rows)))
+        except BaseException as exc:
+            got.append(exc)
+
+    with env.store.started([entry]) as batch:
+        assert len(batch.rows) == 1
+        thread = threading.Thread(target=duplicate)
+        thread.start()
+        wait_until(lambda: in_locking_read(env, second_id), "the duplicate to wait for the lock")
+        assert batch.ack([(batch.rows[0], Ack.default())]) == AckCounts(1, 0)
+        assert got == []
+        holder_committed.set()
+    thread.join(10)
+
+    assert got == [(True, [])]
+    assert env.states() == {1: (IDLE, 1)}
+
+
+def test_after_the_lock_wait_a_batch_skips_held_rows_and_takes_the_free_ones(make_env: MakeEnv) -> None:
+    env = make_env("rescan", rows=2)
+    env.store.claim_due(2)
+    impatient = env.other_store(lock_wait_s=1)
+
+    with env.store.started(entries([1])) as held:
+        with impatient.started(entries([1, 2])) as batch:
+            assert [r["user_id"] for r in batch.rows] == [2]
+            assert batch.ack([(batch.rows[0], Ack.default())]) == AckCounts(1, 0)
+        assert held.ack([(held.rows[0], Ack.default())]) == AckCounts(1, 0)
+
+    assert env.states() == {1: (IDLE, 1), 2: (IDLE, 1)}
+
+
+@pytest.mark.parametrize(
+    "n",
+    [
+        999,
+        pytest.param(
+            2000,
+        ),
+    ],
+)
+def test_a_large_batch_does_not_wait_for_rows_other_workers_hold(make_env: MakeEnv, n: int) -> None:
+    env = make_env("rescan", rows=3000)
+    env.store.claim_due(3000)
+    other = env.other_store(lock_wait_s=1)
+    # Make the lock-wait fallback visible: here it finds nothing, so the batch gets its rows only
+    # if its first locking read never waited.
+    skip = other.sql.lock_dispatched_skip
+    other.sql = dataclasses.replace(
+        other.sql, lock_dispatched_skip=skip.replace(" WHERE ", " WHERE 1 = 0 AND ", 1)
+    )
+
+    with env.store.started(entries([1, 2, 3, 4, 5])) as held:  # another worker's small batch
+        assert len(held.rows) == 5
+        with other.started(entries(list(range(6, 6 + n)))) as batch:
+            assert len(batch.rows) == n, "the batch waited for rows it never asked for"
+
+
+# ---------------------------------------------------------------- status
+
+
+def test_status_counts_due_in_flight_and_the_oldest_due_age(make_env: MakeEnv) -> None:
+    env = make_env("rescan", rows=5, period_s=10)
+    assert env.store.status().due == 5
+    env.query("UPDATE {t} SET updated_time = NOW(6) - INTERVAL ELT({pk}, 7200, 3600, 1800, 5, 0) SECOND")
+    assert env.store.claim_due(1) == [Entry(1, 1)]
+
+    status = env.store.status()
+
+    assert status.due == 2  # ids 2 and 3; 4 and 5 were checked within the period
+    assert status.in_flight == 1
+    # Row 1 (in flight) has been due the longest: checked 7200 s ago, due since 7190 s.
+    assert status.oldest_due_age_s is not None
+    assert 7190 <= status.oldest_due_age_s < 7190 + 5
+
+
+def test_status_of_an_empty_source(make_env: MakeEnv) -> None:
+    env = make_env("oneoff")
+    assert env.store.status() == SourceStatus(due=0, in_flight=0, oldest_due_age_s=None)
