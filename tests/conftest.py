@@ -17,7 +17,8 @@ import redis
 from shared.db import connect
 from shared.settings import MySQLSettings, RedisSettings, Settings
 
-TEST_DATABASE = os.environ.get("DUECAST_MYSQL__DATABASE", "duecast_test")
+# One database per pytest session (dropped at its end): two runs on one server never collide.
+TEST_DATABASE = f"{os.environ.get('DUECAST_MYSQL__DATABASE', 'duecast_test')}_{uuid.uuid4().hex[:6]}"
 
 
 def _mysql_settings() -> MySQLSettings:
