@@ -39,6 +39,10 @@ class Dispatcher:
         delay = min(delays, default=self.settings.poll_interval_s)
         return Tick(delay, idle=delay > 0)
 
+    def pause(self, delay_s: float) -> None:
+        """Idle wait that an enqueuer's wake-up ends at once (BLPOP, so at most delay_s)."""
+        self.queue.wait_wake(delay_s)
+
     def _dispatch(self, store: Store) -> float:
         src = store.src
         room = claim_room(self.queue.length(src.name), src.high_water, src.claim_batch)

@@ -37,7 +37,7 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     scheduler = scheduler_start(stop, jobs) if jobs and not drain else None
     log.info("dispatching %s", ", ".join(s.name for s in sources))
     try:
-        run(dispatcher, stop, drain=drain)
+        run(dispatcher, stop, drain=drain, pause=dispatcher.pause)
     finally:
         if scheduler is not None:
             scheduler.shutdown(wait=True)

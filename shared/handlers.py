@@ -162,6 +162,10 @@ class Registry:
         return fn(json.loads(row["payload"]))
 
     @property
+    def task_names(self) -> frozenset[str]:
+        return frozenset(self._tasks)
+
+    @property
     def sources(self) -> list[str]:
         return sorted(self._handlers)
 

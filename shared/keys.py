@@ -66,6 +66,10 @@ class Keys:
         """Hash of counters (claimed, pushed, acked, stale...) summed over all processes."""
         return f"{{{self.prefix}}}:stats:{source}"
 
+    def wake(self) -> str:
+        """List an enqueuer pushes to after commit; a dispatcher BLPOPs it instead of sleeping."""
+        return f"{{{self.prefix}}}:wake"
+
     def source_of_ready(self, key: str | bytes) -> str:
         text = key.decode() if isinstance(key, bytes) else key
         return text.rsplit(":", 1)[1]

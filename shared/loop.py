@@ -10,6 +10,7 @@ import logging
 import random
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 from typing import Protocol
@@ -38,8 +39,13 @@ def run(
     drain: bool = False,
     error_base_s: float = 0.5,
     error_cap_s: float = 10.0,
+    pause: Callable[[float], None] | None = None,
 ) -> None:
-    """Run `role` until `stop` is set (or, draining, until it is idle). Errors back off, never exit."""
+    """Run `role` until `stop` is set (or, draining, until it is idle). Errors back off, never exit.
+
+    `pause(delay_s)` replaces the idle sleep when given (the dispatcher waits for a wake-up there);
+    it must return within delay_s, and if it fails the loop sleeps instead.
+    """
     rng = random.Random()
     failures = 0
     while not stop.is_set():
@@ -54,7 +60,8 @@ def run(
         if drain and result.idle:
             return
         if result.delay_s > 0:
-            stop.wait(result.delay_s)
+            # After a failure, back off with a plain sleep: the pause may need the broken server.
+            _pause(pause if failures == 0 else None, stop, result.delay_s)
 
 
 def stop_on_signals(stop: threading.Event) -> None:
@@ -66,3 +73,13 @@ def stop_on_signals(stop: threading.Event) -> None:
 
     signal.signal(signal.SIGTERM, _handler)
     signal.signal(signal.SIGINT, _handler)
+
+
+def _pause(pause: Callable[[float], None] | None, stop: threading.Event, delay_s: float) -> None:
+    if pause is not None and not stop.is_set():
+        try:
+            pause(delay_s)
+            return
+        except Exception:
+            log.debug("pause failed; sleeping instead", exc_info=True)
+    stop.wait(delay_s)

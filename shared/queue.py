@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from shared.keys import Entry, Keys, encode_entry
 from shared.settings import RedisSettings
@@ -23,6 +25,10 @@ def connect_redis(settings: RedisSettings) -> redis.Redis:
         socket_timeout=settings.socket_timeout_s,
         socket_connect_timeout=settings.socket_timeout_s,
         health_check_interval=30,
+        # No per-command retries: a re-sent RPUSH whose first send landed duplicates entries, and
+        # a re-sent BLMPOP can drop what the first one popped. duecast retries whole units of
+        # work instead (the loop's backoff), where MySQL decides what is still to do.
+        retry=Retry(NoBackoff(), 0),
     )
 
 
@@ -52,6 +58,10 @@ class ReadyQueue:
             return None
         key, items = reply
         return self.keys.source_of_ready(_b(key)), [_b(i) for i in items]
+
+    def wait_wake(self, timeout_s: float) -> bool:
+        """Block until an enqueuer's wake-up or `timeout_s`; True when woken."""
+        return self.client.blpop([self.keys.wake()], timeout=timeout_s) is not None
 
     def quarantine(self, source: str, items: Sequence[tuple[bytes, str]]) -> None:
         key = self.keys.quarantine(source)

@@ -97,6 +97,7 @@ class JobsSettings(_Section):
 
     enabled: bool = True
     table: Identifier = "duecast_jobs"
+    max_payload_bytes: int = Field(65_536, ge=16, le=16 * 1024 * 1024)  # JSON text, UTF-8
     claim_batch: int = Field(2000, ge=1, le=10_000)
     high_water: int = Field(40_000, ge=1, le=10_000_000)
     visibility_timeout_s: float = Field(60.0, ge=1, le=86400)
@@ -164,6 +165,12 @@ class Settings(BaseSettings):
                 f"worker.block_timeout_s ({self.worker.block_timeout_s}) must be shorter than "
                 f"redis.socket_timeout_s ({self.redis.socket_timeout_s}), or every idle pop "
                 "would look like a dead server"
+            )
+        if self.dispatcher.poll_interval_s >= self.redis.socket_timeout_s:
+            raise ValueError(
+                f"dispatcher.poll_interval_s ({self.dispatcher.poll_interval_s}) must be shorter than "
+                f"redis.socket_timeout_s ({self.redis.socket_timeout_s}): the dispatcher waits for "
+                "wake-ups with a blocking pop that long"
             )
         names = [s.name for s in self.all_sources()]
         dupes = sorted({n for n in names if names.count(n) > 1})

@@ -1,0 +1,80 @@
+"""A throwaway redis-server per test, for the faults the shared server must never see (FLUSHALL, kill).
+
+No persistence (`--save "" --appendonly no`), bound to 127.0.0.1 on a free port, not daemonized:
+the test owns the process, kills it with SIGKILL and may start it again on the same port.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import redis
+
+from tests.faults.procs import wait_for
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def redis_server_bin() -> str:
+    found = os.environ.get("DUECAST_REDIS_SERVER_BIN") or shutil.which("redis-server")
+    if not found:
+        raise AssertionError(
+            "no redis-server for the private Redis of the fault tests; run them with `scripts/dev test` "
+            "(it exports DUECAST_REDIS_SERVER_BIN) or install redis-server"
+        )
+    return found
+
+
+class PrivateRedis:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.log = workdir / f"redis-{self.port}.log"
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.popen = subprocess.Popen(
+                [
+                    redis_server_bin(),
+                    *("--port", str(self.port), "--bind", "127.0.0.1"),
+                    *("--save", "", "--appendonly", "no", "--dir", str(self.workdir)),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_for(self._answers, 10, f"the private redis-server on port {self.port} to answer")
+
+    def _answers(self) -> bool:
+        if self.popen is not None and self.popen.poll() is not None:
+            raise AssertionError(f"private redis-server exited with {self.popen.returncode}; see {self.log}")
+        try:
+            return bool(self.client.ping())
+        except redis.RedisError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: everything in it is gone, every client connection breaks."""
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(10)
+        self.client.connection_pool.disconnect()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()

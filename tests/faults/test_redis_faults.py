@@ -1,0 +1,105 @@
+"""(c) Redis is a disposable fan-out: a FLUSHALL or a restart mid-run (on a private redis-server) loses
+entries, never work. Rows whose entries vanished stay DISPATCHED, are requeued once past their
+visibility timeout and redelivered under attempt 2; the processes ride out the restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from shared.keys import decode_entry
+from tests.faults.conftest import DISPATCHED, KINDS, REDIS_DOWN, FaultEnv
+from tests.faults.private_redis import PrivateRedis
+
+pytestmark = pytest.mark.faults
+
+ROWS = 300
+CLAIM = 50
+HIGH_WATER = 100  # the dispatcher keeps claiming as the list drains: the run is long and busy
+ROW_DELAY_MS = 5
+
+
+def _start_run(env: FaultEnv, *, allow: tuple[str, ...] = ()) -> list[int]:
+    ids = env.insert(ROWS)
+    for name in ("w1", "w2"):
+        env.worker(name, allow=allow, DUECAST_TEST_ROW_DELAY_MS=ROW_DELAY_MS)
+    env.dispatcher(allow=allow)
+    env.wait_for(
+        lambda: len(env.executions()) >= 40 and env.llen() >= 30,
+        "the run to be under way with entries queued",
+    )
+    return ids
+
+
+def _assert_each_row_ran_once(env: FaultEnv, ids: list[int]) -> set[int]:
+    """No worker died, so every execution was acked: one per row. Returns the rows run as attempt 2."""
+    verdict = env.verdict(ids)
+    assert not verdict.lost
+    assert not verdict.unexpected
+    assert not verdict.duplicates
+    assert not verdict.redundant
+    assert not verdict.wrong_outcome
+    assert all(p.alive() for p in env.procs.procs.values()), "every process survived"
+    assert {a for i in ids for a in verdict.attempts(i)} <= {1, 2}
+    return {i for i in ids if verdict.attempts(i) == [2]}
+
+
+def _only_stranded_left(env: FaultEnv) -> bool:
+    """Nothing queued, nothing held, and every row not done is DISPATCHED: only the sweeper can help."""
+    if env.llen() or env.held_count():
+        return False
+    rows = env.rows()
+    return all(rows[i][0] == DISPATCHED for i in env.pending())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_flushall_mid_run_loses_nothing(
+    fault_env: Callable[..., FaultEnv], private_redis: PrivateRedis, kind: str
+) -> None:
+    env = fault_env(kind, claim_batch=CLAIM, high_water=HIGH_WATER)
+    env.use_redis(private_redis)
+    ids = _start_run(env)
+
+    # Read the list and flush in one MULTI: exactly these entries vanish.
+    pipe = env.redis.pipeline(transaction=True)
+    pipe.lrange(env.ready_key, 0, -1)
+    pipe.flushall()
+    raw, _ = pipe.execute()
+    vanished = {decode_entry(r).id for r in raw}
+    assert vanished
+
+    env.wait_for(
+        lambda: env.pending() == vanished and env.llen() == 0,
+        "every row whose entry survived to be run",
+    )
+    assert {env.rows()[i] for i in vanished} == {(DISPATCHED, 1)}
+    assert env.back_date(vanished, attempt=1) == len(vanished)
+    env.wait_for(lambda: not env.pending(), "the sweeper to requeue the rows whose entries vanished")
+    assert _assert_each_row_ran_once(env, ids) == vanished
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_redis_restart_mid_run_processes_survive_and_lose_nothing(
+    fault_env: Callable[..., FaultEnv], private_redis: PrivateRedis, kind: str
+) -> None:
+    env = fault_env(kind, claim_batch=CLAIM, high_water=HIGH_WATER)
+    env.use_redis(private_redis)
+    # Every process logs connection errors while the server is down: expected here, nothing else.
+    ids = _start_run(env, allow=REDIS_DOWN)
+
+    private_redis.restart()  # SIGKILL, then a fresh empty server on the same port
+
+    # Stranded: rows whose entries died with the server, or whose push failed while it was down.
+    # Everything else is run once the processes have reconnected (rows still IDLE at the restart
+    # need the dispatcher to recover, too).
+    env.wait_for(lambda: _only_stranded_left(env), "the processes to reconnect and run all but the stranded")
+    # Age them. A row a worker popped but had not locked yet may be among them: if the sweeper
+    # requeues it under the worker's nose, that entry turns stale; still one run.
+    aged = env.pending()
+    env.back_date(aged, attempt=1)
+    env.wait_for(lambda: not env.pending(), "the sweeper to requeue the stranded rows")
+    redelivered = _assert_each_row_ran_once(env, ids)
+    assert redelivered, "the restart must have lost queued entries"
+    assert redelivered <= aged
