@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=2000)
     parser.add_argument("--warmup", type=float, default=12.0, help="seconds ignored at the start of a run")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--chart", type=Path, help="also draw checks/s per mode and worker count (PNG)")
     args = parser.parse_args(argv)
 
     console = Console(stderr=True)
@@ -163,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     out.print(table)
     versions = versions_line(settings)
     out.print(versions)
+    if args.chart:
+        chart(results, args, args.chart)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
@@ -172,6 +175,32 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     return 0
+
+
+def chart(results: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> None:
+    try:
+        import matplotlib  # noqa: PLC0415 - a bench extra, not a duecast dependency
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        print("no chart: install the bench extra (pip install -e '.[bench]')", file=sys.stderr)
+        return
+    labels = [f"{r['mode']}\n{r['workers']} worker(s)" for r in results]
+    values = [median_of(r["runs"], "checks_per_s") for r in results]
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
+    bars = ax.bar(labels, values, color=["#8892b0" if r["mode"] == "rows" else "#2a9d8f" for r in results])
+    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values])
+    ax.axhline(args.users / args.period, color="#e76f51", linestyle="--", linewidth=1)
+    ax.text(
+        -0.4, args.users / args.period * 1.02, "demand: every user every period", color="#e76f51", fontsize=8
+    )
+    ax.set_ylabel("checks/s (median run)")
+    ax.set_title(f"re-scan of {args.users:,} users every {args.period:g} s, 2-core machine", fontsize=10)
+    ax.set_ylim(0, max([*values, args.users / args.period]) * 1.18)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
 
 
 def versions_line(settings: Settings) -> str:
