@@ -6,6 +6,7 @@ Each subcommand builds settings in its own `main()`; nothing is configured at im
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 
@@ -15,6 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 from shared import migrate
+from shared.handlers import AppError, load_registry
+from shared.jobs import EnqueueError, Enqueuer
+from shared.queue import connect_redis
 from shared.runtime import build_queue, build_stores
 from shared.schema import SchemaError
 from shared.settings import Settings, load_settings
@@ -64,6 +68,27 @@ def _cmd_migrate(rest: list[str]) -> int:
     return 0
 
 
+def _cmd_enqueue(rest: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="duecast enqueue", description="Enqueue one job.")
+    parser.add_argument("task")
+    parser.add_argument("--payload", default="null", help="the job's JSON payload (default null)")
+    parser.add_argument("--queue", default="default")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds until it is due")
+    parser.add_argument("--app", help="module[:attr] of the task Registry: refuse unknown task names")
+    parser.add_argument("--config")
+    args = parser.parse_args(rest)
+    try:
+        payload = json.loads(args.payload)
+    except json.JSONDecodeError as exc:
+        raise EnqueueError(f"--payload is not JSON: {exc}") from exc
+    settings = load_settings(args.config)
+    tasks = load_registry(args.app).task_names if args.app else None
+    enqueuer = Enqueuer(settings, connect_redis(settings.redis), tasks)
+    job_id = enqueuer.enqueue(args.task, payload, queue=args.queue, delay_s=args.delay)
+    print(f"enqueued job {job_id} ({args.task})")
+    return 0
+
+
 def _cmd_status(rest: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="duecast status", description="Show every source's state.")
     parser.add_argument("--config")
@@ -110,6 +135,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "worker": (_cmd_worker, "pop entries, run handlers, ack in MySQL"),
     "sweeper": (_cmd_sweeper, "requeue rows dispatched but never acked (if not in the dispatcher)"),
     "migrate": (_cmd_migrate, "create/alter tables so sources can be dispatched"),
+    "enqueue": (_cmd_enqueue, "enqueue one job (JSON payload) into duecast's jobs table"),
     "status": (_cmd_status, "show due backlog, in flight, staleness and counters per source"),
     "demo": (_cmd_demo, "run the user_block_status re-scan demo with a live display"),
 }
@@ -126,6 +152,6 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args[0]][0](args[1:])
     except (ValidationError, SettingsError) as exc:
         print(f"duecast: invalid settings:\n{exc}", file=sys.stderr)
-    except (SchemaError, FileNotFoundError) as exc:
+    except (SchemaError, FileNotFoundError, EnqueueError, AppError) as exc:
         print(f"duecast: {exc}", file=sys.stderr)
     return 2

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -176,11 +178,24 @@ class Registry:
             raise KeyError(f"no handler registered for source {source!r}") from None
 
 
+class AppError(ValueError):
+    """The handler app named by --app / worker.app cannot be loaded; the message says why."""
+
+
 def load_registry(spec: str) -> Registry:
-    """Import "package.module[:attribute]" (attribute defaults to `handlers`) and return its Registry."""
+    """Import "package.module[:attribute]" (attribute defaults to `handlers`) and return its Registry.
+
+    The current directory is importable, as with `python -m worker`, so `duecast worker --app
+    myapp.handlers` finds a project's own modules.
+    """
     module_name, _, attr = spec.partition(":")
-    module = importlib.import_module(module_name)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AppError(f"cannot import the app module {module_name!r}: {exc}") from exc
     registry = getattr(module, attr or "handlers", None)
     if not isinstance(registry, Registry):
-        raise TypeError(f"{spec}: expected a duecast Registry at {module_name}:{attr or 'handlers'}")
+        raise AppError(f"{spec}: expected a duecast Registry at {module_name}:{attr or 'handlers'}")
     return registry

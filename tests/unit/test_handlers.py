@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.handlers import Ack, Handler, Registry, Row, load_registry
+from shared.handlers import Ack, AppError, Handler, Registry, Row, load_registry
 from shared.settings import JOBS_SOURCE
 from shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, STATE_COLUMN
 
@@ -326,10 +326,20 @@ def test_load_registry_named_attribute(app_module: str) -> None:
 
 @pytest.mark.parametrize("attr", ["not_a_registry", "missing"])
 def test_load_registry_wrong_type(app_module: str, attr: str) -> None:
-    with pytest.raises(TypeError, match=f"expected a duecast Registry at {app_module}:{attr}"):
+    with pytest.raises(AppError, match=f"expected a duecast Registry at {app_module}:{attr}"):
         load_registry(f"{app_module}:{attr}")
 
 
 def test_load_registry_missing_module() -> None:
-    with pytest.raises(ModuleNotFoundError):
+    with pytest.raises(AppError, match="cannot import the app module"):
         load_registry(f"no_such_module_{uuid.uuid4().hex}")
+
+
+def test_load_registry_finds_modules_in_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = f"cwd_app_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("from duecast import Registry\nhandlers = Registry()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert load_registry(name).sources == []
