@@ -1,8 +1,9 @@
-"""duecast's public API and command line: `from duecast import Registry, Ack`.
+"""duecast's public API and command line: `from duecast import Registry, Ack, Enqueuer, Job`.
 
 Wiring only: the behaviour lives in `shared`, `dispatcher` and `worker`.
 """
 
 from shared.handlers import Ack, Registry, Row
+from shared.jobs import EnqueueError, Enqueuer, Job
 
-__all__ = ["Ack", "Registry", "Row"]
+__all__ = ["Ack", "EnqueueError", "Enqueuer", "Job", "Registry", "Row"]

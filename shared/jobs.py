@@ -21,7 +21,8 @@ import redis
 from shared.db import Database
 from shared.identifiers import quote
 from shared.keys import Keys
-from shared.settings import JobsSettings, Settings
+from shared.queue import connect_redis
+from shared.settings import JobsSettings, Settings, load_settings
 
 INSERT_CHUNK = 500  # rows per multi-row INSERT: 500 x 64 KiB stays under the default 64 MiB packet
 
@@ -87,6 +88,12 @@ class Enqueuer:
         t = quote(self.jobs.table)
         self._insert = f"INSERT INTO {t} (`queue`, `task`, `payload`, `run_at`) VALUES "
         self._values = "(%s, %s, %s, NOW(6) + INTERVAL %s MICROSECOND)"
+
+    @classmethod
+    def connect(cls, config: str | None = None, tasks: Iterable[str] | None = None) -> Enqueuer:
+        """An Enqueuer from the environment / DUECAST_CONFIG (or the TOML file `config`)."""
+        settings = load_settings(config)
+        return cls(settings, connect_redis(settings.redis), tasks)
 
     def enqueue(
         self,
