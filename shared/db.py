@@ -19,6 +19,7 @@ from shared.settings import MySQLSettings
 log = logging.getLogger("duecast.db")
 
 # Errors after which the connection cannot be trusted: drop it so the next unit reconnects.
+_UNKNOWN_SYSTEM_VARIABLE = 1193
 _CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 
 
@@ -46,6 +47,13 @@ def connect(settings: MySQLSettings, database: bool = True) -> pymysql.Connectio
         # Short lock waits: the only long-held locks are a live worker's batch rows, and whoever
         # waits for those has a fallback (skip them) instead of stalling its loop.
         cur.execute("SET SESSION innodb_lock_wait_timeout = %s", (settings.lock_wait_s,))
+        try:
+            # MariaDB turns an IN list of 1,000+ values into a subquery that may scan the table;
+            # duecast's lists are ids it means to look up one by one. (MySQL has no such rewrite.)
+            cur.execute("SET SESSION in_predicate_conversion_threshold = 0")
+        except pymysql.err.OperationalError as exc:
+            if exc.args[0] != _UNKNOWN_SYSTEM_VARIABLE:
+                raise
     return conn
 
 
