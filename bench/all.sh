@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Every benchmark in docs/benchmarks.md, one after the other (about 35 minutes on 2 cores).
+# Results land in bench/results/*.json (git-ignored) and charts in docs/img/*.png.
+# Run it on an otherwise idle machine: the figures are only as quiet as the machine.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+out=bench/results
+img=docs/img
+mkdir -p "$out" "$img"
+run() { echo "+ $*" >&2; scripts/dev shell python "$@"; }
+
+run bench/rescan.py --users 1000000 --seconds 60 --runs 3 --json "$out/rescan.json" --chart "$img/rescan.png"
+run bench/scaling.py --json "$out/scaling.json" --chart "$img/scaling.png"
+run bench/latency.py --rates 100 1000 2000 --json "$out/latency.json" --chart "$img/latency.png"
+bash bench/peers/setup_env.sh
+run bench/peers/run.py --jobs 100000 --runs 3 --json "$out/peers.json" --chart "$img/peers.png"
+run bench/soak.py --json "$out/soak.json" --chart "$img/soak.png"

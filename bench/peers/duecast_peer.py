@@ -1,0 +1,129 @@
+"""duecast on the peer workload: INSERT N no-op jobs into duecast_jobs, drain with 1 dispatcher + W workers.
+
+Runs from duecast's own .venv with the DUECAST_* environment the runner sets (database
+duecast_bench_peers, key prefix duecast-bench-peers). Settings are duecast's defaults.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import closing
+from pathlib import Path
+
+from harness import (
+    Drain,
+    Options,
+    Workers,
+    child_env,
+    elapsed,
+    emit,
+    exact_backlog,
+    mysql_backlog,
+    parse_args,
+    time_drain,
+)
+
+from shared import migrate
+from shared.db import connect
+from shared.identifiers import quote
+from shared.runtime import build_queue
+from shared.settings import JOBS_SOURCE, Settings, load_settings
+
+try:  # duecast's enqueue API (shared/jobs.py); trees without it get the plain INSERT it wraps
+    from shared.jobs import Enqueuer, Job
+except ImportError:
+    Enqueuer = None
+
+ENQUEUE_BATCH = 10_000  # rows per INSERT, one transaction each (the seeds' batch enqueue)
+
+
+def enqueue(settings: Settings, jobs: int) -> tuple[float, str]:
+    """Seconds to enqueue `jobs` no-op jobs, ENQUEUE_BATCH per transaction, and how it was done.
+
+    With duecast's enqueue API (shared/jobs.py) when this tree has it, else the plain multi-row
+    INSERT (task, payload '{}', run_at NOW(6)) that API replaces.
+    """
+    with closing(connect(settings.mysql)) as conn, conn.cursor() as cur:
+        cur.execute(f"TRUNCATE TABLE {quote(settings.jobs.table)}")
+    if Enqueuer is None:
+        return enqueue_sql(settings, jobs), f"INSERT of {ENQUEUE_BATCH:,} rows per statement and transaction"
+    enqueuer = Enqueuer(settings, build_queue(settings).client)
+    started = time.monotonic()
+    for lo in range(0, jobs, ENQUEUE_BATCH):
+        enqueuer.enqueue_many(Job("noop", {}) for _ in range(min(ENQUEUE_BATCH, jobs - lo)))
+    how = f"shared.jobs Enqueuer.enqueue_many, {ENQUEUE_BATCH:,} jobs per call (one transaction each)"
+    return elapsed(started), how
+
+
+def enqueue_sql(settings: Settings, jobs: int) -> float:
+    table = quote(settings.jobs.table)
+    with closing(connect(settings.mysql)) as conn:
+        started = time.monotonic()
+        for lo in range(0, jobs, ENQUEUE_BATCH):
+            n = min(ENQUEUE_BATCH, jobs - lo)
+            values = ",".join(["(%s, %s, NOW(6))"] * n)
+            with conn.cursor() as cur:
+                cur.execute(
+                    f"INSERT INTO {table} (task, payload, run_at) VALUES {values}", ["noop", "{}"] * n
+                )
+            conn.commit()
+        return elapsed(started)
+
+
+def write_config(path: Path) -> None:
+    """An empty settings file: every duecast setting at its default (the connection comes from env)."""
+    path.write_text("# peer benchmark: duecast defaults; connection settings come from DUECAST_* env\n")
+
+
+def drain(settings: Settings, opts: Options, workers: Workers) -> Drain:
+    """Start the dispatcher and workers, poll the backlog until it is 0, stop them."""
+    table = quote(settings.jobs.table)
+    with closing(connect(settings.mysql)) as poll:
+        poll.autocommit(True)
+        started = time.monotonic()
+        workers.start("dispatcher", [sys.executable, "-m", "dispatcher"])
+        for i in range(opts.workers):
+            workers.start(f"worker-{i + 1}", [sys.executable, "-m", "worker", "--app", "duecast_app"])
+        try:
+            result = time_drain(mysql_backlog(poll, table), opts.jobs, started, opts.timeout_s, workers)
+        finally:
+            workers.stop()
+        return exact_backlog(result, poll, table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(__doc__, argv)
+    settings = load_settings()
+    migrate.apply(settings)
+    enqueue_s, how = enqueue(settings, opts.jobs)
+    config = opts.log_dir / "duecast.toml"
+    write_config(config)
+    workers = Workers(opts.log_dir, child_env(DUECAST_CONFIG=str(config)))
+    result = drain(settings, opts, workers)
+    queue = build_queue(settings)
+    stats = queue.stats(JOBS_SOURCE)
+    errors, shutdown_errors = workers.errors()
+    if not result.timed_out and stats.get("acked", 0) < opts.jobs:
+        errors.append(f"acked counter {stats.get('acked', 0)} < {opts.jobs} jobs")
+    src = settings.source(JOBS_SOURCE)
+    emit(
+        enqueue_s,
+        result,
+        {
+            "enqueue": how,
+            "processes": f"1 dispatcher + {opts.workers} workers",
+            "claim_batch": src.claim_batch,
+            "pop_batch": settings.worker.pop_batch,
+            "high_water": src.high_water,
+            "worker_concurrency": settings.worker.concurrency,
+            "counters": stats,
+        },
+        errors,
+        shutdown_errors,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

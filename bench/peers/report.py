@@ -1,0 +1,140 @@
+"""Turn the drivers' result lines into rates, medians and ratios, and render them as a rich table.
+
+Pure functions over plain dicts (the JSON file holds the same dicts); no I/O here.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from rich.table import Table
+
+Raw = dict[str, Any]  # one driver's result line, plus "error" when the driver itself failed
+NOISY_SPREAD = 0.25  # (max - min) / median of a system's drain runs above this: flag the result
+
+
+def rates(raw: Raw, jobs: int) -> Raw:
+    """One run of one system: enqueue and drain jobs/s (a drain cut short counts the jobs it did)."""
+    if raw.get("error"):
+        return {"ok": False, "error": raw["error"]}
+    done = jobs - int(raw["remaining"])
+    first = raw["first_progress_s"]
+    return {
+        "ok": not raw["errors"],
+        "enqueue_per_s": jobs / raw["enqueue_s"] if raw["enqueue_s"] > 0 else None,
+        "drain_per_s": done / raw["drain_s"] if raw["drain_s"] > 0 else None,
+        # Without the workers' start-up: from the first job done to the last (what a warm fleet does).
+        "steady_per_s": done / (raw["drain_s"] - first) if first and raw["drain_s"] > first else None,
+        "done": done,
+        "cut_short": bool(raw["timed_out"]),
+        "first_progress_s": raw["first_progress_s"],
+        "errors": raw["errors"],
+        "shutdown_errors": raw.get("shutdown_errors", []),
+    }
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def summarise(names: list[str], runs: list[dict[str, Raw]], baseline: str = "duecast") -> list[Raw]:
+    """Per system: its runs, median enqueue/drain jobs/s, and the median of its per-run drain ratio
+    to the baseline (both measured in the same run, so a noisy run moves both)."""
+    out = []
+    for name in names:
+        mine = [run[name] for run in runs if name in run]
+        drains = [r.get("drain_per_s") for r in mine]
+        ratios: list[float | None] = [
+            run[name]["drain_per_s"] / run[baseline]["drain_per_s"]
+            for run in runs
+            if run.get(name, {}).get("drain_per_s") and run.get(baseline, {}).get("drain_per_s")
+        ]
+        med = _median(drains)
+        present = [d for d in drains if d]
+        spread = (max(present) - min(present)) / med if med and len(present) > 1 else 0.0
+        out.append(
+            {
+                "system": name,
+                "runs": mine,
+                "enqueue_per_s": _median([r.get("enqueue_per_s") for r in mine]),
+                "drain_per_s": med,
+                "drain_ratio_to_duecast": _median(ratios),
+                "first_job_s": _median([r.get("first_progress_s") for r in mine]),
+                "steady_per_s": _median([r.get("steady_per_s") for r in mine]),
+                "drain_spread": spread,
+                "cut_short": any(r.get("cut_short") for r in mine),
+                "failed": any(not r.get("ok") for r in mine),
+                "shutdown_errors": any(r.get("shutdown_errors") for r in mine),
+            }
+        )
+    return out
+
+
+def num(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def notes(row: Raw, jobs: int) -> str:
+    out = []
+    if row["cut_short"]:
+        done = ", ".join(_thousands(r.get("done", 0)) for r in row["runs"])
+        out.append(f"cut short; done: {done} of {_thousands(jobs)}")
+    if row["failed"]:
+        out.append("errors: see JSON")
+    if row["shutdown_errors"]:
+        out.append("errors at shutdown, after the clock stopped: see JSON")
+    if row["drain_spread"] > NOISY_SPREAD:
+        out.append(f"runs spread {row['drain_spread']:.0%}")
+    return "; ".join(out)
+
+
+def _thousands(n: int) -> str:
+    return f"{n / 1000:,.0f}k" if n >= 10_000 else f"{n:,}"
+
+
+COLUMNS = (
+    ("system", "left"),
+    ("enqueue jobs/s", "right"),
+    ("drain jobs/s", "right"),
+    ("drain vs duecast", "right"),
+    ("first job done (s)", "right"),
+    ("drain jobs/s after first job", "right"),
+    ("drain jobs/s per run", "right"),
+    ("notes", "left"),
+)
+
+
+def cells(row: Raw, label: str, jobs: int) -> list[str]:
+    ratio = row["drain_ratio_to_duecast"]
+    first = row["first_job_s"]
+    return [
+        label,
+        num(row["enqueue_per_s"]),
+        num(row["drain_per_s"]),
+        "-" if ratio is None else f"{ratio:.2f}x",
+        "-" if first is None else f"{first:.1f}",
+        num(row["steady_per_s"]),
+        ", ".join(num(r.get("drain_per_s")) for r in row["runs"]),
+        notes(row, jobs),
+    ]
+
+
+def table(summary: list[Raw], labels: dict[str, str], title: str, jobs: int) -> Table:
+    t = Table(title=title)
+    for col, justify in COLUMNS:
+        t.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for row in summary:
+        t.add_row(*cells(row, labels[row["system"]], jobs))
+    return t
+
+
+def markdown(summary: list[Raw], labels: dict[str, str], jobs: int) -> str:
+    """The same table as Markdown, for bench/peers/README.md."""
+    lines = [
+        "| " + " | ".join(c for c, _ in COLUMNS) + " |",
+        "|" + "|".join("---" if j == "left" else "--:" for _, j in COLUMNS) + "|",
+    ]
+    lines += ["| " + " | ".join(cells(row, labels[row["system"]], jobs)) + " |" for row in summary]
+    return "\n".join(lines)
