@@ -7,6 +7,7 @@ PyMySQL no longer reconnects by itself; a unit of work that hits a dropped conne
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -20,11 +21,15 @@ log = logging.getLogger("duecast.db")
 
 # Errors after which the connection cannot be trusted: drop it so the next unit reconnects.
 _UNKNOWN_SYSTEM_VARIABLE = 1193
+_CR_SSL_CONNECTION_ERROR = 2026
 _CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 
 
 def connect(settings: MySQLSettings, database: bool = True) -> pymysql.Connection[pymysql.cursors.Cursor]:
-    """Open a connection: autocommit off, READ COMMITTED, utf8mb4, rowcount = rows matched."""
+    """Open a connection: autocommit off, READ COMMITTED, utf8mb4, rowcount = rows matched.
+
+    Errors name the user and host, never the password (PyMySQL's messages, and ours, below).
+    """
     conn = pymysql.connect(
         host=settings.host,
         port=settings.port,
@@ -39,7 +44,15 @@ def connect(settings: MySQLSettings, database: bool = True) -> pymysql.Connectio
         autocommit=False,
         # FOUND_ROWS: an UPDATE reports rows matched, so a fenced ack's rowcount is exact.
         client_flag=CLIENT.FOUND_ROWS,
+        ssl=tls_context(settings) if settings.tls else None,
     )
+    # PyMySQL before 1.2 went on in plaintext when the server offered no TLS: check the socket.
+    if settings.tls and not isinstance(getattr(conn, "_sock", None), ssl.SSLSocket):
+        conn.close()
+        raise pymysql.err.OperationalError(
+            _CR_SSL_CONNECTION_ERROR,
+            f"mysql.tls is true but the server at {settings.host}:{settings.port} did not set up TLS",
+        )
     with conn.cursor() as cur:
         # READ COMMITTED: no gap locks on the claim scan, and rows a locking read does not
         # match are unlocked at once, so SKIP LOCKED only skips rows someone is really working on.
@@ -55,6 +68,26 @@ def connect(settings: MySQLSettings, database: bool = True) -> pymysql.Connectio
             if exc.args[0] != _UNKNOWN_SYSTEM_VARIABLE:
                 raise
     return conn
+
+
+def tls_context(settings: MySQLSettings) -> ssl.SSLContext:
+    """The TLS context for `mysql.tls = true`: verify the server (chain, then name) unless told not to."""
+    ca = settings.tls_ca_file
+    ctx = ssl.create_default_context(cafile=str(ca) if ca is not None else None)
+    if settings.tls_cert_file is not None:
+        ctx.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    if not settings.tls_verify:
+        log.warning(
+            "mysql.tls_verify is false: the connection to %s:%s is encrypted, but anyone on the "
+            "network path can impersonate the server",
+            settings.host,
+            settings.port,
+        )
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    elif not settings.tls_check_hostname:
+        ctx.check_hostname = False
+    return ctx
 
 
 class Database:

@@ -5,7 +5,10 @@ Redis holds only copies of what MySQL already says; anything here may vanish wit
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
@@ -18,8 +21,15 @@ QUARANTINE_CAP = 1000  # newest bad entries kept for inspection
 QUARANTINE_ITEM_BYTES = 256  # a 10 MB bad entry is kept as its first bytes only
 _PUSH_CHUNK = 5000  # keeps one RPUSH far from Redis' argument limits
 
+log = logging.getLogger("duecast.queue")
+
 
 def connect_redis(settings: RedisSettings) -> redis.Redis:
+    """The one place a Redis client is made: ACL user and password from the URL, TLS for rediss://.
+
+    The URL was checked by the settings (no ?options that could override the TLS ones below).
+    redis-py's errors and reprs name the host and port, never the password.
+    """
     return redis.Redis.from_url(
         settings.url.get_secret_value(),
         socket_timeout=settings.socket_timeout_s,
@@ -29,7 +39,31 @@ def connect_redis(settings: RedisSettings) -> redis.Redis:
         # a re-sent BLMPOP can drop what the first one popped. duecast retries whole units of
         # work instead (the loop's backoff), where MySQL decides what is still to do.
         retry=Retry(NoBackoff(), 0),
+        **_tls_options(settings),
     )
+
+
+def _tls_options(settings: RedisSettings) -> dict[str, Any]:
+    """redis-py's TLS arguments, all explicit: its defaults changed between releases (5.x did not
+    check host names)."""
+    if not settings.tls:
+        return {}
+    if not settings.tls_verify:
+        log.warning(
+            "redis.tls_verify is false: the connection to Redis is encrypted, but anyone on the "
+            "network path can impersonate the server"
+        )
+    return {
+        "ssl_ca_certs": _path(settings.tls_ca_file),
+        "ssl_certfile": _path(settings.tls_cert_file),
+        "ssl_keyfile": _path(settings.tls_key_file),
+        "ssl_cert_reqs": "required" if settings.tls_verify else "none",
+        "ssl_check_hostname": settings.tls_verify and settings.tls_check_hostname,
+    }
+
+
+def _path(path: Path | None) -> str | None:
+    return None if path is None else str(path)
 
 
 class ReadyQueue:
