@@ -11,6 +11,7 @@ from dispatcher.dispatcher import Dispatcher
 from dispatcher.ranges import RangeKeeper
 from dispatcher.scheduler import start as scheduler_start
 from dispatcher.sweeper import Sweeper
+from shared.health import serving, with_port
 from shared.loop import run
 from shared.range_store import RangeStore
 from shared.runtime import build_queue, build_stores, start_process
@@ -37,7 +38,8 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     scheduler = scheduler_start(stop, jobs) if jobs and not drain else None
     log.info("dispatching %s", ", ".join(s.name for s in sources))
     try:
-        run(dispatcher, stop, drain=drain, pause=dispatcher.pause)
+        with serving(settings, "dispatcher") as liveness:
+            run(dispatcher, stop, drain=drain, pause=dispatcher.pause, on_turn=liveness.beat)
     finally:
         if scheduler is not None:
             scheduler.shutdown(wait=True)
@@ -66,8 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="duecast dispatcher", description=__doc__)
     parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
     parser.add_argument("--drain", action="store_true", help="exit once nothing is due")
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        help="serve /healthz, /readyz and /metrics on this port (overrides health.port; 0 = off)",
+    )
     args = parser.parse_args(argv)
     settings, stop = start_process(args.config)
+    settings = with_port(settings, args.health_port)
     serve(settings, stop, drain=args.drain)
     return 0
 

@@ -40,15 +40,19 @@ def run(
     error_base_s: float = 0.5,
     error_cap_s: float = 10.0,
     pause: Callable[[float], None] | None = None,
+    on_turn: Callable[[], None] | None = None,
 ) -> None:
     """Run `role` until `stop` is set (or, draining, until it is idle). Errors back off, never exit.
 
     `pause(delay_s)` replaces the idle sleep when given (the dispatcher waits for a wake-up there);
-    it must return within delay_s, and if it fails the loop sleeps instead.
+    it must return within delay_s, and if it fails the loop sleeps instead. `on_turn()` is called
+    at the start of every turn, failed ticks included (shared/health.py's liveness).
     """
     rng = random.Random()
     failures = 0
     while not stop.is_set():
+        if on_turn is not None:
+            on_turn()
         try:
             result = role.tick()
             failures = 0

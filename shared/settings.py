@@ -217,6 +217,21 @@ class WorkerSettings(_Section):
     error_backoff_s: float = Field(1.0, gt=0, le=60)
 
 
+class HealthSettings(_Section):
+    """The per-process HTTP endpoint: /healthz, /readyz and /metrics (shared/health.py)."""
+
+    # 0 = no endpoint. Processes sharing a host (and network namespace) need a port each:
+    # `duecast worker --health-port N` overrides this per process.
+    port: int = Field(0, ge=0, le=65535)
+    host: str = "0.0.0.0"  # noqa: S104 - probes and scrapers reach the process from outside
+    # /healthz fails once the main loop has not turned for this long. A turn includes one whole
+    # batch, and a failing tick's backoff (10 s at most) or a dead server's socket timeout: keep
+    # this above the longest batch your handlers take.
+    stale_after_s: float = Field(120.0, ge=15, le=86400)
+    # /readyz serves the result of its own MySQL and Redis round trips, run this often.
+    check_interval_s: float = Field(5.0, ge=0.1, le=300)
+
+
 class FaultSettings(_Section):
     """Fault-injection hooks for the fault tests. Never set in production."""
 
@@ -238,6 +253,7 @@ class Settings(BaseSettings):
     jobs: JobsSettings = JobsSettings()
     dispatcher: DispatcherSettings = DispatcherSettings()
     worker: WorkerSettings = WorkerSettings()
+    health: HealthSettings = HealthSettings()
     faults: FaultSettings = FaultSettings()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

@@ -7,6 +7,7 @@ import logging
 import threading
 
 from shared.handlers import load_registry
+from shared.health import serving, with_port
 from shared.loop import run
 from shared.runtime import build_queue, build_stores, start_process
 from shared.settings import Settings
@@ -29,7 +30,9 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     worker = Worker(stores, handlers, build_queue(settings), settings.worker, executor)
     log.info("working on %s with %d thread(s)", ", ".join(stores), settings.worker.concurrency)
     try:
-        run(worker, stop, drain=drain, error_base_s=settings.worker.error_backoff_s)
+        with serving(settings, "worker") as liveness:
+            backoff_s = settings.worker.error_backoff_s
+            run(worker, stop, drain=drain, error_base_s=backoff_s, on_turn=liveness.beat)
     finally:
         executor.close()
     log.info("worker stopped; %s", dict(worker.counts))
@@ -43,8 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", action="append", default=[], help="serve only these sources")
     parser.add_argument("--concurrency", type=int, help="handler threads per process")
     parser.add_argument("--drain", action="store_true", help="exit once the ready lists are empty")
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        help="serve /healthz, /readyz and /metrics on this port (overrides health.port; 0 = off)",
+    )
     args = parser.parse_args(argv)
     settings, stop = start_process(args.config)
+    settings = with_port(settings, args.health_port)
     overrides = {
         k: v
         for k, v in (("app", args.app), ("sources", args.source or None), ("concurrency", args.concurrency))
