@@ -152,6 +152,46 @@ def test_bad_or_missing_credentials_fail_clearly_without_printing_them(
         assert secret not in repr(error)
 
 
+# The ACL docs/security.md recommends, `{prefix}` standing for redis.key_prefix.
+LEAST_PRIVILEGE_ACL = (
+    "on resetkeys ~{{{prefix}}}:* resetchannels -@all +ping +rpush +lpush +blmpop +blpop +llen "
+    "+ltrim +lrange +hincrby +hgetall"
+)
+
+
+def test_the_documented_least_privilege_acl_is_enough_for_every_queue_operation(
+    tls_redis: TLSRedis, pki: Pki
+) -> None:
+    admin = connect_redis(redis_tls(tls_redis, pki))
+    user = f"dcsec-{uuid.uuid4().hex[:8]}"
+    password = uuid.uuid4().hex
+    settings = redis_tls(tls_redis, pki, url=tls_redis.url(user=user, password=password))
+    rules = LEAST_PRIVILEGE_ACL.format(prefix=settings.key_prefix).split()
+    admin.acl_setuser(user, reset=True)
+    admin.execute_command("ACL", "SETUSER", user, f">{password}", *rules)
+    client = connect_redis(settings)
+    try:
+        queue = ReadyQueue(client, Keys(settings.key_prefix))
+        queue.push("users", [Entry(1, 1)])
+        assert queue.length("users") == 1
+        assert queue.pop(["users"], 10, 0.5) == ("users", [b"1:1"])
+        assert queue.pop(["users"], 10, 0.1) is None
+        queue.quarantine("users", [(b"x", "malformed")])
+        assert queue.quarantined("users") == [b"malformed x"]
+        queue.add_stats("users", {"bad": 1})
+        assert queue.stats("users") == {"bad": 1}
+        queue.client.lpush(queue.keys.wake(), b"1")  # what Enqueuer.wake() sends
+        assert queue.wait_wake(0.5)
+        refused_commands = [("FLUSHALL",), ("KEYS", "*"), ("CONFIG", "GET", "*"), ("GET", "other:key")]
+        for refused in [*refused_commands, ("RPUSH", "other:key", "x")]:  # the last: not its key
+            with pytest.raises(redis.ResponseError, match=r"(?i)no permissions"):
+                client.execute_command(*refused)
+    finally:
+        client.close()
+        admin.acl_deluser(user)
+        admin.close()
+
+
 # --- MariaDB ----------------------------------------------------------------------------------------
 
 
