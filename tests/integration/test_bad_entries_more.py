@@ -262,7 +262,7 @@ def ranged(
         mysql=mysql_settings,
         redis=redis_settings,
         sources=[src],
-        jobs={"enabled": False},  # type: ignore[arg-type]
+        jobs={"enabled": False},
     )
     migrate.apply(settings)
     range_app.PLAN.reset()
