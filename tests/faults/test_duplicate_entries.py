@@ -121,7 +121,9 @@ def test_copy_waiting_on_a_holder_that_does_not_ack_does_not_rerun_the_attempt(
     env.push([Entry(row, 1)])
     env.wait_for(lambda: len(env.executions(holder.pid)) == 1, "the holder to run the row")
 
-    copy = env.worker("copy", DUECAST_MYSQL__LOCK_WAIT_S=30)  # waits for the lock, not skips it
+    copy = env.worker(
+        "copy", DUECAST_MYSQL__LOCK_WAIT_S=30, DUECAST_MYSQL__READ_TIMEOUT_S=60
+    )  # waits for the lock, not skips it
     env.wait_listening(copy)
     env.push([Entry(row, 1)])
     env.wait_for(lambda: env.waiting_for_lock(copy), "the copy to wait for the holder's row lock")
