@@ -224,7 +224,7 @@ def prepare(settings: Settings) -> None:
             cur.execute(f"TRUNCATE TABLE {quote(settings.jobs.table)}")
     finally:
         conn.close()
-    harness.clear_keys(settings, [JOBS_SOURCE])
+    harness.clear_keys(settings, [f"{JOBS_SOURCE}.default"])
 
 
 def start_fleet(args: argparse.Namespace, logs: Path, stamp_file: Path) -> Fleet:

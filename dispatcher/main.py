@@ -8,13 +8,21 @@ import threading
 from collections.abc import Callable
 
 from dispatcher.dispatcher import Dispatcher
+from dispatcher.pruner import Pruner
 from dispatcher.ranges import RangeKeeper
+from dispatcher.recurring import TICK_S, Recurring
 from dispatcher.scheduler import start as scheduler_start
 from dispatcher.sweeper import Sweeper
+from shared.db import Database
+from shared.handlers import load_registry
 from shared.health import serving, with_port
+from shared.job_store import JobStore
+from shared.jobs import Enqueuer
 from shared.loop import run
+from shared.queue import ReadyQueue
 from shared.range_store import RangeStore
 from shared.runtime import build_queue, build_stores, start_process
+from shared.schedule_store import ScheduleStore
 from shared.settings import Settings
 from shared.store import Store
 
@@ -35,6 +43,7 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
         jobs.append(("duecast-sweeper", sweeper.sweep_all, settings.dispatcher.sweep_interval_s))
     if keeper.stores:
         jobs.append(("duecast-ranges", keeper.tick, settings.dispatcher.range_discover_s))
+    jobs.extend(_job_duties(settings, queue))
     scheduler = scheduler_start(stop, jobs) if jobs and not drain else None
     log.info("dispatching %s", ", ".join(s.name for s in sources))
     try:
@@ -60,6 +69,27 @@ def serve_sweeper(settings: Settings, stop: threading.Event, *, once: bool = Fal
     scheduler.shutdown(wait=True)
 
 
+def _job_duties(settings: Settings, queue: ReadyQueue) -> list[tuple[str, Callable[[], object], float]]:
+    """Recurring schedules and the pruner, when the jobs table is on; each on its own connection."""
+    if not settings.jobs.enabled:
+        return []
+    registry = load_registry(settings.dispatcher.app) if settings.dispatcher.app else None
+    schedules = settings.jobs.schedules + (registry.schedules if registry else [])
+    tasks = registry.task_names if registry else None
+    enqueuer = Enqueuer(settings, queue.client, tasks)
+    recurring = Recurring(ScheduleStore(Database(settings.mysql), settings.jobs, enqueuer), schedules)
+    first = settings.jobs.queue_sources()[0]
+    pruner_store = JobStore(Database(settings.mysql), first, settings.jobs, settings.mysql)
+    pruner = Pruner(pruner_store, settings.jobs.prune_batch, settings.jobs.prune_interval_s)
+    duties: list[tuple[str, Callable[[], object], float]] = [
+        ("duecast-pruner", pruner.prune_all, settings.jobs.prune_interval_s)
+    ]
+    if recurring.schedules:
+        log.info("recurring schedules: %s", ", ".join(s.name for s, _ in recurring.schedules))
+        duties.append(("duecast-recurring", recurring.tick, TICK_S))
+    return duties
+
+
 def _range_stores(stores: list[Store]) -> list[RangeStore]:
     return [s for s in stores if isinstance(s, RangeStore)]
 
@@ -73,9 +103,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="serve /healthz, /readyz and /metrics on this port (overrides health.port; 0 = off)",
     )
+    parser.add_argument("--app", help="module[:attribute] whose Registry declares recurring schedules")
     args = parser.parse_args(argv)
     settings, stop = start_process(args.config)
     settings = with_port(settings, args.health_port)
+    if args.app:
+        dispatcher = settings.dispatcher.model_copy(update={"app": args.app})
+        settings = settings.model_copy(update={"dispatcher": dispatcher})
     serve(settings, stop, drain=args.drain)
     return 0
 

@@ -4,6 +4,6 @@ Wiring only: the behaviour lives in `shared`, `dispatcher` and `worker`.
 """
 
 from shared.handlers import Ack, Registry, Row
-from shared.jobs import EnqueueError, Enqueuer, Job
+from shared.jobs import DuplicateJob, EnqueueError, Enqueuer, Job
 
-__all__ = ["Ack", "EnqueueError", "Enqueuer", "Job", "Registry", "Row"]
+__all__ = ["Ack", "DuplicateJob", "EnqueueError", "Enqueuer", "Job", "Registry", "Row"]

@@ -13,10 +13,11 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from shared.identifiers import check_identifier
-from shared.settings import JOBS_SOURCE
+from shared.settings import JOBS_SOURCE, ScheduleSettings
 from shared.states import DISPATCH_COLUMNS
 
 Row = dict[str, Any]
@@ -26,9 +27,14 @@ Row = dict[str, Any]
 class Ack:
     """What to do with a handled row. Returning None from a handler means `Ack.default()`."""
 
-    action: Literal["default", "touch", "delete"] = "default"
-    delay_s: float = 0.0  # touch: push the due time this much further than the period
+    action: Literal["default", "touch", "delete", "retry", "discard", "transaction"] = "default"
+    delay_s: float = 0.0  # touch: push the due time this much further than the period; retry: wait
     values: tuple[tuple[str, Any], ...] = field(default=())  # touch: columns to set
+    at: datetime | None = None  # retry: run again at this moment (timezone-aware)
+    reason: str = ""  # discard: why, kept as the dead job's error
+    # "transaction": a job whose work runs in the worker's ack transaction (Registry.task(...,
+    # transactional=True)); it gets the cursor and returns the job's real Ack.
+    work: Callable[[Any], Ack | None] | None = field(default=None, compare=False)
 
     @classmethod
     def default(cls) -> Ack:
@@ -52,10 +58,27 @@ class Ack:
         """Remove the row: it is done for good."""
         return cls("delete")
 
+    @classmethod
+    def retry(cls, delay_s: float = 0.0, *, at: datetime | None = None) -> Ack:
+        """Jobs: run this job again after `delay_s`, or at `at` (an aware datetime). Not an error:
+        it does not use up an attempt."""
+        if at is not None:
+            if at.tzinfo is None or at.utcoffset() is None:
+                raise ValueError("Ack.retry(at=...) needs a timezone-aware datetime")
+            return cls("retry", at=at.astimezone(UTC).replace(tzinfo=None))
+        if not math.isfinite(delay_s) or delay_s < 0:
+            raise ValueError(f"delay_s must be a finite number >= 0, not {delay_s!r}")
+        return cls("retry", delay_s=float(delay_s))
+
+    @classmethod
+    def discard(cls, reason: str = "") -> Ack:
+        """Jobs: stop here, no further attempts; the job is kept as dead with `reason` as its error."""
+        return cls("discard", reason=str(reason))
+
 
 RowHandler = Callable[[Row], Ack | None]
 BatchHandler = Callable[[list[Row]], Sequence[Ack | None] | None]
-TaskFunction = Callable[[Any], Ack | None]
+TaskFunction = Callable[..., Ack | None]  # fn(payload), or fn(payload, cursor) when transactional
 
 
 @dataclass(frozen=True)
@@ -115,6 +138,8 @@ class Registry:
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
         self._tasks: dict[str, TaskFunction] = {}
+        self._transactional: set[str] = set()
+        self._schedules: list[ScheduleSettings] = []
 
     def row(self, source: str, columns: Sequence[str] = ()) -> Callable[[RowHandler], RowHandler]:
         """Register `fn(row) -> Ack | None` for `source`.
@@ -128,8 +153,17 @@ class Registry:
         """Register `fn(rows) -> list[Ack | None] | None` for `source` (one call per slice of a batch)."""
         return self._register(source, batch=True, columns=columns)
 
-    def task(self, name: str) -> Callable[[TaskFunction], TaskFunction]:
-        """Register a one-off job task: `fn(payload)`, where payload is the job's decoded JSON."""
+    def task(self, name: str, *, transactional: bool = False) -> Callable[[TaskFunction], TaskFunction]:
+        """Register a one-off job task: `fn(payload)`, where payload is the job's decoded JSON.
+
+        It returns None (done), `Ack.retry(...)` or `Ack.discard(...)`, or raises (a failure: retried
+        with backoff, dead after max_attempts). `transactional=True`: `fn(payload, cursor)` runs in
+        the worker's ack transaction on the jobs database, so its writes commit if and only if the
+        job is marked done (exactly-once effect for database-local work). Such tasks run one at a
+        time on the worker's own thread; keep them short.
+        """
+        if not name or len(name) > 191:
+            raise ValueError("a task name must be 1-191 characters")
 
         def decorate(fn: TaskFunction) -> TaskFunction:
             if name in self._tasks:
@@ -138,6 +172,8 @@ class Registry:
             if current is not None and current.fn != self._run_job:
                 raise ValueError(f"source {JOBS_SOURCE!r} has a custom handler, so tasks could never run")
             self._tasks[name] = fn
+            if transactional:
+                self._transactional.add(name)
             if JOBS_SOURCE not in self._handlers:
                 self._handlers[JOBS_SOURCE] = Handler(
                     JOBS_SOURCE, self._run_job, batch=False, columns=("task", "payload")
@@ -158,10 +194,39 @@ class Registry:
         return decorate
 
     def _run_job(self, row: Row) -> Ack | None:
-        fn = self._tasks.get(row["task"])
+        name = row["task"]
+        fn = self._tasks.get(name)
         if fn is None:
-            raise LookupError(f"no task named {row['task']!r} is registered")
-        return fn(json.loads(row["payload"]))
+            raise LookupError(f"no task named {name!r} is registered")
+        payload = json.loads(row["payload"])
+        if name in self._transactional:
+            return Ack("transaction", work=lambda cursor: fn(payload, cursor))
+        return fn(payload)
+
+    def schedule(
+        self,
+        name: str,
+        task: str,
+        *,
+        cron: str | None = None,
+        every_s: float | None = None,
+        payload: Any = None,
+        **options: Any,
+    ) -> ScheduleSettings:
+        """Declare a recurring job in code (the dispatcher runs it when started with this app).
+
+        Same fields as a `[[jobs.schedules]]` entry in settings: cron or every_s, and optionally
+        timezone, queue, priority, missed ("coalesce" | "all" | "skip").
+        """
+        sched = ScheduleSettings(name=name, task=task, cron=cron, every_s=every_s, payload=payload, **options)
+        if any(s.name == name for s in self._schedules):
+            raise ValueError(f"schedule {name!r} is declared twice")
+        self._schedules.append(sched)
+        return sched
+
+    @property
+    def schedules(self) -> list[ScheduleSettings]:
+        return list(self._schedules)
 
     @property
     def task_names(self) -> frozenset[str]:

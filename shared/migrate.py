@@ -13,7 +13,15 @@ import pymysql.cursors
 from shared.db import connect
 from shared.identifiers import quote
 from shared.ranges import ranges_table, ranges_table_ddl
-from shared.schema import check_business_columns, describe, jobs_table_ddl, source_migration
+from shared.schema import (
+    check_business_columns,
+    describe,
+    index_columns,
+    jobs_migration,
+    jobs_table_ddl,
+    schedules_table_ddl,
+    source_migration,
+)
 from shared.settings import Settings, SourceSettings
 
 _UNKNOWN_DATABASE = 1049
@@ -29,16 +37,29 @@ def plan(settings: Settings) -> list[str]:
             raise
         steps.append(f"CREATE DATABASE IF NOT EXISTS {quote(settings.mysql.database)} CHARACTER SET utf8mb4")
         if settings.jobs.enabled:
-            steps.append(jobs_table_ddl(settings.jobs))
+            steps += [jobs_table_ddl(settings.jobs), schedules_table_ddl(settings.jobs)]
         return steps  # sources live in a database that does not exist yet: nothing to alter
     try:
         with conn.cursor() as cur:
-            if settings.jobs.enabled and not describe(cur, settings.jobs.table).columns:
-                steps.append(jobs_table_ddl(settings.jobs))
+            if settings.jobs.enabled:
+                steps.extend(_jobs_steps(cur, settings))
             for src in settings.sources:
                 steps.extend(_source_steps(cur, src))
     finally:
         conn.close()
+    return steps
+
+
+def _jobs_steps(cur: pymysql.cursors.Cursor, settings: Settings) -> list[str]:
+    jobs = settings.jobs
+    steps = []
+    info = describe(cur, jobs.table)
+    if not info.columns:
+        steps.append(jobs_table_ddl(jobs))
+    else:
+        steps.extend(jobs_migration(jobs, info, index_columns(cur, jobs.table)))
+    if not describe(cur, jobs.schedules_table).columns:
+        steps.append(schedules_table_ddl(jobs))
     return steps
 
 

@@ -26,3 +26,25 @@ def error_backoff_s(failures: int, base_s: float, cap_s: float, rng: random.Rand
         return 0.0
     ceiling = min(cap_s, base_s * 2 ** min(failures - 1, 30))
     return rng.uniform(ceiling / 2, ceiling)
+
+
+def retry_delay_s(errors: int, base_s: float, cap_s: float, rng: random.Random) -> float:
+    """Delay before a failed job's next run, after its `errors`-th failure (>= 1).
+
+    Exponential (base, 2x base, 4x base... up to cap) with equal jitter: at least half the step,
+    so retries stay spread out without ever collapsing to zero.
+    """
+    if errors < 1:
+        raise ValueError("retry_delay_s is for a job that failed at least once")
+    step = min(cap_s, base_s * 2 ** min(errors - 1, 40))
+    return rng.uniform(step / 2, step)
+
+
+def dead_after_failure(errors_before: int, max_attempts: int) -> bool:
+    """A job that just failed is dead when this failure uses up its attempts."""
+    return errors_before + 1 >= max_attempts
+
+
+def dead_after_interruption(interruptions_before: int, max_interruptions: int) -> bool:
+    """A job whose worker died is dead when this was its `max_interruptions`-th interruption."""
+    return interruptions_before + 1 >= max_interruptions

@@ -47,7 +47,10 @@ class RangeBatch:
         self.rows = rows
         self.skipped = skipped
 
-    def fail(self, rows: Sequence[Row]) -> None:
+    def phases(self) -> list[list[Row]]:
+        return [self.rows] if self.rows else []
+
+    def fail(self, failures: Sequence[tuple[Row, object]]) -> None:
         """Nothing to do here: `ack` already leaves the spans of failed rows to the sweeper."""
 
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
@@ -65,7 +68,7 @@ class RangeBatch:
         for row in self.rows:
             seen[row[RANGE_KEY]] += 1
         done = [r for r in self._ranges.rows if int(r["lo"]) not in failed]
-        self._ranges.fail([r for r in self._ranges.rows if int(r["lo"]) in failed])
+        self._ranges.fail([(r, None) for r in self._ranges.rows if int(r["lo"]) in failed])
         if not done:
             return AckCounts(0, 0)
         counts = self._ranges.ack([(r, Ack.touch(rows_seen=seen[int(r["lo"])])) for r in done])

@@ -10,11 +10,12 @@ import sys
 import threading
 
 from shared.db import Database
+from shared.job_store import JobStore
 from shared.keys import Keys
 from shared.loop import stop_on_signals
 from shared.queue import ReadyQueue, connect_redis
 from shared.range_store import RangeStore
-from shared.settings import Settings, SourceSettings, load_settings
+from shared.settings import JOBS_SOURCE, Settings, SourceSettings, load_settings
 from shared.store import SourceStore, Store
 
 
@@ -39,12 +40,20 @@ def build_queue(settings: Settings) -> ReadyQueue:
     return ReadyQueue(connect_redis(settings.redis), Keys(settings.redis.key_prefix))
 
 
+def _store(db: Database, settings: Settings, src: SourceSettings) -> Store:
+    if is_job_queue(src.name):
+        return JobStore(db, src, settings.jobs, settings.mysql)
+    return SourceStore(db, src) if src.mode == "rows" else RangeStore(db, src)
+
+
+def is_job_queue(source: str) -> bool:
+    return source.startswith(f"{JOBS_SOURCE}.")
+
+
 def build_stores(settings: Settings, sources: list[SourceSettings]) -> list[Store]:
     """One store per source on one fresh connection, each verified against information_schema."""
     db = Database(settings.mysql)
-    stores: list[Store] = [
-        SourceStore(db, src) if src.mode == "rows" else RangeStore(db, src) for src in sources
-    ]
+    stores: list[Store] = [_store(db, settings, src) for src in sources]
     for store in stores:
         store.verify()
     return stores

@@ -27,20 +27,101 @@ class SchemaError(RuntimeError):
     """The database does not match the settings; the message says what to run or fix."""
 
 
+# The jobs table, column by column: `duecast migrate` creates it, or adds what an older one lacks.
+JOB_COLUMNS: dict[str, str] = {
+    "id": "BIGINT NOT NULL AUTO_INCREMENT",
+    "queue": "VARCHAR(48) NOT NULL DEFAULT 'default'",
+    "task": "VARCHAR(191) NOT NULL",
+    "payload": "LONGTEXT NOT NULL",  # JSON text, validated by the enqueuer
+    "priority": "TINYINT UNSIGNED NOT NULL DEFAULT 0",  # 0 runs first
+    # When it may run while pending; when it finished once done or dead (the pruner's clock).
+    "run_at": "DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",
+    "created_at": "DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",
+    "max_attempts": "SMALLINT UNSIGNED NOT NULL DEFAULT 20",
+    "errors": "SMALLINT UNSIGNED NOT NULL DEFAULT 0",  # runs that raised
+    "interruptions": "SMALLINT UNSIGNED NOT NULL DEFAULT 0",  # runs whose worker died
+    "unique_key": "VARCHAR(191) NULL",
+    # = unique_key while pending or running, NULL once finished: the unique index on it makes
+    # "one active job per key" race-free.
+    "unique_slot": "VARCHAR(191) NULL",
+    "schedule": "VARCHAR(64) NULL",  # the recurring schedule that made it
+    "scheduled_for": "DATETIME(6) NULL",  # ...and for which fire time (UTC)
+    "started_at": "DATETIME(6) NULL",
+    "lease_until": "DATETIME(6) NULL",
+    "worker": "VARCHAR(128) NULL",
+    "finished_at": "DATETIME(6) NULL",
+    "last_error": "MEDIUMTEXT NULL",
+    **DISPATCH_COLUMNS,
+}
+# name -> (kind, columns)
+JOB_INDEXES: dict[str, tuple[str, tuple[str, ...]]] = {
+    DUE_INDEX: ("KEY", (STATE_COLUMN, "queue", "priority", "run_at")),
+    "dc_unique": ("UNIQUE KEY", ("unique_slot",)),
+    "dc_schedule_run": ("UNIQUE KEY", ("schedule", "scheduled_for")),
+}
+
+
 def jobs_table_ddl(jobs: JobsSettings) -> str:
-    return f"""CREATE TABLE IF NOT EXISTS {quote(jobs.table)} (
-  `id` BIGINT NOT NULL AUTO_INCREMENT,
-  `queue` VARCHAR(64) NOT NULL DEFAULT 'default',
-  `task` VARCHAR(191) NOT NULL,
-  `payload` LONGTEXT NOT NULL,
-  `run_at` DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-  `created_at` DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-  `{STATE_COLUMN}` {DISPATCH_COLUMNS[STATE_COLUMN]},
-  `{ATTEMPT_COLUMN}` {DISPATCH_COLUMNS[ATTEMPT_COLUMN]},
-  `{DISPATCHED_AT_COLUMN}` {DISPATCH_COLUMNS[DISPATCHED_AT_COLUMN]},
-  PRIMARY KEY (`id`),
-  KEY `{DUE_INDEX}` (`{STATE_COLUMN}`, `run_at`)
+    cols = ",\n  ".join(f"{quote(name)} {kind}" for name, kind in JOB_COLUMNS.items())
+    keys = ",\n  ".join(
+        f"{kind} {quote(name)} ({', '.join(quote(c) for c in columns)})"
+        for name, (kind, columns) in JOB_INDEXES.items()
+    )
+    return (
+        f"CREATE TABLE IF NOT EXISTS {quote(jobs.table)} (\n  {cols},\n  PRIMARY KEY (`id`),\n  {keys}\n)"
+        " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+    )
+
+
+def schedules_table_ddl(jobs: JobsSettings) -> str:
+    return f"""CREATE TABLE IF NOT EXISTS {quote(jobs.schedules_table)} (
+  `name` VARCHAR(64) NOT NULL,
+  `last_run_at` DATETIME(6) NOT NULL,
+  `runs` BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  PRIMARY KEY (`name`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
+
+
+def jobs_migration(jobs: JobsSettings, info: TableInfo, indexes: dict[str, list[str]]) -> list[str]:
+    """What an existing jobs table of an older duecast lacks: columns, then indexes (rebuilt if changed)."""
+    t = quote(jobs.table)
+    steps = [
+        f"ALTER TABLE {t} ADD COLUMN {quote(name)} {kind}"
+        for name, kind in JOB_COLUMNS.items()
+        if name not in info.columns
+    ]
+    for name, (kind, columns) in JOB_INDEXES.items():
+        have = indexes.get(name)
+        if have == list(columns):
+            continue
+        drop = f"DROP INDEX {quote(name)}, " if have else ""
+        cols = ", ".join(quote(c) for c in columns)
+        steps.append(f"ALTER TABLE {t} {drop}ADD {kind} {quote(name)} ({cols})")
+    return steps
+
+
+def index_columns(cur: pymysql.cursors.Cursor, table: str) -> dict[str, list[str]]:
+    """Every index of `table`: name -> its columns in order."""
+    cur.execute(
+        "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
+        "AND TABLE_NAME = %s ORDER BY INDEX_NAME, SEQ_IN_INDEX",
+        (table,),
+    )
+    out: dict[str, list[str]] = {}
+    for name, column in cur.fetchall():
+        out.setdefault(str(name), []).append(str(column))
+    return out
+
+
+def check_jobs_table(cur: pymysql.cursors.Cursor, jobs: JobsSettings) -> None:
+    """Raise SchemaError unless the jobs and schedules tables are as this version needs them."""
+    info = describe(cur, jobs.table)
+    if not info.columns or jobs_migration(jobs, info, index_columns(cur, jobs.table)):
+        raise SchemaError(
+            f"the jobs table {jobs.table} is missing or older than this duecast; run `duecast migrate`"
+        )
+    if not describe(cur, jobs.schedules_table).columns:
+        raise SchemaError(f"the schedules table {jobs.schedules_table} is missing; run `duecast migrate`")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import (
@@ -135,7 +135,8 @@ class RedisSettings(_Section):
 class SourceSettings(_Section):
     """One table duecast dispatches from, and how a row of it becomes due."""
 
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,47}$")
+    # A job queue's source is `jobs.<queue>`; configured sources may not use a dot (checked in Settings).
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,47}(\.[a-z0-9][a-z0-9_-]{0,47})?$")
     table: Identifier
     id_column: Identifier = "id"
     due_column: Identifier
@@ -175,31 +176,100 @@ class SourceSettings(_Section):
         return self
 
 
+QueueName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,47}$")]
+
+
+class ScheduleSettings(_Section):
+    """A recurring job: one job of `task` per fire time of `cron` or `every_s` (second granularity)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+    task: str = Field(min_length=1, max_length=191)
+    # Five fields (minute hour day month weekday) or six with seconds first; APScheduler's syntax.
+    cron: str | None = None
+    every_s: float | None = Field(None, ge=1, le=366 * 86400)
+    timezone: str = "UTC"  # the zone cron fields are read in
+    payload: Any = None
+    queue: QueueName = "default"
+    priority: int = Field(0, ge=0, le=9)
+    # After downtime: "coalesce" runs the latest missed time once, "all" runs every missed time
+    # (at most jobs.schedule_backfill_max), "skip" runs none and waits for the next one.
+    missed: Literal["coalesce", "all", "skip"] = "coalesce"
+
+    @model_validator(mode="after")
+    def _one_trigger(self) -> Self:
+        if (self.cron is None) == (self.every_s is None):
+            raise ValueError(f"schedule {self.name}: set exactly one of cron and every_s")
+        return self
+
+
 class JobsSettings(_Section):
-    """duecast's own one-off jobs table, dispatched like any other source."""
+    """duecast's own one-off jobs table: each queue is dispatched like a source of its own."""
 
     enabled: bool = True
     table: Identifier = "duecast_jobs"
+    schedules_table: Identifier = "duecast_schedules"
+    # Jobs go to one of these queues (enqueueing to another is an error); each gets its own ready
+    # list, and workers serve the queues in worker.queues order (default: this order).
+    queues: list[QueueName] = Field(default_factory=lambda: ["default"], min_length=1)
     max_payload_bytes: int = Field(65_536, ge=16, le=16 * 1024 * 1024)  # JSON text, UTF-8
+    max_attempts: int = Field(20, ge=1, le=10_000)  # default per job: failed runs before dead
+    max_interruptions: int = Field(3, ge=1, le=1000)  # runs whose worker died, before dead
+    retry_base_s: float = Field(2.0, gt=0, le=86400)  # backoff after the first failure...
+    retry_cap_s: float = Field(3600.0, gt=0, le=30 * 86400)  # ...doubling up to this, with jitter
+    # A RUNNING job's lease: its worker extends it while the handler runs; a job whose lease ran
+    # out was interrupted (its worker died) and is run again, or dead after max_interruptions.
+    lease_s: float = Field(60.0, ge=2, le=86400)
+    retention_s: float = Field(0.0, ge=0, le=366 * 86400)  # keep done jobs this long; 0 = delete at once
+    dead_retention_s: float = Field(30 * 86400.0, ge=0, le=10 * 366 * 86400)  # 0 = keep dead jobs forever
+    prune_interval_s: float = Field(60.0, gt=0, le=86400)
+    prune_batch: int = Field(5000, ge=1, le=100_000)
+    schedules: list[ScheduleSettings] = []
+    schedule_backfill_max: int = Field(100, ge=1, le=100_000)
     claim_batch: int = Field(2000, ge=1, le=10_000)
     high_water: int = Field(40_000, ge=1, le=10_000_000)
-    visibility_timeout_s: float = Field(60.0, ge=1, le=86400)
+    visibility_timeout_s: float = Field(60.0, ge=1, le=86400)  # dispatched but never started
 
-    def as_source(self) -> SourceSettings:
-        return SourceSettings(
-            name=JOBS_SOURCE,
-            table=self.table,
-            id_column="id",
-            due_column="run_at",
-            period_s=0,
-            on_success="delete",
-            claim_batch=self.claim_batch,
-            high_water=self.high_water,
-            visibility_timeout_s=self.visibility_timeout_s,
-        )
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        dupes = sorted({q for q in self.queues if self.queues.count(q) > 1})
+        if dupes:
+            raise ValueError(f"jobs.queues repeats {', '.join(dupes)}")
+        names = [s.name for s in self.schedules]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"jobs.schedules: names must be unique; repeated: {', '.join(dupes)}")
+        for sched in self.schedules:
+            if sched.queue not in self.queues:
+                raise ValueError(
+                    f"schedule {sched.name}: queue {sched.queue!r} is not in jobs.queues "
+                    f"({', '.join(self.queues)})"
+                )
+        if self.retry_base_s > self.retry_cap_s:
+            raise ValueError("jobs.retry_base_s must be <= jobs.retry_cap_s")
+        return self
+
+    def queue_sources(self) -> list[SourceSettings]:
+        """One dispatchable source per queue, named `jobs.<queue>` (its ready list's name)."""
+        return [
+            SourceSettings(
+                name=f"{JOBS_SOURCE}.{queue}",
+                table=self.table,
+                id_column="id",
+                due_column="run_at",
+                period_s=0,
+                on_success="delete",
+                claim_batch=self.claim_batch,
+                high_water=self.high_water,
+                visibility_timeout_s=self.visibility_timeout_s,
+            )
+            for queue in self.queues
+        ]
 
 
 class DispatcherSettings(_Section):
+    # Optional: "package.module[:attribute]" holding a Registry whose schedules (Registry.schedule)
+    # the dispatcher runs, and whose task names it checks schedules against.
+    app: str | None = None
     poll_interval_s: float = Field(0.2, gt=0, le=60)
     sweep_interval_s: float = Field(5.0, gt=0, le=3600)
     sweep_batch: int = Field(5000, ge=1, le=100_000)
@@ -210,7 +280,8 @@ class DispatcherSettings(_Section):
 
 class WorkerSettings(_Section):
     app: str | None = None  # "package.module" or "package.module:attribute" holding a Registry
-    sources: list[str] = []  # empty: every source the app has handlers for
+    sources: list[str] = []  # empty: every source the app has handlers for ("jobs": its queues)
+    queues: list[QueueName] = []  # job queues served, first = strictly first; empty: jobs.queues
     pop_batch: int = Field(2000, ge=1, le=10_000)
     block_timeout_s: float = Field(1.0, ge=0.1, le=2.0)  # never 0: loops must see stop requests
     concurrency: int = Field(1, ge=1, le=256)
@@ -271,6 +342,17 @@ class Settings(BaseSettings):
                 f"redis.socket_timeout_s ({self.redis.socket_timeout_s}): the dispatcher waits for "
                 "wake-ups with a blocking pop that long"
             )
+        if any(s.name == JOBS_SOURCE for s in self.sources):
+            raise ValueError(f"source name {JOBS_SOURCE!r} is reserved for the jobs table's queues")
+        dotted = [s.name for s in self.sources if "." in s.name]
+        if dotted:
+            raise ValueError(f"source names may not contain '.' (kept for job queues): {', '.join(dotted)}")
+        unknown = [q for q in self.worker.queues if q not in self.jobs.queues]
+        if unknown:
+            raise ValueError(
+                f"worker.queues names {', '.join(unknown)}, "
+                f"not in jobs.queues ({', '.join(self.jobs.queues)})"
+            )
         names = [s.name for s in self.all_sources()]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -279,7 +361,7 @@ class Settings(BaseSettings):
 
     def all_sources(self) -> list[SourceSettings]:
         """Configured sources, plus the built-in jobs source when enabled."""
-        extra = [self.jobs.as_source()] if self.jobs.enabled else []
+        extra = self.jobs.queue_sources() if self.jobs.enabled else []
         return [*self.sources, *extra]
 
     def source(self, name: str) -> SourceSettings:

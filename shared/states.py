@@ -9,6 +9,20 @@ from enum import IntEnum
 class State(IntEnum):
     IDLE = 0  # waiting to become due (a re-scan row between checks, or a pending job)
     DISPATCHED = 1  # claimed by a dispatcher with a new attempt; its entry is in Redis or on its way
+    # One-off jobs only (re-scan rows go straight from DISPATCHED back to IDLE):
+    RUNNING = 2  # a worker committed that it started this attempt; it holds a lease (lease_until)
+    DONE = 3  # finished; kept for jobs.retention_s, then pruned
+    DEAD = 4  # failed max_attempts times, interrupted too often, or discarded; kept for inspection
+
+
+# Names as shown by `duecast jobs` and status (a pending job is IDLE).
+STATE_NAMES = {
+    State.IDLE: "pending",
+    State.DISPATCHED: "dispatched",
+    State.RUNNING: "running",
+    State.DONE: "done",
+    State.DEAD: "dead",
+}
 
 
 # Column names duecast adds to every source table. One place, so SQL and docs agree.

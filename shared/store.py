@@ -88,14 +88,16 @@ class SourceStatus:
     oldest_due_age_s: float | None  # None when the table is empty
     unit: str = "rows"  # what due / in_flight count: rows, or ranges in range mode
     fresh_share: float | None = None  # range mode: share of rows checked within period + 1 s
+    detail: dict[str, int] | None = None  # job queues: jobs per state (pending, due, scheduled...)
 
 
 class WorkBatch(Protocol):
     rows: list[Row]
     skipped: int  # entries not started: stale, deleted, or held by another worker
 
+    def phases(self) -> list[list[Row]]: ...  # rows grouped in the order to run and ack them
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts: ...
-    def fail(self, rows: Sequence[Row]) -> None: ...
+    def fail(self, failures: Sequence[tuple[Row, object]]) -> None: ...
 
 
 class Store(Protocol):
@@ -130,6 +132,9 @@ class Batch:
         self.rows = rows
         self.skipped = skipped
 
+    def phases(self) -> list[list[Row]]:
+        return [self.rows] if self.rows else []
+
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
         """Apply each row's Ack as fenced, batched statements; rows with equal acks share one.
 
@@ -145,13 +150,17 @@ class Batch:
             acked += done
             stale += len(rows) - len(bad) - done
             refused.extend(bad)
-        self.fail(refused)
+        if refused:
+            self._store.burn_attempts(self.cursor, refused)
         return AckCounts(acked, stale, len(refused))
 
-    def fail(self, rows: Sequence[Row]) -> None:
-        """Leave failed rows to the sweeper, under a new attempt no copy of their entry matches."""
-        if rows:
-            self._store.burn_attempts(self.cursor, rows)
+    def fail(self, failures: Sequence[tuple[Row, object]]) -> None:
+        """Leave failed rows to the sweeper, under a new attempt no copy of their entry matches.
+
+        (The outcome - exception or bad ack - is logged by the worker; a row keeps no error.)
+        """
+        if failures:
+            self._store.burn_attempts(self.cursor, [row for row, _ in failures])
 
 
 class SourceStore:

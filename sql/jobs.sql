@@ -1,14 +1,36 @@
--- Generated from shared/schema.py (jobs_table_ddl); do not edit by hand.
+-- Generated from shared/schema.py (jobs_table_ddl, schedules_table_ddl); do not edit by hand.
 CREATE TABLE IF NOT EXISTS `duecast_jobs` (
   `id` BIGINT NOT NULL AUTO_INCREMENT,
-  `queue` VARCHAR(64) NOT NULL DEFAULT 'default',
+  `queue` VARCHAR(48) NOT NULL DEFAULT 'default',
   `task` VARCHAR(191) NOT NULL,
   `payload` LONGTEXT NOT NULL,
+  `priority` TINYINT UNSIGNED NOT NULL DEFAULT 0,
   `run_at` DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
   `created_at` DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+  `max_attempts` SMALLINT UNSIGNED NOT NULL DEFAULT 20,
+  `errors` SMALLINT UNSIGNED NOT NULL DEFAULT 0,
+  `interruptions` SMALLINT UNSIGNED NOT NULL DEFAULT 0,
+  `unique_key` VARCHAR(191) NULL,
+  `unique_slot` VARCHAR(191) NULL,
+  `schedule` VARCHAR(64) NULL,
+  `scheduled_for` DATETIME(6) NULL,
+  `started_at` DATETIME(6) NULL,
+  `lease_until` DATETIME(6) NULL,
+  `worker` VARCHAR(128) NULL,
+  `finished_at` DATETIME(6) NULL,
+  `last_error` MEDIUMTEXT NULL,
   `dc_state` TINYINT UNSIGNED NOT NULL DEFAULT 0,
   `dc_attempt` INT UNSIGNED NOT NULL DEFAULT 0,
   `dc_dispatched_at` DATETIME(6) NULL,
   PRIMARY KEY (`id`),
-  KEY `dc_due` (`dc_state`, `run_at`)
+  KEY `dc_due` (`dc_state`, `queue`, `priority`, `run_at`),
+  UNIQUE KEY `dc_unique` (`unique_slot`),
+  UNIQUE KEY `dc_schedule_run` (`schedule`, `scheduled_for`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS `duecast_schedules` (
+  `name` VARCHAR(64) NOT NULL,
+  `last_run_at` DATETIME(6) NOT NULL,
+  `runs` BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  PRIMARY KEY (`name`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

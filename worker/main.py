@@ -9,8 +9,8 @@ import threading
 from shared.handlers import load_registry
 from shared.health import serving, with_port
 from shared.loop import run
-from shared.runtime import build_queue, build_stores, start_process
-from shared.settings import Settings
+from shared.runtime import build_queue, build_stores, is_job_queue, start_process
+from shared.settings import JOBS_SOURCE, Settings
 from worker.executor import Executor
 from worker.worker import Worker
 
@@ -22,9 +22,8 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     if not settings.worker.app:
         raise SystemExit("worker: no app given; pass --app package.module or set DUECAST_WORKER__APP")
     registry = load_registry(settings.worker.app)
-    wanted = settings.worker.sources or registry.sources
-    sources = [settings.source(name) for name in wanted]
-    handlers = {s.name: registry.handler(s.name) for s in sources}
+    sources = [settings.source(name) for name in served_sources(settings, registry.sources)]
+    handlers = {s.name: registry.handler(JOBS_SOURCE if is_job_queue(s.name) else s.name) for s in sources}
     stores = {store.src.name: store for store in build_stores(settings, sources)}
     executor = Executor(settings.worker.concurrency)
     worker = Worker(stores, handlers, build_queue(settings), settings.worker, executor)
@@ -39,12 +38,34 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     return worker
 
 
+def served_sources(settings: Settings, registered: list[str]) -> list[str]:
+    """Source names in pop order: "jobs" becomes its queues (worker.queues order, first = first)."""
+    out: list[str] = []
+    unknown = [q for q in settings.worker.queues if q not in settings.jobs.queues]
+    if unknown:
+        raise SystemExit(
+            f"worker: queue(s) {', '.join(unknown)} not in jobs.queues ({', '.join(settings.jobs.queues)})"
+        )
+    for name in settings.worker.sources or registered:
+        if name == JOBS_SOURCE:
+            out.extend(f"{JOBS_SOURCE}.{q}" for q in settings.worker.queues or settings.jobs.queues)
+        else:
+            out.append(name)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="duecast worker", description=__doc__)
     parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
     parser.add_argument("--app", help="module[:attribute] holding the handler Registry")
     parser.add_argument("--source", action="append", default=[], help="serve only these sources")
     parser.add_argument("--concurrency", type=int, help="handler threads per process")
+    parser.add_argument(
+        "--queue",
+        action="append",
+        default=[],
+        help="job queues to serve, in strict order (repeat; default: jobs.queues)",
+    )
     parser.add_argument("--drain", action="store_true", help="exit once the ready lists are empty")
     parser.add_argument(
         "--health-port",
@@ -56,7 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     settings = with_port(settings, args.health_port)
     overrides = {
         k: v
-        for k, v in (("app", args.app), ("sources", args.source or None), ("concurrency", args.concurrency))
+        for k, v in (
+            ("app", args.app),
+            ("sources", args.source or None),
+            ("concurrency", args.concurrency),
+            ("queues", args.queue or None),
+        )
         if v
     }
     if overrides:

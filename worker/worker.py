@@ -14,7 +14,7 @@ from shared.keys import BadEntry, Entry, decode_entry
 from shared.loop import Tick
 from shared.queue import ReadyQueue
 from shared.settings import WorkerSettings
-from shared.store import StaleAck, Store
+from shared.store import StaleAck, Store, WorkBatch
 from worker.executor import Executor
 
 log = logging.getLogger("duecast.worker")
@@ -94,22 +94,23 @@ class Worker:
         with store.started(entries, handler.columns) as batch:
             # Entries whose row is not locked here are stale, deleted, or held by another worker.
             counts["stale_entries"] += batch.skipped
-            outcomes = self.executor.run(handler, batch.rows)
-            acks: list[tuple[Row, Ack]] = []
-            failed: list[Row] = []
-            for row, outcome in zip(batch.rows, outcomes, strict=True):
-                if isinstance(outcome, Ack) and self._valid(store, outcome):
-                    acks.append((row, outcome))
-                else:
-                    failed.append(row)
-                    self._log_failure(store, row, outcome)
-            counts["failed"] += len(failed)
-            result = batch.ack(acks)
-            batch.fail(failed)
-        counts["acked"] += result.acked
-        counts["stale_acks"] += result.stale
-        counts["failed"] += result.refused
+            for rows in batch.phases():  # one phase, except for jobs with a suspect (last, alone)
+                counts.update(self._run_phase(store, handler, batch, rows))
         return counts
+
+    def _run_phase(self, store: Store, handler: Handler, batch: WorkBatch, rows: list[Row]) -> Counter[str]:
+        outcomes = self.executor.run(handler, rows)
+        acks: list[tuple[Row, Ack]] = []
+        failed: list[tuple[Row, object]] = []
+        for row, outcome in zip(rows, outcomes, strict=True):
+            if isinstance(outcome, Ack) and self._valid(store, outcome):
+                acks.append((row, outcome))
+            else:
+                failed.append((row, outcome))
+                self._log_failure(store, row, outcome)
+        result = batch.ack(acks)
+        batch.fail(failed)
+        return Counter(acked=result.acked, stale_acks=result.stale, failed=len(failed) + result.refused)
 
     @staticmethod
     def _valid(store: Store, ack: Ack) -> bool:

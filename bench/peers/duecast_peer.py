@@ -102,11 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     workers = Workers(opts.log_dir, child_env(DUECAST_CONFIG=str(config)))
     result = drain(settings, opts, workers)
     queue = build_queue(settings)
-    stats = queue.stats(JOBS_SOURCE)
+    stats = queue.stats(f"{JOBS_SOURCE}.default")
     errors, shutdown_errors = workers.errors()
     if not result.timed_out and stats.get("acked", 0) < opts.jobs:
         errors.append(f"acked counter {stats.get('acked', 0)} < {opts.jobs} jobs")
-    src = settings.source(JOBS_SOURCE)
+    src = settings.source(f"{JOBS_SOURCE}.default")
     emit(
         enqueue_s,
         result,

@@ -2,18 +2,64 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from typing import Any
 
-from duecast import Registry
+import pymysql.cursors
+
+from duecast import Ack, Registry
 
 handlers = Registry()
 RUNS: list[tuple[Any, float]] = []
 _lock = threading.Lock()
 
 
+def runs_of(task_payloads: object) -> int:
+    with _lock:
+        return sum(1 for p, _ in RUNS if p == task_payloads)
+
+
 @handlers.task("record")
 def record(payload: Any) -> None:
     with _lock:
         RUNS.append((payload, time.time()))
+
+
+@handlers.task("fail_always")
+def fail_always(payload: Any) -> None:
+    record(payload)
+    raise RuntimeError(f"boom {payload}")
+
+
+@handlers.task("snooze_once")
+def snooze_once(payload: Any) -> Ack | None:
+    """Asks to run again in an hour the first time; done the second time."""
+    record(payload)
+    return Ack.retry(3600) if runs_of(payload) == 1 else None
+
+
+@handlers.task("give_up")
+def give_up(payload: Any) -> Ack:
+    record(payload)
+    return Ack.discard(f"nothing to do for {payload}")
+
+
+@handlers.task("credit", transactional=True)
+def credit(payload: Any, cursor: pymysql.cursors.Cursor) -> None:
+    """Database-local work: its write commits with the job's ack, or not at all."""
+    record(payload)
+    cursor.execute(
+        f"INSERT INTO `{payload['table']}` (account, amount) VALUES (%s, %s)",
+        (payload["account"], payload["amount"]),
+    )
+    if payload.get("then_fail"):
+        raise RuntimeError("failed after writing")
+
+
+@handlers.task("kill_worker")
+def kill_worker(payload: Any) -> None:
+    """A poison job: takes its worker process down with it (never use in-process)."""
+    os.kill(os.getpid(), signal.SIGKILL)

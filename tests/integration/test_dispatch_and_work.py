@@ -401,11 +401,13 @@ def test_an_entry_pushed_three_times_runs_once(
 @pytest.fixture
 def with_jobs(rescan: Callable[..., Env]) -> Iterator[tuple[Env, Settings]]:
     env = rescan()
-    jobs = JobsSettings(enabled=True, table=f"jobs_{env.table[-8:]}")
+    jobs = JobsSettings(
+        enabled=True, table=f"jobs_{env.table[-8:]}", schedules_table=f"sched_{env.table[-8:]}"
+    )
     settings = env.settings.model_copy(update={"jobs": jobs})
     migrate.apply(settings)
     yield env, role_settings(env, worker={"sources": [apps.RESCAN, "jobs"]}).model_copy(update={"jobs": jobs})
-    env.sql.execute(f"DROP TABLE IF EXISTS `{jobs.table}`")
+    env.sql.execute(f"DROP TABLE IF EXISTS `{jobs.table}`, `{jobs.schedules_table}`")
 
 
 def test_jobs_run_their_task_once_and_are_deleted(
@@ -430,7 +432,13 @@ def test_jobs_run_their_task_once_and_are_deleted(
     assert (worker.counts["acked"], worker.counts["failed"]) == (2, 1)
     env.sql.execute(f"SELECT task, dc_state, dc_attempt FROM `{table}` ORDER BY id")
     assert env.sql.fetchall()[0] == ("remember", 0, 0)  # not due yet: never dispatched
-    env.sql.execute(f"SELECT dc_state, dc_attempt FROM `{table}` WHERE task = 'no_such_task'")
-    assert env.sql.fetchall() == ((DISPATCHED, 2),)  # failed: left to the sweeper, attempt burnt
+    env.sql.execute(
+        f"SELECT dc_state, dc_attempt, errors, run_at > NOW(6), last_error FROM `{table}` "
+        "WHERE task = 'no_such_task'"
+    )
+    state, attempt, errors, later, error = env.sql.fetchone()
+    # Failed: pending again after a backoff delay, with the error and its traceback kept.
+    assert (state, attempt, errors, later) == (IDLE, 1, 1, 1)
+    assert "LookupError: no task named 'no_such_task' is registered" in error
     env.sql.execute(f"SELECT COUNT(*) FROM `{table}`")
     assert env.sql.fetchone() == (2,)

@@ -32,14 +32,14 @@ def settings(
     s = Settings(
         mysql=mysql_settings,
         redis=redis_settings,
-        jobs={"table": table, "max_payload_bytes": 1024},  # type: ignore[arg-type]
+        jobs={"table": table, "schedules_table": f"{table}_s", "max_payload_bytes": 1024},  # type: ignore[arg-type]
         worker={"app": "tests.integration.jobs_app"},  # type: ignore[arg-type]
         dispatcher={"poll_interval_s": 2.0},  # type: ignore[arg-type]
     )
     migrate.apply(s)
     jobs_app.RUNS.clear()
     yield s
-    sql.execute(f"DROP TABLE IF EXISTS `{table}`")
+    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
 
 
 @pytest.fixture

@@ -11,6 +11,8 @@ import pytest
 
 from shared import migrate
 from shared.db import Database
+from shared.job_store import JobStore
+from shared.runtime import build_stores
 from shared.schema import SchemaError
 from shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
 from shared.store import SourceStore
@@ -46,7 +48,7 @@ def settings_for(mysql_settings: MySQLSettings, redis_settings: RedisSettings) -
 def jobs_table(sql: pymysql.cursors.Cursor) -> Iterator[str]:
     name = f"jobs_{uuid.uuid4().hex[:8]}"
     yield name
-    sql.execute(f"DROP TABLE IF EXISTS `{name}`")
+    sql.execute(f"DROP TABLE IF EXISTS `{name}`, `{name}_schedules`")
 
 
 def columns(sql: pymysql.cursors.Cursor, table: str) -> dict[str, tuple[str, str, str | None]]:
@@ -242,24 +244,58 @@ def test_the_jobs_table_is_created_when_jobs_are_enabled(
     jobs_table: str,
 ) -> None:
     table = tables("rescan", rows=1)
-    settings = settings_for(table, jobs={"enabled": True, "table": jobs_table})
+    jobs = {"enabled": True, "table": jobs_table, "schedules_table": f"{jobs_table}_schedules"}
+    settings = settings_for(table, jobs=jobs)
 
     steps = migrate.plan(settings)
 
     assert steps[0].startswith(f"CREATE TABLE IF NOT EXISTS `{jobs_table}`")
-    assert len(steps) == 3  # the jobs table, then the source's columns and index
+    assert steps[1].startswith(f"CREATE TABLE IF NOT EXISTS `{jobs_table}_schedules`")
+    assert len(steps) == 4  # jobs and schedules tables, then the source's columns and index
     migrate.apply(settings)
     cols = columns(sql, jobs_table)
-    assert {"id", "queue", "task", "payload", "run_at", "created_at"} <= set(cols)
+    assert {"id", "queue", "task", "payload", "run_at", "priority", "unique_slot", "last_error"} <= set(cols)
     assert {k: cols[k] for k in DISPATCH_COLUMNS} == DISPATCH_COLUMNS
-    assert index_columns(sql, jobs_table) == ["dc_state", "run_at"]
+    assert index_columns(sql, jobs_table) == ["dc_state", "queue", "priority", "run_at"]
+    assert index_columns(sql, jobs_table, "dc_unique") == ["unique_slot"]
     assert migrate.plan(settings) == []
-    db = Database(settings.mysql)
-    try:
-        for src in settings.all_sources():
-            SourceStore(db, src).verify()
-    finally:
-        db.close()
+    for store in build_stores(settings, settings.all_sources()):  # each verifies its table
+        assert store.src.table in (table, jobs_table)
+
+
+def test_an_older_jobs_table_is_upgraded_in_place_keeping_its_jobs(
+    settings_for: Callable[..., Settings],
+    tables: Callable[..., str],
+    sql: pymysql.cursors.Cursor,
+    jobs_table: str,
+) -> None:
+    # The jobs table of duecast 0.1's first cut: no priority, retries, uniqueness or leases.
+    sql.execute(
+        f"CREATE TABLE `{jobs_table}` (`id` BIGINT NOT NULL AUTO_INCREMENT, "
+        "`queue` VARCHAR(64) NOT NULL DEFAULT 'default', `task` VARCHAR(191) NOT NULL, "
+        "`payload` LONGTEXT NOT NULL, `run_at` DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+        "`created_at` DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+        "`dc_state` TINYINT UNSIGNED NOT NULL DEFAULT 0, `dc_attempt` INT UNSIGNED NOT NULL DEFAULT 0, "
+        "`dc_dispatched_at` DATETIME(6) NULL, PRIMARY KEY (`id`), KEY `dc_due` (`dc_state`, `run_at`))"
+    )
+    sql.execute(f"INSERT INTO `{jobs_table}` (task, payload) VALUES ('old', '1')")
+    settings = settings_for(
+        tables("rescan", rows=1),
+        jobs={"enabled": True, "table": jobs_table, "schedules_table": f"{jobs_table}_schedules"},
+    )
+    store = JobStore(
+        Database(settings.mysql), settings.jobs.queue_sources()[0], settings.jobs, settings.mysql
+    )
+    with pytest.raises(SchemaError, match="older than this duecast; run `duecast migrate`"):
+        store.verify()
+
+    migrate.apply(settings)
+
+    store.verify()
+    assert index_columns(sql, jobs_table) == ["dc_state", "queue", "priority", "run_at"]
+    sql.execute(f"SELECT task, priority, errors, max_attempts FROM `{jobs_table}`")
+    assert sql.fetchall() == (("old", 0, 0, 20),)
+    assert [e.id for e in store.claim_due(10)] == [1]
 
 
 def test_no_jobs_table_when_jobs_are_disabled(

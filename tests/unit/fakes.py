@@ -63,8 +63,11 @@ class FakeBatch:
         self.rows = rows
         self.skipped = skipped
 
-    def fail(self, rows: Sequence[Row]) -> None:
-        self._store.failed.extend(rows)
+    def phases(self) -> list[list[Row]]:
+        return [self.rows] if self.rows else []
+
+    def fail(self, failures: Sequence[tuple[Row, object]]) -> None:
+        self._store.failed.extend(row for row, _ in failures)
 
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
         id_column = self._store.src.id_column

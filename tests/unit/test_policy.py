@@ -7,7 +7,14 @@ import random
 
 import pytest
 
-from shared.policy import claim_room, dispatch_delay_s, error_backoff_s
+from shared.policy import (
+    claim_room,
+    dead_after_failure,
+    dead_after_interruption,
+    dispatch_delay_s,
+    error_backoff_s,
+    retry_delay_s,
+)
 
 # --- claim_room -------------------------------------------------------------------------------------
 
@@ -121,3 +128,30 @@ def test_backoff_is_deterministic_for_a_seeded_rng() -> None:
     a = [error_backoff_s(f, 0.5, 10.0, random.Random(42)) for f in range(1, 10)]
     b = [error_backoff_s(f, 0.5, 10.0, random.Random(42)) for f in range(1, 10)]
     assert a == b
+
+
+# ---------------------------------------------------------------- job retries
+
+
+@pytest.mark.parametrize("errors", range(1, 30))
+def test_retry_delay_doubles_with_equal_jitter_up_to_the_cap(errors: int) -> None:
+    step = min(3600.0, 2.0 * 2 ** (errors - 1))
+    rng = random.Random(errors)
+    delays = [retry_delay_s(errors, 2.0, 3600.0, rng) for _ in range(200)]
+    assert all(step / 2 <= d <= step for d in delays)
+    assert max(delays) - min(delays) > step / 4  # jittered, not constant
+
+
+def test_retry_delay_is_for_failed_jobs_only() -> None:
+    with pytest.raises(ValueError, match="failed at least once"):
+        retry_delay_s(0, 1.0, 10.0, random.Random(0))
+
+
+@pytest.mark.parametrize(
+    ("before", "limit", "dead"), [(0, 1, True), (0, 3, False), (1, 3, False), (2, 3, True), (5, 3, True)]
+)
+def test_a_job_is_dead_when_this_failure_or_interruption_uses_up_its_budget(
+    before: int, limit: int, dead: bool
+) -> None:
+    assert dead_after_failure(before, limit) is dead
+    assert dead_after_interruption(before, limit) is dead

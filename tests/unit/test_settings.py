@@ -40,8 +40,8 @@ def test_defaults_load_without_any_environment() -> None:
     assert s.mysql.database == "duecast"
     assert s.redis.key_prefix == "duecast"
     assert s.sources == []
-    assert [src.name for src in s.all_sources()] == [JOBS_SOURCE]
-    jobs = s.source(JOBS_SOURCE)
+    assert [src.name for src in s.all_sources()] == [f"{JOBS_SOURCE}.default"]
+    jobs = s.source(f"{JOBS_SOURCE}.default")
     assert (jobs.table, jobs.due_column, jobs.on_success, jobs.period_s) == (
         "duecast_jobs",
         "run_at",
@@ -72,7 +72,7 @@ def test_sources_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
     other = {"name": "orders", "table": "orders", "due_column": "due_at", "on_success": "delete"}
     monkeypatch.setenv("DUECAST_SOURCES", json.dumps([USERS, other]))
     s = load_settings()
-    assert [src.name for src in s.all_sources()] == ["users", "orders", JOBS_SOURCE]
+    assert [src.name for src in s.all_sources()] == ["users", "orders", f"{JOBS_SOURCE}.default"]
     assert s.source("users").period_s == 10.0
     assert s.source("orders").on_success == "delete"
 
@@ -270,13 +270,21 @@ def test_duplicate_source_names_rejected() -> None:
         Settings(sources=[_source(), _source(table="users2")])
 
 
-def test_source_named_jobs_clashes_with_builtin_jobs() -> None:
-    with pytest.raises(ValidationError, match="repeated: jobs"):
+def test_source_names_jobs_and_dotted_are_reserved_for_job_queues() -> None:
+    with pytest.raises(ValidationError, match="'jobs' is reserved"):
         Settings(sources=[_source(name=JOBS_SOURCE)])
-    # With the built-in jobs source off, the name is free.
-    s = Settings(sources=[_source(name=JOBS_SOURCE)], jobs={"enabled": False})
-    assert [src.name for src in s.all_sources()] == [JOBS_SOURCE]
-    assert s.source(JOBS_SOURCE).table == "users"
+    with pytest.raises(ValidationError, match=r"may not contain '\.'"):
+        Settings(sources=[_source(name="jobs.default")])
+
+
+def test_each_job_queue_is_a_source_in_order() -> None:
+    s = Settings(jobs={"queues": ["critical", "default", "bulk"]})  # type: ignore[arg-type]
+    assert [src.name for src in s.all_sources()] == ["jobs.critical", "jobs.default", "jobs.bulk"]
+    assert {src.table for src in s.all_sources()} == {"duecast_jobs"}
+    with pytest.raises(ValidationError, match="repeats critical"):
+        Settings(jobs={"queues": ["critical", "critical"]})  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=r"not in jobs\.queues"):
+        Settings(jobs={"queues": ["a"]}, worker={"queues": ["b"]})  # type: ignore[arg-type]
 
 
 def test_settings_are_frozen() -> None:
@@ -342,3 +350,15 @@ def test_password_of_wrong_type_not_echoed() -> None:
     with pytest.raises(ValidationError) as info:
         MySQLSettings(password=12345678)
     assert "12345678" not in _validation_text(info.value)
+
+
+def test_a_worker_serves_job_queues_in_its_stated_order() -> None:
+    from worker.main import served_sources  # noqa: PLC0415 - the worker's wiring, tested pure
+
+    s = Settings(jobs={"queues": ["a", "b", "c"]}, worker={"queues": ["c", "a"]})  # type: ignore[arg-type]
+    assert served_sources(s, ["jobs", "users"]) == ["jobs.c", "jobs.a", "users"]
+    s = Settings(jobs={"queues": ["a", "b"]})  # type: ignore[arg-type]
+    assert served_sources(s, ["jobs"]) == ["jobs.a", "jobs.b"]
+    bad = s.model_copy(update={"worker": s.worker.model_copy(update={"queues": ["zzz"]})})
+    with pytest.raises(SystemExit, match=r"zzz not in jobs\.queues"):
+        served_sources(bad, ["jobs"])

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from duecast.demo_data import source
-from shared.schema import TableInfo, jobs_table_ddl, source_migration
+from shared.schema import TableInfo, jobs_table_ddl, schedules_table_ddl, source_migration
 from shared.settings import JobsSettings
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
@@ -16,7 +16,10 @@ def _statements(path: Path) -> list[str]:
 
 
 def test_jobs_sql_matches_generated_ddl() -> None:
-    assert _statements(SQL_DIR / "jobs.sql") == [jobs_table_ddl(JobsSettings())]
+    assert _statements(SQL_DIR / "jobs.sql") == [
+        jobs_table_ddl(JobsSettings()),
+        schedules_table_ddl(JobsSettings()),
+    ]
 
 
 def test_user_block_status_migration_matches_generated_alters() -> None:
