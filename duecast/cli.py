@@ -6,7 +6,6 @@ Each subcommand builds settings in its own `main()`; nothing is configured at im
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 
@@ -16,13 +15,12 @@ from rich.console import Console
 from rich.table import Table
 
 from shared import migrate
-from shared.handlers import AppError, load_registry
-from shared.jobs import EnqueueError, Enqueuer
-from shared.queue import connect_redis
+from shared.handlers import AppError
+from shared.jobs import EnqueueError
 from shared.runtime import build_queue, build_stores
 from shared.schema import SchemaError
-from shared.settings import Settings, load_settings
-from shared.status import snapshot
+from shared.settings import load_settings
+from shared.status import SourceSnapshot, snapshot
 from shared.store import STATUS_COUNT_CAP
 
 
@@ -69,24 +67,15 @@ def _cmd_migrate(rest: list[str]) -> int:
 
 
 def _cmd_enqueue(rest: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="duecast enqueue", description="Enqueue one job.")
-    parser.add_argument("task")
-    parser.add_argument("--payload", default="null", help="the job's JSON payload (default null)")
-    parser.add_argument("--queue", default="default")
-    parser.add_argument("--delay", type=float, default=0.0, help="seconds until it is due")
-    parser.add_argument("--app", help="module[:attr] of the task Registry: refuse unknown task names")
-    parser.add_argument("--config")
-    args = parser.parse_args(rest)
-    try:
-        payload = json.loads(args.payload)
-    except json.JSONDecodeError as exc:
-        raise EnqueueError(f"--payload is not JSON: {exc}") from exc
-    settings = load_settings(args.config)
-    tasks = load_registry(args.app).task_names if args.app else None
-    enqueuer = Enqueuer(settings, connect_redis(settings.redis), tasks)
-    job_id = enqueuer.enqueue(args.task, payload, queue=args.queue, delay_s=args.delay)
-    print(f"enqueued job {job_id} ({args.task})")
-    return 0
+    from duecast.jobs_cli import enqueue_main  # noqa: PLC0415
+
+    return enqueue_main(rest)
+
+
+def _cmd_jobs(rest: list[str]) -> int:
+    from duecast.jobs_cli import main  # noqa: PLC0415
+
+    return main(rest)
 
 
 def _cmd_status(rest: list[str]) -> int:
@@ -94,12 +83,34 @@ def _cmd_status(rest: list[str]) -> int:
     parser.add_argument("--config")
     args = parser.parse_args(rest)
     settings = load_settings(args.config)
-    Console().print(status_table(settings))
+    snaps = snapshot(build_stores(settings, settings.all_sources()), build_queue(settings))
+    console = Console()
+    console.print(status_table(snaps))
+    queues = [s for s in snaps if s.db.detail is not None]
+    if queues:
+        console.print(queue_table(queues))
     return 0
 
 
-def status_table(settings: Settings) -> Table:
-    snaps = snapshot(build_stores(settings, settings.all_sources()), build_queue(settings))
+def queue_table(snaps: list[SourceSnapshot]) -> Table:
+    """Job queues by state: the numbers an operator of a job system looks at first."""
+    table = Table(title="job queues")
+    columns = ("pending", "due", "scheduled", "dispatched", "running", "done", "dead")
+    for col in ("queue", *columns, "oldest due age"):
+        table.add_column(col, justify="left" if col == "queue" else "right")
+    for s in snaps:
+        detail = s.db.detail or {}
+        age = "-" if s.db.oldest_due_age_s is None else f"{max(s.db.oldest_due_age_s, 0.0):.1f}s"
+        cells = [_capped(detail.get(c, 0)) for c in columns]
+        table.add_row(s.name.split(".", 1)[1], *cells, age)
+    return table
+
+
+def _capped(n: int) -> str:
+    return f"{n:,}+" if n >= STATUS_COUNT_CAP else f"{n:,}"
+
+
+def status_table(snaps: list[SourceSnapshot]) -> Table:
     table = Table(title="duecast status")
     for col in (
         "source",
@@ -135,7 +146,8 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "worker": (_cmd_worker, "pop entries, run handlers, ack in MySQL"),
     "sweeper": (_cmd_sweeper, "requeue rows dispatched but never acked (if not in the dispatcher)"),
     "migrate": (_cmd_migrate, "create/alter tables so sources can be dispatched"),
-    "enqueue": (_cmd_enqueue, "enqueue one job (JSON payload) into duecast's jobs table"),
+    "enqueue": (_cmd_enqueue, "enqueue one job, or a JSON Lines file of jobs, into the jobs table"),
+    "jobs": (_cmd_jobs, "show, list, retry, replay or discard one-off jobs"),
     "status": (_cmd_status, "show due backlog, in flight, staleness and counters per source"),
     "demo": (_cmd_demo, "run the user_block_status re-scan demo with a live display"),
 }

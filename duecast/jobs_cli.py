@@ -1,0 +1,258 @@
+"""`duecast jobs ...` and `duecast enqueue --file`: the operator's view of and hands on the jobs table.
+
+Parsing and printing only; every statement runs in shared.job_admin / shared.jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from shared.db import Database
+from shared.handlers import load_registry
+from shared.job_admin import STATES_BY_NAME, Filter, JobAdmin, Outcome
+from shared.jobs import EnqueueError, Enqueuer, Job, OnDuplicate, encode
+from shared.queue import connect_redis
+from shared.settings import Settings, load_settings
+from shared.states import STATE_NAMES, State
+
+FILE_CHUNK = 5000  # rows validated / written per progress step
+
+
+def main(rest: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="duecast jobs", description="Inspect and act on one-off jobs.")
+    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
+    sub = parser.add_subparsers(dest="action", required=True)
+    show = sub.add_parser("show", help="one job, with its payload and last error")
+    show.add_argument("id", type=int)
+    listing = sub.add_parser("list", help="jobs matching a filter, newest first")
+    _filters(listing, states=True)
+    listing.add_argument("--limit", type=int, default=50)
+    for name, help_ in (
+        ("retry", "dead jobs -> pending now, with a fresh attempt budget"),
+        ("replay", "done or dead jobs -> pending again (needs jobs.retention_s for done ones)"),
+        ("discard", "delete pending, done or dead jobs for good"),
+    ):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("ids", nargs="*", type=int, help="job ids (or use filters / --all)")
+        _filters(p, states=name != "retry")
+        p.add_argument("--all", action="store_true", help="every job the action applies to")
+        p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    args = parser.parse_args(rest)
+    settings = load_settings(args.config)
+    admin = JobAdmin(Database(settings.mysql), settings.jobs)
+    console = Console()
+    if args.action == "show":
+        return _show(console, admin, args.id)
+    flt = _filter(args)
+    if args.action == "list":
+        console.print(_table(admin.find(flt, args.limit)))
+        return 0
+    return _act(console, admin, args, flt, settings)
+
+
+def _filters(p: argparse.ArgumentParser, *, states: bool) -> None:
+    if states:
+        p.add_argument("--state", action="append", choices=sorted(STATES_BY_NAME), default=[])
+    p.add_argument("--queue")
+    p.add_argument("--task")
+    p.add_argument("--since", type=datetime.fromisoformat, help="created at or after (database time)")
+    p.add_argument("--until", type=datetime.fromisoformat, help="created before (database time)")
+
+
+def _filter(args: argparse.Namespace) -> Filter:
+    return Filter(
+        ids=list(getattr(args, "ids", []) or []),
+        states=[STATES_BY_NAME[s] for s in getattr(args, "state", [])],
+        queue=args.queue,
+        task=args.task,
+        since=args.since,
+        until=args.until,
+    )
+
+
+def _act(console: Console, admin: JobAdmin, args: argparse.Namespace, flt: Filter, settings: Settings) -> int:
+    narrowing = (flt.ids, flt.states, flt.queue, flt.task, flt.since, flt.until)
+    if not any(narrowing) and not args.all:
+        raise EnqueueError(f"`duecast jobs {args.action}` needs job ids, a filter, or --all")
+    allowed = {
+        "retry": [State.DEAD],
+        "replay": [State.DONE, State.DEAD],
+        "discard": [State.IDLE, State.DONE, State.DEAD],
+    }[args.action]
+    flt = Filter(flt.ids, flt.states or allowed, flt.queue, flt.task, flt.since, flt.until)
+    try:
+        flt = flt.narrowed_to(allowed)
+    except ValueError as exc:
+        raise EnqueueError(f"{args.action}: {exc}") from exc
+    total = admin.count(flt)
+    if total == 0:
+        console.print(f"{args.action}: no job matches")
+        return 0
+    if not args.yes and not _confirm(console, f"{args.action} {total:,} job(s)?"):
+        console.print("nothing changed")
+        return 1
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task(args.action, total=total)
+        step = lambda n: bar.advance(task, n)  # noqa: E731
+        out = admin.discard(flt, step) if args.action == "discard" else admin.revive(flt, step)
+    _report(console, args.action, out)
+    if args.action != "discard" and out.changed:
+        Enqueuer(settings, connect_redis(settings.redis)).wake()
+    return 0
+
+
+def _confirm(console: Console, question: str) -> bool:
+    try:
+        return console.input(f"{question} [y/N] ").strip().lower() in {"y", "yes"}
+    except EOFError:
+        return False
+
+
+def _report(console: Console, action: str, out: Outcome) -> None:
+    line = f"{action}: {out.changed:,} of {out.matched:,} job(s)"
+    if out.skipped_unique:
+        line += f"; {out.skipped_unique:,} left alone: an active job holds their unique key"
+    if out.changed < out.matched - out.skipped_unique:
+        line += "; the rest changed state meanwhile"
+    console.print(line)
+
+
+def _show(console: Console, admin: JobAdmin, job_id: int) -> int:
+    job = admin.show(job_id)
+    if job is None:
+        console.print(f"no job {job_id}")
+        return 1
+    table = Table(show_header=False, title=f"job {job_id}")
+    for key, value in job.items():
+        shown = STATE_NAMES[State(value)] if key == "dc_state" else value
+        table.add_row("state" if key == "dc_state" else key, "" if shown is None else str(shown))
+    console.print(table)
+    return 0
+
+
+def _table(jobs: list[dict[str, Any]]) -> Table:
+    table = Table(title=f"{len(jobs)} job(s)")
+    for col in ("id", "queue", "task", "state", "errors", "run_at", "created_at", "last error"):
+        table.add_column(col)
+    for j in jobs:
+        error = (j["last_error"] or "").strip().splitlines()
+        table.add_row(
+            str(j["id"]),
+            j["queue"],
+            j["task"],
+            STATE_NAMES[State(j["dc_state"])],
+            f"{j['errors']}/{j['max_attempts']}",
+            str(j["run_at"]),
+            str(j["created_at"]),
+            error[-1][:80] if error else "",
+        )
+    return table
+
+
+# ---------------------------------------------------------------- enqueue
+
+
+def enqueue_main(rest: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="duecast enqueue",
+        description="Enqueue one job, or every job of a JSON Lines file in one transaction.",
+    )
+    parser.add_argument("task", nargs="?", help="task name (not with --file)")
+    parser.add_argument("--payload", default="null", help="the job's JSON payload (default null)")
+    parser.add_argument("--queue", default="default")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds until it is due")
+    parser.add_argument("--priority", type=int, default=0, help="0-9, 0 runs first")
+    parser.add_argument("--max-attempts", type=int)
+    parser.add_argument("--unique-key")
+    parser.add_argument("--on-duplicate", choices=["error", "keep"], default="error")
+    parser.add_argument(
+        "--file",
+        type=Path,
+        help='JSON Lines, one job per line: {"task": ..., "payload": ..., "queue": ..., "delay_s": ..., '
+        '"priority": ..., "max_attempts": ..., "unique_key": ...}; all are enqueued or none',
+    )
+    parser.add_argument("--app", help="module[:attr] of the task Registry: refuse unknown task names")
+    parser.add_argument("--config")
+    args = parser.parse_args(rest)
+    if (args.task is None) == (args.file is None):
+        parser.error("give a TASK or --file, not both")
+    settings = load_settings(args.config)
+    tasks = load_registry(args.app).task_names if args.app else None
+    enqueuer = Enqueuer(settings, connect_redis(settings.redis), tasks)
+    if args.file is not None:
+        n = enqueue_file(enqueuer, args.file, args.on_duplicate, Console(stderr=True))
+        print(f"enqueued {n:,} job(s) from {args.file}")
+        return 0
+    try:
+        payload = json.loads(args.payload)
+    except json.JSONDecodeError as exc:
+        raise EnqueueError(f"--payload is not JSON: {exc}") from exc
+    job_id = enqueuer.enqueue(
+        args.task,
+        payload,
+        queue=args.queue,
+        delay_s=args.delay,
+        priority=args.priority,
+        max_attempts=args.max_attempts,
+        unique_key=args.unique_key,
+        on_duplicate=args.on_duplicate,
+    )
+    print(f"enqueued job {job_id} ({args.task})")
+    return 0
+
+
+_JOB_FIELDS = {"task", "payload", "queue", "delay_s", "priority", "max_attempts", "unique_key"}
+
+
+def read_jobs(path: Path) -> Iterator[tuple[int, Job]]:
+    """(line number, Job) for each non-blank line; a bad line raises EnqueueError naming it."""
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise EnqueueError(f"{path}:{number}: not JSON: {exc}") from exc
+            if not isinstance(item, dict) or "task" not in item:
+                raise EnqueueError(f'{path}:{number}: expected an object with a "task"')
+            unknown = set(item) - _JOB_FIELDS
+            if unknown:
+                raise EnqueueError(f"{path}:{number}: unknown field(s) {', '.join(sorted(unknown))}")
+            try:
+                yield number, Job(**item)
+            except TypeError as exc:
+                raise EnqueueError(f"{path}:{number}: {exc}") from exc
+
+
+def enqueue_file(enqueuer: Enqueuer, path: Path, on_duplicate: OnDuplicate, console: Console) -> int:
+    """Validate every line first (nothing written if one is bad), then write all in one transaction."""
+    if not path.is_file():
+        raise EnqueueError(f"{path}: no such file")
+    rows = []
+    with Progress(console=console, transient=True) as bar:
+        check = bar.add_task("validating", total=path.stat().st_size)
+        for number, job in read_jobs(path):
+            try:
+                rows.append(encode(job, enqueuer.jobs, enqueuer.tasks))
+            except EnqueueError as exc:
+                raise EnqueueError(f"{path}:{number}: {exc}") from exc
+            if number % FILE_CHUNK == 0:
+                bar.update(check, completed=min(path.stat().st_size, number * 100))
+        bar.update(check, completed=path.stat().st_size)
+        write = bar.add_task("enqueueing", total=len(rows))
+        with enqueuer.db.transaction() as cur:
+            for i in range(0, len(rows), FILE_CHUNK):
+                enqueuer.write(cur, rows[i : i + FILE_CHUNK], on_duplicate)
+                bar.advance(write, len(rows[i : i + FILE_CHUNK]))
+    enqueuer.wake()
+    return len(rows)
