@@ -1,0 +1,156 @@
+"""Benchmark: enqueue N no-op one-off jobs, then drain them; jobs/s each way (median of --runs).
+
+Enqueue: Enqueuer.enqueue_many, --batch jobs per call (one transaction, one multi-row INSERT per
+500 jobs). Drain: one dispatcher and --workers worker processes start after the enqueue, and the
+clock stops when the jobs table is empty (every job deleted by its fenced ack). Enqueue -> start
+latency under a steady load is bench/latency.py's job.
+
+    scripts/dev shell python bench/jobs.py                         # 100,000 jobs, 2 workers, 3 runs
+    scripts/dev shell python bench/jobs.py --jobs 20000 --runs 1 --json /tmp/jobs.json
+
+Runs in database duecast_bench / key prefix duecast-bench (see bench/harness.py); it empties that
+database's jobs table and the jobs keys of that prefix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import harness
+from rich.table import Table
+
+from duecast.fleet import Fleet
+from shared import migrate
+from shared.db import connect
+from shared.identifiers import quote
+from shared.jobs import Enqueuer, Job
+from shared.queue import connect_redis
+from shared.settings import JOBS_SOURCE, Settings, load_settings
+
+BENCH_DIR = Path(__file__).resolve().parent
+APP = "bench_jobs_app"
+
+
+def prepare(settings: Settings) -> None:
+    migrate.apply(settings)
+    with closing(connect(settings.mysql)) as conn, conn.cursor() as cur:
+        cur.execute(f"TRUNCATE TABLE {quote(settings.jobs.table)}")
+    harness.clear_keys(settings, [f"{JOBS_SOURCE}.{q}" for q in settings.jobs.queues])
+
+
+def enqueue(settings: Settings, jobs: int, batch: int) -> float:
+    client = connect_redis(settings.redis)
+    enqueuer = Enqueuer(settings, client, tasks=["noop"])
+    try:
+        started = time.perf_counter()
+        for lo in range(0, jobs, batch):
+            enqueuer.enqueue_many(Job("noop", {"i": i}) for i in range(lo, min(jobs, lo + batch)))
+        return time.perf_counter() - started
+    finally:
+        enqueuer.db.close()
+        client.close()
+
+
+def drain(settings: Settings, args: argparse.Namespace, logs: Path) -> tuple[float, dict[str, float]]:
+    """Seconds until the jobs table is empty, and each process's CPU seconds."""
+    config = logs / "jobs.toml"
+    config.write_text(f'[worker]\nsources = ["{JOBS_SOURCE}"]\nconcurrency = {args.concurrency}\n')
+    fleet = Fleet(config, APP, logs, extra_env={"PYTHONPATH": str(BENCH_DIR)})
+    table = quote(settings.jobs.table)
+    with closing(connect(settings.mysql)) as poll:
+        poll.autocommit(True)
+        started = time.perf_counter()
+        fleet.start_dispatcher()
+        for i in range(args.workers):
+            fleet.start_worker(f"worker-{i + 1}")
+        cpu: dict[str, float] = {}
+        try:
+            with poll.cursor() as cur:
+                while True:
+                    cur.execute(f"SELECT EXISTS (SELECT 1 FROM {table})")
+                    row = cur.fetchone()
+                    if row is not None and not row[0]:
+                        break
+                    if time.perf_counter() - started > args.timeout or not fleet.alive():
+                        raise SystemExit(f"drain did not finish in {args.timeout:.0f}s; process logs: {logs}")
+                    cpu = fleet.cpu_seconds()
+                    time.sleep(0.02)
+            return time.perf_counter() - started, cpu
+        finally:
+            fleet.stop()
+
+
+def run(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any]]:
+    results = []
+    for n in range(args.runs):
+        prepare(settings)
+        enqueue_s = enqueue(settings, args.jobs, args.batch)
+        logs = Path(tempfile.mkdtemp(prefix="duecast-jobs-bench-"))
+        drain_s, cpu = drain(settings, args, logs)
+        results.append(
+            {
+                "run": n + 1,
+                "enqueue_jobs_per_s": args.jobs / enqueue_s,
+                "drain_jobs_per_s": args.jobs / drain_s,
+                "drain_s": drain_s,
+                "cpu_s": cpu,
+            }
+        )
+        print(
+            f"run {n + 1}: enqueue {args.jobs / enqueue_s:,.0f} jobs/s, "
+            f"drain {args.jobs / drain_s:,.0f} jobs/s",
+            file=sys.stderr,
+        )
+    return results
+
+
+def table(args: argparse.Namespace, results: list[dict[str, Any]]) -> Table:
+    t = Table(title=f"one-off jobs: {args.jobs:,} no-op jobs, 1 dispatcher + {args.workers} workers")
+    for col in ("run", "enqueue jobs/s", "drain jobs/s", "drain s"):
+        t.add_column(col, justify="right")
+    for r in results:
+        t.add_row(
+            str(r["run"]),
+            f"{r['enqueue_jobs_per_s']:,.0f}",
+            f"{r['drain_jobs_per_s']:,.0f}",
+            f"{r['drain_s']:.2f}",
+        )
+    t.add_row(
+        "median",
+        f"{statistics.median(r['enqueue_jobs_per_s'] for r in results):,.0f}",
+        f"{statistics.median(r['drain_jobs_per_s'] for r in results):,.0f}",
+        f"{statistics.median(r['drain_s'] for r in results):.2f}",
+    )
+    return t
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--jobs", type=int, default=100_000)
+    p.add_argument("--batch", type=int, default=10_000, help="jobs per enqueue_many call")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--concurrency", type=int, default=1, help="handler threads per worker")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    harness.use_bench_namespace()
+    settings = load_settings()
+    harness.check_namespace(settings)
+    with harness.exclusive(settings):
+        results = run(settings, args)
+    harness.report_console().print(table(args, results))
+    if args.json:
+        harness.write_json(args.json, {"args": vars(args), "results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
