@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import Counter
 
+from shared import observe
 from shared.loop import Tick
 from shared.policy import claim_room, dispatch_delay_s
 from shared.queue import ReadyQueue
@@ -48,6 +50,7 @@ class Dispatcher:
         room = claim_room(self.queue.length(src.name), src.high_water, src.claim_batch)
         if room == 0:
             return self.settings.poll_interval_s  # backpressure: workers are behind
+        started = time.perf_counter()
         entries = store.claim_due(room)
         if entries:
             if self.faults.crash_after_commit:
@@ -56,6 +59,7 @@ class Dispatcher:
             # Committed before pushing: if this push is lost, the rows stay DISPATCHED and the
             # sweeper requeues them after the visibility timeout. Never push before commit.
             self.queue.push(src.name, entries)
+            observe.batch_done("dispatcher", src.name, started)
             self.queue.add_stats(src.name, {"claimed": len(entries)})
             self.counts[src.name] += len(entries)
         return dispatch_delay_s(len(entries), room, self.settings.poll_interval_s)

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 
 from dispatcher.dispatcher import Dispatcher
+from dispatcher.gauges import SystemGauges
 from dispatcher.pruner import Pruner
 from dispatcher.ranges import RangeKeeper
 from dispatcher.recurring import TICK_S, Recurring
@@ -44,6 +45,9 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     if keeper.stores:
         jobs.append(("duecast-ranges", keeper.tick, settings.dispatcher.range_discover_s))
     jobs.extend(_job_duties(settings, queue))
+    if settings.health.port:  # the system-wide gauges exist for /metrics only
+        gauges = SystemGauges(build_stores(settings, sources), queue)
+        jobs.append(("duecast-gauges", gauges.refresh, settings.health.gauges_interval_s))
     scheduler = scheduler_start(stop, jobs) if jobs and not drain else None
     log.info("dispatching %s", ", ".join(s.name for s in sources))
     try:

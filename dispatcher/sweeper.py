@@ -6,7 +6,9 @@ Runs as an APScheduler interval job (dispatcher.scheduler), in the dispatcher or
 from __future__ import annotations
 
 import logging
+import time
 
+from shared import observe
 from shared.loop import Tick
 from shared.queue import ReadyQueue
 from shared.settings import DispatcherSettings
@@ -27,13 +29,16 @@ class Sweeper:
     def tick(self) -> Tick:
         full = False
         for store in self.stores:
+            started = time.perf_counter()
             n = store.requeue_expired(store.src.visibility_timeout_s, self.settings.sweep_batch)
             if n:
+                observe.batch_done("sweeper", store.src.name, started)
                 log.warning(
                     "requeued %d rows of %s not acked within %.0fs",
                     n,
                     store.src.name,
                     store.src.visibility_timeout_s,
+                    extra={"event": "sweeper.requeued", "source": store.src.name, "count": n},
                 )
                 self.queue.add_stats(store.src.name, {"requeued": n})
                 self.requeued += n

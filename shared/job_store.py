@@ -13,12 +13,14 @@ import random
 import socket
 import threading
 import traceback
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import pymysql.cursors
 
+from shared import observe
 from shared.db import Database
 from shared.handlers import Ack, Row
 from shared.keys import Entry
@@ -158,7 +160,14 @@ class JobStore:
                     self.sql.interrupted_dead.format(ids=in_list("`id`", dead)),
                     (f"dead: interrupted {cap} times; its worker keeps dying (killed, out of memory...)",),
                 )
-                log.error("%d job(s) of queue %s dead after %d interruptions", len(dead), self.queue, cap)
+                log.error(
+                    "%d job(s) of queue %s dead after %d interruptions",
+                    len(dead),
+                    self.queue,
+                    cap,
+                    extra={"event": "job.dead_interrupted", "source": self.src.name, "job_ids": dead},
+                )
+        observe.count(self.src.name, "dead", len(dead))
         return len(found)
 
     def prune(self, limit: int) -> int:
@@ -211,15 +220,21 @@ class JobStore:
         stmt = self.sql.finish_done if self.jobs.retention_s > 0 else self.sql.finish_delete
         return int(cur.execute(stmt.format(fence=fence)))
 
-    def finish_failed(self, cur: pymysql.cursors.Cursor, row: Row, outcome: object) -> int:
+    def finish_failed(self, cur: pymysql.cursors.Cursor, row: Row, outcome: object) -> str:
+        """A failed run: "retried" (pending after a backoff delay) or "dead"; "" when it was stale."""
         fence = self.fence(_entries([row]))
         text = error_text(outcome)
         errors = int(row["errors"])
         if dead_after_failure(errors, int(row["max_attempts"])):
-            log.error("job %s dead after %d failed attempts", row["id"], errors + 1)
-            return int(cur.execute(self.sql.fail_dead.format(fence=fence), (1, text)))
+            log.error(
+                "job %s dead after %d failed attempts",
+                row["id"],
+                errors + 1,
+                extra={"event": "job.dead", "source": self.src.name, "job_id": int(row["id"])},
+            )
+            return "dead" if cur.execute(self.sql.fail_dead.format(fence=fence), (1, text)) else ""
         delay = retry_delay_s(errors + 1, self.jobs.retry_base_s, self.jobs.retry_cap_s, self._rng)
-        return int(cur.execute(self.sql.fail_retry.format(fence=fence), (_us(delay), text)))
+        return "retried" if cur.execute(self.sql.fail_retry.format(fence=fence), (_us(delay), text)) else ""
 
     def finish_special(self, cur: pymysql.cursors.Cursor, row: Row, ack: Ack) -> int:
         """A handler's explicit retry (not an error) or discard (dead now)."""
@@ -267,7 +282,7 @@ class JobBatch:
         if not acks:
             return AckCounts(0, 0)
         store = self._store
-        acked = stale = 0
+        acked = stale = discarded = 0
         failures: list[tuple[Row, object]] = []
         with store.db.transaction() as cur:
             done = [row for row, ack in acks if ack.action in ("default", "delete")]
@@ -280,6 +295,7 @@ class JobBatch:
                     n = store.finish_special(cur, row, ack)
                     acked += n
                     stale += 1 - n
+                    discarded += n if ack.action == "discard" else 0
                 elif ack.action == "transaction":
                     outcome = self._in_transaction(cur, row, ack)
                     if outcome is None:
@@ -288,6 +304,7 @@ class JobBatch:
                         stale += 1
                     else:
                         failures.append((row, outcome))
+        observe.count(store.src.name, "dead", discarded)
         self.fail(failures)
         return AckCounts(acked, stale, len(failures))
 
@@ -317,9 +334,12 @@ class JobBatch:
         """Failed runs: pending again after a backoff delay, or dead once out of attempts."""
         if not failures:
             return
+        outcomes: Counter[str] = Counter()
         with self._store.db.transaction() as cur:
             for row, outcome in failures:
-                self._store.finish_failed(cur, row, outcome)
+                outcomes[self._store.finish_failed(cur, row, outcome)] += 1
+        for name in ("retried", "dead"):  # counted once committed
+            observe.count(self._store.src.name, name, outcomes[name])
 
 
 class LeaseKeeper:

@@ -59,7 +59,13 @@ def run(
         except Exception:
             failures += 1
             delay = error_backoff_s(failures, error_base_s, error_cap_s, rng)
-            log.exception("%s: tick failed (%d in a row); retrying in %.2fs", role.name, failures, delay)
+            log.exception(
+                "%s: tick failed (%d in a row); retrying in %.2fs",
+                role.name,
+                failures,
+                delay,
+                extra={"event": "loop.tick_failed", "role": role.name},
+            )
             result = Tick(delay, idle=False)
         if drain and result.idle:
             return
@@ -72,7 +78,11 @@ def stop_on_signals(stop: threading.Event) -> None:
     """SIGTERM and SIGINT ask the loop to finish its current tick and return."""
 
     def _handler(signum: int, _frame: FrameType | None) -> None:
-        log.info("received %s; finishing current work and stopping", signal.Signals(signum).name)
+        log.info(
+            "received %s; finishing current work and stopping",
+            signal.Signals(signum).name,
+            extra={"event": "process.stopping"},
+        )
         stop.set()
 
     signal.signal(signal.SIGTERM, _handler)

@@ -29,6 +29,7 @@ def _counter(name: str, help_: str) -> Counter:
 COUNTERS: dict[str, Counter] = {
     "claimed": _counter("claimed", "Rows claimed by a dispatcher (IDLE -> DISPATCHED)."),
     "pushed": _counter("pushed", "Entries pushed to a ready list after the claim committed."),
+    "popped": _counter("popped", "Items a worker popped from a ready list (entries, bad items, duplicates)."),
     "started": _counter("started", "Rows a worker locked and handed to a handler."),
     "acked": _counter("acked", "Rows acked (touched or deleted) by a fenced compare-and-set."),
     "failed": _counter("failed", "Rows whose handler raised or returned an invalid ack (not acked)."),

@@ -14,6 +14,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from shared import observe
 from shared.keys import Entry, Keys, encode_entry
 from shared.settings import RedisSettings
 
@@ -76,6 +77,7 @@ class ReadyQueue:
         for i in range(0, len(entries), _PUSH_CHUNK):
             chunk = entries[i : i + _PUSH_CHUNK]
             self.client.rpush(key, *(encode_entry(e.id, e.attempt) for e in chunk))
+            observe.count(source, "pushed", len(chunk))  # per chunk: a failed push counts what landed
 
     def push_raw(self, source: str, items: Sequence[bytes]) -> None:
         """Push arbitrary bytes (fault tests: duplicate and malformed entries)."""
@@ -109,6 +111,9 @@ class ReadyQueue:
         return [_b(i) for i in self.client.lrange(self.keys.quarantine(source), 0, -1)]
 
     def add_stats(self, source: str, counts: Mapping[str, int]) -> None:
+        """Add a unit of work's counts to the shared counters, and to this process's metrics first
+        (those still count when Redis is down)."""
+        observe.record(source, counts)
         pipe = self.client.pipeline(transaction=False)
         key = self.keys.stats(source)
         for field, n in counts.items():

@@ -5,13 +5,13 @@ Nothing here runs at import time; each role's `main()` calls these once.
 
 from __future__ import annotations
 
-import logging
-import sys
 import threading
 
+from shared import logs
 from shared.db import Database
 from shared.job_store import JobStore
 from shared.keys import Keys
+from shared.logs import LogFormat
 from shared.loop import stop_on_signals
 from shared.queue import ReadyQueue, connect_redis
 from shared.range_store import RangeStore
@@ -19,18 +19,14 @@ from shared.settings import JOBS_SOURCE, Settings, SourceSettings, load_settings
 from shared.store import SourceStore, Store
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s",
-    )
+def setup_logging(level: str, fmt: LogFormat = "human") -> None:
+    logs.setup(level, fmt)
 
 
 def start_process(config: str | None) -> tuple[Settings, threading.Event]:
     """Common start of every role's main(): settings, logging, and a stop event tied to signals."""
     settings = load_settings(config)
-    setup_logging(settings.log_level)
+    setup_logging(settings.log_level, settings.log_format)
     stop = threading.Event()
     stop_on_signals(stop)
     return settings, stop

@@ -301,6 +301,8 @@ class HealthSettings(_Section):
     stale_after_s: float = Field(120.0, ge=15, le=86400)
     # /readyz serves the result of its own MySQL and Redis round trips, run this often.
     check_interval_s: float = Field(5.0, ge=0.1, le=300)
+    # The dispatcher (only) reads every source's backlog and freshness this often for its gauges.
+    gauges_interval_s: float = Field(15.0, ge=0.1, le=3600)
 
 
 class FaultSettings(_Section):
@@ -327,6 +329,8 @@ class Settings(BaseSettings):
     health: HealthSettings = HealthSettings()
     faults: FaultSettings = FaultSettings()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # "json": one object per line with a stable `event` name (docs/observability.md#logs).
+    log_format: Literal["human", "json"] = "human"
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:

@@ -1,12 +1,14 @@
-"""A snapshot of every source: MySQL state counts and staleness plus Redis list length and counters.
+"""A snapshot of every source: MySQL state counts, staleness and freshness, plus Redis list length and
+counters.
 
-Read-only; used by `duecast status` and the demo's live display.
+Read-only; used by `duecast status`, `duecast web`, the dispatcher's gauges and the demo's display.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shared.freshness import Freshness, measure
 from shared.queue import ReadyQueue
 from shared.store import SourceStatus, Store
 
@@ -17,12 +19,14 @@ class SourceSnapshot:
     db: SourceStatus
     list_length: int
     counters: dict[str, int]
+    freshness: Freshness | None = None  # re-scan sources only
 
 
 def snapshot(stores: list[Store], queue: ReadyQueue) -> list[SourceSnapshot]:
-    return [
-        SourceSnapshot(
-            store.src.name, store.status(), queue.length(store.src.name), queue.stats(store.src.name)
-        )
-        for store in stores
-    ]
+    return [source_snapshot(store, queue) for store in stores]
+
+
+def source_snapshot(store: Store, queue: ReadyQueue) -> SourceSnapshot:
+    name = store.src.name
+    status = store.status()
+    return SourceSnapshot(name, status, queue.length(name), queue.stats(name), measure(store, status))

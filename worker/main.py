@@ -9,6 +9,7 @@ import threading
 from shared.handlers import load_registry
 from shared.health import serving, with_port
 from shared.loop import run
+from shared.observe import timed_handler
 from shared.runtime import build_queue, build_stores, is_job_queue, start_process
 from shared.settings import JOBS_SOURCE, Settings
 from worker.executor import Executor
@@ -24,6 +25,7 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     registry = load_registry(settings.worker.app)
     sources = [settings.source(name) for name in served_sources(settings, registry.sources)]
     handlers = {s.name: registry.handler(JOBS_SOURCE if is_job_queue(s.name) else s.name) for s in sources}
+    handlers = {name: timed_handler(h, name) for name, h in handlers.items()}  # per source/queue
     stores = {store.src.name: store for store in build_stores(settings, sources)}
     executor = Executor(settings.worker.concurrency)
     worker = Worker(stores, handlers, build_queue(settings), settings.worker, executor)

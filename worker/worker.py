@@ -6,9 +6,11 @@ A bad entry is quarantined, a stale one skipped, a failed row left DISPATCHED fo
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from shared import observe
 from shared.handlers import Ack, Handler, Row
 from shared.keys import BadEntry, Entry, decode_entry
 from shared.loop import Tick
@@ -65,8 +67,10 @@ class Worker:
         if popped is None:
             return Tick(0.0, idle=True)  # BLMPOP already waited block_timeout_s
         source, raws = popped
+        started = time.perf_counter()
         counts = self._handle(source, raws)
         self.counts.update(counts)
+        observe.batch_done("worker", source, started)
         self.queue.add_stats(source, counts)
         return Tick(0.0, idle=False)
 
@@ -79,13 +83,19 @@ class Worker:
                 len(bad),
                 source,
                 ", ".join(sorted({r for _, r in bad})),
+                extra={"event": "worker.bad_entries", "source": source, "count": len(bad)},
             )
             self.queue.quarantine(source, bad)
         if entries:
             try:
                 counts.update(self._work(self.stores[source], self.handlers[source], entries))
             except StaleAck as exc:  # rolled back whole; every row is redelivered
-                log.warning("batch of %s rolled back: %s", source, exc)
+                log.warning(
+                    "batch of %s rolled back: %s",
+                    source,
+                    exc,
+                    extra={"event": "worker.batch_rolled_back", "source": source},
+                )
                 counts["stale_acks"] += exc.count
         return counts
 
@@ -94,6 +104,7 @@ class Worker:
         with store.started(entries, handler.columns) as batch:
             # Entries whose row is not locked here are stale, deleted, or held by another worker.
             counts["stale_entries"] += batch.skipped
+            counts["started"] += len(batch.rows)
             for rows in batch.phases():  # one phase, except for jobs with a suspect (last, alone)
                 counts.update(self._run_phase(store, handler, batch, rows))
         return counts
@@ -125,6 +136,7 @@ class Worker:
         # Not acked: the row stays DISPATCHED and the sweeper requeues it after the visibility
         # timeout, which is also this failure's retry delay.
         row_id = row.get(store.id_column)
+        fields = _log_fields(store.src.name, row, row_id)
         if isinstance(outcome, BaseException):
             log.error(
                 "handler failed for %s id=%s: %r",
@@ -132,6 +144,20 @@ class Worker:
                 row_id,
                 outcome,
                 exc_info=(type(outcome), outcome, outcome.__traceback__),
+                extra={"event": "worker.handler_failed", **fields},
             )
         else:
-            log.error("invalid ack for %s id=%s: %r", store.src.name, row_id, outcome)
+            log.error(
+                "invalid ack for %s id=%s: %r",
+                store.src.name,
+                row_id,
+                outcome,
+                extra={"event": "worker.invalid_ack", **fields},
+            )
+
+
+def _log_fields(source: str, row: Row, row_id: object) -> dict[str, object]:
+    """What a JSON log line names a row by: a job's id and task (job rows have a task), or a row's id."""
+    if "task" in row:
+        return {"source": source, "job_id": row_id, "task": row["task"]}
+    return {"source": source, "row_id": row_id}

@@ -99,7 +99,7 @@ def test_every_due_row_is_handled_exactly_once(make_env: MakeEnv, recorder: apps
         assert env.count() == 0
     assert env.queue.length(kind) == 0
     assert worker.counts["acked"] == n
-    assert env.queue.stats(kind) == {"claimed": n, "popped": n, "acked": n}
+    assert env.queue.stats(kind) == {"claimed": n, "popped": n, "started": n, "acked": n}
 
 
 @pytest.mark.parametrize("kind", [apps.RESCAN, apps.ONEOFF])
@@ -124,7 +124,7 @@ def test_two_workers_share_the_list_and_handle_each_row_once(
     assert sum(w.counts["acked"] for w in workers) == n
     assert env.count("dc_state = 1") == 0
     assert env.count() == (n if kind == apps.RESCAN else 0)
-    assert env.queue.stats(kind) == {"claimed": n, "popped": n, "acked": n}
+    assert env.queue.stats(kind) == {"claimed": n, "popped": n, "started": n, "acked": n}
 
 
 def test_failed_rows_stay_dispatched_and_succeed_after_a_sweep(
@@ -162,6 +162,7 @@ def test_failed_rows_stay_dispatched_and_succeed_after_a_sweep(
     assert env.queue.stats(apps.RESCAN) == {
         "claimed": 203,
         "popped": 206,
+        "started": 203,
         "acked": 200,
         "failed": 3,
         "stale_entries": 3,
@@ -357,6 +358,7 @@ def test_bad_entries_are_counted_quarantined_and_never_run(
         "popped": len(pushed),
         "bad": len(malformed),
         "stale_entries": len(stale),
+        "started": 5,
         "acked": 5,
     }
 

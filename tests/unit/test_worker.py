@@ -54,8 +54,8 @@ def test_good_entries_are_handled_and_acked(ready_queue: ReadyQueue, executor: E
     assert store.started_with == [([Entry(1, 1), Entry(2, 3), Entry(3, 1)], ("status",))]
     assert [r["user_id"] for r in seen] == [1, 2, 3]
     assert _acked_ids(store) == [1, 2, 3]
-    assert +worker.counts == Counter({"popped": 3, "acked": 3})
-    assert ready_queue.stats("users") == {"popped": 3, "acked": 3}
+    assert +worker.counts == Counter({"popped": 3, "started": 3, "acked": 3})
+    assert ready_queue.stats("users") == {"popped": 3, "started": 3, "acked": 3}
 
 
 def test_bad_and_duplicate_entries(ready_queue: ReadyQueue, executor: Executor) -> None:
@@ -66,7 +66,7 @@ def test_bad_and_duplicate_entries(ready_queue: ReadyQueue, executor: Executor) 
     assert store.started_with[0][0] == [Entry(5, 2), Entry(5, 1)]
     assert _acked_ids(store) == [5]
     # One exact duplicate dropped before locking, one older attempt not locked (fenced out).
-    assert +worker.counts == Counter({"popped": 5, "bad": 2, "stale_entries": 2, "acked": 1})
+    assert +worker.counts == Counter({"popped": 5, "bad": 2, "stale_entries": 2, "started": 1, "acked": 1})
     assert ready_queue.quarantined("users") == [b"malformed 0:1", b"malformed garbage"]
 
 
@@ -94,7 +94,7 @@ def test_failed_rows_are_not_acked(ready_queue: ReadyQueue, executor: Executor) 
     worker.tick()
     assert _acked_ids(store) == [1, 4]
     assert [ack for _, ack in store.acked] == [Ack.default(), Ack.touch(status=7)]
-    assert +worker.counts == Counter({"popped": 4, "failed": 2, "acked": 2})
+    assert +worker.counts == Counter({"popped": 4, "started": 4, "failed": 2, "acked": 2})
 
 
 def test_acks_that_lost_their_fence_count_as_stale(ready_queue: ReadyQueue, executor: Executor) -> None:
@@ -103,4 +103,4 @@ def test_acks_that_lost_their_fence_count_as_stale(ready_queue: ReadyQueue, exec
     ready_queue.push("users", [Entry(1, 1), Entry(2, 1)])
     worker = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue, executor)
     worker.tick()
-    assert +worker.counts == Counter({"popped": 2, "acked": 1, "stale_acks": 1})
+    assert +worker.counts == Counter({"popped": 2, "started": 2, "acked": 1, "stale_acks": 1})

@@ -1,0 +1,77 @@
+"""shared/observe.py: the roles' counts reach the right Prometheus counters, and handler calls are timed."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from prometheus_client import REGISTRY
+
+from shared import metrics, observe
+from shared.handlers import Ack, Handler
+
+
+def value(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def fresh_source() -> str:
+    return f"s_{uuid.uuid4().hex[:8]}"  # counters are process-wide: a new label starts at 0
+
+
+def test_every_redis_stats_field_has_a_counter() -> None:
+    assert set(observe.STATS_METRICS.values()) <= set(metrics.COUNTERS)
+
+
+def test_redis_field_names_become_metric_names() -> None:
+    src = fresh_source()
+    observe.record(src, {"claimed": 5, "bad": 2, "requeued": 3, "acked": 0})
+    assert value("duecast_claimed_total", source=src) == 5
+    assert value("duecast_bad_entries_total", source=src) == 2
+    assert value("duecast_redeliveries_total", source=src) == 3
+    assert REGISTRY.get_sample_value("duecast_acked_total", {"source": src}) is None  # 0 adds no sample
+
+
+def test_a_field_without_a_metric_is_skipped_not_an_error() -> None:
+    src = fresh_source()
+    observe.record(src, {"recovered": 4, "acked": 1})
+    assert value("duecast_acked_total", source=src) == 1
+
+
+def test_count_adds_to_a_named_counter() -> None:
+    src = fresh_source()
+    observe.count(src, "dead", 2)
+    observe.count(src, "dead", 0)
+    assert value("duecast_dead_total", source=src) == 2
+    with pytest.raises(KeyError):
+        observe.count(src, "no_such_counter")
+
+
+def test_a_timed_handler_observes_each_call_and_keeps_its_outcomes() -> None:
+    src = fresh_source()
+
+    def check(row: dict[str, object]) -> Ack | None:
+        if row["id"] == 2:
+            raise RuntimeError("boom")
+        return None
+
+    timed = observe.timed_handler(Handler(src, check, batch=False), src)
+    outcomes = timed.run([{"id": 1}, {"id": 2}, {"id": 3}])
+
+    assert [type(o) for o in outcomes] == [Ack, RuntimeError, Ack]
+    assert value("duecast_handler_duration_seconds_count", source=src) == 3  # failures are timed too
+    assert value("duecast_handler_duration_seconds_sum", source=src) >= 0
+
+
+def test_a_batch_handler_is_timed_once_per_call() -> None:
+    src = fresh_source()
+    timed = observe.timed_handler(Handler(src, lambda rows: None, batch=True), src)
+    assert timed.run([{"id": 1}, {"id": 2}]) == [Ack.default(), Ack.default()]
+    assert value("duecast_handler_duration_seconds_count", source=src) == 1
+
+
+def test_batch_done_observes_the_elapsed_time() -> None:
+    src = fresh_source()
+    observe.batch_done("worker", src, started_s=0.0)  # perf_counter() seconds ago: a positive value
+    assert value("duecast_batch_duration_seconds_count", role="worker", source=src) == 1
+    assert value("duecast_batch_duration_seconds_sum", role="worker", source=src) > 0
