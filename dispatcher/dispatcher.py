@@ -10,6 +10,8 @@ import os
 import time
 from collections import Counter
 
+import redis
+
 from shared import observe
 from shared.loop import Tick
 from shared.policy import claim_room, dispatch_delay_s
@@ -37,9 +39,24 @@ class Dispatcher:
         self.counts: Counter[str] = Counter()
 
     def tick(self) -> Tick:
+        if self.queue.data_lost():
+            self._recover_lost_entries()
         delays = [self._dispatch(store) for store in self.stores]
         delay = min(delays, default=self.settings.poll_interval_s)
         return Tick(delay, idle=delay > 0)
+
+    def _recover_lost_entries(self) -> None:
+        """The epoch canary was gone: Redis lost its lists. Every dispatched row no worker holds
+        (a started job, a locked row) goes back to pending at once, not after its timeout."""
+        for store in self.stores:
+            total = 0
+            while (n := store.requeue_unstarted(self.settings.sweep_batch)) > 0:
+                total += n
+            if total:
+                log.warning(
+                    "Redis lost its entries; requeued %d dispatched rows of %s", total, store.src.name
+                )
+                self.counts["recovered"] += total
 
     def pause(self, delay_s: float) -> None:
         """Idle wait that an enqueuer's wake-up ends at once (BLPOP, so at most delay_s)."""
@@ -58,7 +75,14 @@ class Dispatcher:
                 os._exit(70)
             # Committed before pushing: if this push is lost, the rows stay DISPATCHED and the
             # sweeper requeues them after the visibility timeout. Never push before commit.
-            self.queue.push(src.name, entries)
+            try:
+                self.queue.push(src.name, entries)
+            except redis.RedisError:
+                # Redis refused (down, OOM): give the rows back now instead of stranding them
+                # until the visibility timeout. A part that did land is fenced off by the bump.
+                released = store.release(entries)
+                log.warning("push to Redis failed; released %d claimed rows of %s", released, src.name)
+                raise
             observe.batch_done("dispatcher", src.name, started)
             self.queue.add_stats(src.name, {"claimed": len(entries)})
             self.counts[src.name] += len(entries)

@@ -19,10 +19,11 @@ from shared.handlers import load_registry
 from shared.health import serving, with_port
 from shared.job_store import JobStore
 from shared.jobs import Enqueuer
+from shared.leader import Leadership, LeaseStore
 from shared.loop import run
 from shared.queue import ReadyQueue
 from shared.range_store import RangeStore
-from shared.runtime import build_queue, build_stores, start_process
+from shared.runtime import build_queue, build_stores, start_process, warn_eviction
 from shared.schedule_store import ScheduleStore
 from shared.settings import Settings
 from shared.store import Store
@@ -34,6 +35,7 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     """Run the dispatcher and its singleton duties until stopped (or, draining, until idle)."""
     sources = settings.all_sources()
     queue = build_queue(settings)
+    warn_eviction(queue)
     dispatcher = Dispatcher(build_stores(settings, sources), queue, settings.dispatcher, settings.faults)
     # Duties run in scheduler threads, on their own connections (PyMySQL is not thread-safe).
     keeper = RangeKeeper(_range_stores(build_stores(settings, sources)), settings.dispatcher)
@@ -48,7 +50,16 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     if settings.health.port:  # the system-wide gauges exist for /metrics only
         gauges = SystemGauges(build_stores(settings, sources), queue)
         jobs.append(("duecast-gauges", gauges.refresh, settings.health.gauges_interval_s))
-    scheduler = scheduler_start(stop, jobs) if jobs and not drain else None
+    scheduler = None
+    leadership = Leadership(
+        LeaseStore(Database(settings.mysql), settings.dispatcher.leases_table),
+        settings.dispatcher.leader_lease_s,
+    )
+    if jobs and not drain:
+        leadership.tick()  # the first dispatcher up leads at once; the others stand by
+        duties = [(name, _as_leader(leadership, fn), every) for name, fn, every in jobs]
+        renew = ("duecast-leader", leadership.renew, settings.dispatcher.leader_lease_s / 3)
+        scheduler = scheduler_start(stop, [renew, *duties])
     log.info("dispatching %s", ", ".join(s.name for s in sources))
     try:
         with serving(settings, "dispatcher") as liveness:
@@ -56,7 +67,17 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     finally:
         if scheduler is not None:
             scheduler.shutdown(wait=True)
+        leadership.resign()  # a standby takes over now, not when the lease runs out
     log.info("dispatcher stopped; claimed %s", dict(dispatcher.counts))
+
+
+def _as_leader(leadership: Leadership, fn: Callable[[], object]) -> Callable[[], object]:
+    """A singleton duty runs only while this dispatcher holds the leader lease."""
+
+    def duty() -> object:
+        return fn() if leadership.held() else None
+
+    return duty
 
 
 def serve_sweeper(settings: Settings, stop: threading.Event, *, once: bool = False) -> None:

@@ -12,6 +12,7 @@ import os
 import random
 import socket
 import threading
+import time
 import traceback
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -33,6 +34,7 @@ from shared.store import LOCK_WAIT_TIMEOUT, STATUS_COUNT_CAP, AckCounts, SourceS
 
 log = logging.getLogger("duecast.jobs")
 
+EXIT_HUNG = 75  # the worker's exit code after a hung batch (EX_TEMPFAIL: restart me)
 ERROR_TEXT_MAX = 16_000  # characters of message + traceback kept per failure
 
 
@@ -139,6 +141,20 @@ class JobStore:
             if ids:
                 lost = int(cur.execute(self.sql.requeue_dispatched.format(ids=in_list("`id`", ids))))
         return lost + self.interrupt_expired(limit)
+
+    def requeue_unstarted(self, limit: int) -> int:
+        """Every DISPATCHED job (never started) -> pending now: its entry was lost with Redis.
+        RUNNING jobs are left to their leases: their workers hold them, entry or not."""
+        with self.db.transaction() as cur:
+            cur.execute(self.sql.find_expired_dispatched, (0, limit))
+            ids = [int(r[0]) for r in cur.fetchall()]
+            if not ids:
+                return 0
+            return int(cur.execute(self.sql.requeue_dispatched.format(ids=in_list("`id`", ids))))
+
+    def release(self, entries: Sequence[Entry]) -> int:
+        with self.db.transaction() as cur:
+            return int(cur.execute(self.sql.release_unpushed.format(fence=self.fence(entries))))
 
     def interrupt_expired(self, limit: int) -> int:
         """RUNNING jobs whose lease ran out: their worker died. Each such run is an interruption."""
@@ -350,7 +366,7 @@ class LeaseKeeper:
     def __init__(self, store: JobStore, mysql: MySQLSettings) -> None:
         self._store = store
         self._mysql = mysql
-        self._held: dict[int, list[Entry]] = {}
+        self._held: dict[int, tuple[list[Entry], float]] = {}  # token -> (entries, monotonic start)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -358,7 +374,7 @@ class LeaseKeeper:
     def holding(self, entries: list[Entry]) -> Iterator[None]:
         token = id(entries)
         with self._lock:
-            self._held[token] = entries
+            self._held[token] = (entries, time.monotonic())
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="duecast-lease", daemon=True)
                 self._thread.start()
@@ -370,11 +386,22 @@ class LeaseKeeper:
 
     def _run(self) -> None:
         db = Database(self._mysql)
+        timeout_s = self._store.jobs.timeout_s
         while True:
-            threading.Event().wait(self._store.jobs.lease_s / 3)
+            time.sleep(self._store.jobs.lease_s / 3)
             with self._lock:
                 batches = list(self._held.values())
-            for entries in batches:
+            for entries, started in batches:
+                if time.monotonic() - started > timeout_s:
+                    # Self-fencing: stop keeping the leases and leave. The jobs' leases run out,
+                    # the sweeper counts the interruption, and another worker runs them.
+                    log.critical(
+                        "a batch of %d jobs has run longer than jobs.timeout_s (%.0fs): a handler is "
+                        "hung; exiting so the jobs run elsewhere",
+                        len(entries),
+                        timeout_s,
+                    )
+                    os._exit(EXIT_HUNG)
                 try:
                     kept = self._store.extend_leases(db, entries)
                 except pymysql.err.MySQLError as exc:

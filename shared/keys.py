@@ -66,6 +66,11 @@ class Keys:
         """Hash of counters (claimed, pushed, acked, stale...) summed over all processes."""
         return f"{{{self.prefix}}}:stats:{source}"
 
+    def epoch(self) -> str:
+        """A canary: set once by a dispatcher; when it is gone, Redis lost its data (FLUSHALL, a
+        restart without persistence, a failover to an empty replica). run_id survives FLUSHALL."""
+        return f"{{{self.prefix}}}:epoch"
+
     def wake(self) -> str:
         """List an enqueuer pushes to after commit; a dispatcher BLPOPs it instead of sleeping."""
         return f"{{{self.prefix}}}:wake"

@@ -19,6 +19,7 @@ from shared.schema import (
     index_columns,
     jobs_migration,
     jobs_table_ddl,
+    leases_table_ddl,
     schedules_table_ddl,
     source_migration,
 )
@@ -36,11 +37,14 @@ def plan(settings: Settings) -> list[str]:
         if exc.args[0] != _UNKNOWN_DATABASE:
             raise
         steps.append(f"CREATE DATABASE IF NOT EXISTS {quote(settings.mysql.database)} CHARACTER SET utf8mb4")
+        steps.append(leases_table_ddl(settings.dispatcher.leases_table))
         if settings.jobs.enabled:
             steps += [jobs_table_ddl(settings.jobs), schedules_table_ddl(settings.jobs)]
         return steps  # sources live in a database that does not exist yet: nothing to alter
     try:
         with conn.cursor() as cur:
+            if not describe(cur, settings.dispatcher.leases_table).columns:
+                steps.append(leases_table_ddl(settings.dispatcher.leases_table))
             if settings.jobs.enabled:
                 steps.extend(_jobs_steps(cur, settings))
             for src in settings.sources:

@@ -6,6 +6,7 @@ Redis holds only copies of what MySQL already says; anything here may vanish wit
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,21 @@ class ReadyQueue:
             return None
         key, items = reply
         return self.keys.source_of_ready(_b(key)), [_b(i) for i in items]
+
+    def data_lost(self) -> bool:
+        """True when the epoch canary was missing (and is now set again): every entry this Redis
+        held may be gone, so MySQL's DISPATCHED rows must be requeued. Also true on first use."""
+        token = secrets.token_hex(8).encode()
+        return bool(self.client.set(self.keys.epoch(), token, nx=True))
+
+    def eviction_policy(self) -> str | None:
+        """The server's maxmemory-policy, or None when CONFIG is not allowed (managed Redis, ACL)."""
+        try:
+            reply = self.client.config_get("maxmemory-policy")
+        except redis.ResponseError:
+            return None
+        value = reply.get("maxmemory-policy") if isinstance(reply, dict) else None
+        return None if value is None else _b(value).decode()
 
     def wait_wake(self, timeout_s: float) -> bool:
         """Block until an enqueuer's wake-up or `timeout_s`; True when woken."""

@@ -107,6 +107,12 @@ class RangeStore:
     def reset_dispatched(self) -> int:
         return self.ranges.reset_dispatched()
 
+    def requeue_unstarted(self, limit: int) -> int:
+        return self.ranges.requeue_unstarted(limit)
+
+    def release(self, entries: Sequence[Entry]) -> int:
+        return self.ranges.release(entries)
+
     def discover(self, full: bool = False) -> int:
         """Add a range for every span holding a row: from the highest known span, or from 0."""
         with self.db.transaction() as cur:

@@ -5,7 +5,10 @@ Nothing here runs at import time; each role's `main()` calls these once.
 
 from __future__ import annotations
 
+import logging
 import threading
+
+import redis
 
 from shared import logs
 from shared.db import Database
@@ -34,6 +37,21 @@ def start_process(config: str | None) -> tuple[Settings, threading.Event]:
 
 def build_queue(settings: Settings) -> ReadyQueue:
     return ReadyQueue(connect_redis(settings.redis), Keys(settings.redis.key_prefix))
+
+
+def warn_eviction(queue: ReadyQueue) -> None:
+    """Start-up check: a Redis that may evict keys silently drops entries (recovered only by the
+    sweeper, after the visibility timeout). Unreachable Redis is the loop's business, not ours."""
+    try:
+        policy = queue.eviction_policy()
+    except redis.RedisError:
+        return
+    if policy is not None and policy != "noeviction":
+        logging.getLogger("duecast").warning(
+            "Redis maxmemory-policy is %r: under memory pressure it may evict ready lists; "
+            "duecast recovers them only after the visibility timeout. Use noeviction.",
+            policy,
+        )
 
 
 def _store(db: Database, settings: Settings, src: SourceSettings) -> Store:

@@ -73,6 +73,15 @@ def jobs_table_ddl(jobs: JobsSettings) -> str:
     )
 
 
+def leases_table_ddl(table: str) -> str:
+    return f"""CREATE TABLE IF NOT EXISTS {quote(table)} (
+  `name` VARCHAR(64) NOT NULL,
+  `holder` VARCHAR(191) NOT NULL,
+  `expires_at` DATETIME(6) NOT NULL,
+  PRIMARY KEY (`name`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
+
+
 def schedules_table_ddl(jobs: JobsSettings) -> str:
     return f"""CREATE TABLE IF NOT EXISTS {quote(jobs.schedules_table)} (
   `name` VARCHAR(64) NOT NULL,

@@ -218,7 +218,11 @@ class JobsSettings(_Section):
     retry_cap_s: float = Field(3600.0, gt=0, le=30 * 86400)  # ...doubling up to this, with jitter
     # A RUNNING job's lease: its worker extends it while the handler runs; a job whose lease ran
     # out was interrupted (its worker died) and is run again, or dead after max_interruptions.
-    lease_s: float = Field(60.0, ge=2, le=86400)
+    lease_s: float = Field(15.0, ge=2, le=86400)
+    # A worker batch still running after this long is hung: the worker stops extending its leases
+    # and exits (a supervisor restarts it), so its jobs are interrupted and run again elsewhere; a
+    # job that always hangs is dead after max_interruptions. Python cannot kill a hung thread.
+    timeout_s: float = Field(1800.0, ge=1, le=7 * 86400)
     retention_s: float = Field(0.0, ge=0, le=366 * 86400)  # keep done jobs this long; 0 = delete at once
     dead_retention_s: float = Field(30 * 86400.0, ge=0, le=10 * 366 * 86400)  # 0 = keep dead jobs forever
     prune_interval_s: float = Field(60.0, gt=0, le=86400)
@@ -244,6 +248,11 @@ class JobsSettings(_Section):
                     f"schedule {sched.name}: queue {sched.queue!r} is not in jobs.queues "
                     f"({', '.join(self.queues)})"
                 )
+        if self.timeout_s < self.lease_s:
+            raise ValueError(
+                f"jobs.timeout_s ({self.timeout_s}) must be >= jobs.lease_s ({self.lease_s}): a job "
+                "is given at least one whole lease before it can be declared hung"
+            )
         if self.retry_base_s > self.retry_cap_s:
             raise ValueError("jobs.retry_base_s must be <= jobs.retry_cap_s")
         return self
@@ -276,6 +285,11 @@ class DispatcherSettings(_Section):
     run_sweeper: bool = True  # the dispatcher hosts the sweeper job unless a separate one runs
     range_discover_s: float = Field(10.0, gt=0, le=3600)  # range mode: look for new ids this often
     range_full_scan_s: float = Field(300.0, gt=0, le=86400)  # ...and rescan every span this often
+    # Singleton duties (sweeper, pruner, recurring schedules, range discovery) run only in the
+    # dispatcher holding this lease, a row in leases_table renewed every lease/3; a standby takes
+    # over within the lease when the leader dies.
+    leader_lease_s: float = Field(15.0, ge=3, le=3600)
+    leases_table: Identifier = "duecast_leases"
 
 
 class WorkerSettings(_Section):

@@ -37,6 +37,7 @@ class SourceSQL:
     ack_touch: str
     ack_delete: str
     burn_attempt: str
+    release_unpushed: str
     find_expired: str
     requeue: str
     release_all: str
@@ -114,6 +115,9 @@ def render(src: SourceSettings) -> SourceSQL:
         # A failed row stays DISPATCHED for the sweeper (its visibility timeout is the retry
         # delay) but its attempt moves on, so a copy of its entry can never run it again.
         burn_attempt=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {att} = {att} + 1 WHERE {fenced}",
+        # Dispatcher, when the RPUSH after a claim fails (Redis down): the claimed rows go back
+        # to IDLE at once rather than waiting out the visibility timeout; fenced, PRIMARY.
+        release_unpushed=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {IDLE} WHERE {fenced}",
         # Sweeper step 1: dispatched rows not acked within the visibility timeout. Reads the
         # DISPATCHED prefix of dc_due (bounded by the high-water mark); SKIP LOCKED passes over
         # rows a live worker holds, so only abandoned rows are requeued.
@@ -184,6 +188,37 @@ def column_list(columns: Iterable[str]) -> str:
 def assignments(columns: list[str]) -> str:
     """`, col = %s` for each (already validated and quoted-safe) column of an Ack."""
     return "".join(f", {quote(c)} = %s" for c in columns)
+
+
+@dataclass(frozen=True)
+class LeaseSQL:
+    """A named lease (leader election) in duecast's leases table: one row per name."""
+
+    acquire: str
+    holder: str
+    resign: str
+
+
+def render_leases(table: str) -> LeaseSQL:
+    t = quote(table)
+    return LeaseSQL(
+        # Take the lease if it is free or expired, renew it if it is ours; otherwise change
+        # nothing. ON DUPLICATE KEY UPDATE assigns left to right, so the second IF already sees
+        # the new holder. PRIMARY; one row lock, held for this statement's transaction only.
+        acquire=(
+            f"INSERT INTO {t} (`name`, `holder`, `expires_at`) "
+            "VALUES (%s, %s, NOW(6) + INTERVAL %s MICROSECOND) ON DUPLICATE KEY UPDATE "
+            "`holder` = IF(`expires_at` < NOW(6) OR `holder` = VALUES(`holder`), "
+            "VALUES(`holder`), `holder`), "
+            "`expires_at` = IF(`holder` = VALUES(`holder`), VALUES(`expires_at`), `expires_at`)"
+        ),
+        # Who holds it now, and for how many more microseconds (by the database's clock).
+        holder=(
+            f"SELECT `holder`, TIMESTAMPDIFF(MICROSECOND, NOW(6), `expires_at`) FROM {t} WHERE `name` = %s"
+        ),
+        # A leader that stops hands over at once instead of letting the lease run out.
+        resign=f"UPDATE {t} SET `expires_at` = NOW(6) WHERE `name` = %s AND `holder` = %s",
+    )
 
 
 @dataclass(frozen=True)

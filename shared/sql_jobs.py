@@ -66,6 +66,7 @@ class JobSQL:
     snooze_delay: str
     snooze_at: str
     burn_attempt: str
+    release_unpushed: str
     find_expired_dispatched: str
     requeue_dispatched: str
     find_expired_running: str
@@ -176,6 +177,10 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
         # A locked-but-refused DISPATCHED row (never started): its entry's copies can't run it.
         burn_attempt=(
             f"UPDATE {t} FORCE INDEX (PRIMARY) SET `dc_attempt` = `dc_attempt` + 1 WHERE "
+            + fenced.replace("{state}", str(DISPATCHED))
+        ),
+        release_unpushed=(
+            f"UPDATE {t} FORCE INDEX (PRIMARY) SET `dc_state` = {IDLE} WHERE "
             + fenced.replace("{state}", str(DISPATCHED))
         ),
         # Sweeper: dispatched but never started within the visibility timeout (entry lost with

@@ -117,6 +117,8 @@ class Store(Protocol):
     ) -> AbstractContextManager[WorkBatch]: ...
     def group_key(self, ack: Ack) -> Any: ...
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int: ...
+    def requeue_unstarted(self, limit: int) -> int: ...  # Redis lost its entries: all, now
+    def release(self, entries: Sequence[Entry]) -> int: ...  # claimed but never pushed
     def reset_dispatched(self) -> int: ...
     def status(self) -> SourceStatus: ...
 
@@ -252,6 +254,15 @@ class SourceStore:
             if not ids:
                 return 0
             return int(cur.execute(self.sql.requeue.format(ids=in_list(self.sql.id_column, ids))))
+
+    def requeue_unstarted(self, limit: int) -> int:
+        """Every DISPATCHED row no worker holds -> IDLE now: their entries were lost with Redis."""
+        return self.requeue_expired(0.0, limit)
+
+    def release(self, entries: Sequence[Entry]) -> int:
+        """Rows this dispatcher claimed but could not push -> IDLE (fenced on their new attempt)."""
+        with self.db.transaction() as cur:
+            return int(cur.execute(self.sql.release_unpushed.format(fence=self.sql.fence(entries))))
 
     def reset_dispatched(self) -> int:
         """Every DISPATCHED row -> IDLE. Only when no dispatcher or worker runs (demo start-up)."""

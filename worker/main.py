@@ -10,7 +10,7 @@ from shared.handlers import load_registry
 from shared.health import serving, with_port
 from shared.loop import run
 from shared.observe import timed_handler
-from shared.runtime import build_queue, build_stores, is_job_queue, start_process
+from shared.runtime import build_queue, build_stores, is_job_queue, start_process, warn_eviction
 from shared.settings import JOBS_SOURCE, Settings
 from worker.executor import Executor
 from worker.worker import Worker
@@ -28,7 +28,9 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     handlers = {name: timed_handler(h, name) for name, h in handlers.items()}  # per source/queue
     stores = {store.src.name: store for store in build_stores(settings, sources)}
     executor = Executor(settings.worker.concurrency)
-    worker = Worker(stores, handlers, build_queue(settings), settings.worker, executor)
+    queue = build_queue(settings)
+    warn_eviction(queue)
+    worker = Worker(stores, handlers, queue, settings.worker, executor)
     log.info("working on %s with %d thread(s)", ", ".join(stores), settings.worker.concurrency)
     try:
         with serving(settings, "worker") as liveness:

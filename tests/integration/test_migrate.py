@@ -13,8 +13,8 @@ from shared import migrate
 from shared.db import Database
 from shared.job_store import JobStore
 from shared.runtime import build_stores
-from shared.schema import SchemaError
-from shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
+from shared.schema import SchemaError, leases_table_ddl
+from shared.settings import DispatcherSettings, MySQLSettings, RedisSettings, Settings, SourceSettings
 from shared.store import SourceStore
 from tests.integration.conftest import source_fields
 
@@ -29,8 +29,13 @@ DISPATCH_COLUMNS = {
 
 
 @pytest.fixture
-def settings_for(mysql_settings: MySQLSettings, redis_settings: RedisSettings) -> Callable[..., Settings]:
-    """settings_for(table, kind, **source overrides, jobs=...) -> Settings with that one source."""
+def settings_for(
+    mysql_settings: MySQLSettings, redis_settings: RedisSettings, sql: pymysql.cursors.Cursor
+) -> Callable[..., Settings]:
+    """settings_for(table, kind, **source overrides, jobs=...) -> Settings with that one source.
+
+    The dispatcher's leases table already exists (so plans show only what a test is about)."""
+    sql.execute(leases_table_ddl(DispatcherSettings().leases_table))
 
     def make(table: str, kind: str = "rescan", jobs: Any = None, **overrides: object) -> Settings:
         fields = {"name": table.lower(), "table": table, **source_fields(kind), **overrides}

@@ -36,11 +36,30 @@ class FakeClaimStore:
         self.src = src
         self.due = list(due)
         self.limits: list[int] = []  # the `limit` of every claim_due call
+        self.dispatched = []
+        self.released = []
 
     def claim_due(self, limit: int) -> list[Entry]:
         self.limits.append(limit)
         claimed, self.due = self.due[:limit], self.due[limit:]
+        self.dispatched.extend(claimed)
         return claimed
+
+    # State the dispatcher's recovery paths act on (a real store keeps it in MySQL).
+    dispatched: list[Entry]
+    released: list[Entry]
+    requeued: int = 0
+
+    def release(self, entries: list[Entry]) -> int:
+        self.released.extend(entries)
+        self.dispatched = [e for e in self.dispatched if e not in entries]
+        return len(entries)
+
+    def requeue_unstarted(self, limit: int) -> int:
+        n = min(limit, len(self.dispatched))
+        self.dispatched = self.dispatched[n:]
+        self.requeued += n
+        return n
 
 
 class FakeSweepStore:

@@ -6,6 +6,7 @@ import os
 from typing import cast
 
 import pytest
+import redis
 
 from dispatcher.dispatcher import Dispatcher
 from dispatcher.sweeper import Sweeper
@@ -205,3 +206,34 @@ def test_sweeper_with_nothing_expired_writes_nothing(ready_queue: ReadyQueue) ->
     sweeper.sweep_all()
     assert sweeper.requeued == 0
     assert ready_queue.stats("users") == {}
+
+
+# --- Redis lost or down -------------------------------------------------------------------------------
+
+
+def test_a_lost_epoch_canary_requeues_every_dispatched_row_at_once(ready_queue: ReadyQueue) -> None:
+    store = FakeClaimStore(rescan_source(claim_batch=10, high_water=100), _due(5))
+    dispatcher = _dispatcher([store], ready_queue)
+    dispatcher.tick()  # first tick: sets the canary (nothing dispatched yet to recover)
+    assert (store.requeued, len(store.dispatched)) == (0, 5)
+    dispatcher.tick()
+    assert store.requeued == 0  # canary present: Redis kept its data
+    ready_queue.client.flushall()
+    dispatcher.tick()
+    assert store.requeued == 5  # every row whose entry went with the flush, without waiting
+    assert dispatcher.counts["recovered"] == 5
+
+
+def test_a_failed_push_releases_the_claimed_rows_and_fails_the_tick(ready_queue: ReadyQueue) -> None:
+    store = FakeClaimStore(rescan_source(claim_batch=10, high_water=100), _due(3))
+    dispatcher = _dispatcher([store], ready_queue)
+    dispatcher.queue.data_lost()  # canary set: this test is about the push
+
+    def refuse(source: str, entries: object) -> None:
+        raise redis.ConnectionError("Redis is down")
+
+    dispatcher.queue.push = refuse  # type: ignore[method-assign]
+    with pytest.raises(redis.ConnectionError):
+        dispatcher.tick()
+    assert store.released == _due(3)
+    assert store.dispatched == []

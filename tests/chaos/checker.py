@@ -1,0 +1,91 @@
+"""Classify a chaos run from the execution log, the acks table, the fault log and the jobs left.
+
+lost: a healthy job never acked; double-ack: a job acked more than once; redundant: a job run more
+than once, each extra run explained by a fault injected into the process that ran it (killed,
+stopped, its MySQL session killed) or by Redis losing data; unexpected: anything else (an ack or a
+run of a job never enqueued, a redundant run with no fault to explain it).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float  # time.time() when injected
+    kind: str  # sigkill, sigstop, redis_restart, redis_flush, mysql_kill, ...
+    pid: int | None  # the process it hit (None: a server-wide fault)
+
+
+@dataclass
+class Verdict:
+    expected: int
+    acked: int
+    lost: list[int] = field(default_factory=list)
+    double_ack: list[int] = field(default_factory=list)
+    redundant: dict[int, str] = field(default_factory=dict)  # n -> the fault that explains it
+    unexpected: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.double_ack or self.unexpected)
+
+    def summary(self) -> str:
+        causes = Counter(self.redundant.values())
+        return (
+            f"expected {self.expected:,}, acked {self.acked:,}, lost {len(self.lost)}, "
+            f"double-ack {len(self.double_ack)}, redundant {len(self.redundant)} "
+            f"({', '.join(f'{k}: {v}' for k, v in sorted(causes.items())) or 'none'}), "
+            f"unexpected {len(self.unexpected)}"
+        )
+
+
+def read_executions(path: Path) -> dict[int, list[int]]:
+    runs: dict[int, list[int]] = defaultdict(list)
+    if path.exists():
+        for line in path.read_text().splitlines():
+            n, pid = line.split()
+            runs[int(n)].append(int(pid))
+    return runs
+
+
+# Faults that can make a process's run be repeated elsewhere, by the process they hit.
+# "died": a worker a poison job (or a hung batch's timeout) took down, restarted by the supervisor.
+_PER_PROCESS = {"sigkill", "sigstop", "mysql_kill", "died"}
+
+
+def classify(
+    expected: set[int],
+    poison: set[int],
+    executions: dict[int, list[int]],
+    acks: dict[int, int],
+    faults: list[Fault],
+) -> Verdict:
+    """`acks`: n -> how many acks committed; `faults`: everything injected during the run."""
+    v = Verdict(expected=len(expected), acked=sum(1 for n in expected if acks.get(n)))
+    hit = {f.pid: f.kind for f in faults if f.kind in _PER_PROCESS and f.pid is not None}
+    for n in sorted(expected):
+        count = acks.get(n, 0)
+        if count == 0:
+            v.lost.append(n)
+        elif count > 1:
+            v.double_ack.append(n)
+    for n, pids in executions.items():
+        if n not in expected and n not in poison:
+            v.unexpected.append(f"job {n} ran but was never enqueued")
+            continue
+        if n in poison or len(pids) <= 1:
+            continue
+        # All runs but one (the acked one, which may be any of them) need a cause.
+        causes = [hit[p] for p in pids if p in hit]
+        if len(causes) >= len(pids) - 1:
+            v.redundant[n] = causes[0]
+        else:
+            v.unexpected.append(f"job {n} ran {len(pids)} times (pids {pids}); faults explain {len(causes)}")
+    for n in acks:
+        if n not in expected:
+            v.unexpected.append(f"job {n} acked but never enqueued as healthy")
+    return v

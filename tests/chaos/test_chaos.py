@@ -1,0 +1,110 @@
+"""The chaos suite, short versions (CI): real processes, signals and Redis restarts against one-off
+jobs, checked by tests/chaos/checker.py. Pass: nothing lost, nothing acked twice, nothing
+unexpected, every redundant run explained by an injected fault. Each prints its seed; replay with
+DUECAST_CHAOS_SEED=<seed>. The long version is `python -m tests.chaos.run` (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.chaos.harness import Chaos
+from tests.faults.procs import wait_for
+
+pytestmark = pytest.mark.faults
+
+
+def assert_clean(chaos: Chaos) -> None:
+    verdict = chaos.verdict()
+    print(verdict.summary())
+    assert not verdict.lost, f"lost {verdict.lost[:20]} (seed {chaos.seed})"
+    assert not verdict.double_ack, f"acked twice {verdict.double_ack[:20]} (seed {chaos.seed})"
+    assert not verdict.unexpected, f"{verdict.unexpected[:10]} (seed {chaos.seed})"
+
+
+def test_soak_with_worker_kills_redis_restarts_a_flush_a_dispatcher_kill_and_a_stopped_worker(
+    chaos: Chaos,
+) -> None:
+    chaos.enqueue(6000)
+    # The first dispatcher dies right after its first COMMIT, before any RPUSH.
+    first = chaos.dispatcher("dispatcher-crash", DUECAST_FAULTS__CRASH_AFTER_COMMIT="true")
+    chaos.procs.wait_exit(first, 30)
+    chaos.fault("dispatcher_killed_after_commit", first.pid)
+    chaos.dispatcher("dispatcher")
+    for i in range(3):
+        chaos.worker(f"worker-{i}")
+    plan = ["kill", "kill", "redis_restart", "kill", "flush", "stop", "redis_restart", "kill"]
+    chaos.rng.shuffle(plan)
+    stopped = None
+    for step in plan:
+        time.sleep(chaos.rng.uniform(0.3, 1.0))  # pacing the faults, not waiting for a result
+        chaos.supervise()
+        if step == "kill":
+            chaos.kill_random_worker()
+        elif step == "redis_restart":
+            chaos.fault("redis_restart")
+            chaos.redis.restart()
+        elif step == "flush":
+            chaos.fault("redis_flush")
+            chaos.redis.client.flushall()
+        elif step == "stop" and stopped is None:
+            stopped = chaos.stop_worker_past_lease()
+    if stopped is not None:
+        time.sleep(chaos.lease_s * 2)  # past its lease: its jobs are taken over meanwhile
+        chaos.resume(stopped)
+    took = chaos.wait_done(120)
+    print(f"drained in {took:.1f}s after the last fault")
+    assert_clean(chaos)
+
+
+def test_poison_jobs_that_raise_kill_or_hang_mixed_with_healthy_ones(chaos: Chaos) -> None:
+    chaos.enqueue(3000, poison={"raise": 1, "die": 1, "hang": 1})
+    chaos.dispatcher("dispatcher")
+    for i in range(2):
+        chaos.worker(f"worker-{i}")
+    chaos.wait_done(120)
+    assert_clean(chaos)
+    rows = chaos.query(f"SELECT task, dc_state, errors, interruptions FROM `{chaos.table}` ORDER BY task")
+    assert rows == [("die", 4, 0, 3), ("hang", 4, 0, 3), ("raise", 4, 3, 0)]
+
+
+def test_three_dispatchers_and_the_leader_killed_again_and_again(chaos: Chaos) -> None:
+    chaos.enqueue(3000)
+    for i in range(3):
+        chaos.dispatcher(f"dispatcher-{i}")
+    for i in range(2):
+        chaos.worker(f"worker-{i}")
+    takeovers = []
+    wait_for(lambda: chaos.leader() is not None, 20, "a first leader")
+    for round_ in range(3):
+        leader = chaos.leader()
+        assert leader is not None
+        chaos.fault("sigkill_leader", leader.pid)
+        chaos.procs.kill(leader)
+        killed_at = time.monotonic()
+        chaos.dispatcher(f"dispatcher-r{round_}")  # the supervisor replaces it
+        wait_for(lambda: chaos.leader() is not None, 20, f"a standby to take over (round {round_})")
+        takeovers.append(time.monotonic() - killed_at)
+    print("takeover after a leader kill (s):", ", ".join(f"{t:.1f}" for t in takeovers))
+    # Leader lease 3 s (renewed every 1 s): a standby leads within the lease plus a renewal period.
+    assert max(takeovers) < 3 * 2
+    chaos.wait_done(120)
+    assert_clean(chaos)
+
+
+def test_all_workers_stopped_the_list_stays_bounded_then_everything_drains(chaos: Chaos) -> None:
+    chaos.enqueue(5000)
+    chaos.dispatcher("dispatcher", DUECAST_JOBS__HIGH_WATER="500", DUECAST_JOBS__CLAIM_BATCH="100")
+    key = f"{{chaos-{chaos.table.split('_')[-1]}}}:ready:jobs.default"
+    wait_for(lambda: chaos.redis.client.llen(key) > 0, 20, "the dispatcher to push")
+    lengths = []
+    for _ in range(10):
+        time.sleep(0.8)  # sampling the list while no worker runs, past the visibility timeout
+        lengths.append(int(chaos.redis.client.llen(key)))
+    assert max(lengths) <= 500 + 100  # high water plus at most one claim batch
+    for i in range(2):
+        chaos.worker(f"worker-{i}")
+    chaos.wait_done(120)
+    assert_clean(chaos)
