@@ -14,6 +14,7 @@ from dispatcher.ranges import RangeKeeper
 from dispatcher.recurring import TICK_S, Recurring
 from dispatcher.scheduler import start as scheduler_start
 from dispatcher.sweeper import Sweeper
+from dispatcher.topics import topic_duties
 from shared.db import Database
 from shared.handlers import load_registry
 from shared.health import serving, with_port
@@ -47,6 +48,7 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     if keeper.stores:
         jobs.append(("duecast-ranges", keeper.tick, settings.dispatcher.range_discover_s))
     jobs.extend(_job_duties(settings, queue))
+    jobs.extend(topic_duties(settings))
     if settings.health.port:  # the system-wide gauges exist for /metrics only
         gauges = SystemGauges(build_stores(settings, sources), queue)
         jobs.append(("duecast-gauges", gauges.refresh, settings.health.gauges_interval_s))

@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from shared.identifiers import check_identifier
-from shared.settings import JOBS_SOURCE, ScheduleSettings
+from shared.messages import Message
+from shared.settings import JOBS_SOURCE, ScheduleSettings, topic_source
 from shared.states import DISPATCH_COLUMNS
 
 Row = dict[str, Any]
@@ -79,6 +80,7 @@ class Ack:
 RowHandler = Callable[[Row], Ack | None]
 BatchHandler = Callable[[list[Row]], Sequence[Ack | None] | None]
 TaskFunction = Callable[..., Ack | None]  # fn(payload), or fn(payload, cursor) when transactional
+ConsumerFunction = Callable[..., Ack | None]  # fn(message), or fn(message, cursor) when transactional
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,34 @@ class Registry:
             if source in self._handlers:
                 raise ValueError(f"source {source!r} already has a handler")
             self._handlers[source] = Handler(source, fn, batch, cols)
+            return fn
+
+        return decorate
+
+    def consumer(
+        self, topic: str, *, group: str, transactional: bool = False
+    ) -> Callable[[ConsumerFunction], ConsumerFunction]:
+        """Register `fn(message)` for consumer group `group` of `topic` (declared in topics.groups).
+
+        Cluster groups: returns None (done), `Ack.retry(...)` or `Ack.discard(...)`, or raises (a
+        failure: retried after the group's stepped delays, dead after its max_retries).
+        `transactional=True`: `fn(message, cursor)` runs in the worker's ack transaction, so its
+        writes commit if and only if the message is marked done in this group. Broadcast groups:
+        the outcome is counted and logged; there are no acks and no retries.
+        """
+        source = topic_source(topic, group)
+
+        def decorate(fn: ConsumerFunction) -> ConsumerFunction:
+            if source in self._handlers:
+                raise ValueError(f"group {group!r} of topic {topic!r} already has a consumer")
+
+            def run(row: Row) -> Ack | None:
+                message = Message.from_row(topic, group, row)
+                if transactional:
+                    return Ack("transaction", work=lambda cursor: fn(message, cursor))
+                return fn(message)
+
+            self._handlers[source] = Handler(source, run, batch=False)
             return fn
 
         return decorate

@@ -24,6 +24,7 @@ from shared.schema import (
     source_migration,
 )
 from shared.settings import Settings, SourceSettings
+from shared.topic_schema import topic_steps
 
 _UNKNOWN_DATABASE = 1049
 
@@ -40,6 +41,7 @@ def plan(settings: Settings) -> list[str]:
         steps.append(leases_table_ddl(settings.dispatcher.leases_table))
         if settings.jobs.enabled:
             steps += [jobs_table_ddl(settings.jobs), schedules_table_ddl(settings.jobs)]
+        steps += topic_steps(None, settings.topics)
         return steps  # sources live in a database that does not exist yet: nothing to alter
     try:
         with conn.cursor() as cur:
@@ -47,6 +49,7 @@ def plan(settings: Settings) -> list[str]:
                 steps.append(leases_table_ddl(settings.dispatcher.leases_table))
             if settings.jobs.enabled:
                 steps.extend(_jobs_steps(cur, settings))
+            steps.extend(topic_steps(cur, settings.topics))
             for src in settings.sources:
                 steps.extend(_source_steps(cur, src))
     finally:

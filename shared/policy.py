@@ -6,6 +6,7 @@ Roles ask these functions how much to claim and how long to sleep; SQL adds the 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 
 def claim_room(list_length: int, high_water: int, batch: int) -> int:
@@ -48,3 +49,19 @@ def dead_after_failure(errors_before: int, max_attempts: int) -> bool:
 def dead_after_interruption(interruptions_before: int, max_interruptions: int) -> bool:
     """A job whose worker died is dead when this was its `max_interruptions`-th interruption."""
     return interruptions_before + 1 >= max_interruptions
+
+
+def stepped_delay_s(retry: int, steps: Sequence[float]) -> float:
+    """Delay before a topic message's `retry`-th retry (>= 1): that step, the last one repeating.
+
+    Stepped, not exponential, and without jitter: RocketMQ's consumer retry levels (10 s, 30 s,
+    1 min ... 2 h) are what users of topic consumers expect, and a group's retries are few.
+    """
+    if retry < 1:
+        raise ValueError("stepped_delay_s is for a message that failed at least once")
+    return float(steps[min(retry, len(steps)) - 1])
+
+
+def dead_after_retries(errors_before: int, max_retries: int) -> bool:
+    """A message that just failed is dead when it had already been retried max_retries times."""
+    return errors_before >= max_retries

@@ -18,8 +18,9 @@ from shared.logs import LogFormat
 from shared.loop import stop_on_signals
 from shared.queue import ReadyQueue, connect_redis
 from shared.range_store import RangeStore
-from shared.settings import JOBS_SOURCE, Settings, SourceSettings, load_settings
+from shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings, SourceSettings, load_settings
 from shared.store import SourceStore, Store
+from shared.topic_store import TopicStore
 
 
 def setup_logging(level: str, fmt: LogFormat = "human") -> None:
@@ -57,6 +58,8 @@ def warn_eviction(queue: ReadyQueue) -> None:
 def _store(db: Database, settings: Settings, src: SourceSettings) -> Store:
     if is_job_queue(src.name):
         return JobStore(db, src, settings.jobs, settings.mysql)
+    if src.name.startswith(f"{TOPICS_SOURCE}."):  # a cluster consumer group's deliveries
+        return TopicStore(db, src, settings.topics, settings.mysql)
     return SourceStore(db, src) if src.mode == "rows" else RangeStore(db, src)
 
 

@@ -11,7 +11,8 @@ from shared.health import serving, with_port
 from shared.loop import run
 from shared.observe import timed_handler
 from shared.runtime import build_queue, build_stores, is_job_queue, start_process, warn_eviction
-from shared.settings import JOBS_SOURCE, Settings
+from shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
+from worker.broadcast import broadcast_members, running, served_topic_sources
 from worker.executor import Executor
 from worker.worker import Worker
 
@@ -31,11 +32,16 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     queue = build_queue(settings)
     warn_eviction(queue)
     worker = Worker(stores, handlers, queue, settings.worker, executor)
+    members = broadcast_members(settings, registry, settings.worker.sources or registry.sources)
     log.info("working on %s with %d thread(s)", ", ".join(stores), settings.worker.concurrency)
     try:
-        with serving(settings, "worker") as liveness:
+        with serving(settings, "worker") as liveness, running(members, stop, drain=drain):
             backoff_s = settings.worker.error_backoff_s
-            run(worker, stop, drain=drain, error_base_s=backoff_s, on_turn=liveness.beat)
+            if stores or not members:
+                run(worker, stop, drain=drain, error_base_s=backoff_s, on_turn=liveness.beat)
+            else:  # broadcast members only: they run in their own threads
+                while not drain and not stop.wait(1.0):
+                    liveness.beat()
     finally:
         executor.close()
     log.info("worker stopped; %s", dict(worker.counts))
@@ -53,6 +59,8 @@ def served_sources(settings: Settings, registered: list[str]) -> list[str]:
     for name in settings.worker.sources or registered:
         if name == JOBS_SOURCE:
             out.extend(f"{JOBS_SOURCE}.{q}" for q in settings.worker.queues or settings.jobs.queues)
+        elif name.startswith(f"{TOPICS_SOURCE}."):
+            out.extend(served_topic_sources(settings, name))
         else:
             out.append(name)
     return out

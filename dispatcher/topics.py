@@ -1,0 +1,72 @@
+"""The topics duty: retention (prune what every group finished), alerts (consumption timeouts, groups
+holding messages past retention) and the topic gauges. An APScheduler interval job in the dispatcher.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from shared import topic_metrics
+from shared.db import Database
+from shared.loop import Tick
+from shared.settings import Settings, TopicsSettings
+from shared.topic_admin import TopicAdmin
+
+log = logging.getLogger("duecast.topics")
+
+
+class TopicKeeper:
+    name = "topics"
+
+    def __init__(self, admin: TopicAdmin, settings: TopicsSettings) -> None:
+        self.admin = admin
+        self.settings = settings
+        self.pruned = 0
+
+    def tick(self) -> Tick:
+        n = self.admin.prune(self.settings.prune_batch)
+        self.pruned += n
+        if n:
+            log.info("pruned %d message(s) every group had finished", n)
+        full = n >= self.settings.prune_batch
+        return Tick(0.0 if full else self.settings.maintain_interval_s, idle=not full)
+
+    def check(self) -> None:
+        """Alerts in the log and gauges for /metrics, from one read of every group."""
+        statuses = self.admin.monitor.groups()
+        topic_metrics.publish(statuses)
+        for s in statuses:
+            if s.timeouts:
+                log.warning(
+                    "group %s of %s: %d message(s) running longer than %.0fs (oldest %.0fs)",
+                    s.group,
+                    s.topic,
+                    s.timeouts,
+                    self.settings.group(s.topic, s.group).timeout_s,
+                    s.oldest_running_s or 0.0,
+                )
+            if s.behind_retention:
+                log.warning(
+                    "group %s of %s is behind retention: its oldest unfinished message is %.0fs old; "
+                    "it is kept until the group finishes it",
+                    s.group,
+                    s.topic,
+                    s.lag_s or 0.0,
+                )
+
+    def maintain(self) -> None:
+        """One scheduled run: prune until nothing is left to prune, then check."""
+        while not self.tick().idle:
+            pass
+        self.check()
+
+
+def topic_duties(settings: Settings) -> list[tuple[str, Callable[[], object], float]]:
+    """The topics duty, on its own connection, when topics are declared."""
+    if not settings.topics.names:
+        return []
+    admin = TopicAdmin(Database(settings.mysql), settings.topics)
+    admin.ensure_groups()
+    keeper = TopicKeeper(admin, settings.topics)
+    return [("duecast-topics", keeper.maintain, settings.topics.maintain_interval_s)]
