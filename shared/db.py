@@ -90,6 +90,22 @@ def tls_context(settings: MySQLSettings) -> ssl.SSLContext:
     return ctx
 
 
+# Errors after which the whole unit of work may simply run again: a deadlock or lock wait timeout
+# (InnoDB rolled the statement or transaction back), or a connection lost (the server restarted,
+# KILL, a network cut; the transaction is gone). An outcome-unknown COMMIT is among the latter:
+# callers re-read under their fence instead of guessing.
+DEADLOCK, LOCK_WAIT_TIMEOUT = 1213, 1205
+_TRANSIENT_CODES = {DEADLOCK, LOCK_WAIT_TIMEOUT, 2003, 2006, 2013, 1927, 4031}  # 1927/4031: killed
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, pymysql.err.InterfaceError):
+        return True
+    if isinstance(exc, pymysql.err.OperationalError | pymysql.err.InternalError):
+        return bool(exc.args) and exc.args[0] in _TRANSIENT_CODES
+    return isinstance(exc, ConnectionError | BrokenPipeError)
+
+
 class Database:
     """Holds one lazily opened connection; `transaction()` is the only way to use it."""
 

@@ -15,14 +15,14 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import pymysql.cursors
 
 from shared import observe
-from shared.db import Database
+from shared.db import Database, is_transient
 from shared.handlers import Ack, Row
 from shared.keys import Entry
 from shared.policy import dead_after_failure, dead_after_interruption, retry_delay_s
@@ -34,6 +34,8 @@ from shared.store import LOCK_WAIT_TIMEOUT, STATUS_COUNT_CAP, AckCounts, SourceS
 
 log = logging.getLogger("duecast.jobs")
 
+FINISH_RETRIES = 3
+T = TypeVar("T")
 EXIT_HUNG = 75  # the worker's exit code after a hung batch (EX_TEMPFAIL: restart me)
 ERROR_TEXT_MAX = 16_000  # characters of message + traceback kept per failure
 
@@ -263,6 +265,21 @@ class JobStore:
         return int(cur.execute(self.sql.snooze_delay.format(fence=fence), (_us(ack.delay_s),)))
 
 
+def retrying(unit: Callable[[], T]) -> T:
+    """Run a finishing transaction again after a deadlock, lock wait timeout or lost connection.
+    Every finish is fenced on (id, attempt) and RUNNING, so running it again after a COMMIT that
+    did land (outcome unknown) changes nothing: the re-read decides, not a guess."""
+    for attempt in range(1, FINISH_RETRIES + 2):
+        try:
+            return unit()
+        except pymysql.err.MySQLError as exc:
+            if attempt > FINISH_RETRIES or not is_transient(exc):
+                raise
+            log.warning("finishing jobs hit %r; retrying (%d of %d)", exc, attempt, FINISH_RETRIES)
+            time.sleep(min(2.0, 0.05 * 2**attempt))
+    raise AssertionError("unreachable")
+
+
 def isolate_suspects(rows: list[Row]) -> tuple[list[Row], list[Row]]:
     """(rows to run, rows to release). A suspect - a job whose worker died while running it -
     may be what kills workers: a batch takes at most one, and runs it last and alone (see
@@ -297,6 +314,11 @@ class JobBatch:
         retries and discards one by one, transactional tasks each under a savepoint."""
         if not acks:
             return AckCounts(0, 0)
+        (acked, stale), failures = retrying(lambda: self._ack_once(acks))
+        self.fail(failures)
+        return AckCounts(acked, stale, len(failures))
+
+    def _ack_once(self, acks: Sequence[tuple[Row, Ack]]) -> tuple[tuple[int, int], list[tuple[Row, object]]]:
         store = self._store
         acked = stale = discarded = 0
         failures: list[tuple[Row, object]] = []
@@ -321,8 +343,7 @@ class JobBatch:
                     else:
                         failures.append((row, outcome))
         observe.count(store.src.name, "dead", discarded)
-        self.fail(failures)
-        return AckCounts(acked, stale, len(failures))
+        return (acked, stale), failures
 
     def _in_transaction(self, cur: pymysql.cursors.Cursor, row: Row, ack: Ack) -> object | None:
         """Run a transactional task and finish it under one savepoint: its writes stay only if the
@@ -339,6 +360,8 @@ class JobBatch:
             else:
                 n = self._store.finish_special(cur, row, final)
         except Exception as exc:
+            if isinstance(exc, pymysql.err.MySQLError) and is_transient(exc):
+                raise  # the whole transaction is gone: the finish is retried as one unit
             cur.execute("ROLLBACK TO SAVEPOINT dc_job")
             return exc
         if n == 0:
@@ -350,10 +373,15 @@ class JobBatch:
         """Failed runs: pending again after a backoff delay, or dead once out of attempts."""
         if not failures:
             return
-        outcomes: Counter[str] = Counter()
-        with self._store.db.transaction() as cur:
-            for row, outcome in failures:
-                outcomes[self._store.finish_failed(cur, row, outcome)] += 1
+
+        def once() -> Counter[str]:
+            outcomes: Counter[str] = Counter()
+            with self._store.db.transaction() as cur:
+                for row, outcome in failures:
+                    outcomes[self._store.finish_failed(cur, row, outcome)] += 1
+            return outcomes
+
+        outcomes = retrying(once)
         for name in ("retried", "dead"):  # counted once committed
             observe.count(self._store.src.name, name, outcomes[name])
 

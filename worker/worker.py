@@ -6,20 +6,27 @@ A bad entry is quarantined, a stale one skipped, a failed row left DISPATCHED fo
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pymysql
 
 from shared import observe
+from shared.db import is_transient
 from shared.handlers import Ack, Handler, Row
 from shared.keys import BadEntry, Entry, decode_entry
 from shared.loop import Tick
+from shared.policy import error_backoff_s
 from shared.queue import ReadyQueue
 from shared.settings import WorkerSettings
 from shared.store import StaleAck, Store, WorkBatch
 from worker.executor import Executor
 
 log = logging.getLogger("duecast.worker")
+UNIT_RETRIES = 3  # transient MySQL errors in one batch before the tick fails (and the loop backs off)
 
 
 def decode_batch(raws: Sequence[bytes]) -> tuple[list[Entry], list[tuple[bytes, str]], int]:
@@ -55,6 +62,7 @@ class Worker:
         self.queue = queue
         self.settings = settings
         self.executor = executor
+        self._rng = random.Random()
         self.counts: Counter[str] = Counter()
         # pop_batch counts rows; a range-mode entry stands for range_size of them.
         self.pop_count = min(
@@ -100,17 +108,51 @@ class Worker:
         return counts
 
     def _work(self, store: Store, handler: Handler, entries: list[Entry]) -> Counter[str]:
-        counts: Counter[str] = Counter()
-        with store.started(entries, handler.columns) as batch:
-            # Entries whose row is not locked here are stale, deleted, or held by another worker.
-            counts["stale_entries"] += batch.skipped
-            counts["started"] += len(batch.rows)
-            for rows in batch.phases():  # one phase, except for jobs with a suspect (last, alone)
-                counts.update(self._run_phase(store, handler, batch, rows))
-        return counts
+        """Start, run, ack. A deadlock, lock wait timeout or lost connection retries the unit:
+        the rows are locked again under their fence, so a commit that did land (outcome unknown)
+        shows as rows no longer matching, and rows already handled are acked with the outcome
+        they had, never run twice."""
+        known: dict[Any, Ack | BaseException] = {}
+        for attempt in range(1, UNIT_RETRIES + 2):
+            counts: Counter[str] = Counter()
+            try:
+                with store.started(entries, handler.columns) as batch:
+                    # Entries whose row is not locked here are stale, deleted, or held elsewhere.
+                    counts["stale_entries"] += batch.skipped
+                    counts["started"] += len(batch.rows)
+                    for rows in batch.phases():  # one, except for jobs with a suspect (last, alone)
+                        counts.update(self._run_phase(store, handler, batch, rows, known))
+                return counts
+            except pymysql.err.MySQLError as exc:
+                if attempt > UNIT_RETRIES or not is_transient(exc):
+                    raise
+                delay = error_backoff_s(attempt, 0.05, 2.0, self._rng)
+                log.warning(
+                    "batch of %s hit %r; retrying the unit (%d of %d) in %.2fs",
+                    store.src.name,
+                    exc,
+                    attempt,
+                    UNIT_RETRIES,
+                    delay,
+                    extra={"event": "worker.unit_retried", "source": store.src.name},
+                )
+                time.sleep(delay)
+        raise AssertionError("unreachable")
 
-    def _run_phase(self, store: Store, handler: Handler, batch: WorkBatch, rows: list[Row]) -> Counter[str]:
-        outcomes = self.executor.run(handler, rows)
+    def _run_phase(
+        self,
+        store: Store,
+        handler: Handler,
+        batch: WorkBatch,
+        rows: list[Row],
+        known: dict[Any, Ack | BaseException],
+    ) -> Counter[str]:
+        key = store.id_column
+        fresh = [row for row in rows if row.get(key) not in known]
+        if fresh:
+            for row, outcome in zip(fresh, self.executor.run(handler, fresh), strict=True):
+                known[row.get(key)] = outcome
+        outcomes = [known[row.get(key)] for row in rows]
         acks: list[tuple[Row, Ack]] = []
         failed: list[tuple[Row, object]] = []
         for row, outcome in zip(rows, outcomes, strict=True):
