@@ -1,11 +1,12 @@
 """The gauges that describe the whole system (due backlog, ready list length, in flight, oldest-due age,
-freshness), set by the dispatcher only: every worker's /metrics leaves them out, so a sum over
-processes never counts them twice. A duty on its own connection, every health.gauges_interval_s.
+freshness), set by the leading dispatcher only: workers and standby dispatchers leave them out, so a
+sum over processes never counts them twice. A duty on its own connection, every health.gauges_interval_s.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from prometheus_client import Gauge
 
@@ -59,6 +60,18 @@ class SystemGauges:
             metrics.WORST_STALENESS.labels(source=name).set(fresh.worst_staleness_s)
         if fresh is not None and fresh.fresh_share is not None:
             metrics.CHECKED_IN_PERIOD.labels(source=name).set(fresh.fresh_share)
+
+    def duty(self, leading: Callable[[], bool]) -> Callable[[], None]:
+        """The scheduled refresh: while this dispatcher leads it sets the gauges, and once it stands
+        by it drops them, so only one process ever exports them (the leader's /metrics)."""
+
+        def run() -> None:
+            if leading():
+                self.refresh()
+            else:
+                self.clear()
+
+        return run
 
     @staticmethod
     def clear() -> None:

@@ -49,18 +49,19 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
         jobs.append(("duecast-ranges", keeper.tick, settings.dispatcher.range_discover_s))
     jobs.extend(_job_duties(settings, queue))
     jobs.extend(topic_duties(settings))
-    if settings.health.port:  # the system-wide gauges exist for /metrics only
-        gauges = SystemGauges(build_stores(settings, sources), queue)
-        jobs.append(("duecast-gauges", gauges.refresh, settings.health.gauges_interval_s))
+    # The system-wide gauges, for /metrics only: the leader sets them, a standby drops them.
+    gauges = SystemGauges(build_stores(settings, sources), queue) if settings.health.port else None
     scheduler = None
     leadership = Leadership(
         LeaseStore(Database(settings.mysql), settings.dispatcher.leases_table),
         settings.dispatcher.leader_lease_s,
     )
-    if jobs and not drain:
+    if (jobs or gauges) and not drain:
         leadership.tick()  # the first dispatcher up leads at once; the others stand by
         duties = [(name, _as_leader(leadership, fn), every) for name, fn, every in jobs]
         renew = ("duecast-leader", leadership.renew, settings.dispatcher.leader_lease_s / 3)
+        if gauges is not None:
+            duties.append(("duecast-gauges", gauges.duty(leadership.held), settings.health.gauges_interval_s))
         scheduler = scheduler_start(stop, [renew, *duties])
     log.info("dispatching %s", ", ".join(s.name for s in sources))
     try:

@@ -159,7 +159,9 @@ def test_only_the_dispatcher_sets_the_system_gauges(
     assert 3580 < (metric_line(text, "duecast_oldest_due_age_seconds", src) or 0) < 3690
 
 
-def test_a_failing_source_keeps_its_last_gauges_and_the_others_refresh(make_env: Callable[..., Env]) -> None:
+def test_a_failing_source_keeps_its_last_gauges_and_a_standby_drops_them(
+    make_env: Callable[..., Env],
+) -> None:
     good, bad = make_env("rescan", rows=5, name=f"g_{uuid.uuid4().hex[:8]}"), make_env("rescan", rows=5)
     stores = build_stores(good.settings, [good.source]) + build_stores(bad.settings, [bad.source])
     gauges = SystemGauges(stores, good.queue)
@@ -172,7 +174,9 @@ def test_a_failing_source_keeps_its_last_gauges_and_the_others_refresh(make_env:
     gauges.refresh()
     assert sample("duecast_due_backlog", source=good.source.name) == 3
     assert sample("duecast_due_backlog", source=bad.source.name) == 5
-    SystemGauges.clear()
+    gauges.duty(leading=lambda: True)()
+    assert sample("duecast_due_backlog", source=good.source.name) == 3
+    gauges.duty(leading=lambda: False)()  # a standby dispatcher exports none
     assert REGISTRY.get_sample_value("duecast_due_backlog", {"source": good.source.name}) is None
 
 
