@@ -6,6 +6,7 @@ Every random choice comes from one seed, printed at the start, so a run can be r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -15,6 +16,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pymysql
 
 from shared import migrate
 from shared.db import connect
@@ -144,7 +147,7 @@ class Chaos:
         self.workers[name] = proc
         return proc
 
-    def supervise(self) -> None:
+    def supervise(self) -> bool:
         """Restart every worker that died (a poison job, a kill), recording its death."""
         for name, proc in list(self.workers.items()):
             if not proc.alive():
@@ -152,6 +155,7 @@ class Chaos:
                     self.fault("died", proc.pid)
                 del self.workers[name]
                 self.worker(f"{name.split('+')[0]}+{len(self.procs.procs)}")
+        return True
 
     def fault(self, kind: str, pid: int | None = None) -> None:
         self.faults.append(Fault(time.time(), kind, pid))
@@ -205,3 +209,70 @@ class Chaos:
     def verdict(self) -> Verdict:
         acks = {int(n): int(c) for n, c in self.query(f"SELECT n, COUNT(*) FROM `{self.acks}` GROUP BY n")}
         return classify(self.healthy, self.poison, read_executions(self.exec_log), acks, self.faults)
+
+
+def kill_mysql_session(chaos: Chaos) -> bool:
+    """KILL one MySQL session of a random live duecast process (found by its TCP client ports)."""
+    from tests.faults.procs import tcp_peers  # noqa: PLC0415 - Linux /proc, the fault tier's helper
+
+    procs = [p for p in [*chaos.workers.values(), *chaos.dispatchers.values()] if p.alive()]
+    chaos.rng.shuffle(procs)
+    rows = chaos.query(
+        "SELECT ID, HOST FROM information_schema.PROCESSLIST WHERE DB = %s", (chaos.mysql.database,)
+    )
+    for proc in procs:
+        ports = {str(local) for local, remote in tcp_peers(proc.pid) if remote == chaos.mysql.port}
+        ids = [int(i) for i, host in rows if str(host).rsplit(":", 1)[-1] in ports]
+        if ids:
+            chaos.fault("mysql_kill", proc.pid)
+            with contextlib.suppress(pymysql.err.OperationalError):  # it may have ended meanwhile
+                chaos.query(f"KILL CONNECTION {chaos.rng.choice(ids)}")
+            return True
+    return False
+
+
+def soak(chaos: Chaos, jobs: int, *, waves: int = 10, flushes: int = 1, redis_restarts: int = 2) -> float:
+    """Scenario 1: one-off jobs enqueued in waves under random worker SIGKILLs, Redis restarts and
+    a FLUSHALL, one dispatcher SIGKILLed right after a COMMIT, and a worker SIGSTOPped past its
+    lease then resumed. One fault per wave at least; returns the seconds until all is acked."""
+    per_wave = max(1, jobs // waves)
+    chaos.enqueue(per_wave)
+    first = chaos.dispatcher("dispatcher-crash", DUECAST_FAULTS__CRASH_AFTER_COMMIT="true")
+    chaos.procs.wait_exit(first, 60)
+    chaos.fault("dispatcher_killed_after_commit", first.pid)
+    chaos.dispatcher("dispatcher")
+    for i in range(3):
+        chaos.worker(f"worker-{i}")
+    started = time.monotonic()
+    plan = ["flush"] * flushes + ["redis_restart"] * redis_restarts + ["stop"]
+    plan += ["kill"] * max(0, waves - len(plan))
+    chaos.rng.shuffle(plan)
+    stopped: tuple[Proc, float] | None = None
+    for step in plan:
+        target = chaos.acked() + per_wave // 2
+        chaos.enqueue(per_wave)
+        # The next fault lands once half a wave has been worked off: faults meet work in flight.
+        wait_for(
+            lambda t=target: chaos.acked() >= t or not chaos.supervise(),
+            300,
+            "work to flow",
+            chaos.procs.check,
+        )
+        if stopped is not None and time.monotonic() > stopped[1]:
+            chaos.resume(stopped[0])
+            stopped = None
+        if step == "flush":
+            chaos.fault("redis_flush")
+            chaos.redis.client.flushall()
+        elif step == "redis_restart":
+            chaos.fault("redis_restart")
+            chaos.redis.restart()
+        elif step == "stop":
+            stopped = (chaos.stop_worker_past_lease(), time.monotonic() + chaos.lease_s * 2)
+        else:
+            chaos.kill_random_worker()
+    if stopped is not None:
+        wait_for(lambda: time.monotonic() > stopped[1], 60, "the stopped worker's lease to pass")
+        chaos.resume(stopped[0])
+    chaos.wait_done(max(300, jobs / 200))
+    return time.monotonic() - started

@@ -6,14 +6,17 @@ DUECAST_CHAOS_SEED=<seed>. The long version is `python -m tests.chaos.run` (docs
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
-from tests.chaos.harness import Chaos
+from duecast.fleet import cpu_seconds
+from tests.chaos.harness import Chaos, kill_mysql_session, soak
 from tests.faults.procs import wait_for
 
 pytestmark = pytest.mark.faults
+DOWN_S = float(os.environ.get("DUECAST_CHAOS_REDIS_DOWN_S", "6"))
 
 
 def assert_clean(chaos: Chaos) -> None:
@@ -27,35 +30,50 @@ def assert_clean(chaos: Chaos) -> None:
 def test_soak_with_worker_kills_redis_restarts_a_flush_a_dispatcher_kill_and_a_stopped_worker(
     chaos: Chaos,
 ) -> None:
-    chaos.enqueue(6000)
-    # The first dispatcher dies right after its first COMMIT, before any RPUSH.
-    first = chaos.dispatcher("dispatcher-crash", DUECAST_FAULTS__CRASH_AFTER_COMMIT="true")
-    chaos.procs.wait_exit(first, 30)
-    chaos.fault("dispatcher_killed_after_commit", first.pid)
+    took = soak(chaos, 20_000)
+    print(f"soak: {len(chaos.healthy):,} jobs in {took:.1f}s under {len(chaos.faults)} faults")
+    assert {f.kind for f in chaos.faults} >= {
+        "sigkill",
+        "redis_restart",
+        "redis_flush",
+        "dispatcher_killed_after_commit",
+    }
+    assert_clean(chaos)
+
+
+def test_redis_down_the_dispatcher_stops_claiming_nothing_spins_and_all_recovers(chaos: Chaos) -> None:
+    chaos.enqueue(4000)
+    dispatcher = chaos.dispatcher("dispatcher")
+    workers = [chaos.worker(f"worker-{i}") for i in range(2)]
+    wait_for(lambda: chaos.acked() > 500, 60, "work to flow")
+    chaos.fault("redis_down")
+    chaos.redis.kill()
+    time.sleep(1.0)  # in-flight ticks finish failing
+    attempts = chaos.query(f"SELECT SUM(dc_attempt) FROM `{chaos.table}`")[0][0]
+    cpu = {p.pid: cpu_seconds(p.pid) for p in [dispatcher, *workers]}
+    time.sleep(DOWN_S)  # Redis stays down this long (the long version: 60 s)
+    assert chaos.query(f"SELECT SUM(dc_attempt) FROM `{chaos.table}`")[0][0] == attempts, "claims while down"
+    for p in [dispatcher, *workers]:
+        used = cpu_seconds(p.pid) - cpu[p.pid]
+        assert used < 0.25 * DOWN_S, f"pid {p.pid} used {used:.1f}s of CPU in {DOWN_S}s with Redis down"
+    chaos.redis.start()  # empty: the dispatcher's canary notices and requeues what was dispatched
+    chaos.wait_done(120)
+    assert_clean(chaos)
+
+
+def test_mysql_sessions_killed_again_and_again(chaos: Chaos) -> None:
+    chaos.enqueue(4000)
     chaos.dispatcher("dispatcher")
-    for i in range(3):
+    for i in range(2):
         chaos.worker(f"worker-{i}")
-    plan = ["kill", "kill", "redis_restart", "kill", "flush", "stop", "redis_restart", "kill"]
-    chaos.rng.shuffle(plan)
-    stopped = None
-    for step in plan:
-        time.sleep(chaos.rng.uniform(0.3, 1.0))  # pacing the faults, not waiting for a result
-        chaos.supervise()
-        if step == "kill":
-            chaos.kill_random_worker()
-        elif step == "redis_restart":
-            chaos.fault("redis_restart")
-            chaos.redis.restart()
-        elif step == "flush":
-            chaos.fault("redis_flush")
-            chaos.redis.client.flushall()
-        elif step == "stop" and stopped is None:
-            stopped = chaos.stop_worker_past_lease()
-    if stopped is not None:
-        time.sleep(chaos.lease_s * 2)  # past its lease: its jobs are taken over meanwhile
-        chaos.resume(stopped)
-    took = chaos.wait_done(120)
-    print(f"drained in {took:.1f}s after the last fault")
+    kills = 0
+    for _ in range(10):  # a wave of jobs, then a session killed while it is worked off
+        target = chaos.acked() + 200
+        chaos.enqueue(400)
+        wait_for(lambda t=target: chaos.acked() >= t, 60, "work to flow", chaos.procs.check)
+        kills += kill_mysql_session(chaos)
+    chaos.wait_done(120)
+    assert kills >= 8
     assert_clean(chaos)
 
 
