@@ -1,7 +1,8 @@
 """Consumers the topics fault test's worker processes run (`--app tests.faults.topics_app`).
 
-Three cluster groups of topic "orders" (and a broadcast group, "cache"), each transactional: its effect (a row in the table named by
-DUECAST_TEST_EFFECTS) commits with the message's ack or not at all. Every execution first appends
+Three transactional cluster groups of topic "orders": each effect (a row in the table named by
+DUECAST_TEST_EFFECTS) commits with the message's ack or not at all; and a broadcast group, "cache",
+whose members log with their name (DUECAST_TOPICS__MEMBER). Every execution first appends
 "group id attempt pid member" to DUECAST_TEST_EXEC_LOG (one O_APPEND write per line), independent of
 duecast's bookkeeping. A message whose payload says {"park": <group>} parks that group's consumer:
 it writes DUECAST_TEST_BATCH_MARKER and waits until DUECAST_TEST_GATE exists (processes given a gate).
