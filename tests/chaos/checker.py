@@ -55,6 +55,8 @@ def read_executions(path: Path) -> dict[int, list[int]]:
 # Faults that can make a process's run be repeated elsewhere, by the process they hit.
 # "died": a worker a poison job (or a hung batch's timeout) took down, restarted by the supervisor.
 _PER_PROCESS = {"sigkill", "sigstop", "mysql_kill", "died"}
+# Faults that break every process's MySQL session at once: they may explain a rerun by anyone.
+_SERVER_WIDE = {"mariadb_restart"}
 
 
 def classify(
@@ -67,6 +69,7 @@ def classify(
     """`acks`: n -> how many acks committed; `faults`: everything injected during the run."""
     v = Verdict(expected=len(expected), acked=sum(1 for n in expected if acks.get(n)))
     hit = {f.pid: f.kind for f in faults if f.kind in _PER_PROCESS and f.pid is not None}
+    server_wide = next((f.kind for f in faults if f.kind in _SERVER_WIDE), None)
     for n in sorted(expected):
         count = acks.get(n, 0)
         if count == 0:
@@ -81,6 +84,8 @@ def classify(
             continue
         # All runs but one (the acked one, which may be any of them) need a cause.
         causes = [hit[p] for p in pids if p in hit]
+        if server_wide is not None:
+            causes += [server_wide] * (len(pids) - 1 - len(causes))
         if len(causes) >= len(pids) - 1:
             v.redundant[n] = causes[0]
         else:

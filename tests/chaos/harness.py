@@ -84,6 +84,8 @@ class Chaos:
         self.env.update(
             {
                 "DUECAST_MYSQL__DATABASE": self.mysql.database,
+                "DUECAST_MYSQL__HOST": self.mysql.host,
+                "DUECAST_MYSQL__PORT": str(self.mysql.port),
                 "DUECAST_REDIS__URL": self.redis.url,
                 "DUECAST_REDIS__KEY_PREFIX": f"chaos-{suffix}",
                 "DUECAST_JOBS": json.dumps(self.jobs),
@@ -188,6 +190,11 @@ class Chaos:
 
     def acked(self) -> int:
         return int(self.query(f"SELECT COUNT(DISTINCT n) FROM `{self.acks}`")[0][0])
+
+    def reconnect(self) -> None:
+        """After the MariaDB server restarted: the harness' own session went with it."""
+        self.sql = connect(self.mysql)
+        self.sql.autocommit(True)
 
     def poison_settled(self) -> bool:
         rows = self.query(

@@ -7,13 +7,19 @@ DUECAST_CHAOS_SEED=<seed>. The long version is `python -m tests.chaos.run` (docs
 from __future__ import annotations
 
 import os
+import random
 import time
+from pathlib import Path
 
+import pymysql
 import pytest
 
 from duecast.fleet import cpu_seconds
+from shared.settings import MySQLSettings
 from tests.chaos.harness import Chaos, kill_mysql_session, soak
-from tests.faults.procs import wait_for
+from tests.chaos.private_mariadb import PrivateMariaDB
+from tests.faults.private_redis import PrivateRedis
+from tests.faults.procs import Procs, wait_for
 
 pytestmark = pytest.mark.faults
 DOWN_S = float(os.environ.get("DUECAST_CHAOS_REDIS_DOWN_S", "6"))
@@ -126,3 +132,34 @@ def test_all_workers_stopped_the_list_stays_bounded_then_everything_drains(chaos
         chaos.worker(f"worker-{i}")
     chaos.wait_done(120)
     assert_clean(chaos)
+
+
+def test_mariadb_restarted_twice_while_jobs_flow(
+    mysql_settings: MySQLSettings, private_redis: PrivateRedis, procs: Procs, tmp_path: Path
+) -> None:
+    server = PrivateMariaDB(tmp_path)
+    server.start()
+    admin = pymysql.connect(host="127.0.0.1", port=server.port, user="root")
+    with admin.cursor() as cur:
+        cur.execute("CREATE DATABASE duecast_chaos CHARACTER SET utf8mb4")
+    admin.close()
+    seed = int(os.environ.get("DUECAST_CHAOS_SEED") or random.SystemRandom().randrange(1 << 31))
+    chaos = Chaos(server.settings("duecast_chaos"), private_redis, procs, tmp_path, seed)
+    try:
+        chaos.dispatcher("dispatcher")
+        for i in range(2):
+            chaos.worker(f"worker-{i}")
+        for _ in range(2):
+            target = chaos.acked() + 500
+            chaos.enqueue(1500)
+            wait_for(lambda t=target: chaos.acked() >= t, 60, "work to flow", procs.check)
+            chaos.fault("mariadb_restart")
+            server.restart()  # SIGKILL: a crash, then InnoDB recovery on start
+            chaos.reconnect()
+        chaos.wait_done(120)
+        for proc in [*chaos.workers.values(), *chaos.dispatchers.values()]:
+            assert proc.alive(), f"{proc.name} exited on a database restart"
+        assert_clean(chaos)
+    finally:
+        procs.kill_all()
+        server.kill()
