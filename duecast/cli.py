@@ -78,6 +78,12 @@ def _cmd_jobs(rest: list[str]) -> int:
     return main(rest)
 
 
+def _cmd_topics(rest: list[str]) -> int:
+    from duecast.topics_cli import main  # noqa: PLC0415
+
+    return main(rest)
+
+
 def _cmd_status(rest: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="duecast status", description="Show every source's state.")
     parser.add_argument("--config")
@@ -148,6 +154,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "migrate": (_cmd_migrate, "create/alter tables so sources can be dispatched"),
     "enqueue": (_cmd_enqueue, "enqueue one job, or a JSON Lines file of jobs, into the jobs table"),
     "jobs": (_cmd_jobs, "show, list, retry, replay or discard one-off jobs"),
+    "topics": (_cmd_topics, "publish, status, show/trace, find by key, replay (reset) and volume of topics"),
     "status": (_cmd_status, "show due backlog, in flight, staleness and counters per source"),
     "demo": (_cmd_demo, "run the user_block_status re-scan demo with a live display"),
 }

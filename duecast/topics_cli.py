@@ -1,0 +1,260 @@
+"""`duecast topics ...`: the operator's view of and hands on topics and consumer groups.
+
+Parsing and printing only; every statement runs in shared.topic_admin / shared.topic_status / shared.topics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from shared.db import Database
+from shared.queue import connect_redis
+from shared.settings import Settings, TopicsSettings, load_settings
+from shared.states import STATE_NAMES, State
+from shared.topic_admin import TopicAdmin, TopicError
+from shared.topic_status import GroupStatus
+from shared.topics import Publish, Publisher, PublishError
+
+_MESSAGE_FIELDS = {"topic", "payload", "key"}
+
+
+def main(rest: list[str]) -> int:
+    try:
+        return _main(rest)
+    except (TopicError, PublishError) as exc:
+        print(f"duecast topics: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(rest: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="duecast topics", description="Inspect and act on topics.")
+    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
+    sub = parser.add_subparsers(dest="action", required=True)
+    sub.add_parser("status", help="per group: backlog, lag, in flight, dead, timeouts; topics by volume")
+    pub = sub.add_parser("publish", help="publish one message, or a JSON Lines file (all or nothing)")
+    pub.add_argument("topic", nargs="?")
+    pub.add_argument("--payload", default="null", help="the message's JSON (default null)")
+    pub.add_argument("--key")
+    pub.add_argument("--file", type=Path, help='JSON Lines: {"topic": ..., "payload": ..., "key": ...}')
+    show = sub.add_parser("show", help="one message and its trace in every group")
+    show.add_argument("topic")
+    show.add_argument("id", type=int)
+    find = sub.add_parser("find", help="messages published with a key, newest first")
+    find.add_argument("topic")
+    find.add_argument("--key", required=True)
+    find.add_argument("--limit", type=int, default=20)
+    reset = sub.add_parser("reset", help="move a group's position: replay from it (back) or skip to it")
+    reset.add_argument("topic")
+    reset.add_argument("group")
+    reset.add_argument(
+        "--to", required=True, help='"earliest", "latest", a message id, or an ISO time with zone'
+    )
+    reset.add_argument("--member", help="broadcast groups: only this member (default: all)")
+    reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    volume = sub.add_parser("volume", help="messages published per hour (or --bucket-s) for a topic")
+    volume.add_argument("topic")
+    volume.add_argument("--buckets", type=int, default=24)
+    volume.add_argument("--bucket-s", type=float, default=3600.0)
+    args = parser.parse_args(rest)
+    settings = load_settings(args.config)
+    if not settings.topics.names:
+        raise TopicError("no topics are declared (topics.names)")
+    console = Console()
+    admin = TopicAdmin(Database(settings.mysql), settings.topics)
+    if args.action == "publish":
+        return _publish(console, settings, args)
+    if args.action == "status":
+        for table in topic_tables(admin):
+            console.print(table)
+        return 0
+    if args.action == "show":
+        return _show(console, admin, args.topic, args.id)
+    if args.action == "find":
+        console.print(_messages(admin.find(args.topic, args.key, args.limit), f"key {args.key!r}"))
+        return 0
+    if args.action == "volume":
+        return _volume(console, admin, args)
+    return _reset(console, admin, settings.topics, args)
+
+
+def topic_tables(admin: TopicAdmin) -> list[Table]:
+    """The topics part of a status screen: consumer groups, then topics ranked by volume."""
+    return [group_table(admin.monitor.groups()), volume_table(admin.monitor.volumes())]
+
+
+def group_table(statuses: list[GroupStatus]) -> Table:
+    table = Table(title="consumer groups")
+    columns = ("topic", "group", "mode", "last id", "position", "backlog", "lag", "pending", "in flight")
+    for col in (*columns, "dead", "timeouts", "skipped", "alerts"):
+        table.add_column(col, justify="left" if col in ("topic", "group", "mode", "alerts") else "right")
+    for s in statuses:
+        alerts = []
+        if s.timeouts:
+            alerts.append(f"{s.timeouts} running > timeout (oldest {s.oldest_running_s or 0:.0f}s)")
+        if s.behind_retention:
+            alerts.append("behind retention: kept for it")
+        if s.mode == "broadcast":
+            live = sum(1 for m in s.members if m.live)
+            alerts.append(f"{live} live member(s)")
+        table.add_row(
+            s.topic,
+            s.group,
+            s.mode,
+            f"{s.last_id:,}",
+            f"{s.position:,}",
+            f"{s.backlog:,}",
+            "-" if s.lag_s is None else f"{s.lag_s:.1f}s",
+            f"{s.pending:,}",
+            f"{s.in_flight:,}",
+            f"{s.dead:,}",
+            f"{s.timeouts:,}",
+            f"{s.skipped:,}",
+            "; ".join(alerts),
+        )
+    return table
+
+
+def volume_table(volumes: list[tuple[str, int, dict[str, int]]]) -> Table:
+    table = Table(title="topics, busiest first (messages published)")
+    for col in ("topic", "last id", "last minute", "last hour", "last day"):
+        table.add_column(col, justify="left" if col == "topic" else "right")
+    for name, last, counts in volumes:
+        table.add_row(name, f"{last:,}", f"{counts['minute']:,}", f"{counts['hour']:,}", f"{counts['day']:,}")
+    return table
+
+
+def _publish(console: Console, settings: Settings, args: argparse.Namespace) -> int:
+    if (args.topic is None) == (args.file is None):
+        raise PublishError("give a TOPIC or --file, not both")
+    publisher = Publisher(settings, connect_redis(settings.redis))
+    if args.file is not None:
+        messages = list(read_messages(args.file))
+        ids = publisher.publish_many(messages)
+        console.print(f"published {len(ids):,} message(s) from {args.file}")
+        return 0
+    try:
+        payload = json.loads(args.payload)
+    except json.JSONDecodeError as exc:
+        raise PublishError(f"--payload is not JSON: {exc}") from exc
+    message_id = publisher.publish(args.topic, payload, key=args.key)
+    console.print(f"published message {message_id} to {args.topic}")
+    return 0
+
+
+def read_messages(path: Path) -> list[Publish]:
+    """Every non-blank line as a message; a bad line raises PublishError naming it."""
+    if not path.is_file():
+        raise PublishError(f"{path}: no such file")
+    out = []
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise PublishError(f"{path}:{number}: not JSON: {exc}") from exc
+            if not isinstance(item, dict) or "topic" not in item or set(item) - _MESSAGE_FIELDS:
+                raise PublishError(f'{path}:{number}: expected {{"topic": ..., "payload": ..., "key": ...}}')
+            out.append(Publish(item["topic"], item.get("payload"), item.get("key")))
+    return out
+
+
+def _show(console: Console, admin: TopicAdmin, topic: str, message_id: int) -> int:
+    message = admin.message(topic, message_id)
+    if message is None:
+        console.print(f"no message {message_id} in {topic} (never published, or deleted by retention)")
+        return 1
+    console.print(_messages([message], f"{topic} message {message_id}"))
+    for group, trace in admin.trace(topic, message_id).items():
+        console.print(_trace_table(group, trace))
+    return 0
+
+
+def _messages(messages: list[dict[str, Any]], title: str) -> Table:
+    table = Table(title=title)
+    for col in ("id", "key", "published at", "payload"):
+        table.add_column(col)
+    for m in messages:
+        table.add_row(str(m["seq"]), m["msg_key"] or "", str(m["created_at"]), str(m["payload"])[:200])
+    return table
+
+
+def _trace_table(group: str, trace: dict[str, Any]) -> Table:
+    table = Table(title=f"group {group}")
+    for col in ("attempt", "outcome", "dispatched", "started", "ended", "worker", "error"):
+        table.add_column(col)
+    for a in trace["attempts"]:
+        error = (a["error"] or "").strip().splitlines()
+        table.add_row(
+            str(a["attempt"]),
+            a["outcome"],
+            str(a["dispatched_at"]),
+            str(a["started_at"]),
+            str(a["ended_at"]),
+            a["worker"] or "",
+            error[-1][:100] if error else "",
+        )
+    d = trace["delivery"]
+    if d is not None:
+        error = (d["last_error"] or "").strip().splitlines()
+        state = STATE_NAMES[State(d["dc_state"])]
+        table.add_row(
+            str(d["dc_attempt"]),
+            f"{state} (now)" + (f", replayed {d['replays']}x" if d["replays"] else ""),
+            str(d["dc_dispatched_at"]),
+            str(d["started_at"]),
+            str(d["finished_at"] or ""),
+            d["worker"] or "",
+            error[-1][:100] if error else "",
+        )
+    elif trace["read_by"]:
+        table.add_row("-", f"read by {', '.join(trace['read_by'])}", "", "", "", "", "")
+    else:
+        table.add_row("-", "not delivered to this group yet", "", "", "", "", "")
+    return table
+
+
+def _volume(console: Console, admin: TopicAdmin, args: argparse.Namespace) -> int:
+    counts = admin.monitor.series(args.topic, args.buckets, args.bucket_s)
+    table = Table(title=f"{args.topic}: messages per {args.bucket_s:g} s, oldest first")
+    table.add_column("ago")
+    table.add_column("published", justify="right")
+    for k, n in enumerate(counts):
+        ago = (len(counts) - k) * args.bucket_s
+        table.add_row(f"{ago:g}s - {ago - args.bucket_s:g}s", f"{n:,}")
+    console.print(table)
+    return 0
+
+
+def _reset(console: Console, admin: TopicAdmin, topics: TopicsSettings, args: argparse.Namespace) -> int:
+    try:
+        group = topics.group(args.topic, args.group)
+    except KeyError as exc:
+        raise TopicError(str(exc.args[0])) from exc
+    question = f"move group {args.group} of {args.topic} to {args.to}?"
+    if not args.yes and not _confirm(console, question):
+        console.print("nothing changed")
+        return 1
+    out = admin.reset(group, args.to, args.member)
+    if group.mode == "broadcast":
+        console.print(f"{out.group}: {out.replayed:,} member(s) now read after id {out.new_position:,}")
+    elif out.new_position < out.old_position:
+        console.print(f"{out.group}: replay after id {out.new_position:,}: {out.replayed:,} message(s) again")
+    else:
+        console.print(f"{out.group}: position {out.old_position:,} -> {out.new_position:,} (skipped)")
+    return 0
+
+
+def _confirm(console: Console, question: str) -> bool:
+    try:
+        return console.input(f"{question} [y/N] ").strip().lower() in {"y", "yes"}
+    except EOFError:
+        return False
