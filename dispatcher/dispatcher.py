@@ -57,6 +57,7 @@ class Dispatcher:
                     "Redis lost its entries; requeued %d dispatched rows of %s", total, store.src.name
                 )
                 self.counts["recovered"] += total
+                self.queue.add_stats(store.src.name, {"requeued": total})  # redeliveries, as the sweeper's
 
     def pause(self, delay_s: float) -> None:
         """Idle wait that an enqueuer's wake-up ends at once (BLPOP, so at most delay_s)."""
