@@ -11,17 +11,12 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
-from rich.console import Console
-from rich.table import Table
 
 from shared import migrate
 from shared.handlers import AppError
 from shared.jobs import EnqueueError
-from shared.runtime import build_queue, build_stores
 from shared.schema import SchemaError
 from shared.settings import load_settings
-from shared.status import SourceSnapshot, snapshot
-from shared.store import STATUS_COUNT_CAP
 
 
 def _cmd_dispatcher(rest: list[str]) -> int:
@@ -85,66 +80,9 @@ def _cmd_topics(rest: list[str]) -> int:
 
 
 def _cmd_status(rest: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="duecast status", description="Show every source's state.")
-    parser.add_argument("--config")
-    args = parser.parse_args(rest)
-    settings = load_settings(args.config)
-    snaps = snapshot(build_stores(settings, settings.all_sources()), build_queue(settings))
-    console = Console()
-    console.print(status_table(snaps))
-    queues = [s for s in snaps if s.db.detail is not None]
-    if queues:
-        console.print(queue_table(queues))
-    return 0
+    from duecast.status_view import main  # noqa: PLC0415
 
-
-def queue_table(snaps: list[SourceSnapshot]) -> Table:
-    """Job queues by state: the numbers an operator of a job system looks at first."""
-    table = Table(title="job queues")
-    columns = ("pending", "due", "scheduled", "dispatched", "running", "done", "dead")
-    for col in ("queue", *columns, "oldest due age"):
-        table.add_column(col, justify="left" if col == "queue" else "right")
-    for s in snaps:
-        detail = s.db.detail or {}
-        age = "-" if s.db.oldest_due_age_s is None else f"{max(s.db.oldest_due_age_s, 0.0):.1f}s"
-        cells = [_capped(detail.get(c, 0)) for c in columns]
-        table.add_row(s.name.split(".", 1)[1], *cells, age)
-    return table
-
-
-def _capped(n: int) -> str:
-    return f"{n:,}+" if n >= STATUS_COUNT_CAP else f"{n:,}"
-
-
-def status_table(snaps: list[SourceSnapshot]) -> Table:
-    table = Table(title="duecast status")
-    for col in (
-        "source",
-        "due",
-        "in flight",
-        "in Redis",
-        "oldest due age",
-        "acked",
-        "stale",
-        "bad",
-        "requeued",
-    ):
-        table.add_column(col, justify="left" if col == "source" else "right")
-    for s in snaps:
-        age = "-" if s.db.oldest_due_age_s is None else f"{max(s.db.oldest_due_age_s, 0.0):.1f}s"
-        c = s.counters
-        table.add_row(
-            s.name,
-            f"{s.db.due:,}+" if s.db.due >= STATUS_COUNT_CAP else f"{s.db.due:,}",
-            f"{s.db.in_flight:,}",
-            f"{s.list_length:,}",
-            age,
-            f"{c.get('acked', 0):,}",
-            f"{c.get('stale_entries', 0) + c.get('stale_acks', 0):,}",
-            f"{c.get('bad', 0):,}",
-            f"{c.get('requeued', 0):,}",
-        )
-    return table
+    return main(rest)
 
 
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
@@ -155,7 +93,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "enqueue": (_cmd_enqueue, "enqueue one job, or a JSON Lines file of jobs, into the jobs table"),
     "jobs": (_cmd_jobs, "show, list, retry, replay or discard one-off jobs"),
     "topics": (_cmd_topics, "publish, status, show/trace, find by key, replay (reset) and volume of topics"),
-    "status": (_cmd_status, "show due backlog, in flight, staleness and counters per source"),
+    "status": (_cmd_status, "show backlog, lag, freshness, queues and rates (--watch to refresh)"),
     "demo": (_cmd_demo, "run the user_block_status re-scan demo with a live display"),
 }
 
