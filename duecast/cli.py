@@ -85,6 +85,12 @@ def _cmd_status(rest: list[str]) -> int:
     return main(rest)
 
 
+def _cmd_web(rest: list[str]) -> int:
+    from duecast.web.serve import main  # noqa: PLC0415 - Flask loads only for the dashboard
+
+    return main(rest)
+
+
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "dispatcher": (_cmd_dispatcher, "claim due rows and push them to Redis (hosts the sweeper)"),
     "worker": (_cmd_worker, "pop entries, run handlers, ack in MySQL"),
@@ -94,6 +100,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "jobs": (_cmd_jobs, "show, list, retry, replay or discard one-off jobs"),
     "topics": (_cmd_topics, "publish, status, show/trace, find by key, replay (reset) and volume of topics"),
     "status": (_cmd_status, "show backlog, lag, freshness, queues and rates (--watch to refresh)"),
+    "web": (_cmd_web, "serve the web dashboard (charts, sources, queues, workers, dead jobs, schedules)"),
     "demo": (_cmd_demo, "run the user_block_status re-scan demo with a live display"),
 }
 

@@ -430,6 +430,25 @@ class HealthSettings(_Section):
     gauges_interval_s: float = Field(15.0, ge=0.1, le=3600)
 
 
+class WebSettings(_Section):
+    """`duecast web`: the dashboard (duecast/web). Read-only unless a token is set."""
+
+    host: str = "127.0.0.1"  # 0.0.0.0 to reach it from elsewhere; put TLS in front (docs/observability.md)
+    port: int = Field(9190, ge=0, le=65535)  # 0: any free port (tests)
+    # Retrying or discarding a dead job asks for this token on a confirmation page. Unset: the
+    # dashboard changes nothing. Never shown, never logged.
+    token: SecretStr | None = None
+    sample_interval_s: float = Field(5.0, ge=0.1, le=3600)  # how often the charts get a point
+    history_points: int = Field(720, ge=10, le=100_000)  # points kept in memory (1 h at 5 s)
+    refresh_s: float = Field(5.0, ge=0, le=3600)  # open pages update themselves this often; 0 = never
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        if self.token is not None and len(self.token.get_secret_value()) < 16:
+            raise ValueError("web.token must be at least 16 characters (it guards retry and discard)")
+        return self
+
+
 class FaultSettings(_Section):
     """Fault-injection hooks for the fault tests. Never set in production."""
 
@@ -453,6 +472,7 @@ class Settings(BaseSettings):
     dispatcher: DispatcherSettings = DispatcherSettings()
     worker: WorkerSettings = WorkerSettings()
     health: HealthSettings = HealthSettings()
+    web: WebSettings = WebSettings()
     faults: FaultSettings = FaultSettings()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     # "json": one object per line with a stable `event` name (docs/observability.md#logs).

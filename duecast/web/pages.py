@@ -1,0 +1,186 @@
+"""The dashboard's read-only pages: overview, one source or queue, workers, dead jobs, a job, schedules.
+
+Overview and source pages render the sampler's latest readings (no query per request, however many
+people watch); the others query MySQL through read-only stores on the request thread's connection.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from flask import Flask, abort, render_template, request
+from markupsafe import Markup
+from werkzeug.exceptions import HTTPException
+
+from duecast import formats
+from duecast.history import History, Point, lag_s
+from duecast.web.charts import Series, line_chart
+from duecast.web.context import WebContext
+from shared.job_admin import Filter
+from shared.runtime import is_job_queue
+from shared.settings import TOPICS_SOURCE, Settings
+from shared.states import STATE_NAMES, State
+from shared.status import SourceSnapshot
+
+DEAD_PAGE = 100  # dead jobs listed per page, newest first
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    snap: SourceSnapshot
+    kind: str
+    rates: dict[str, float]
+    lag_s: float | None
+
+    @property
+    def name(self) -> str:
+        return self.snap.name
+
+
+def kind(settings: Settings, name: str) -> str:
+    if is_job_queue(name):
+        return "job queue"
+    if name.startswith(f"{TOPICS_SOURCE}."):
+        return "topic consumer group"
+    src = settings.source(name)
+    if src.period_s > 0:
+        return f"re-scan every {src.period_s:g} s ({src.mode})"
+    return "one-off rows"
+
+
+def _rows(ctx: WebContext) -> list[SourceRow]:
+    reading = ctx.history.latest()
+    if reading is None:
+        return []
+    return [
+        SourceRow(s, kind(ctx.settings, s.name), ctx.history.current_rates(s.name), lag_s(s))
+        for s in reading.sources
+    ]
+
+
+def _series(history: History, names: list[str], value: Callable[[Point], float | None]) -> list[Series]:
+    return [Series(name, [(p.at, value(p)) for p in history.series(name)]) for name in names]
+
+
+def overview_charts(history: History, names: list[str]) -> dict[str, Markup]:
+    now = time.time()
+    return {
+        "throughput": line_chart(
+            _series(history, names, lambda p: p.rates.get("acked")),
+            title="finished per second (rows checked, jobs done)",
+            now=now,
+            fmt=formats.rate,
+        ),
+        "lag": line_chart(
+            _series(history, names, lambda p: p.lag_s),
+            title="lag: how long the oldest due row or job has waited",
+            now=now,
+            fmt=formats.duration,
+        ),
+    }
+
+
+def source_charts(history: History, name: str, rescan: bool) -> dict[str, Markup]:
+    now = time.time()
+    points = list(history.series(name))
+    charts = {
+        "throughput": line_chart(
+            [Series(f, [(p.at, p.rates.get(f)) for p in points]) for f in ("acked", "claimed", "failed")],
+            title="per second: finished, claimed, failed",
+            now=now,
+            fmt=formats.rate,
+        ),
+        "lag": line_chart(
+            [Series("lag", [(p.at, p.lag_s) for p in points])], title="lag", now=now, fmt=formats.duration
+        ),
+        "backlog": line_chart(
+            [
+                Series("due", [(p.at, float(p.backlog)) for p in points]),
+                Series("in flight", [(p.at, float(p.in_flight)) for p in points]),
+            ],
+            title="due backlog and in flight",
+            now=now,
+        ),
+    }
+    if rescan:
+        charts["freshness"] = line_chart(
+            [Series("checked within period + 1 s", [(p.at, p.fresh_share) for p in points])],
+            title="share of rows checked within period + 1 s",
+            now=now,
+            fmt=lambda v: f"{v:.0%}",
+            y_max=1.0,
+        )
+    return charts
+
+
+def register(app: Flask, ctx: WebContext) -> None:
+    @app.get("/")
+    def overview() -> str:
+        rows = _rows(ctx)
+        names = [r.name for r in rows]
+        return render_template(
+            "overview.html",
+            sources=[r for r in rows if not is_job_queue(r.name)],
+            queues=[r for r in rows if is_job_queue(r.name)],
+            charts=overview_charts(ctx.history, names),
+            readings=len(ctx.history),
+        )
+
+    @app.get("/sources/<name>")
+    def source(name: str) -> str:
+        row = next((r for r in _rows(ctx) if r.name == name), None)
+        if row is None:
+            abort(404, f"no source or queue named {name!r} (or no reading of it yet)")
+        rescan = row.snap.freshness is not None
+        return render_template(
+            "source.html",
+            row=row,
+            queue=name.split(".", 1)[1] if is_job_queue(name) else None,
+            charts=source_charts(ctx.history, name, rescan),
+        )
+
+    @app.get("/workers")
+    def workers() -> str:
+        return render_template("workers.html", workers=ctx.dashboard().workers())
+
+    @app.get("/dead")
+    def dead() -> str:
+        queue = request.args.get("queue") or None
+        task = request.args.get("task") or None
+        flt = Filter(states=[State.DEAD], queue=queue, task=task)
+        jobs = ctx.admin().find(flt, limit=DEAD_PAGE) if ctx.settings.jobs.enabled else []
+        return render_template(
+            "dead.html", jobs=jobs, queue=queue, task=task, queues=ctx.settings.jobs.queues, page=DEAD_PAGE
+        )
+
+    @app.get("/jobs/<int:job_id>")
+    def job(job_id: int) -> str:
+        found = ctx.admin().show(job_id) if ctx.settings.jobs.enabled else None
+        if found is None:
+            abort(404, f"no job {job_id}: it finished and was deleted, was discarded, or never existed")
+        return render_template(
+            "job.html", job=found, state=STATE_NAMES[State(found["dc_state"])], done=request.args.get("done")
+        )
+
+    @app.get("/schedules")
+    def schedules() -> str:
+        return render_template("schedules.html", schedules=ctx.dashboard().schedules(ctx.schedules))
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, object]:
+        return {"status": "ok", "readings": len(ctx.history)}
+
+    def error_page(err: HTTPException) -> tuple[str, int]:
+        code = err.code or 500
+        return render_template("error.html", title=err.name, message=err.description), code
+
+    for code in (400, 403, 404, 405, 409):
+        app.register_error_handler(code, error_page)
+
+
+def last_line(text: str | None) -> str:
+    """An error's last non-empty line: the exception and its message, after the traceback."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
