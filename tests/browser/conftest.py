@@ -33,8 +33,6 @@ from tests.browser import app
 from tests.integration.conftest import create_table
 from worker.main import serve as serve_worker
 
-pytestmark = pytest.mark.browser
-
 CHROMIUM = os.environ.get("DUECAST_CHROMIUM", "/usr/bin/chromium")
 TOKEN = "browser-test-token-0123"
 # Set to a directory (docs/img) to save screenshots of the main pages while the tests run.
