@@ -49,8 +49,9 @@ class TopicSQL:
     claim_due: str
     mark_dispatched: str
     lock_group: str
-    next_seqs: str
+    first_after: str
     materialise: str
+    made_between: str
     advance_group: str
     lock_dispatched: str
     lock_dispatched_skip: str
@@ -151,12 +152,15 @@ def render_topics(topics: TopicsSettings) -> TopicSQL:
         # New messages: the group row's lock serialises dispatchers (a second one skips the
         # group for this tick); deliveries are born DISPATCHED, so a new message costs one write.
         lock_group=f"SELECT `position` FROM {g} WHERE `id` = %s FOR UPDATE SKIP LOCKED",
-        next_seqs=f"SELECT `seq` FROM {m} WHERE `topic_id` = %s AND `seq` > %s ORDER BY `seq` LIMIT %s",
+        # The first message after a position (one PRIMARY dive). From it up to the topic's committed
+        # last_seq every id exists: ids are gap-free and retention deletes only prefixes.
+        first_after=f"SELECT MIN(`seq`) FROM {m} WHERE `topic_id` = %s AND `seq` > %s",
         materialise=(
             f"INSERT INTO {d} (`group_id`, `seq`, `dc_state`, `dc_attempt`, `dc_dispatched_at`, `run_at`) "
             f"SELECT %s, `seq`, {DISPATCHED}, 1, NOW(6), NOW(6) FROM {m} "
-            "WHERE `topic_id` = %s AND `seq` > %s AND `seq` <= %s"
+            "WHERE `topic_id` = %s AND `seq` >= %s AND `seq` <= %s"
         ),
+        made_between=f"SELECT `seq` FROM {d} WHERE `group_id` = %s AND `seq` >= %s AND `seq` <= %s",
         advance_group=f"UPDATE {g} SET `position` = %s, `skipped` = `skipped` + %s WHERE `id` = %s",
         # -- start (worker): as for jobs, committed RUNNING with a lease; PRIMARY (group, seq) ----
         lock_dispatched=(

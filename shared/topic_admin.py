@@ -149,11 +149,12 @@ class TopicAdmin:
             with self.db.transaction() as cur:
                 cur.execute(self.sql.lock_groups_shared, (tid,))
                 group_ids = [int(r[0]) for r in cur.fetchall()]
+                ids = self.monitor.ids(cur)
                 safe = last
                 for g in self.topics.groups:
-                    status = self.monitor.group(cur, g) if g.topic == name else None
-                    if status is not None and status.finished_through is not None:
-                        safe = min(safe, status.finished_through)
+                    if g.topic == name and (name, g.name) in ids:
+                        through = self.monitor.finished_through(cur, g, ids[(name, g.name)][1])
+                        safe = safe if through is None else min(safe, through)
                 cur.execute(self.sql.prune_scan, (_us(self.topics.retention_s), tid, safe, limit))
                 # The expired prefix, in id order (ids follow publishing time).
                 old = [int(seq) for seq, _ in takewhile(lambda r: bool(r[1]), cur.fetchall())]

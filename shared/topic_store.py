@@ -86,17 +86,27 @@ class TopicStore:
         if row is None:
             return []  # another dispatcher holds the group row this instant: its turn
         position = int(row[0])
-        cur.execute(self.sql.next_seqs, (self.topic_id, position, room))
-        seqs = [int(r[0]) for r in cur.fetchall()]
-        if not seqs:
+        cur.execute(self.sql.pos_latest, (self.topic_id,))
+        last = int(_scalar(cur) or 0)
+        if last <= position:
             return []
-        cur.execute(self.sql.materialise, (self.group_id, self.topic_id, position, seqs[-1]))
-        skipped = seqs[-1] - position - len(seqs)
+        cur.execute(self.sql.first_after, (self.topic_id, position))
+        first = _scalar(cur)
+        if first is None or int(first) > last:
+            return []
+        lo, hi = int(first), min(int(first) + room - 1, last)
+        made = int(cur.execute(self.sql.materialise, (self.group_id, self.topic_id, lo, hi)))
+        seqs = list(range(lo, hi + 1))
+        if made != len(seqs):  # only if a message was deleted by hand: hand out what is there
+            log.warning("%s: %d of messages %d..%d are missing", self.src.name, len(seqs) - made, lo, hi)
+            cur.execute(self.sql.made_between, (self.group_id, lo, hi))
+            seqs = [int(r[0]) for r in cur.fetchall()]
+        skipped = hi - position - len(seqs)
         if skipped:
             # Only messages deleted before the group read them (retention, a reset to before the
             # oldest kept) leave such a gap: say so, and count it on the group.
             log.warning("group %s skipped %d message(s) deleted before it read them", self.src.name, skipped)
-        cur.execute(self.sql.advance_group, (seqs[-1], skipped, self.group_id))
+        cur.execute(self.sql.advance_group, (hi, skipped, self.group_id))
         return [Entry(s, 1) for s in seqs]
 
     @contextmanager

@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         help="job queues to serve, in strict order (repeat; default: jobs.queues)",
     )
     parser.add_argument("--drain", action="store_true", help="exit once the ready lists are empty")
+    parser.add_argument("--member", help="broadcast groups: this process's member name (topics.member)")
     parser.add_argument(
         "--health-port",
         type=int,
@@ -101,5 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings.model_copy(
             update={"worker": settings.worker.model_validate({**settings.worker.model_dump(), **overrides})}
         )
+    if args.member:
+        topics = settings.topics.model_validate({**settings.topics.model_dump(), "member": args.member})
+        settings = settings.model_copy(update={"topics": topics})
     serve(settings, stop, drain=args.drain)
     return 0

@@ -296,7 +296,13 @@ def test_a_group_added_later_starts_from_its_chosen_position(make_env: Any) -> N
     ((cut,),) = env.query(
         "SELECT DATE_FORMAT(UTC_TIMESTAMP(6) - INTERVAL 30 MINUTE, '%Y-%m-%dT%H:%i:%s+00:00')"
     )
-    later = {"late_latest": "latest", "late_earliest": "earliest", "late_id": "7", "late_time": cut}
+    later = {
+        "late_latest": "latest",
+        "late_earliest": "earliest",
+        "late_id": "7",
+        "late_time": cut,
+        "late_one": "1",
+    }
     topics = env.settings.topics.model_dump()
     topics["groups"] += groups_from(later)
     settings = env.settings.model_copy(update={"topics": TopicsSettings.model_validate(topics)})
@@ -311,7 +317,11 @@ def test_a_group_added_later_starts_from_its_chosen_position(make_env: Any) -> N
         "late_earliest": ids[1:],
         "late_id": ids[6:],
         "late_time": ids[4:],
+        "late_one": ids[1:],  # message 1 was gone: skipped, and reported, not silently
     }
+    skipped = {s.group: s.skipped for s in TopicMonitor(Database(settings.mysql), settings.topics).groups()}
+    assert skipped["late_one"] == 1
+    assert skipped["late_earliest"] == 0
 
 
 def groups_from(starts: dict[str, str]) -> list[dict[str, Any]]:
