@@ -25,7 +25,7 @@ from shared import observe
 from shared.db import Database, is_transient
 from shared.handlers import Ack, Row
 from shared.keys import Entry
-from shared.policy import dead_after_failure, dead_after_interruption, retry_delay_s
+from shared.policy import blame_interruptions, dead_after_failure, retry_delay_s
 from shared.schema import check_jobs_table
 from shared.settings import JobsSettings, MySQLSettings, SourceSettings
 from shared.sql import SourceSQL, in_list, render
@@ -162,12 +162,16 @@ class JobStore:
         """RUNNING jobs whose lease ran out: their worker died. Each such run is an interruption."""
         with self.db.transaction() as cur:
             cur.execute(self.sql.find_expired_running, (limit,))
-            found = [(int(i), int(n)) for i, n in cur.fetchall()]
+            found = [(int(i), int(n), (w, s)) for i, n, w, s in cur.fetchall()]
             if not found:
                 return 0
             cap = self.jobs.max_interruptions
-            dead = [i for i, n in found if dead_after_interruption(n, cap)]
-            again = [i for i, n in found if not dead_after_interruption(n, cap)]
+            flagged, again, dead = blame_interruptions(found, cap)
+            if flagged:
+                cur.execute(
+                    self.sql.interrupted_flag.format(ids=in_list("`id`", flagged)),
+                    ("interrupted with its batch: its worker stopped before finishing it",),
+                )
             if again:
                 cur.execute(
                     self.sql.interrupted_retry.format(ids=in_list("`id`", again)),

@@ -6,6 +6,7 @@ Roles ask these functions how much to claim and how long to sleep; SQL adds the 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Sequence
 
 
@@ -65,3 +66,22 @@ def stepped_delay_s(retry: int, steps: Sequence[float]) -> float:
 def dead_after_retries(errors_before: int, max_retries: int) -> bool:
     """A message that just failed is dead when it had already been retried max_retries times."""
     return errors_before >= max_retries
+
+
+def blame_interruptions(
+    running: Sequence[tuple[int, int, object]], max_interruptions: int
+) -> tuple[list[int], list[int], list[int]]:
+    """Which interrupted jobs to blame for their worker's death: (flagged, blamed, dead) ids.
+
+    `running`: (id, interruptions so far, batch) of jobs whose lease ran out; `batch` identifies
+    the worker batch (its worker and start time). A job that ran alone (a suspect runs last and
+    alone) is blamed: one more interruption, dead at max_interruptions. A job that was one of
+    several is only flagged a suspect (interruptions at least 1): a worker killed from outside
+    must not dead-letter healthy batch-mates.
+    """
+    sizes = Counter(batch for _, _, batch in running)
+    flagged = [i for i, _, batch in running if sizes[batch] > 1]
+    alone = [(i, n) for i, n, batch in running if sizes[batch] == 1]
+    dead = [i for i, n in alone if dead_after_interruption(n, max_interruptions)]
+    blamed = [i for i, n in alone if not dead_after_interruption(n, max_interruptions)]
+    return flagged, blamed, dead

@@ -71,6 +71,7 @@ class JobSQL:
     requeue_dispatched: str
     find_expired_running: str
     interrupted_retry: str
+    interrupted_flag: str
     interrupted_dead: str
     find_prunable: str
     prune: str
@@ -193,11 +194,19 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
         # Sweeper: RUNNING jobs whose lease ran out: their worker died (or stalled past it).
         # The dc_due prefix (RUNNING) holds only jobs in flight.
         find_expired_running=(
-            f"SELECT `id`, `interruptions` FROM {t} FORCE INDEX (`dc_due`) WHERE `dc_state` = {RUNNING} "
+            f"SELECT `id`, `interruptions`, `worker`, `started_at` FROM {t} FORCE INDEX (`dc_due`) "
+            f"WHERE `dc_state` = {RUNNING} "
             "AND `lease_until` < NOW(6) LIMIT %s FOR UPDATE SKIP LOCKED"
         ),
         interrupted_retry=(
             f"UPDATE {t} SET `dc_state` = {IDLE}, `interruptions` = `interruptions` + 1, "
+            "`run_at` = NOW(6), `lease_until` = NULL, `last_error` = %s "
+            f"WHERE {{ids}} AND `dc_state` = {RUNNING}"
+        ),
+        # ...a job that was not running alone when its worker died: it may be innocent, so it is
+        # only marked a suspect (interruptions >= 1: next time it runs last and alone).
+        interrupted_flag=(
+            f"UPDATE {t} SET `dc_state` = {IDLE}, `interruptions` = GREATEST(`interruptions`, 1), "
             "`run_at` = NOW(6), `lease_until` = NULL, `last_error` = %s "
             f"WHERE {{ids}} AND `dc_state` = {RUNNING}"
         ),

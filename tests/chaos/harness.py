@@ -166,7 +166,8 @@ class Chaos:
     # ---------------------------------------------------------------- faults
 
     def kill_random_worker(self) -> None:
-        proc = self.rng.choice([p for p in self.workers.values() if p.pid not in self._stopped])
+        self.supervise()  # never "kill" a worker that is already gone
+        proc = self.rng.choice([p for p in self.workers.values() if p.pid not in self._stopped and p.alive()])
         self.fault("sigkill", proc.pid)
         self.procs.kill(proc)
 
@@ -260,7 +261,7 @@ def soak(chaos: Chaos, jobs: int, *, waves: int = 10, flushes: int = 1, redis_re
         chaos.enqueue(per_wave)
         # The next fault lands once half a wave has been worked off: faults meet work in flight.
         wait_for(
-            lambda t=target: chaos.acked() >= t or not chaos.supervise(),
+            lambda t=target: chaos.supervise() and chaos.acked() >= t,
             300,
             "work to flow",
             chaos.procs.check,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -27,7 +28,12 @@ from tests.faults.private_redis import PrivateRedis
 from tests.faults.procs import Procs
 
 
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through main's finally: processes, Redis, database
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", type=int, default=1_000_000)
     p.add_argument("--waves", type=int, default=200, help="jobs arrive in this many waves, a fault each")

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from shared.policy import (
+    blame_interruptions,
     claim_room,
     dead_after_failure,
     dead_after_interruption,
@@ -155,3 +156,12 @@ def test_a_job_is_dead_when_this_failure_or_interruption_uses_up_its_budget(
 ) -> None:
     assert dead_after_failure(before, limit) is dead
     assert dead_after_interruption(before, limit) is dead
+
+
+def test_interruptions_are_blamed_only_on_a_job_that_ran_alone() -> None:
+    running = [(1, 0, "batch-a"), (2, 0, "batch-a"), (3, 1, "batch-b"), (4, 2, "batch-c"), (5, 2, "batch-d")]
+    flagged, blamed, dead = blame_interruptions(running, 3)
+    assert flagged == [1, 2]  # killed together: only marked suspects (interruptions >= 1)
+    assert blamed == [3]  # a suspect killed while alone: one more
+    assert dead == [4, 5]  # the third blamed interruption
+    assert blame_interruptions([], 3) == ([], [], [])
