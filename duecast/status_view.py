@@ -15,11 +15,13 @@ from rich.text import Text
 from duecast import formats
 from duecast.history import History, Reading
 from duecast.sampler import Sampler
+from duecast.topics_cli import topic_tables
 from shared.dashboard_store import DashboardStore, WorkerRow
 from shared.db import Database
 from shared.runtime import is_job_queue
 from shared.settings import load_settings
 from shared.status import SourceSnapshot
+from shared.topic_admin import TopicAdmin
 
 QUEUE_STATES = ("pending", "due", "scheduled", "dispatched", "running", "done", "dead")
 NO_RATES = "rates need two readings: `duecast status --watch`"
@@ -131,11 +133,14 @@ def main(rest: list[str]) -> int:
     history = History(maxlen=2)  # rates compare the last two readings
     console = Console()
 
+    topics = TopicAdmin(Database(settings.mysql), settings.topics) if settings.topics.names else None
+
     def frame() -> RenderableType:
         history.add(sampler.read())
         latest = history.latest()
         assert latest is not None
-        return render(latest, history, dashboard.workers())
+        view = render(latest, history, dashboard.workers())
+        return view if topics is None else Group(view, *topic_tables(topics))  # groups, then volume
 
     if not args.watch:
         console.print(frame())

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from flask import Flask, Response
 
 from duecast import formats
-from duecast.web import actions, pages
+from duecast.web import actions, pages, topics_page
 from duecast.web.context import WebContext
 
 # Scripts, styles and images only from this server; no inline script; never framed.
@@ -30,6 +30,7 @@ def create_app(ctx: WebContext) -> Flask:
     )
     app.jinja_env.globals.update(refresh_s=ctx.settings.web.refresh_s, actions_enabled=ctx.actions_enabled)
     pages.register(app, ctx)
+    topics_page.register(app, ctx)
     actions.register(app, ctx)
 
     @app.after_request

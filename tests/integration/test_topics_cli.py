@@ -95,6 +95,11 @@ def test_status_show_find_and_volume(prefix: str, capsys: pytest.CaptureFixture[
     cells = [c.strip() for c in next(line for line in out.splitlines() if " billing " in line).split("│")]
     # topic, group, mode, last id, position, backlog, lag, pending, in flight, dead: 3 dead letters.
     assert cells[1:11] == ["orders", "billing", "cluster", "4", "4", "0", "-", "0", "0", "3"]
+    assert cli.main(["status"]) == 0  # the same tables, after the sources and queues
+    out = capsys.readouterr().out
+    assert "topics.orders-billing" in out  # a cluster group is also a source
+    assert "consumer groups" in out
+    assert "busiest first" in out
     assert cli.main(["topics", "show", "orders", "1"]) == 0
     out = capsys.readouterr().out
     assert "group billing" in out
