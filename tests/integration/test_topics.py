@@ -16,8 +16,10 @@ from typing import Any
 
 import pymysql
 import pytest
+from prometheus_client import REGISTRY
 
 from dispatcher.main import serve as serve_dispatcher
+from dispatcher.topics import TopicKeeper
 from shared import migrate
 from shared.db import Database, connect
 from shared.handlers import load_registry
@@ -411,3 +413,72 @@ def test_status_reports_backlog_lag_in_flight_and_consumption_timeouts(make_env:
         ("orders", 20, 0, 20),
     ]
     assert env.monitor.series("orders", 3, 3600) == [0, 20, 0]
+
+
+def cluster_store(env: TopicsEnv, group: str) -> Any:
+    (store,) = [
+        s
+        for s in build_stores(env.settings, env.settings.topics.group_sources())
+        if s.src.name.endswith(group)
+    ]
+    return store
+
+
+def test_lost_entries_and_interrupted_runs_come_back_traced_and_dead_after_max_interruptions(
+    make_env: Any,
+) -> None:
+    env = make_env(max_interruptions=2)
+    store = cluster_store(env, "-audit")
+    msg = env.publisher.publish("orders", "m")
+    (entry,) = store.claim_due(10)
+    assert store.requeue_expired(60, 100) == 0  # dispatched just now: not lost yet
+    env.query("UPDATE {deliveries} SET dc_dispatched_at = NOW(6) - INTERVAL 1 HOUR")
+    assert store.requeue_expired(60, 100) == 1  # its entry never reached a worker
+    for _ in (1, 2):
+        (entry,) = store.claim_due(10)
+        with store.started([entry]):
+            pass  # the worker "died" here: RUNNING was committed, nothing finished it
+        assert store.requeue_expired(60, 100) == 0  # the lease still holds
+        env.query("UPDATE {deliveries} SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE dc_state = 2")
+        assert store.requeue_expired(60, 100) == 1
+    trace = env.admin.trace("orders", msg)["audit"]
+    assert [(a["attempt"], a["outcome"]) for a in trace["attempts"]] == [
+        (1, "lost"),
+        (2, "interrupted"),
+        (3, "interrupted"),
+    ]
+    assert (trace["delivery"]["dc_state"], trace["delivery"]["interruptions"]) == (State.DEAD, 2)
+    assert "interrupted 2 times" in trace["delivery"]["last_error"]
+    assert store.claim_due(10) == []
+
+
+def test_a_kept_lease_moves_forward_and_a_stale_one_does_not(env: TopicsEnv) -> None:
+    store = cluster_store(env, "-audit")
+    env.publisher.publish_many(Publish("orders", n) for n in range(2))
+    first, second = store.claim_due(10)
+    with store.started([first, second]):
+        env.query("UPDATE {deliveries} SET lease_until = NOW(6) + INTERVAL 1 SECOND")
+        stale = Entry(second.id, second.attempt + 1)  # an attempt this worker does not hold
+        assert store.extend_leases(Database(env.settings.mysql), [first, stale]) == 1
+        rows = env.query(
+            "SELECT d.seq, TIMESTAMPDIFF(SECOND, NOW(6), d.lease_until) FROM {deliveries} d "
+            "JOIN {groups} g ON g.id = d.group_id WHERE g.name = 'audit' ORDER BY d.seq"
+        )
+    assert [(int(s), int(left) > 50) for s, left in rows] == [(first.id, True), (second.id, False)]
+
+
+def test_the_topics_duty_prunes_and_sets_the_gauges(make_env: Any) -> None:
+    env = make_env(retention_s=60, groups=groups(billing={"timeout_s": 1}))
+    env.publisher.publish_many(Publish("orders", n) for n in range(4))
+    env.run_once()
+    env.query("UPDATE {messages} SET created_at = created_at - INTERVAL 1 HOUR")
+    keeper = TopicKeeper(env.admin, env.settings.topics)
+    keeper.maintain()
+    assert keeper.pruned == 4
+    assert env.query("SELECT COUNT(*) FROM {messages}") == [(0,)]
+    sample = REGISTRY.get_sample_value
+    assert sample("duecast_group_backlog", {"topic": "orders", "group": "billing"}) == 0
+    assert sample("duecast_topic_last_id", {"topic": "orders"}) == 4
+    # The drained worker's member left, but heartbeated within member_ttl_s: it still counts (and
+    # holds retention), so a restarted process resumes it without a gap.
+    assert sample("duecast_group_live_members", {"topic": "orders", "group": "cache"}) == 1
