@@ -158,6 +158,9 @@ def register(app: Flask, ctx: WebContext) -> None:
     @app.get("/jobs/<int:job_id>")
     def job(job_id: int) -> str:
         found = ctx.admin().show(job_id) if ctx.settings.jobs.enabled else None
+        if found is None and request.args.get("done") == "retried":
+            # A free worker can run a retried job before the redirect here arrives.
+            return render_template("retried.html", job_id=job_id)
         if found is None:
             abort(404, f"no job {job_id}: it finished and was deleted, was discarded, or never existed")
         return render_template(

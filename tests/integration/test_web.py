@@ -207,6 +207,10 @@ def test_retrying_a_dead_job_needs_the_token_and_a_confirmation(web: Web) -> Non
     assert "Retried" in web.page(f"/jobs/{job_id}?done=retried")
     # Pending now, so neither action applies any more.
     assert "applies to dead jobs only" in web.page(f"/jobs/{job_id}/retry", 409)
+    # If a worker ran it before the redirect arrived, the page says so instead of "not found".
+    web.sql.execute(f"DELETE FROM `{web.jobs_table}` WHERE id = %s", (job_id,))
+    assert "has already run and finished" in web.page(f"/jobs/{job_id}?done=retried")
+    assert "no job" in web.page(f"/jobs/{job_id}", 404)
 
 
 def test_discarding_a_dead_job_deletes_it(web: Web) -> None:
