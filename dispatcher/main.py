@@ -11,6 +11,7 @@ from dispatcher.dispatcher import Dispatcher
 from dispatcher.gauges import SystemGauges
 from dispatcher.pruner import Pruner
 from dispatcher.ranges import RangeKeeper
+from dispatcher.reaper import Reaper
 from dispatcher.recurring import TICK_S, Recurring
 from dispatcher.scheduler import start as scheduler_start
 from dispatcher.sweeper import Sweeper
@@ -28,6 +29,7 @@ from shared.runtime import build_queue, build_stores, start_process, warn_evicti
 from shared.schedule_store import ScheduleStore
 from shared.settings import Settings
 from shared.store import Store
+from shared.workers import WorkerRegistry
 
 log = logging.getLogger("duecast.dispatcher")
 
@@ -45,6 +47,9 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     if settings.dispatcher.run_sweeper:
         sweeper = Sweeper(build_stores(settings, sources), queue, settings.dispatcher)
         jobs.append(("duecast-sweeper", sweeper.sweep_all, settings.dispatcher.sweep_interval_s))
+        reaper_stores = {s.src.name: s for s in build_stores(settings, sources)}
+        reaper = Reaper(WorkerRegistry(Database(settings.mysql), settings.worker), reaper_stores, queue)
+        jobs.append(("duecast-reaper", reaper.reap, settings.worker.heartbeat_s))
     if keeper.stores:
         jobs.append(("duecast-ranges", keeper.tick, settings.dispatcher.range_discover_s))
     jobs.extend(_job_duties(settings, queue))

@@ -22,6 +22,7 @@ from shared.runtime import is_job_queue
 from shared.settings import load_settings
 from shared.status import SourceSnapshot
 from shared.topic_admin import TopicAdmin
+from shared.workers import LiveWorker, WorkerRegistry
 
 QUEUE_STATES = ("pending", "due", "scheduled", "dispatched", "running", "done", "dead")
 NO_RATES = "rates need two readings: `duecast status --watch`"
@@ -98,12 +99,24 @@ def worker_table(workers: list[WorkerRow]) -> Table:
         )
     if not workers:
         table.add_row("[dim]none now[/dim]", "", "", "", "")
-    # TODO(heartbeats): list every live worker with its last heartbeat once the registry exists.
-    table.caption = "workers on re-scan sources, and idle ones, are not listed (no heartbeat registry yet)"
     return table
 
 
-def render(reading: Reading, history: History, workers: list[WorkerRow]) -> RenderableType:
+def live_worker_table(live: list[LiveWorker]) -> Table:
+    """Every worker process in the registry that beat within worker.dead_after_s."""
+    table = Table(title="workers alive")
+    for col in ("worker (host:pid)", "sources", "last heartbeat", "up since"):
+        table.add_column(col, justify="right" if col == "last heartbeat" else "left")
+    for w in live:
+        table.add_row(w.name, w.sources, f"{formats.duration(w.silent_s)} ago", str(w.started_at)[:19])
+    if not live:
+        table.add_row("[dim]none[/dim]", "", "", "")
+    return table
+
+
+def render(
+    reading: Reading, history: History, workers: list[WorkerRow], live: list[LiveWorker] | None = None
+) -> RenderableType:
     snaps = list(reading.sources)
     parts: list[RenderableType] = []
     sources = [s for s in snaps if not is_job_queue(s.name)]
@@ -113,6 +126,8 @@ def render(reading: Reading, history: History, workers: list[WorkerRow]) -> Rend
     if queues:
         parts.append(queue_table(queues, history))
         parts.append(worker_table(workers))
+    if live is not None:
+        parts.append(live_worker_table(live))
     if len(history) < 2:
         parts.append(Text(NO_RATES, style="dim"))
     return Group(*parts)
@@ -130,6 +145,7 @@ def main(rest: list[str]) -> int:
     settings = load_settings(args.config)
     sampler = Sampler.connect(settings)
     dashboard = DashboardStore(Database(settings.mysql), settings.jobs)
+    registry = WorkerRegistry(Database(settings.mysql), settings.worker)
     history = History(maxlen=2)  # rates compare the last two readings
     console = Console()
 
@@ -139,7 +155,7 @@ def main(rest: list[str]) -> int:
         history.add(sampler.read())
         latest = history.latest()
         assert latest is not None
-        view = render(latest, history, dashboard.workers())
+        view = render(latest, history, dashboard.workers(), registry.alive())
         return view if topics is None else Group(view, *topic_tables(topics))  # groups, then volume
 
     if not args.watch:

@@ -66,6 +66,11 @@ class Keys:
         """Hash of counters (claimed, pushed, acked, stale...) summed over all processes."""
         return f"{{{self.prefix}}}:stats:{source}"
 
+    def inflight(self, worker: str) -> str:
+        """The batch a worker popped and has not finished: "<source>\n<entry> <entry> ...". Lets
+        the leader requeue a dead worker's rows at once; lost with Redis, like any entry."""
+        return f"{{{self.prefix}}}:inflight:{worker}"
+
     def epoch(self) -> str:
         """A canary: set once by a dispatcher; when it is gone, Redis lost its data (FLUSHALL, a
         restart without persistence, a failover to an empty replica). run_id survives FLUSHALL."""

@@ -22,6 +22,7 @@ from shared.schema import (
     leases_table_ddl,
     schedules_table_ddl,
     source_migration,
+    workers_table_ddl,
 )
 from shared.settings import Settings, SourceSettings
 from shared.topic_schema import topic_steps
@@ -39,6 +40,7 @@ def plan(settings: Settings) -> list[str]:
             raise
         steps.append(f"CREATE DATABASE IF NOT EXISTS {quote(settings.mysql.database)} CHARACTER SET utf8mb4")
         steps.append(leases_table_ddl(settings.dispatcher.leases_table))
+        steps.append(workers_table_ddl(settings.worker.registry_table))
         if settings.jobs.enabled:
             steps += [jobs_table_ddl(settings.jobs), schedules_table_ddl(settings.jobs)]
         steps += topic_steps(None, settings.topics)
@@ -47,6 +49,8 @@ def plan(settings: Settings) -> list[str]:
         with conn.cursor() as cur:
             if not describe(cur, settings.dispatcher.leases_table).columns:
                 steps.append(leases_table_ddl(settings.dispatcher.leases_table))
+            if not describe(cur, settings.worker.registry_table).columns:
+                steps.append(workers_table_ddl(settings.worker.registry_table))
             if settings.jobs.enabled:
                 steps.extend(_jobs_steps(cur, settings))
             steps.extend(topic_steps(cur, settings.topics))

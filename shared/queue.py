@@ -96,6 +96,21 @@ class ReadyQueue:
         key, items = reply
         return self.keys.source_of_ready(_b(key)), [_b(i) for i in items]
 
+    def hold(self, worker: str, source: str, raws: Sequence[bytes]) -> None:
+        """Record the batch `worker` just popped (one SET; the next hold replaces it)."""
+        self.client.set(self.keys.inflight(worker), source.encode() + b"\n" + b" ".join(raws))
+
+    def release_hold(self, worker: str) -> None:
+        self.client.delete(self.keys.inflight(worker))
+
+    def held_by(self, worker: str) -> tuple[str, list[bytes]] | None:
+        """(source, raw entries) `worker` was holding, or None."""
+        value = self.client.get(self.keys.inflight(worker))
+        if not value:
+            return None
+        source, _, entries = _b(value).partition(b"\n")
+        return source.decode(), entries.split()
+
     def data_lost(self) -> bool:
         """True when the epoch canary was missing (and is now set again): every entry this Redis
         held may be gone, so MySQL's DISPATCHED rows must be requeued. Also true on first use."""

@@ -73,6 +73,18 @@ def jobs_table_ddl(jobs: JobsSettings) -> str:
     )
 
 
+def workers_table_ddl(table: str) -> str:
+    return f"""CREATE TABLE IF NOT EXISTS {quote(table)} (
+  `name` VARCHAR(191) NOT NULL,
+  `host` VARCHAR(128) NOT NULL,
+  `pid` INT UNSIGNED NOT NULL,
+  `sources` VARCHAR(4096) NOT NULL,
+  `started_at` DATETIME(6) NOT NULL,
+  `heartbeat_at` DATETIME(6) NOT NULL,
+  PRIMARY KEY (`name`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
+
+
 def leases_table_ddl(table: str) -> str:
     return f"""CREATE TABLE IF NOT EXISTS {quote(table)} (
   `name` VARCHAR(64) NOT NULL,

@@ -411,6 +411,21 @@ class WorkerSettings(_Section):
     block_timeout_s: float = Field(1.0, ge=0.1, le=2.0)  # never 0: loops must see stop requests
     concurrency: int = Field(1, ge=1, le=256)
     error_backoff_s: float = Field(1.0, gt=0, le=60)
+    # Every worker registers in registry_table and beats every heartbeat_s (own thread and
+    # connection). One silent for dead_after_s is dead: the leader dispatcher requeues the batch
+    # it had popped (recorded in Redis) at once, instead of after the visibility timeout.
+    registry_table: Identifier = "duecast_workers"
+    heartbeat_s: float = Field(5.0, ge=0.5, le=300)
+    dead_after_s: float = Field(15.0, ge=2, le=3600)
+
+    @model_validator(mode="after")
+    def _heartbeats(self) -> Self:
+        if self.dead_after_s < 2 * self.heartbeat_s:
+            raise ValueError(
+                f"worker.dead_after_s ({self.dead_after_s}) must be at least twice worker.heartbeat_s "
+                f"({self.heartbeat_s}), or one late beat would declare a live worker dead"
+            )
+        return self
 
 
 class HealthSettings(_Section):

@@ -222,6 +222,37 @@ def render_leases(table: str) -> LeaseSQL:
 
 
 @dataclass(frozen=True)
+class WorkerSQL:
+    """The worker registry: one row per live worker process, beating."""
+
+    register: str
+    beat: str
+    deregister: str
+    dead: str
+    alive: str
+
+
+def render_workers(table: str) -> WorkerSQL:
+    t = quote(table)
+    return WorkerSQL(
+        register=(
+            f"INSERT INTO {t} (`name`, `host`, `pid`, `sources`, `started_at`, `heartbeat_at`) "
+            "VALUES (%s, %s, %s, %s, NOW(6), NOW(6)) ON DUPLICATE KEY UPDATE `heartbeat_at` = NOW(6)"
+        ),
+        beat=f"UPDATE {t} SET `heartbeat_at` = NOW(6) WHERE `name` = %s",
+        deregister=f"DELETE FROM {t} WHERE `name` = %s",
+        # Silent longer than dead_after (µs), by the database's clock. PRIMARY scan: the table
+        # holds one row per live worker.
+        dead=f"SELECT `name` FROM {t} WHERE `heartbeat_at` < NOW(6) - INTERVAL %s MICROSECOND",
+        alive=(
+            "SELECT `name`, `host`, `pid`, `sources`, `started_at`, "
+            f"TIMESTAMPDIFF(MICROSECOND, `heartbeat_at`, NOW(6)) FROM {t} "
+            "WHERE `heartbeat_at` >= NOW(6) - INTERVAL %s MICROSECOND ORDER BY `name`"
+        ),
+    )
+
+
+@dataclass(frozen=True)
 class RangeSQL:
     """Range mode: statements on the business table (the ranges table uses SourceSQL)."""
 

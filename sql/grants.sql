@@ -33,6 +33,13 @@ GRANT SELECT, UPDATE, DELETE ON `app`.`duecast_jobs` TO 'duecast_worker'@'%';
 -- (Every role's start-up check looks for the schedules table; REFERENCES shows it, not its rows.)
 GRANT REFERENCES ON `app`.`duecast_schedules` TO 'duecast_worker'@'%';
 
+-- The leader lease (dispatcher.leases_table): dispatchers take, renew and hand it over.
+GRANT SELECT, INSERT, UPDATE ON `app`.`duecast_leases` TO 'duecast_dispatcher'@'%';
+-- The worker registry (worker.registry_table): a worker registers, beats and leaves; the leader
+-- dispatcher reads it and removes the dead.
+GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`duecast_workers` TO 'duecast_worker'@'%';
+GRANT SELECT, DELETE ON `app`.`duecast_workers` TO 'duecast_dispatcher'@'%';
+
 -- Applications that enqueue jobs (Enqueuer, `duecast enqueue`): INSERT. The column grants serve
 -- unique jobs kept on a duplicate (INSERT ... ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)):
 -- MariaDB wants UPDATE on every inserted column, though only `id` is set. The dc_* state columns,

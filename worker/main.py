@@ -12,6 +12,7 @@ from shared.loop import run
 from shared.observe import timed_handler
 from shared.runtime import build_queue, build_stores, is_job_queue, start_process, warn_eviction
 from shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
+from shared.workers import Heartbeat
 from worker.broadcast import broadcast_members, running, served_topic_sources
 from worker.executor import Executor
 from worker.worker import Worker
@@ -31,9 +32,11 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     executor = Executor(settings.worker.concurrency)
     queue = build_queue(settings)
     warn_eviction(queue)
-    worker = Worker(stores, handlers, queue, settings.worker, executor)
+    heartbeat = Heartbeat(settings.mysql, settings.worker, list(stores))
+    worker = Worker(stores, handlers, queue, settings.worker, executor, process=heartbeat.name)
     members = broadcast_members(settings, registry, settings.worker.sources or registry.sources)
     log.info("working on %s with %d thread(s)", ", ".join(stores), settings.worker.concurrency)
+    heartbeat.start()
     try:
         with serving(settings, "worker") as liveness, running(members, stop, drain=drain):
             backoff_s = settings.worker.error_backoff_s
@@ -44,6 +47,7 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
                     liveness.beat()
     finally:
         executor.close()
+        heartbeat.stop()
     log.info("worker stopped; %s", dict(worker.counts))
     return worker
 

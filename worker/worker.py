@@ -56,12 +56,15 @@ class Worker:
         queue: ReadyQueue,
         settings: WorkerSettings,
         executor: Executor,
+        *,
+        process: str | None = None,
     ) -> None:
         self.stores = stores
         self.handlers = handlers
         self.queue = queue
         self.settings = settings
         self.executor = executor
+        self.process = process  # its name in the worker registry; None: no hold recorded
         self._rng = random.Random()
         self.counts: Counter[str] = Counter()
         # pop_batch counts rows; a range-mode entry stands for range_size of them.
@@ -75,8 +78,12 @@ class Worker:
         if popped is None:
             return Tick(0.0, idle=True)  # BLMPOP already waited block_timeout_s
         source, raws = popped
+        if self.process is not None:  # what to requeue at once if this process dies (dispatcher.reaper)
+            self.queue.hold(self.process, source, raws)
         started = time.perf_counter()
         counts = self._handle(source, raws)
+        if self.process is not None:
+            self.queue.release_hold(self.process)
         self.counts.update(counts)
         observe.batch_done("worker", source, started)
         self.queue.add_stats(source, counts)

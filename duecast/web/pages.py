@@ -23,6 +23,7 @@ from shared.runtime import is_job_queue
 from shared.settings import TOPICS_SOURCE, Settings
 from shared.states import STATE_NAMES, State
 from shared.status import SourceSnapshot
+from shared.workers import WorkerRegistry
 
 DEAD_PAGE = 100  # dead jobs listed per page, newest first
 
@@ -143,7 +144,8 @@ def register(app: Flask, ctx: WebContext) -> None:
 
     @app.get("/workers")
     def workers() -> str:
-        return render_template("workers.html", workers=ctx.dashboard().workers())
+        live = WorkerRegistry(ctx.db(), ctx.settings.worker).alive()
+        return render_template("workers.html", workers=ctx.dashboard().workers(), live=live)
 
     @app.get("/dead")
     def dead() -> str:

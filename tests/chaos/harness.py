@@ -104,6 +104,9 @@ class Chaos:
 
     def close(self) -> None:
         self.query(f"DROP TABLE IF EXISTS `{self.table}`, `{self.table}_s`, `{self.acks}`")
+        # The next scenario's dispatcher must not wait out this one's leader lease.
+        self.query("DELETE FROM duecast_leases")
+        self.query("DELETE FROM duecast_workers")
         self.sql.close()
 
     def query(self, stmt: str, args: object = None) -> list[tuple[Any, ...]]:

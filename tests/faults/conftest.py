@@ -23,7 +23,15 @@ import redis
 
 from shared import migrate
 from shared.keys import Entry, Keys, encode_entry
-from shared.settings import JobsSettings, MySQLSettings, RedisSettings, Settings, SourceSettings
+from shared.settings import (
+    DispatcherSettings,
+    JobsSettings,
+    MySQLSettings,
+    RedisSettings,
+    Settings,
+    SourceSettings,
+    WorkerSettings,
+)
 from tests.faults import app
 from tests.faults.checker import Execution, Verdict, classify, read_log
 from tests.faults.private_redis import PrivateRedis
@@ -365,6 +373,10 @@ def fault_env(
 
     yield make
     procs.kill_all()  # before dropping what they use
+    # The session's leader lease and worker registry outlive a test's processes: clear them, so
+    # the next test's dispatcher leads at once instead of waiting out a dead leader's lease.
+    sql.execute(f"DELETE FROM `{DispatcherSettings().leases_table}`")
+    sql.execute(f"DELETE FROM `{WorkerSettings().registry_table}`")
     for client in clients:
         client.close()
     for table in tables:

@@ -13,8 +13,15 @@ from shared import migrate
 from shared.db import Database
 from shared.job_store import JobStore
 from shared.runtime import build_stores
-from shared.schema import SchemaError, leases_table_ddl
-from shared.settings import DispatcherSettings, MySQLSettings, RedisSettings, Settings, SourceSettings
+from shared.schema import SchemaError, leases_table_ddl, workers_table_ddl
+from shared.settings import (
+    DispatcherSettings,
+    MySQLSettings,
+    RedisSettings,
+    Settings,
+    SourceSettings,
+    WorkerSettings,
+)
 from shared.store import SourceStore
 from tests.integration.conftest import source_fields
 
@@ -36,6 +43,7 @@ def settings_for(
 
     The dispatcher's leases table already exists (so plans show only what a test is about)."""
     sql.execute(leases_table_ddl(DispatcherSettings().leases_table))
+    sql.execute(workers_table_ddl(WorkerSettings().registry_table))
 
     def make(table: str, kind: str = "rescan", jobs: Any = None, **overrides: object) -> Settings:
         fields = {"name": table.lower(), "table": table, **source_fields(kind), **overrides}

@@ -1,0 +1,95 @@
+"""The worker registry and the reaper on real MariaDB + Redis: workers register and beat; one whose
+heartbeat is older than dead_after_s (back-dated in SQL) is dead, and the batch it had popped goes
+back to pending at once, fenced, while a live worker's batch is left alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from dispatcher.reaper import Reaper
+from shared.db import Database
+from shared.keys import encode_entry
+from shared.schema import workers_table_ddl
+from shared.settings import WorkerSettings
+from shared.workers import Heartbeat, WorkerRegistry
+from tests.integration.conftest import Env
+from tests.integration.polling import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def registry(make_env: Callable[..., Env]) -> Iterator[tuple[Env, WorkerRegistry]]:
+    env = make_env("rescan", rows=30)
+    settings = WorkerSettings(registry_table=f"workers_{env.table[-8:]}", heartbeat_s=1, dead_after_s=15)
+    env.sql.execute(workers_table_ddl(settings.registry_table))
+    reg = WorkerRegistry(Database(env.settings.mysql), settings)
+    yield env, reg
+    reg.db.close()
+    env.sql.execute(f"DROP TABLE IF EXISTS `{settings.registry_table}`")
+
+
+def silence(env: Env, reg: WorkerRegistry, name: str, seconds: float) -> None:
+    env.sql.execute(
+        f"UPDATE `{reg.settings.registry_table}` SET heartbeat_at = NOW(6) - INTERVAL %s MICROSECOND "
+        "WHERE name = %s",
+        (round(seconds * 1e6), name),
+    )
+
+
+def test_a_silent_workers_held_batch_is_requeued_at_once_and_a_live_ones_is_not(
+    registry: tuple[Env, WorkerRegistry],
+) -> None:
+    env, reg = registry
+    entries = env.store.claim_due(30)
+    dead_batch, live_batch = entries[:10], entries[10:20]
+    reg.register("dead-worker", [env.source.name])
+    reg.register("live-worker", [env.source.name])
+    env.queue.hold("dead-worker", env.source.name, [encode_entry(e.id, e.attempt) for e in dead_batch])
+    env.queue.hold("live-worker", env.source.name, [encode_entry(e.id, e.attempt) for e in live_batch])
+    reaper = Reaper(reg, {env.source.name: env.store}, env.queue)
+    assert reaper.reap() == 0  # both beat recently
+    silence(env, reg, "dead-worker", 16)
+
+    assert reaper.reap() == 10
+    states = env.states()
+    assert {states[e.id] for e in dead_batch} == {(0, 1)}  # pending again now, no timeout waited
+    assert {states[e.id] for e in live_batch} == {(1, 1)}  # still its worker's
+    assert env.queue.held_by("dead-worker") is None
+    assert [w.name for w in reg.alive()] == ["live-worker"]
+    assert reaper.reap() == 0  # forgotten once reaped
+
+
+def test_a_reaped_batchs_late_ack_is_fenced_off(registry: tuple[Env, WorkerRegistry]) -> None:
+    env, reg = registry
+    entries = env.store.claim_due(5)
+    reg.register("w", [env.source.name])
+    env.queue.hold("w", env.source.name, [encode_entry(e.id, e.attempt) for e in entries])
+    silence(env, reg, "w", 60)
+    Reaper(reg, {env.source.name: env.store}, env.queue).reap()
+    again = env.store.claim_due(5)  # re-claimed under attempt 2
+    assert {e.attempt for e in again} == {2}
+    with env.store.started(entries) as batch:  # the "dead" worker wakes up with attempt 1
+        assert batch.rows == []
+        assert batch.skipped == 5
+
+
+def test_a_heartbeat_registers_beats_and_leaves(registry: tuple[Env, WorkerRegistry]) -> None:
+    env, reg = registry
+    beat = Heartbeat(env.settings.mysql, reg.settings, [env.source.name])
+    beat.start()
+    try:
+        (me,) = reg.alive()
+        assert (me.name, me.sources) == (beat.name, env.source.name)
+        silence(env, reg, beat.name, 10)
+        assert reg.alive()[0].silent_s >= 10
+
+        def beaten() -> bool:
+            return bool(reg.alive()) and reg.alive()[0].silent_s < 5
+
+        wait_until(beaten, "the next heartbeat")
+    finally:
+        beat.stop()
+    assert reg.alive() == []
