@@ -11,13 +11,12 @@ import logging
 import os
 import random
 import socket
-import threading
 import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import pymysql.cursors
 
@@ -25,6 +24,7 @@ from shared import observe
 from shared.db import Database, is_transient
 from shared.handlers import Ack, Row
 from shared.keys import Entry
+from shared.leases import LeaseKeeper
 from shared.policy import blame_interruptions, dead_after_failure, retry_delay_s
 from shared.schema import check_jobs_table
 from shared.settings import JobsSettings, MySQLSettings, SourceSettings
@@ -36,7 +36,6 @@ log = logging.getLogger("duecast.jobs")
 
 FINISH_RETRIES = 3
 T = TypeVar("T")
-EXIT_HUNG = 75  # the worker's exit code after a hung batch (EX_TEMPFAIL: restart me)
 ERROR_TEXT_MAX = 16_000  # characters of message + traceback kept per failure
 
 
@@ -70,7 +69,9 @@ class JobStore:
         self._lease_us = _us(jobs.lease_s)
         self._worker = worker_name()
         self._rng = random.Random()
-        self._leases = LeaseKeeper(self, mysql)
+        self._leases = LeaseKeeper(
+            self.extend_leases, jobs.lease_s, mysql, f"jobs of {src.name}", timeout_s=jobs.timeout_s
+        )
 
     def verify(self) -> None:
         with self.db.transaction() as cur:
@@ -297,14 +298,27 @@ def _entries(rows: Sequence[Row]) -> Iterator[Entry]:
     return (Entry(int(r["id"]), int(r["dc_attempt"])) for r in rows)
 
 
-class JobBatch:
-    """Jobs started (RUNNING, committed) for one worker batch. `ack` and `fail` each commit."""
+class Finisher(Protocol):
+    """What a started batch needs from its store: the fenced finishing statements (JobStore, and a
+    topic group's TopicStore, whose messages follow the same rules)."""
 
-    def __init__(self, store: JobStore, rows: list[Row], skipped: int) -> None:
+    db: Database
+    src: SourceSettings
+
+    def finish_ok(self, cur: pymysql.cursors.Cursor, rows: Sequence[Row]) -> int: ...
+    def finish_special(self, cur: pymysql.cursors.Cursor, row: Row, ack: Ack) -> int: ...
+    def finish_failed(self, cur: pymysql.cursors.Cursor, row: Row, outcome: object) -> object: ...
+
+
+class JobBatch:
+    """Work started (RUNNING, committed) for one worker batch: jobs, or a cluster group's messages
+    (`key` = "seq"). `ack` and `fail` each commit, retried as units on transient errors."""
+
+    def __init__(self, store: Finisher, rows: list[Row], skipped: int, key: str = "id") -> None:
         self._store = store
         self.rows = rows
         self.skipped = skipped
-        self.entries = list(_entries(rows))
+        self.entries = [Entry(int(r[key]), int(r["dc_attempt"])) for r in rows]
 
     def phases(self) -> list[list[Row]]:
         """Rows in the order to run and ack them: the clean ones, then the suspect (if any) alone,
@@ -378,8 +392,8 @@ class JobBatch:
         if not failures:
             return
 
-        def once() -> Counter[str]:
-            outcomes: Counter[str] = Counter()
+        def once() -> Counter[object]:
+            outcomes: Counter[object] = Counter()
             with self._store.db.transaction() as cur:
                 for row, outcome in failures:
                     outcomes[self._store.finish_failed(cur, row, outcome)] += 1
@@ -388,56 +402,3 @@ class JobBatch:
         outcomes = retrying(once)
         for name in ("retried", "dead"):  # counted once committed
             observe.count(self._store.src.name, name, outcomes[name])
-
-
-class LeaseKeeper:
-    """Extends the leases of the running jobs of held batches every lease/3, on its own connection
-    and thread (started at first use). Jobs whose lease it cannot keep will ack stale (fenced) and
-    run again elsewhere: that is the worker fencing itself off."""
-
-    def __init__(self, store: JobStore, mysql: MySQLSettings) -> None:
-        self._store = store
-        self._mysql = mysql
-        self._held: dict[int, tuple[list[Entry], float]] = {}  # token -> (entries, monotonic start)
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    @contextmanager
-    def holding(self, entries: list[Entry]) -> Iterator[None]:
-        token = id(entries)
-        with self._lock:
-            self._held[token] = (entries, time.monotonic())
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="duecast-lease", daemon=True)
-                self._thread.start()
-        try:
-            yield
-        finally:
-            with self._lock:
-                del self._held[token]
-
-    def _run(self) -> None:
-        db = Database(self._mysql)
-        timeout_s = self._store.jobs.timeout_s
-        while True:
-            time.sleep(self._store.jobs.lease_s / 3)
-            with self._lock:
-                batches = list(self._held.values())
-            for entries, started in batches:
-                if time.monotonic() - started > timeout_s:
-                    # Self-fencing: stop keeping the leases and leave. The jobs' leases run out,
-                    # the sweeper counts the interruption, and another worker runs them.
-                    log.critical(
-                        "a batch of %d jobs has run longer than jobs.timeout_s (%.0fs): a handler is "
-                        "hung; exiting so the jobs run elsewhere",
-                        len(entries),
-                        timeout_s,
-                    )
-                    os._exit(EXIT_HUNG)
-                try:
-                    kept = self._store.extend_leases(db, entries)
-                except pymysql.err.MySQLError as exc:
-                    log.warning("could not extend the leases of %d running jobs: %s", len(entries), exc)
-                    continue
-                if kept < len(entries):
-                    log.warning("%d of %d running jobs lost their lease", len(entries) - kept, len(entries))

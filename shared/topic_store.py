@@ -1,7 +1,7 @@
 """The store of one cluster consumer group: runs shared.sql_topics, one method per delivery transition.
 
 claim_due (pending -> dispatched, and new messages straight to dispatched), started (-> running,
-committed, leased), TopicBatch.ack / fail (-> done, pending after a stepped delay, or dead; fenced),
+committed, leased), JobBatch.ack / fail (-> done, pending after a stepped delay, or dead; fenced),
 requeue_expired (lost entries, interrupted runs). Attempts that do not end as done are traced.
 """
 
@@ -16,7 +16,7 @@ import pymysql.cursors
 
 from shared.db import Database
 from shared.handlers import Ack, Row
-from shared.job_store import error_text, isolate_suspects, worker_name
+from shared.job_store import JobBatch, error_text, isolate_suspects, worker_name
 from shared.keys import Entry
 from shared.leases import LeaseKeeper
 from shared.policy import dead_after_interruption, dead_after_retries, stepped_delay_s
@@ -24,7 +24,6 @@ from shared.settings import MySQLSettings, SourceSettings, TopicsSettings
 from shared.sql import SourceSQL, in_list, render
 from shared.sql_topics import DELIVERY_COLUMNS, DISPATCHED, MESSAGE_COLUMNS, RUNNING, render_topics
 from shared.store import LOCK_WAIT_TIMEOUT, STATUS_COUNT_CAP, SourceStatus, _scalar, _us
-from shared.topic_batch import TopicBatch
 from shared.topic_ids import group_id, topic_id
 from shared.topic_schema import check_topic_tables
 
@@ -110,7 +109,7 @@ class TopicStore:
         return [Entry(s, 1) for s in seqs]
 
     @contextmanager
-    def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[TopicBatch]:
+    def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[JobBatch]:
         """DISPATCHED -> RUNNING for the entries still current, committed before the block runs; the
         rows carry their message. Leases are kept alive while the block runs."""
         if not entries:
@@ -135,7 +134,7 @@ class TopicStore:
                     self.sql.mark_running.format(ids=ids), (self._lease_us, self.worker, self.group_id)
                 )
                 rows = self._with_messages(cur, rows)
-        batch = TopicBatch(self, rows, len(entries) - len(rows))
+        batch = JobBatch(self, rows, len(entries) - len(rows), key="seq")
         if not rows:
             yield batch
             return
@@ -240,7 +239,7 @@ class TopicStore:
                 age = None if value is None else float(value) / 1e6
         return SourceStatus(min(due + last - position, STATUS_COUNT_CAP), in_flight, age, unit="messages")
 
-    # -- finishing, used by TopicBatch ------------------------------------------------------------
+    # -- finishing, used by JobBatch ------------------------------------------------------------
 
     def finish_ok(self, cur: pymysql.cursors.Cursor, rows: Sequence[Row]) -> int:
         return int(
