@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -21,6 +20,7 @@ import redis
 
 from shared.db import Database
 from shared.keys import Keys
+from shared.outbox import Outbox
 from shared.queue import connect_redis
 from shared.settings import JobsSettings, Settings, load_settings
 from shared.sql_jobs import render_jobs
@@ -136,7 +136,7 @@ def _utc(at: datetime | None) -> datetime | None:
     return at.astimezone(UTC).replace(tzinfo=None)
 
 
-class Enqueuer:
+class Enqueuer(Outbox):
     """Writes jobs to the jobs table and wakes the dispatcher after they commit."""
 
     def __init__(
@@ -214,30 +214,6 @@ class Enqueuer:
             self.write(cur, rows, on_duplicate)
         self.wake()
         return len(rows)
-
-    @contextmanager
-    def transaction(self, conn: pymysql.Connection[pymysql.cursors.Cursor]) -> Iterator[None]:
-        """`with enqueuer.transaction(conn): ...enqueue_many(..., conn=conn)...`: commits the caller's
-        connection on success (rolls back on error), then wakes the dispatcher."""
-        try:
-            yield
-            conn.commit()
-        except BaseException:
-            conn.rollback()
-            raise
-        self.wake()
-
-    def wake(self) -> None:
-        """Tell a dispatcher that jobs are due now. Best effort: the dispatcher polls anyway."""
-        if self.client is None:
-            return
-        try:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.lpush(self.keys.wake(), b"1")
-            pipe.ltrim(self.keys.wake(), 0, 0)  # one pending wake-up is as good as many
-            pipe.execute()
-        except redis.RedisError:
-            pass  # a lost wake-up costs one poll interval, never a job
 
     def write(self, cur: pymysql.cursors.Cursor, rows: Sequence[_Row], on_duplicate: OnDuplicate) -> int:
         """Multi-row INSERTs of INSERT_CHUNK rows on `cur` (no commit); returns the id of the last

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +17,7 @@ import redis
 
 from shared.db import Database
 from shared.keys import Keys
+from shared.outbox import Outbox
 from shared.queue import connect_redis
 from shared.settings import Settings, TopicsSettings, load_settings
 from shared.sql_topics import render_topics
@@ -63,7 +63,7 @@ def encode(message: Publish, topics: TopicsSettings) -> tuple[str, str | None, s
     return message.topic, message.key, text
 
 
-class Publisher:
+class Publisher(Outbox):
     """Appends messages to topics; each message gets the next id of its topic, in commit order."""
 
     def __init__(self, settings: Settings, client: redis.Redis | None) -> None:
@@ -119,30 +119,6 @@ class Publisher:
             ids = self.write(cur, rows)
         self.wake()
         return ids
-
-    @contextmanager
-    def transaction(self, conn: pymysql.Connection[pymysql.cursors.Cursor]) -> Iterator[None]:
-        """`with publisher.transaction(conn): ...publish_many(..., conn=conn)...`: commits the caller's
-        connection on success (rolls back on error), then wakes the dispatcher."""
-        try:
-            yield
-            conn.commit()
-        except BaseException:
-            conn.rollback()
-            raise
-        self.wake()
-
-    def wake(self) -> None:
-        """Tell a dispatcher there is new work. Best effort: the dispatcher polls anyway."""
-        if self.client is None:
-            return
-        try:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.lpush(self.keys.wake(), b"1")
-            pipe.ltrim(self.keys.wake(), 0, 0)
-            pipe.execute()
-        except redis.RedisError:
-            pass  # a lost wake-up costs one poll interval, never a message
 
     def write(self, cur: pymysql.cursors.Cursor, rows: Sequence[tuple[str, str | None, str]]) -> list[int]:
         """Reserve each topic's next ids and INSERT the messages on `cur` (no commit). Topics are
