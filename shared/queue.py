@@ -9,11 +9,14 @@ import logging
 import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.connection import parse_url
 from redis.retry import Retry
+from redis.sentinel import Sentinel
 
 from shared import observe
 from shared.keys import Entry, Keys, encode_entry
@@ -27,22 +30,49 @@ log = logging.getLogger("duecast.queue")
 
 
 def connect_redis(settings: RedisSettings) -> redis.Redis:
-    """The one place a Redis client is made: ACL user and password from the URL, TLS for rediss://.
+    """The one place a Redis client is made: a single server, a Sentinel-managed master or a Cluster.
 
-    The URL was checked by the settings (no ?options that could override the TLS ones below).
-    redis-py's errors and reprs name the host and port, never the password.
+    ACL user and password come from the URL (checked by the settings: no ?options that could override
+    the TLS ones below), TLS from rediss://. redis-py's errors and reprs never show the password.
     """
-    return redis.Redis.from_url(
-        settings.url.get_secret_value(),
-        socket_timeout=settings.socket_timeout_s,
-        socket_connect_timeout=settings.socket_timeout_s,
-        health_check_interval=30,
+    options: dict[str, Any] = {
+        "socket_timeout": settings.socket_timeout_s,
+        "socket_connect_timeout": settings.socket_timeout_s,
         # No per-command retries: a re-sent RPUSH whose first send landed duplicates entries, and
         # a re-sent BLMPOP can drop what the first one popped. duecast retries whole units of
         # work instead (the loop's backoff), where MySQL decides what is still to do.
-        retry=Retry(NoBackoff(), 0),
+        "retry": Retry(NoBackoff(), 0),
         **_tls_options(settings),
+    }
+    url = settings.url.get_secret_value()
+    if settings.sentinels:
+        return _sentinel_master(settings, url, options)
+    if settings.cluster:
+        # Every key of one prefix carries the `{prefix}` hash tag, so multi-key BLMPOP and the
+        # pipelines stay in one slot. A MOVED reply is followed (the command did not run there);
+        # with retry 0 a connection error is never re-sent. The cast: duecast calls only commands
+        # RedisCluster shares with Redis, and test_redis_topology.py runs them against a cluster.
+        cluster = RedisCluster.from_url(url, **options)
+        return cast(redis.Redis, cluster)
+    return redis.Redis.from_url(url, health_check_interval=30, **options)
+
+
+def _sentinel_master(settings: RedisSettings, url: str, options: dict[str, Any]) -> redis.Redis:
+    """A client for the master the Sentinels name; it asks them again after a failover.
+
+    The URL gives the master's user, password and db (its host is not used). The Sentinels are
+    reached with the same timeouts and TLS, without a password (Sentinel's own ACL is not supported).
+    """
+    # redis.sentinel and parse_url carry no type hints, hence the ignores and the cast.
+    parts: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]
+    credentials = {k: v for k, v in parts.items() if k in {"username", "password", "db"}}
+    sentinel_options = {**options, "ssl": settings.tls}
+    sentinel = Sentinel(settings.sentinel_addresses(), sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
+    assert settings.sentinel_service is not None  # the validator sets both or neither
+    master = sentinel.master_for(  # type: ignore[no-untyped-call]
+        settings.sentinel_service, health_check_interval=30, **sentinel_options, **credentials
     )
+    return cast(redis.Redis, master)
 
 
 def _tls_options(settings: RedisSettings) -> dict[str, Any]:

@@ -90,10 +90,20 @@ class RedisSettings(_Section):
     tls_key_file: Path | None = None  # its private key, unless tls_cert_file holds both
     tls_verify: bool = True  # false: encrypted but unauthenticated (logged as a warning)
     tls_check_hostname: bool = True  # false: any certificate tls_ca_file signed
+    # High availability (deploy/README.md): either Sentinels ("host:port" each) that know the master
+    # named sentinel_service, the url then giving only user, password, db and redis:// or rediss://;
+    # or cluster = true, the url naming any one node (database 0 only).
+    sentinels: list[str] = Field(default_factory=list, max_length=16)
+    sentinel_service: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    cluster: bool = False
 
     @property
     def tls(self) -> bool:
         return self.url.get_secret_value().startswith("rediss://")
+
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        """The Sentinels as (host, port), already checked by the validator."""
+        return [(host, int(port)) for host, _, port in (s.rpartition(":") for s in self.sentinels)]
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
@@ -104,7 +114,28 @@ class RedisSettings(_Section):
         if not self.tls and any(files):
             raise ValueError("redis.tls_* files are set but redis.url is not rediss://")
         MySQLSettings.check_tls_files("redis", *files)
+        problem = self._topology_problem()
+        if problem is not None:
+            raise ValueError(problem)
         return self
+
+    def _topology_problem(self) -> str | None:
+        """What is wrong with the sentinel / cluster settings (none of them is secret)."""
+        if bool(self.sentinels) != (self.sentinel_service is not None):
+            return "redis.sentinels and redis.sentinel_service must be set together"
+        if self.sentinels and self.cluster:
+            return "redis.sentinels and redis.cluster = true exclude each other"
+        if (self.sentinels or self.cluster) and self.url.get_secret_value().startswith("unix://"):
+            return "redis.sentinels and redis.cluster need a redis:// or rediss:// url"
+        for address in self.sentinels:
+            host, _, port = address.rpartition(":")
+            if not host or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+                return f"redis.sentinels entry {address!r} is not host:port"
+        from urllib.parse import urlsplit  # noqa: PLC0415 - as in _url_problem, which checked it parses
+
+        if self.cluster and urlsplit(self.url.get_secret_value()).path.strip("/") not in {"", "0"}:
+            return "redis.cluster = true needs database 0 (Redis Cluster has no other)"
+        return None
 
     @staticmethod
     def _url_problem(url: str) -> str | None:

@@ -1,0 +1,163 @@
+"""Every ReadyQueue call through a Sentinel-built and a Cluster-built client, on private servers.
+
+The servers (one master + one Sentinel; three cluster masters) run on free ports from a tmp dir and
+are killed afterwards; the shared Redis is never touched.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import pytest
+import redis
+from pydantic import SecretStr
+
+from shared.keys import Entry, Keys
+from shared.queue import ReadyQueue, connect_redis
+from shared.settings import RedisSettings
+from tests.faults.private_redis import free_port, redis_server_bin
+from tests.faults.procs import wait_for
+
+PREFIX = "duecast-test-topology"
+
+
+class Servers:
+    """redis-server processes this test started, killed by their own handles."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, name: str, *args: str) -> None:
+        with (self.workdir / f"{name}.log").open("ab") as out:
+            self.procs.append(
+                subprocess.Popen(
+                    [redis_server_bin(), *args],
+                    cwd=self.workdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[Servers]:
+    started = Servers(tmp_path)
+    try:
+        yield started
+    finally:
+        started.kill_all()
+
+
+def _answers(port: int, *command: str) -> bool:
+    try:
+        reply = redis.Redis(port=port, socket_timeout=2).execute_command(*command)  # type: ignore[no-untyped-call]
+    except redis.RedisError:
+        return False
+    return bool(reply)
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is a valid port too."""
+    while (port := free_port()) > 55_000:
+        pass
+    return port
+
+
+def _plain(port: int) -> tuple[str, ...]:
+    return ("--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+
+
+def _exercise(queue: ReadyQueue) -> None:
+    """Each call shared/queue.py makes: variadic RPUSH, BLMPOP over several keys, pipelines, SET NX,
+    GET/DEL, CONFIG GET (allowed or not) and BLPOP."""
+    queue.push("a", [Entry(1, 1), Entry(2, 1)])
+    queue.push("b", [Entry(3, 2)])
+    assert queue.length("a") == 2
+    assert queue.pop(["empty", "b", "a"], 10, 1.0) == ("b", [b"3:2"])
+    assert queue.pop(["empty", "b", "a"], 10, 1.0) == ("a", [b"1:1", b"2:1"])
+    assert queue.pop(["empty", "b", "a"], 10, 0.1) is None
+    queue.quarantine("a", [(b"x", "malformed")])
+    assert queue.quarantined("a") == [b"malformed x"]
+    queue.add_stats("a", {"done": 2, "failed": 0})
+    assert queue.stats("a") == {"done": 2}
+    queue.hold("w1", "a", [b"1:1", b"2:1"])
+    assert queue.held_by("w1") == ("a", [b"1:1", b"2:1"])
+    queue.release_hold("w1")
+    assert queue.held_by("w1") is None
+    assert queue.data_lost() is True
+    assert queue.data_lost() is False
+    assert queue.eviction_policy() in {"noeviction", None}
+    queue.client.rpush(queue.keys.wake(), b"1")
+    assert queue.wait_wake(1.0) is True
+
+
+def test_ready_queue_through_sentinel(servers: Servers) -> None:
+    master, sentinel = free_port(), free_port()
+    servers.start("master", *_plain(master), "--maxmemory-policy", "noeviction")
+    conf = servers.workdir / "sentinel.conf"
+    conf.write_text(
+        f"port {sentinel}\nbind 127.0.0.1\ndir {servers.workdir}\n"
+        f"sentinel monitor duecast-test 127.0.0.1 {master} 1\n"
+    )
+    servers.start("sentinel", str(conf), "--sentinel")
+    wait_for(lambda: _answers(master, "PING"), 10, "the private master")
+    wait_for(
+        lambda: _answers(sentinel, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "duecast-test"), 10, "the sentinel"
+    )
+    settings = RedisSettings(
+        # The host is never used with Sentinels: a name that does not resolve proves it.
+        url=SecretStr("redis://not-used.invalid:1/3"),
+        key_prefix=PREFIX,
+        sentinels=[f"127.0.0.1:{sentinel}"],
+        sentinel_service="duecast-test",
+    )
+    client = connect_redis(settings)
+    _exercise(ReadyQueue(client, Keys(PREFIX)))
+    assert client.connection_pool.connection_kwargs["db"] == 3
+    assert redis.Redis(port=master, db=3).exists(f"{{{PREFIX}}}:ready:a") == 0  # popped, and in db 3
+    assert redis.Redis(port=master, db=3).exists(Keys(PREFIX).epoch()) == 1
+
+
+def test_ready_queue_through_cluster(servers: Servers) -> None:
+    ports = [_cluster_port() for _ in range(3)]
+    for port in ports:
+        servers.start(
+            f"node{port}", *_plain(port), "--cluster-enabled", "yes", "--cluster-config-file", f"n{port}.conf"
+        )
+    for port in ports:
+        wait_for(partial(_answers, port, "PING"), 10, f"cluster node {port}")
+    subprocess.run(
+        [
+            str(Path(redis_server_bin()).with_name("redis-cli")),
+            "--cluster",
+            "create",
+            *(f"127.0.0.1:{p}" for p in ports),
+            "--cluster-yes",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+    wait_for(
+        lambda: all(redis.Redis(port=p).cluster("INFO").get("cluster_state") == "ok" for p in ports),
+        20,
+        "the private cluster to be ok",
+    )
+    settings = RedisSettings(
+        url=SecretStr(f"redis://127.0.0.1:{ports[0]}/0"), key_prefix=PREFIX, cluster=True
+    )
+    client = connect_redis(settings)
+    assert type(client).__name__ == "RedisCluster"
+    _exercise(ReadyQueue(client, Keys(PREFIX)))
