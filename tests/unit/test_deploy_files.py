@@ -81,7 +81,8 @@ def settings_from(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Setti
     """Settings exactly as the process builds them (the unit tier's fixture cleared DUECAST_* first)."""
     with monkeypatch.context() as m:
         for name, value in env.items():
-            m.setenv(name, value)
+            if value is not None:  # compose's bare `NAME:` passes the host's value through, if any
+                m.setenv(name, value)
         return Settings()
 
 
@@ -184,6 +185,7 @@ def assert_command_parses(
     monkeypatch.setattr("dispatcher.main.start_process", _stop_after_parsing)
     monkeypatch.setattr("worker.main.start_process", _stop_after_parsing)
     monkeypatch.setattr("duecast.cli.load_settings", _stop_after_parsing)
+    monkeypatch.setattr("duecast.web.serve.load_settings", _stop_after_parsing)
     try:
         cli.main(argv)
     except Parsed:
@@ -340,6 +342,10 @@ def test_compose_workers_scale_and_the_probes_use_the_health_port() -> None:
         if name == "migrate":
             continue
         probe = " ".join(service["healthcheck"]["test"])
+        if name == "web":  # the dashboard answers /healthz on its own --port, not on health.port
+            web_port = service["command"][service["command"].index("--port") + 1]
+            assert f"http://127.0.0.1:{web_port}/healthz" in probe, f"web's healthcheck misses {web_port}"
+            continue
         assert f"http://127.0.0.1:{port}/readyz" in probe, f"{name}'s healthcheck misses /readyz on {port}"
 
 
@@ -491,11 +497,14 @@ def test_the_scaled_object_is_well_formed_and_targets_the_workers() -> None:
 def test_the_redis_trigger_watches_a_ready_list_duecast_pushes_to(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = keda_settings(monkeypatch)
     (so,) = k8s("ScaledObject")
-    (trigger,) = [t for t in so["spec"]["triggers"] if t["type"] == "redis"]
+    triggers = [t for t in so["spec"]["triggers"] if t["type"] == "redis"]
     keys = Keys(settings.redis.key_prefix)
-    assert trigger["metadata"]["listName"] in {keys.ready(s.name) for s in settings.all_sources()}
-    assert int(trigger["metadata"]["listLength"]) > 0
-    assert re.fullmatch(r"[\w.-]+:\d+", trigger["metadata"]["address"]), "address must be host:port"
+    lists = {t["metadata"]["listName"] for t in triggers}
+    assert {keys.ready("user_block_status"), keys.ready("jobs.default")} <= lists
+    for trigger in triggers:
+        assert trigger["metadata"]["listName"] in {keys.ready(s.name) for s in settings.all_sources()}
+        assert int(trigger["metadata"]["listLength"]) > 0
+        assert re.fullmatch(r"[\w.-]+:\d+", trigger["metadata"]["address"]), "address must be host:port"
 
 
 def test_the_mysql_trigger_counts_due_rows_of_a_configured_source(monkeypatch: pytest.MonkeyPatch) -> None:
