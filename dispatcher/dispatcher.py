@@ -10,12 +10,10 @@ import os
 import time
 from collections import Counter
 
-import redis
-
 from shared import observe
 from shared.loop import Tick
 from shared.policy import claim_room, dispatch_delay_s
-from shared.queue import ReadyQueue
+from shared.queue import REDIS_ERRORS, ReadyQueue
 from shared.settings import DispatcherSettings, FaultSettings
 from shared.store import Store
 
@@ -78,7 +76,7 @@ class Dispatcher:
             # sweeper requeues them after the visibility timeout. Never push before commit.
             try:
                 self.queue.push(src.name, entries)
-            except redis.RedisError:
+            except REDIS_ERRORS:
                 # Redis refused (down, OOM): give the rows back now instead of stranding them
                 # until the visibility timeout. A part that did land is fenced off by the bump.
                 released = store.release(entries)

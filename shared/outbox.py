@@ -11,6 +11,7 @@ import pymysql.cursors
 import redis
 
 from shared.keys import Keys
+from shared.queue import REDIS_ERRORS
 
 
 class Outbox:
@@ -40,5 +41,5 @@ class Outbox:
             pipe.lpush(self.keys.wake(), b"1")
             pipe.ltrim(self.keys.wake(), 0, 0)  # one pending wake-up is as good as many
             pipe.execute()
-        except redis.RedisError:
+        except REDIS_ERRORS:
             pass  # a lost wake-up costs one poll interval, never work

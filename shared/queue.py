@@ -98,6 +98,11 @@ def _path(path: Path | None) -> str | None:
     return None if path is None else str(path)
 
 
+# Everything a Redis call may raise for a server-side or connection reason. A cluster client's own
+# errors (no node answers, a slot not covered) do not derive from RedisError.
+REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, redis.exceptions.RedisClusterException)
+
+
 class ReadyQueue:
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.client = client

@@ -8,15 +8,13 @@ from __future__ import annotations
 import logging
 import threading
 
-import redis
-
 from shared import logs
 from shared.db import Database
 from shared.job_store import JobStore
 from shared.keys import Keys
 from shared.logs import LogFormat
 from shared.loop import stop_on_signals
-from shared.queue import ReadyQueue, connect_redis
+from shared.queue import REDIS_ERRORS, ReadyQueue, connect_redis
 from shared.range_store import RangeStore
 from shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings, SourceSettings, load_settings
 from shared.store import SourceStore, Store
@@ -45,7 +43,7 @@ def warn_eviction(queue: ReadyQueue) -> None:
     sweeper, after the visibility timeout). Unreachable Redis is the loop's business, not ours."""
     try:
         policy = queue.eviction_policy()
-    except redis.RedisError:
+    except REDIS_ERRORS:
         return
     if policy is not None and policy != "noeviction":
         logging.getLogger("duecast").warning(
