@@ -405,10 +405,10 @@ def test_the_validator_catches_a_typo() -> None:
         kubernetes_validate.validate(broken, MIN_K8S, strict=True)
 
 
-def test_one_dispatcher_recreated_never_two() -> None:
+def test_two_dispatchers_behind_the_leader_lease_rolled_one_at_a_time() -> None:
     (dispatcher,) = k8s("Deployment", "duecast-dispatcher")
-    assert dispatcher["spec"]["replicas"] == 1
-    assert dispatcher["spec"]["strategy"]["type"] == "Recreate"
+    assert dispatcher["spec"]["replicas"] == 2  # a standby leads within the lease if the leader dies
+    assert dispatcher["spec"]["strategy"]["type"] == "RollingUpdate"
     (worker,) = k8s("Deployment", "duecast-worker")
     assert "replicas" not in worker["spec"], "KEDA owns the worker count: a re-apply must not reset it"
 
