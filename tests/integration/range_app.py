@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from collections import Counter
+from typing import Any
+
+import pymysql.cursors
 
 from duecast import Ack, Registry, Row
+from shared.settings import SourceSettings
 
 handlers = Registry()
 SOURCE = "ranged"
@@ -27,6 +32,30 @@ class Plan:
 
 
 PLAN = Plan()
+
+
+def users_source(
+    sql: pymysql.cursors.Cursor, users: int, prefix: str = "ubs", **overrides: Any
+) -> SourceSettings:
+    """A fresh user_block_status-like table of users 1..users (all long due) and a range-mode
+    source over it (spans of 100 ids, period 10 s). The caller drops the table."""
+    table = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    sql.execute(
+        f"CREATE TABLE `{table}` (user_id BIGINT PRIMARY KEY, status INT NOT NULL DEFAULT 1, "
+        "updated_time DATETIME(6) NOT NULL)"
+    )
+    sql.execute(f"INSERT INTO `{table}` SELECT seq, 1, '2020-01-01' FROM seq_1_to_{users}")
+    fields: dict[str, Any] = {
+        "name": SOURCE,
+        "table": table,
+        "id_column": "user_id",
+        "due_column": "updated_time",
+        "period_s": 10,
+        "mode": "ranges",
+        "range_size": 100,
+        **overrides,
+    }
+    return SourceSettings(**fields)
 
 
 @handlers.row(SOURCE, columns=["status"])

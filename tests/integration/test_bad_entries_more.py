@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 
 import pymysql
@@ -22,7 +21,7 @@ from shared.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES
 from shared.range_store import RangeStore
 from shared.ranges import ranges_table
 from shared.runtime import build_queue, build_stores
-from shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings, WorkerSettings
+from shared.settings import MySQLSettings, RedisSettings, Settings, WorkerSettings
 from tests.integration import apps, range_app
 from tests.integration.conftest import Env
 from tests.integration.polling import wait_until
@@ -243,21 +242,8 @@ def test_huge_bad_entries_keep_the_quarantine_capped_in_count_and_size(rescan: C
 def ranged(
     mysql_settings: MySQLSettings, redis_settings: RedisSettings, sql: pymysql.cursors.Cursor
 ) -> Iterator[Settings]:
-    table = f"bad_ranges_{uuid.uuid4().hex[:8]}"
-    sql.execute(
-        f"CREATE TABLE `{table}` (user_id BIGINT PRIMARY KEY, status INT NOT NULL DEFAULT 1, "
-        "updated_time DATETIME(6) NOT NULL)"
-    )
-    sql.execute(f"INSERT INTO `{table}` SELECT seq, 1, '2020-01-01' FROM seq_1_to_300")
-    src = SourceSettings(
-        name=range_app.SOURCE,
-        table=table,
-        id_column="user_id",
-        due_column="updated_time",
-        period_s=10,
-        mode="ranges",
-        range_size=100,
-    )
+    src = range_app.users_source(sql, 300, prefix="bad_ranges")
+    table = src.table
     settings = Settings(
         mysql=mysql_settings,
         redis=redis_settings,

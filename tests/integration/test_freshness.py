@@ -7,7 +7,6 @@ Time passes by back-dating the due column in SQL, never by sleeping.
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable
 
 import pymysql
@@ -19,7 +18,7 @@ from shared.freshness import Freshness, measure
 from shared.range_store import RangeStore
 from shared.ranges import ranges_table
 from shared.runtime import build_stores
-from shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
+from shared.settings import MySQLSettings, RedisSettings, Settings
 from tests.integration import range_app
 from tests.integration.conftest import Env
 from worker.main import serve as serve_worker
@@ -82,21 +81,8 @@ def test_one_off_sources_have_no_freshness(make_env: Callable[..., Env]) -> None
 def test_range_mode_is_exact_and_counts_rows_not_ranges(
     mysql_settings: MySQLSettings, redis_settings: RedisSettings, sql: pymysql.cursors.Cursor
 ) -> None:
-    table = f"ubs_{uuid.uuid4().hex[:8]}"
-    sql.execute(
-        f"CREATE TABLE `{table}` (user_id BIGINT PRIMARY KEY, status INT NOT NULL DEFAULT 1, "
-        "updated_time DATETIME(6) NOT NULL)"
-    )
-    sql.execute(f"INSERT INTO `{table}` SELECT seq, 1, '2020-01-01' FROM seq_1_to_250")
-    src = SourceSettings(
-        name=range_app.SOURCE,
-        table=table,
-        id_column="user_id",
-        due_column="updated_time",
-        period_s=10,
-        mode="ranges",
-        range_size=100,
-    )
+    src = range_app.users_source(sql, 250)
+    table = src.table
     settings = Settings(
         mysql=mysql_settings,
         redis=redis_settings,

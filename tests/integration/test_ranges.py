@@ -4,7 +4,6 @@ are written, a failed row leaves its whole span to the sweeper, and freshness is
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 
 import pymysql
@@ -32,23 +31,7 @@ def ranged(
     made: list[SourceSettings] = []
 
     def make(users: int) -> Settings:
-        table = f"ubs_{uuid.uuid4().hex[:8]}"
-        sql.execute(
-            f"CREATE TABLE `{table}` (user_id BIGINT PRIMARY KEY, status INT NOT NULL DEFAULT 1, "
-            "updated_time DATETIME(6) NOT NULL)"
-        )
-        sql.execute(f"INSERT INTO `{table}` SELECT seq, 1, '2020-01-01' FROM seq_1_to_{users}")
-        src = SourceSettings(
-            name=range_app.SOURCE,
-            table=table,
-            id_column="user_id",
-            due_column="updated_time",
-            period_s=10,
-            mode="ranges",
-            range_size=100,
-            claim_batch=300,
-            high_water=3000,
-        )
+        src = range_app.users_source(sql, users, claim_batch=300, high_water=3000)
         made.append(src)
         settings = Settings(
             mysql=mysql_settings,
