@@ -1,21 +1,23 @@
-"""Classify a chaos run from the execution log, the acks table, the fault log and the jobs left.
+"""Classify a chaos run's jobs from the execution log, the acks table, the fault log and the jobs left.
 
 lost: a healthy job never acked; double-ack: a job acked more than once; redundant: a job run more
 than once, each extra run explained by a fault injected into the process that ran it (killed,
-stopped, its MySQL session killed) or by Redis losing data; unexpected: anything else (an ack or a
-run of a job never enqueued, a redundant run with no fault to explain it).
+stopped, its MySQL session killed, a server-wide restart); unexpected: anything else (an ack or a
+run of a job never enqueued, a redundant run with no fault to explain it). `explain` is shared with
+the re-scan checker (tests/chaos/rescan_checker.py).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 
 @dataclass(frozen=True)
 class Fault:
-    at: float  # time.time() when injected
+    at: float  # when injected, on the database's clock (UNIX_TIMESTAMP(NOW(6))) as re-scan acks are
     kind: str  # sigkill, sigstop, redis_restart, redis_flush, mysql_kill, ...
     pid: int | None  # the process it hit (None: a server-wide fault)
 
@@ -59,6 +61,27 @@ _PER_PROCESS = {"sigkill", "sigstop", "mysql_kill", "died"}
 _SERVER_WIDE = {"mariadb_restart"}
 
 
+@dataclass(frozen=True)
+class Blame:
+    """Which process each injected fault hit, for explaining runs whose work was repeated."""
+
+    hit: dict[int, str]  # pid -> the per-process fault that hit it
+    server_wide: str | None  # a fault that broke every process's session, if any
+
+    @classmethod
+    def of(cls, faults: Sequence[Fault]) -> Blame:
+        hit = {f.pid: f.kind for f in faults if f.kind in _PER_PROCESS and f.pid is not None}
+        return cls(hit, next((f.kind for f in faults if f.kind in _SERVER_WIDE), None))
+
+    def explain(self, pids: Sequence[int], spare: int) -> list[str] | None:
+        """The faults explaining `spare` of these runs (by pid, one per run) not having produced
+        the ack, or None when they cannot: a run only counts for the fault that hit its process."""
+        causes = [self.hit[p] for p in pids if p in self.hit]
+        if self.server_wide is not None:
+            causes += [self.server_wide] * max(0, spare - len(causes))
+        return causes if len(causes) >= spare else None
+
+
 def classify(
     expected: set[int],
     poison: set[int],
@@ -68,8 +91,7 @@ def classify(
 ) -> Verdict:
     """`acks`: n -> how many acks committed; `faults`: everything injected during the run."""
     v = Verdict(expected=len(expected), acked=sum(1 for n in expected if acks.get(n)))
-    hit = {f.pid: f.kind for f in faults if f.kind in _PER_PROCESS and f.pid is not None}
-    server_wide = next((f.kind for f in faults if f.kind in _SERVER_WIDE), None)
+    blame = Blame.of(faults)
     for n in sorted(expected):
         count = acks.get(n, 0)
         if count == 0:
@@ -83,13 +105,11 @@ def classify(
         if n in poison or len(pids) <= 1:
             continue
         # All runs but one (the acked one, which may be any of them) need a cause.
-        causes = [hit[p] for p in pids if p in hit]
-        if server_wide is not None:
-            causes += [server_wide] * (len(pids) - 1 - len(causes))
-        if len(causes) >= len(pids) - 1:
+        causes = blame.explain(pids, len(pids) - 1)
+        if causes:
             v.redundant[n] = causes[0]
         else:
-            v.unexpected.append(f"job {n} ran {len(pids)} times (pids {pids}); faults explain {len(causes)}")
+            v.unexpected.append(f"job {n} ran {len(pids)} times (pids {pids}); faults do not explain it")
     for n in acks:
         if n not in expected:
             v.unexpected.append(f"job {n} acked but never enqueued as healthy")
