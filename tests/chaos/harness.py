@@ -1,5 +1,6 @@
-"""One chaos run: a private Redis, duecast processes on a fresh jobs table, a fault log, a supervisor
-that restarts dead workers (as systemd or Kubernetes would), and the checker at the end.
+"""One chaos run: a private Redis, duecast processes on a fresh jobs table (and, for the soak, re-scan
+sources beside it), a fault log, a supervisor that restarts dead workers (as systemd or Kubernetes
+would), and the checkers at the end.
 
 Every random choice comes from one seed, printed at the start, so a run can be replayed.
 """
@@ -13,6 +14,7 @@ import random
 import signal
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,9 +24,11 @@ import pymysql
 from shared import migrate
 from shared.db import connect
 from shared.jobs import Enqueuer, Job
-from shared.settings import MySQLSettings, Settings
+from shared.settings import JOBS_SOURCE, MySQLSettings, Settings
 from shared.states import State
 from tests.chaos.checker import Fault, Verdict, classify, read_executions
+from tests.chaos.rescan import RescanTables
+from tests.chaos.rescan_checker import RescanVerdict, classify_rescan, read_rescan_log
 from tests.faults.conftest import _NOT_INHERITED, REDIS_DOWN, SESSION_LOST
 from tests.faults.private_redis import PrivateRedis
 from tests.faults.procs import Proc, Procs, wait_for
@@ -49,15 +53,19 @@ class Chaos:
     poison: set[int] = field(default_factory=set)
     workers: dict[str, Proc] = field(default_factory=dict)
     dispatchers: dict[str, Proc] = field(default_factory=dict)
+    rescan: RescanTables | None = None
+    faults_end: float | None = None  # the database's clock once the last fault was over
     _next: int = 0
     _stopped: set[int] = field(default_factory=set)
+    _serves: dict[str, Sequence[str]] = field(default_factory=dict)  # worker name -> its --source list
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
-        suffix = uuid.uuid4().hex[:8]
+        suffix = self.suffix = uuid.uuid4().hex[:8]
         self.table = f"chaos_jobs_{suffix}"
         self.acks = f"chaos_acks_{suffix}"
         self.exec_log = self.tmp / "executions.log"
+        self.rescan_log = self.tmp / "rescan.log"
         self.jobs = {
             "table": self.table,
             "schedules_table": f"{self.table}_s",
@@ -72,7 +80,7 @@ class Chaos:
         }
         self.settings = Settings(
             mysql=self.mysql, redis={"url": self.redis.url, "key_prefix": f"chaos-{suffix}"}, jobs=self.jobs
-        )  # type: ignore[arg-type]
+        )
         migrate.apply(self.settings)
         self.sql = connect(self.mysql)
         self.sql.autocommit(True)
@@ -97,6 +105,7 @@ class Chaos:
                 "DUECAST_WORKER__ERROR_BACKOFF_S": "0.2",
                 "DUECAST_CHAOS_EXEC_LOG": str(self.exec_log),
                 "DUECAST_CHAOS_ACKS": self.acks,
+                "DUECAST_CHAOS_RESCAN_LOG": str(self.rescan_log),
                 "PYTHONUNBUFFERED": "1",
             }
         )
@@ -104,6 +113,8 @@ class Chaos:
 
     def close(self) -> None:
         self.query(f"DROP TABLE IF EXISTS `{self.table}`, `{self.table}_s`, `{self.acks}`")
+        if self.rescan is not None:
+            self.rescan.drop()
         # The next scenario's dispatcher must not wait out this one's leader lease.
         self.query("DELETE FROM duecast_leases")
         self.query("DELETE FROM duecast_workers")
@@ -113,6 +124,20 @@ class Chaos:
         with self.sql.cursor() as cur:
             cur.execute(stmt, args)
             return list(cur.fetchall())
+
+    def db_now(self) -> float:
+        """The database's clock, which the acks' records use too (UNIX_TIMESTAMP(NOW(6)))."""
+        return float(self.query("SELECT UNIX_TIMESTAMP(NOW(6))")[0][0])
+
+    def add_rescan(self, **sizes: Any) -> RescanTables:
+        """Re-scan sources for the processes started from now on (see tests/chaos/rescan.py)."""
+        self.rescan = RescanTables(self.query, self.suffix, **sizes)
+        self.rescan.create_tables()
+        self.settings = self.settings.model_copy(update={"sources": self.rescan.sources})
+        migrate.apply(self.settings)
+        self.rescan.create_triggers()
+        self.env["DUECAST_SOURCES"] = json.dumps([s.model_dump(mode="json") for s in self.rescan.sources])
+        return self.rescan
 
     # ---------------------------------------------------------------- load
 
@@ -147,9 +172,12 @@ class Chaos:
         self.dispatchers[name] = proc
         return proc
 
-    def worker(self, name: str) -> Proc:
-        proc = self.procs.spawn(name, ["-m", "worker", "--app", APP], self.env, may_exit=True, allow=EXPECTED)
+    def worker(self, name: str, sources: Sequence[str] = (JOBS_SOURCE,)) -> Proc:
+        """`sources`: what it serves, in pop order (the first non-empty list is popped first)."""
+        args = ["-m", "worker", "--app", APP, *(a for s in sources for a in ("--source", s))]
+        proc = self.procs.spawn(name, args, self.env, may_exit=True, allow=EXPECTED)
         self.workers[name] = proc
+        self._serves[name] = sources
         return proc
 
     def supervise(self) -> bool:
@@ -159,23 +187,35 @@ class Chaos:
                 if not any(f.pid == proc.pid and f.kind == "sigkill" for f in self.faults):
                     self.fault("died", proc.pid)
                 del self.workers[name]
-                self.worker(f"{name.split('+')[0]}+{len(self.procs.procs)}")
+                self.worker(f"{name.split('+')[0]}+{len(self.procs.procs)}", self._serves.pop(name))
         return True
 
+    def stop_all(self) -> None:
+        """SIGTERM the dispatchers (no more claims), then the workers: each finishes its batch, so no
+        execution is left half-way when the checkers read."""
+        for proc in [*self.dispatchers.values(), *self.workers.values()]:
+            self.procs.signal(proc, signal.SIGTERM)
+            self.procs.wait_exit(proc, 60)
+
     def fault(self, kind: str, pid: int | None = None) -> None:
-        self.faults.append(Fault(time.time(), kind, pid))
+        self.faults.append(Fault(self.db_now(), kind, pid))
         print(f"fault: {kind}" + (f" pid {pid}" if pid else ""))
 
     # ---------------------------------------------------------------- faults
 
-    def kill_random_worker(self) -> None:
+    def live_workers(self) -> list[Proc]:
         self.supervise()  # never "kill" a worker that is already gone
-        proc = self.rng.choice([p for p in self.workers.values() if p.pid not in self._stopped and p.alive()])
+        return [p for p in self.workers.values() if p.pid not in self._stopped and p.alive()]
+
+    def kill_random_worker(self, proc: Proc | None = None) -> None:
+        """SIGKILL `proc`, or a random live worker."""
+        proc = proc or self.rng.choice(self.live_workers())
         self.fault("sigkill", proc.pid)
         self.procs.kill(proc)
 
-    def stop_worker_past_lease(self) -> Proc:
-        proc = self.rng.choice(list(self.workers.values()))
+    def stop_worker_past_lease(self, proc: Proc | None = None) -> Proc:
+        """SIGSTOP `proc`, or a random live worker; `resume` it later."""
+        proc = proc or self.rng.choice(self.live_workers())
         self.fault("sigstop", proc.pid)
         os.kill(proc.pid, signal.SIGSTOP)
         self._stopped.add(proc.pid)
@@ -217,9 +257,30 @@ class Chaos:
         wait_for(done, timeout_s, f"all {len(self.healthy):,} healthy jobs acked (seed {self.seed})")
         return time.monotonic() - started
 
+    def wait_rescanned(self, timeout_s: float) -> bool:
+        """Until every re-scan row has been checked since the faults ended (or `timeout_s`: the
+        verdict then counts the rows left as lost)."""
+        assert self.rescan is not None
+        assert self.faults_end is not None
+        units, deadline = self.rescan.units(), time.monotonic() + timeout_s
+        while self.rescan.covered_since(self.faults_end) < units:
+            self.procs.check()
+            self.supervise()
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S)
+        return True
+
     def verdict(self) -> Verdict:
         acks = {int(n): int(c) for n, c in self.query(f"SELECT n, COUNT(*) FROM `{self.acks}` GROUP BY n")}
         return classify(self.healthy, self.poison, read_executions(self.exec_log), acks, self.faults)
+
+    def rescan_verdict(self) -> RescanVerdict:
+        """Read once every process has stopped (`stop_all`): no execution may be in flight."""
+        assert self.rescan is not None
+        assert self.faults_end is not None
+        runs, checks = read_rescan_log(self.rescan_log), self.rescan.checks()
+        return classify_rescan(self.rescan.expected(), runs, checks, self.faults, self.faults_end)
 
 
 def kill_mysql_session(chaos: Chaos) -> bool:
@@ -240,50 +301,3 @@ def kill_mysql_session(chaos: Chaos) -> bool:
                 chaos.query(f"KILL CONNECTION {chaos.rng.choice(ids)}")
             return True
     return False
-
-
-def soak(chaos: Chaos, jobs: int, *, waves: int = 10, flushes: int = 1, redis_restarts: int = 2) -> float:
-    """Scenario 1: one-off jobs enqueued in waves under random worker SIGKILLs, Redis restarts and
-    a FLUSHALL, one dispatcher SIGKILLed right after a COMMIT, and a worker SIGSTOPped past its
-    lease then resumed. One fault per wave at least; returns the seconds until all is acked."""
-    per_wave = max(1, jobs // waves)
-    chaos.enqueue(per_wave)
-    first = chaos.dispatcher("dispatcher-crash", DUECAST_FAULTS__CRASH_AFTER_COMMIT="true")
-    chaos.procs.wait_exit(first, 60)
-    chaos.fault("dispatcher_killed_after_commit", first.pid)
-    chaos.dispatcher("dispatcher")
-    for i in range(3):
-        chaos.worker(f"worker-{i}")
-    started = time.monotonic()
-    plan = ["flush"] * flushes + ["redis_restart"] * redis_restarts + ["stop"]
-    plan += ["kill"] * max(0, waves - len(plan))
-    chaos.rng.shuffle(plan)
-    stopped: tuple[Proc, float] | None = None
-    for step in plan:
-        target = chaos.acked() + per_wave // 2
-        chaos.enqueue(per_wave)
-        # The next fault lands once half a wave has been worked off: faults meet work in flight.
-        wait_for(
-            lambda t=target: chaos.supervise() and chaos.acked() >= t,
-            300,
-            "work to flow",
-            chaos.procs.check,
-        )
-        if stopped is not None and time.monotonic() > stopped[1]:
-            chaos.resume(stopped[0])
-            stopped = None
-        if step == "flush":
-            chaos.fault("redis_flush")
-            chaos.redis.client.flushall()
-        elif step == "redis_restart":
-            chaos.fault("redis_restart")
-            chaos.redis.restart()
-        elif step == "stop":
-            stopped = (chaos.stop_worker_past_lease(), time.monotonic() + chaos.lease_s * 2)
-        else:
-            chaos.kill_random_worker()
-    if stopped is not None:
-        wait_for(lambda: time.monotonic() > stopped[1], 60, "the stopped worker's lease to pass")
-        chaos.resume(stopped[0])
-    chaos.wait_done(max(300, jobs / 200))
-    return time.monotonic() - started

@@ -1,7 +1,8 @@
 """The chaos suite, short versions (CI): real processes, signals and Redis restarts against one-off
-jobs, checked by tests/chaos/checker.py. Pass: nothing lost, nothing acked twice, nothing
-unexpected, every redundant run explained by an injected fault. Each prints its seed; replay with
-DUECAST_CHAOS_SEED=<seed>. The long version is `python -m tests.chaos.run` (docs/reliability.md).
+jobs (and, in the soak, re-scan sources beside them), checked by tests/chaos/checker.py and
+rescan_checker.py. Pass: nothing lost, nothing acked twice, nothing unexpected, every redundant run
+explained by an injected fault. Each prints its seed; replay with DUECAST_CHAOS_SEED=<seed>. The
+long version is `python -m tests.chaos.run` (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from functools import partial
 from pathlib import Path
 
 import pymysql
@@ -16,13 +18,20 @@ import pytest
 
 from duecast.fleet import cpu_seconds
 from shared.settings import MySQLSettings
-from tests.chaos.harness import Chaos, kill_mysql_session, soak
+from tests.chaos.app import RESCAN_RANGES, RESCAN_ROWS
+from tests.chaos.harness import Chaos, kill_mysql_session
 from tests.chaos.private_mariadb import PrivateMariaDB
+from tests.chaos.soak import soak
 from tests.faults.private_redis import PrivateRedis
 from tests.faults.procs import Procs, wait_for
 
 pytestmark = pytest.mark.faults
 DOWN_S = float(os.environ.get("DUECAST_CHAOS_REDIS_DOWN_S", "6"))
+RECOVERY_BOUND_S = 30.0
+
+
+def _acked(chaos: Chaos, target: int) -> bool:
+    return chaos.acked() >= target
 
 
 def assert_clean(chaos: Chaos) -> None:
@@ -45,6 +54,24 @@ def test_soak_with_worker_kills_redis_restarts_a_flush_a_dispatcher_kill_and_a_s
         "dispatcher_killed_after_commit",
     }
     assert_clean(chaos)
+    verdict = chaos.rescan_verdict()
+    print(verdict.summary())
+    worst = verdict.worst_recovery()
+    print("re-scan: every row checked again within (s), worst per fault:", worst)
+    assert not verdict.lost, f"re-scan rows never checked again {verdict.lost[:20]} (seed {chaos.seed})"
+    assert not verdict.double_ack, f"re-scan acked twice {verdict.double_ack[:20]} (seed {chaos.seed})"
+    assert not verdict.unexpected, f"{verdict.unexpected[:10]} (seed {chaos.seed})"
+    assert min(verdict.checks[RESCAN_ROWS], verdict.checks[RESCAN_RANGES]) > 0
+    # Checks recover after every fault: each row is checked again within the bound after each one.
+    slow = {kind: s for kind, s in worst.items() if s is None or s > RECOVERY_BOUND_S}
+    assert not slow, f"re-scan did not recover within {RECOVERY_BOUND_S}s after {slow} (seed {chaos.seed})"
+    # The ack record is the database's, not an assumption: a forged second ack shows up.
+    assert chaos.rescan is not None
+    row, attempt = chaos.query(
+        f"SELECT id, dc_attempt FROM `{chaos.rescan.table}` WHERE dc_state = 0 LIMIT 1"
+    )[0]
+    chaos.query(f"UPDATE `{chaos.rescan.table}` SET checked_at = NOW(6) WHERE id = %s", (row,))
+    assert chaos.rescan_verdict().double_ack == [(RESCAN_ROWS, row, attempt)]
 
 
 def test_redis_down_the_dispatcher_stops_claiming_nothing_spins_and_all_recovers(chaos: Chaos) -> None:
@@ -76,7 +103,7 @@ def test_mysql_sessions_killed_again_and_again(chaos: Chaos) -> None:
     for _ in range(10):  # a wave of jobs, then a session killed while it is worked off
         target = chaos.acked() + 200
         chaos.enqueue(400)
-        wait_for(lambda t=target: chaos.acked() >= t, 60, "work to flow", chaos.procs.check)
+        wait_for(partial(_acked, chaos, target), 60, "work to flow", chaos.procs.check)
         kills += kill_mysql_session(chaos)
     chaos.wait_done(120)
     assert kills >= 8
@@ -152,7 +179,7 @@ def test_mariadb_restarted_twice_while_jobs_flow(
         for _ in range(2):
             target = chaos.acked() + 500
             chaos.enqueue(1500)
-            wait_for(lambda t=target: chaos.acked() >= t, 60, "work to flow", procs.check)
+            wait_for(partial(_acked, chaos, target), 60, "work to flow", procs.check)
             chaos.fault("mariadb_restart")
             server.restart()  # SIGKILL: a crash, then InnoDB recovery on start
             chaos.reconnect()

@@ -1,0 +1,117 @@
+"""Scenario 1, the soak: one-off jobs in waves with re-scan sources beside them, a fault per wave. The
+CI test (test_chaos.py) and the long runner (run.py) both run this; the checkers judge the outcome.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+from shared.keys import Keys
+from shared.settings import JOBS_SOURCE
+from tests.chaos.app import RESCAN_RANGES, RESCAN_ROWS
+from tests.chaos.harness import Chaos
+from tests.faults.procs import Proc, wait_for
+
+# Once the faults are over, every re-scan row must be checked again within this long (a healthy
+# check comes every period plus a claim, 5-6 s; a row a killed worker held waits out the visibility
+# timeout first). Only a failing run waits it out.
+RESCAN_BOUND_S = 60.0
+
+
+def _flowing(chaos: Chaos, target: int) -> bool:
+    return chaos.supervise() and chaos.acked() >= target
+
+
+def _after(deadline: float) -> bool:
+    return time.monotonic() > deadline
+
+
+def rescan_holder(chaos: Chaos, timeout_s: float = 5.0) -> Proc | None:
+    """A live worker in the middle of a re-scan batch, found by the hold record every worker keeps
+    in Redis while it works a batch (the one the reaper reads); None if none is seen in time."""
+    assert chaos.rescan is not None
+    names = {s.name.encode() for s in chaos.rescan.sources}
+    pattern = Keys(f"chaos-{chaos.suffix}").inflight("*")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        live = {p.pid: p for p in chaos.live_workers()}
+        for key in chaos.redis.client.scan_iter(match=pattern):
+            held = chaos.redis.client.get(key)
+            source = held.split(b"\n", 1)[0] if isinstance(held, bytes) else b""
+            pid = int(key.rsplit(b":", 1)[1])  # the worker's name is host:pid
+            if source in names and pid in live:
+                return live[pid]
+        time.sleep(0.01)
+    return None
+
+
+def soak(
+    chaos: Chaos,
+    jobs: int,
+    *,
+    waves: int = 10,
+    flushes: int = 1,
+    redis_restarts: int = 2,
+    rescan: Mapping[str, Any] | None = None,
+) -> float:
+    """One-off jobs enqueued in waves, and a row-mode and a range-mode re-scan source (`rescan`:
+    their sizes, see RescanTables) served by the same dispatcher all along, under worker SIGKILLs
+    (every other one aimed at a worker in a re-scan batch), Redis restarts and a FLUSHALL, one
+    dispatcher SIGKILLed right after a COMMIT, and two workers SIGSTOPped past the job lease then
+    resumed (one at random, one in a re-scan batch). Returns the seconds until every job is acked;
+    then waits for every re-scan row to be checked again and stops every process."""
+    per_wave = max(1, jobs // waves)
+    chaos.add_rescan(**(rescan or {}))
+    chaos.enqueue(per_wave)
+    first = chaos.dispatcher("dispatcher-crash", DUECAST_FAULTS__CRASH_AFTER_COMMIT="true")
+    chaos.procs.wait_exit(first, 60)
+    chaos.fault("dispatcher_killed_after_commit", first.pid)
+    chaos.dispatcher("dispatcher")
+    # Re-scan first: a worker pops the first non-empty list it serves, and the jobs list is never
+    # empty here. A worker pops every source with one count, the smallest (pop_batch / range_size
+    # entries for a range source), so the range source gets a worker of its own: beside it, job
+    # batches would shrink to one job. That worker takes jobs too when no span is due.
+    for i in range(3):
+        chaos.worker(f"worker-{i}", (RESCAN_ROWS, JOBS_SOURCE))
+    chaos.worker("worker-ranges", (RESCAN_RANGES, JOBS_SOURCE))
+    started = time.monotonic()
+    plan = ["flush"] * flushes + ["redis_restart"] * redis_restarts + ["stop", "stop_rescan"]
+    plan += ["kill", "kill_rescan"] * max(0, waves - len(plan))
+    plan = plan[: max(waves, flushes + redis_restarts + 2)]
+    chaos.rng.shuffle(plan)
+    stopped: list[tuple[Proc, float]] = []
+    for step in plan:
+        target = chaos.acked() + per_wave // 2
+        chaos.enqueue(per_wave)
+        # The next fault lands once half a wave has been worked off: faults meet work in flight.
+        wait_for(partial(_flowing, chaos, target), 300, "work to flow", chaos.procs.check)
+        for proc, until in [s for s in stopped if time.monotonic() > s[1]]:
+            chaos.resume(proc)
+            stopped.remove((proc, until))
+        _inject(chaos, step, stopped)
+    for proc, until in stopped:
+        wait_for(partial(_after, until), 60, "a stopped worker's lease to pass")
+        chaos.resume(proc)
+    chaos.faults_end = chaos.db_now()
+    chaos.wait_done(max(300, jobs / 200))
+    took = time.monotonic() - started
+    chaos.wait_rescanned(RESCAN_BOUND_S)
+    chaos.stop_all()
+    return took
+
+
+def _inject(chaos: Chaos, step: str, stopped: list[tuple[Proc, float]]) -> None:
+    if step == "flush":
+        chaos.fault("redis_flush")
+        chaos.redis.client.flushall()
+    elif step == "redis_restart":
+        chaos.fault("redis_restart")
+        chaos.redis.restart()
+    elif step in ("stop", "stop_rescan"):
+        proc = chaos.stop_worker_past_lease(rescan_holder(chaos) if step == "stop_rescan" else None)
+        stopped.append((proc, time.monotonic() + chaos.lease_s * 2))
+    else:
+        chaos.kill_random_worker(rescan_holder(chaos) if step == "kill_rescan" else None)
