@@ -25,6 +25,9 @@ _CR_SSL_CONNECTION_ERROR = 2026
 _CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 
 
+GROUP_CONCAT_MAX_LEN = 64 * 1024 * 1024
+
+
 def connect(settings: MySQLSettings, database: bool = True) -> pymysql.Connection[pymysql.cursors.Cursor]:
     """Open a connection: autocommit off, READ COMMITTED, utf8mb4, rowcount = rows matched.
 
@@ -60,6 +63,9 @@ def connect(settings: MySQLSettings, database: bool = True) -> pymysql.Connectio
         # Short lock waits: the only long-held locks are a live worker's batch rows, and whoever
         # waits for those has a fallback (skip them) instead of stalling its loop.
         cur.execute("SET SESSION innodb_lock_wait_timeout = %s", (settings.lock_wait_s,))
+        # MariaDB caps JSON_ARRAYAGG (range mode's packed read) at group_concat_max_len, 1 MiB by
+        # default; a truncated value would only send the read down its slower path, but why pay.
+        cur.execute("SET SESSION group_concat_max_len = %s", (GROUP_CONCAT_MAX_LEN,))
         try:
             # MariaDB turns an IN list of 1,000+ values into a subquery that may scan the table;
             # duecast's lists are ids it means to look up one by one. (MySQL has no such rewrite.)

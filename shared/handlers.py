@@ -40,7 +40,7 @@ class Ack:
     @classmethod
     def default(cls) -> Ack:
         """The source's `on_success` action (touch for re-scan sources, delete for one-off work)."""
-        return cls()
+        return _DEFAULT  # immutable, so one object serves every row (and is cheap to compare)
 
     @classmethod
     def touch(cls, delay_s: float = 0.0, **values: Any) -> Ack:
@@ -76,6 +76,8 @@ class Ack:
         """Jobs: stop here, no further attempts; the job is kept as dead with `reason` as its error."""
         return cls("discard", reason=str(reason))
 
+
+_DEFAULT = Ack()
 
 RowHandler = Callable[[Row], Ack | None]
 BatchHandler = Callable[[list[Row]], Sequence[Ack | None] | None]

@@ -22,6 +22,14 @@ def dispatch_delay_s(claimed: int, room: int, poll_interval_s: float) -> float:
     return poll_interval_s
 
 
+def catch_up_s(period_s: float) -> float:
+    """How late a range-mode span may be checked and still keep its fixed-rate slot: a second, or a
+    tenth of a short period. Later than that, its cadence restarts from the check (less this), so
+    an outage's backlog is not checked twice over, and the extra demand while behind is bounded
+    to period / (period - catch_up), at most 11%."""
+    return min(1.0, period_s / 10)
+
+
 def error_backoff_s(failures: int, base_s: float, cap_s: float, rng: random.Random) -> float:
     """Exponential backoff with full jitter after `failures` consecutive failed ticks (>= 1)."""
     if failures < 1:

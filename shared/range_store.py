@@ -7,10 +7,14 @@ mode's SQL (text in shared.sql).
 
 from __future__ import annotations
 
-from collections import defaultdict
+import json
+import logging
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
+from operator import itemgetter
 from typing import Any
 
 import pymysql.cursors
@@ -26,8 +30,12 @@ from shared.sql import assignments, column_list, in_list, render_ranges, spans
 from shared.states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
 from shared.store import AckCounts, Batch, SourceStatus, SourceStore, StaleAck, guarded
 
+log = logging.getLogger("duecast.ranges")
+
 RANGE_KEY = "dc_range"  # each business row handed to a handler carries its span's first id
 FRESH_SLACK_S = 1.0  # "checked within period + 1 s" is what freshness counts
+# Column types (information_schema DATA_TYPE) whose values JSON carries unchanged: see _packable.
+PACKABLE_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint", "char", "varchar"})
 
 
 class RangeBatch:
@@ -60,13 +68,14 @@ class RangeBatch:
         DISPATCHED under a burnt attempt: the sweeper redelivers the whole span. If a range's
         fence no longer matches, StaleAck rolls the whole transaction back, writes included.
         """
-        succeeded = {id(row) for row, _ in acks}
-        failed = {row[RANGE_KEY] for row in self.rows if id(row) not in succeeded}
-        writes = [(row, ack) for row, ack in acks if row[RANGE_KEY] not in failed]
+        failed: set[int] = set()
+        writes = acks
+        if len(acks) < len(self.rows):  # acks hold only rows that succeeded, each once
+            succeeded = {id(row) for row, _ in acks}
+            failed = {row[RANGE_KEY] for row in self.rows if id(row) not in succeeded}
+            writes = [(row, ack) for row, ack in acks if row[RANGE_KEY] not in failed]
         failed |= {row[RANGE_KEY] for row in self._store.write_changes(self._cur, writes)}
-        seen: dict[int, int] = defaultdict(int)
-        for row in self.rows:
-            seen[row[RANGE_KEY]] += 1
+        seen = Counter(map(itemgetter(RANGE_KEY), self.rows))
         done = [r for r in self._ranges.rows if int(r["lo"]) not in failed]
         self._ranges.fail([(r, None) for r in self._ranges.rows if int(r["lo"]) in failed])
         if not done:
@@ -84,9 +93,12 @@ class RangeStore:
         self.db = db
         self.business = business
         self.ranges = SourceStore(db, range_source(business))
-        self.src = self.ranges.src  # what dispatcher and sweeper pace by: counted in ranges
         self.sql = render_ranges(business, ranges_table(business))
+        # Ranges are acked at a fixed rate (see RangeSQL.ack_checked); the rest is row machinery.
+        self.ranges.sql = replace(self.ranges.sql, ack_touch=self.sql.ack_checked)
+        self.src = self.ranges.src  # what dispatcher and sweeper pace by: counted in ranges
         self.columns: frozenset[str] = frozenset()
+        self.column_types: dict[str, str] = {}
         self.id_column = business.id_column
         self._pk = quote(business.id_column)
         self.rows_per_entry = business.range_size
@@ -96,6 +108,7 @@ class RangeStore:
             info = describe(cur, self.business.table)
         check_business_columns(self.business, info)
         self.columns = frozenset(info.columns)
+        self.column_types = dict(info.columns)
         self.ranges.verify()
 
     def claim_due(self, limit: int) -> list[Entry]:
@@ -143,18 +156,54 @@ class RangeStore:
         wanted = list(dict.fromkeys([pk, *columns])) if columns else []
         bounds = [(int(r["lo"]), int(r["hi"])) for r in ranges]
         attempts = {int(r["lo"]): int(r[ATTEMPT_COLUMN]) for r in ranges}
-        stmt = self.sql.rows_in_ranges.format(columns=column_list(wanted), spans=spans(bounds, f"`{pk}`"))
-        cur.execute(stmt)
-        names = [d[0] for d in cur.description or ()]
+        where = spans(bounds, f"`{pk}`")
+        packed = self._packed_rows(cur, wanted, where) if self._packable(wanted) else None
+        names = wanted
+        values: Sequence[Sequence[Any]]
+        if packed is not None:
+            values = packed
+        else:
+            cur.execute(self.sql.rows_in_ranges.format(columns=column_list(wanted), spans=where))
+            names = [d[0] for d in cur.description or ()]
+            values = cur.fetchall()
         size = self.business.range_size
         rows = []
-        for values in cur.fetchall():
-            row = dict(zip(names, values, strict=True))
+        for value in values:
+            row = dict(zip(names, value, strict=True))
             lo = int(row[pk]) // size * size
             row[RANGE_KEY] = lo
             row[ATTEMPT_COLUMN] = attempts[lo]
             rows.append(row)
         return rows
+
+    def _packable(self, columns: Sequence[str]) -> bool:
+        """Whether every column reads back the same through JSON as through PyMySQL: integers and
+        (var)char text. Dates, decimals, floats, binary and JSON columns change type (or may), and
+        take the plain read; so does a handler that reads every column."""
+        return bool(columns) and all(self.column_types.get(c) in PACKABLE_TYPES for c in columns)
+
+    def _packed_rows(self, cur: pymysql.cursors.Cursor, columns: list[str], where: str) -> list[Any] | None:
+        """The rows as value lists sorted by id (the id is first), or None when the packed value
+        cannot be trusted (cut short by a server limit), so the caller takes the plain read."""
+        cur.execute(self.sql.rows_in_ranges_packed.format(columns=column_list(columns), spans=where))
+        count, packed = cur.fetchone() or (0, None)
+        if not count:
+            return []
+        try:
+            values: list[Any] = json.loads(packed) if packed is not None else []
+        except ValueError:
+            values = []
+        if len(values) != count:
+            log.warning(
+                "packed read of %s gave %d of %d rows (max_allowed_packet or group_concat_max_len "
+                "too small?); reading row by row",
+                self.business.table,
+                len(values),
+                count,
+            )
+            return None
+        values.sort(key=itemgetter(0))  # already in id order on MariaDB; MySQL promises no order
+        return values
 
     def group_key(self, ack: Ack) -> Any:
         """Validate an ack for range mode; rows with equal keys share one write."""
@@ -176,8 +225,11 @@ class RangeStore:
         Returns the rows whose values the database refused.
         """
         groups: dict[Any, list[Row]] = defaultdict(list)
+        keys: dict[int, Any] = {}  # by identity: most rows share one Ack object
         for row, ack in acks:
-            key = self.group_key(ack)
+            key = keys.get(id(ack))
+            if key is None:
+                key = keys[id(ack)] = self.group_key(ack)
             if key[0] == "delete" or key[1]:
                 groups[key].append(row)
         refused: list[Row] = []

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from shared.identifiers import quote
 from shared.keys import Entry
+from shared.policy import catch_up_s
 from shared.settings import SourceSettings
 from shared.states import (
     ATTEMPT_COLUMN,
@@ -257,6 +258,8 @@ class RangeSQL:
     """Range mode: statements on the business table (the ranges table uses SourceSQL)."""
 
     rows_in_ranges: str
+    rows_in_ranges_packed: str
+    ack_checked: str
     set_values: str
     delete_ids: str
     discover: str
@@ -266,11 +269,34 @@ class RangeSQL:
 
 def render_ranges(src: SourceSettings, ranges_table: str) -> RangeSQL:
     t, pk, due, r = quote(src.table), quote(src.id_column), quote(src.due_column), quote(ranges_table)
+    st = quote(STATE_COLUMN)
     size = int(src.range_size)
+    period_us, catch_up_us = round(src.period_s * 1_000_000), round(catch_up_s(src.period_s) * 1_000_000)
     return RangeSQL(
         # A batch's rows: `{spans}` is `(id >= lo AND id < hi) OR ...` from locked range rows;
         # PRIMARY range scans, no locks (the range row's lock fences the whole span).
         rows_in_ranges=f"SELECT {{columns}} FROM {t} FORCE INDEX (PRIMARY) WHERE {{spans}} ORDER BY {pk}",
+        # The same rows as one JSON array of arrays (`{columns}` quoted, comma-separated): one
+        # value to parse with json.loads instead of a protocol packet per row, which is most of a
+        # worker's time per check. Only for columns whose JSON form is their PyMySQL value (see
+        # RangeStore); MySQL's JSON_ARRAYAGG has no ORDER BY, so the caller sorts. The count tells
+        # a whole value from one a server limit cut short.
+        rows_in_ranges_packed=(
+            f"SELECT COUNT(*), JSON_ARRAYAGG(JSON_ARRAY({{columns}})) "
+            f"FROM {t} FORCE INDEX (PRIMARY) WHERE {{spans}}"
+        ),
+        # A range's ack (in place of the row machinery's ack_touch): a fixed rate, not a fixed
+        # delay. The span is due a period after the slot it was due at, so a check made d late
+        # does not make every later check d later too (1M users every 10 s is 100,000 checks/s,
+        # not 1M / (10 s + d)). A span more than catch_up late (an outage, an overload) restarts
+        # its cadence from NOW(6) - catch_up instead of being due again at once (policy.catch_up_s).
+        # So checked_at is the slot a check served: never later than the check, and at most
+        # catch_up earlier; staleness read from it errs on the old side. PRIMARY, fenced.
+        ack_checked=(
+            f"UPDATE {r} FORCE INDEX (PRIMARY) SET {st} = {IDLE}, `checked_at` = GREATEST("
+            f"`checked_at` + INTERVAL {period_us} MICROSECOND, NOW(6) - INTERVAL {catch_up_us} MICROSECOND"
+            f") + INTERVAL %s MICROSECOND{{set}} WHERE {{fence}} AND {st} = {DISPATCHED}"
+        ),
         # Only rows whose handler asked for a change are written (their due column records the
         # change, as a touch does in row mode); PRIMARY lookups. `{set}` starts with ", ".
         set_values=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {due} = NOW(6){{set}} WHERE {{ids}}",

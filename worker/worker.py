@@ -155,19 +155,28 @@ class Worker:
         known: dict[Any, Ack | BaseException],
     ) -> Counter[str]:
         key = store.id_column
-        fresh = [row for row in rows if row.get(key) not in known]
-        if fresh:
-            for row, outcome in zip(fresh, self.executor.run(handler, fresh), strict=True):
-                known[row.get(key)] = outcome
-        outcomes = [known[row.get(key)] for row in rows]
+        if known:  # a retried unit: rows handled before keep their outcome, never run twice
+            fresh = [row for row in rows if row.get(key) not in known]
+            if fresh:
+                redone = self.executor.run(handler, fresh)
+                known.update(zip([row.get(key) for row in fresh], redone, strict=True))
+            outcomes = [known[row.get(key)] for row in rows]
+        else:
+            outcomes = self.executor.run(handler, rows) if rows else []
+            known.update(zip([row.get(key) for row in rows], outcomes, strict=True))
         acks: list[tuple[Row, Ack]] = []
         failed: list[tuple[Row, object]] = []
+        valid: dict[int, bool] = {}  # by identity: handlers mostly return one shared Ack object
         for row, outcome in zip(rows, outcomes, strict=True):
-            if isinstance(outcome, Ack) and self._valid(store, outcome):
-                acks.append((row, outcome))
-            else:
-                failed.append((row, outcome))
-                self._log_failure(store, row, outcome)
+            if isinstance(outcome, Ack):
+                ok = valid.get(id(outcome))
+                if ok is None:
+                    ok = valid[id(outcome)] = self._valid(store, outcome)
+                if ok:
+                    acks.append((row, outcome))
+                    continue
+            failed.append((row, outcome))
+            self._log_failure(store, row, outcome)
         result = batch.ack(acks)
         batch.fail(failed)
         return Counter(acked=result.acked, stale_acks=result.stale, failed=len(failed) + result.refused)

@@ -12,6 +12,7 @@ import pytest
 from dispatcher.main import serve as serve_dispatcher
 from dispatcher.sweeper import Sweeper
 from shared import migrate
+from shared.handlers import Ack
 from shared.range_store import RangeStore
 from shared.ranges import ranges_table
 from shared.runtime import build_queue, build_stores
@@ -133,6 +134,34 @@ def test_checked_ranges_are_not_due_again_until_their_period(ranged: Callable[[i
     PLAN.reset()
     one_pass(settings)
     assert PLAN.runs == {}
+
+
+def test_ranges_keep_a_fixed_rate_and_restart_their_cadence_after_a_long_delay(
+    ranged: Callable[[int], Settings], sql: pymysql.cursors.Cursor
+) -> None:
+    """A span checked a little late keeps its slot (due exactly one period after it was due);
+    one checked long after its slot restarts from the check, less the catch-up of 1 s."""
+    settings = ranged(300)  # spans 0, 100, 200, 300; period 10 s
+    one_pass(settings)
+    table = ranges_table(settings.sources[0])
+    # Span 100 fell due 0.2 s ago (its slot: 10.2 s ago), span 200 an hour ago; 0 and 300 are not due.
+    sql.execute(f"UPDATE `{table}` SET checked_at = NOW(6) - INTERVAL 10200000 MICROSECOND WHERE lo = 100")
+    sql.execute(f"UPDATE `{table}` SET checked_at = NOW(6) - INTERVAL 1 HOUR WHERE lo = 200")
+    sql.execute(f"SELECT lo, checked_at FROM `{table}` WHERE lo IN (100, 200) ORDER BY lo")
+    slots = dict(sql.fetchall())
+    s = store(settings)
+    entries = s.claim_due(10)  # the store's own calls: acked within milliseconds, not a loop's pace
+    with s.started(entries, ["status"]) as batch:
+        assert {r["dc_range"] for r in batch.rows} == {100, 200}
+        batch.ack([(row, Ack.default()) for row in batch.rows])
+    sql.execute(
+        f"SELECT lo, checked_at, TIMESTAMPDIFF(MICROSECOND, checked_at, NOW(6)) FROM `{table}` "
+        "WHERE lo IN (100, 200) ORDER BY lo"
+    )
+    (_, kept, _), (_, restarted, age_us) = sql.fetchall()
+    assert (kept - slots[100]).total_seconds() == 10.0  # its next slot, to the microsecond
+    assert 1_000_000 <= age_us < 5_000_000  # NOW(6) - 1 s at the ack, a moment ago
+    assert restarted > slots[200]
 
 
 def test_a_failed_row_leaves_its_whole_span_to_the_sweeper(

@@ -9,6 +9,7 @@ import pytest
 
 from shared.policy import (
     blame_interruptions,
+    catch_up_s,
     claim_room,
     dead_after_failure,
     dead_after_interruption,
@@ -165,3 +166,9 @@ def test_interruptions_are_blamed_only_on_a_job_that_ran_alone() -> None:
     assert blamed == [3]  # a suspect killed while alone: one more
     assert dead == [4, 5]  # the third blamed interruption
     assert blame_interruptions([], 3) == ([], [], [])
+
+
+@pytest.mark.parametrize(("period", "expected"), [(10.0, 1.0), (300.0, 1.0), (5.0, 0.5), (0.5, 0.05)])
+def test_catch_up_is_a_second_or_a_tenth_of_a_short_period(period: float, expected: float) -> None:
+    assert catch_up_s(period) == pytest.approx(expected)
+    assert catch_up_s(period) < period  # a late span is never due again at once
