@@ -14,7 +14,7 @@ import socket
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
@@ -24,7 +24,7 @@ from shared import observe
 from shared.db import Database, is_transient
 from shared.handlers import Ack, Row
 from shared.keys import Entry
-from shared.leases import LeaseKeeper
+from shared.leases import Extended, Hold, LeaseKeeper
 from shared.policy import blame_interruptions, dead_after_failure, retry_delay_s
 from shared.schema import check_jobs_table
 from shared.settings import JobsSettings, MySQLSettings, SourceSettings
@@ -112,6 +112,7 @@ class JobStore:
             rows, released = isolate_suspects(rows)
             if released:
                 cur.execute(self.sql.release.format(ids=in_list("`id`", (int(r["id"]) for r in released))))
+            since = time.monotonic()  # before the leases' NOW(6): the keeper counts from here
             if rows:
                 ids = in_list("`id`", (int(r["id"]) for r in rows))
                 cur.execute(self.sql.mark_running.format(ids=ids), (self._lease_us, self._worker))
@@ -119,14 +120,15 @@ class JobStore:
         if not rows:
             yield batch
             return
-        with self._leases.holding(batch.entries):
+        with self._leases.holding(batch.entries, since) as batch.hold:
             yield batch
 
-    def extend_leases(self, db: Database, entries: Sequence[Entry]) -> int:
+    def extend_leases(self, db: Database, entries: Sequence[Entry]) -> Extended:
         """Push the lease of running jobs forward (on the lease keeper's own connection)."""
         with db.transaction() as cur:
-            stmt = self.sql.extend_lease.format(fence=self.fence(entries))
-            return int(cur.execute(stmt, (self._lease_us,)))
+            return renew_leases(
+                cur, self.sql, entries, self.fence, extend_args=(self._lease_us,), where_args=()
+            )
 
     def group_key(self, ack: Ack) -> Any:
         if ack.action in ("default", "delete"):
@@ -285,6 +287,44 @@ def retrying(unit: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
+class LeaseSQL(Protocol):
+    """The lease keeper's statements (shared.sql_jobs, shared.sql_topics)."""
+
+    @property
+    def lock_leased(self) -> str: ...
+    @property
+    def extend_lease(self) -> str: ...
+    @property
+    def leased(self) -> str: ...
+
+
+def renew_leases(
+    cur: pymysql.cursors.Cursor,
+    sql: LeaseSQL,
+    entries: Sequence[Entry],
+    fence: Callable[[Sequence[Entry]], str],
+    *,
+    extend_args: tuple[Any, ...],
+    where_args: tuple[Any, ...],
+) -> Extended:
+    """Extend the leases still ours that no other session has locked; say which are lost.
+
+    Never waits for a lock (SKIP LOCKED; a plain read): a row locked elsewhere, by this worker's
+    own ack most often, is neither kept nor lost this time.
+    """
+    cur.execute(sql.lock_leased.format(fence=fence(entries)), where_args)
+    kept = {int(r[0]) for r in cur.fetchall()}
+    if kept:
+        mine = [e for e in entries if e.id in kept]
+        cur.execute(sql.extend_lease.format(fence=fence(mine)), (*extend_args, *where_args))
+    rest = [e for e in entries if e.id not in kept]
+    still: set[int] = set()
+    if rest:
+        cur.execute(sql.leased.format(fence=fence(rest)), where_args)
+        still = {int(r[0]) for r in cur.fetchall()}
+    return Extended(frozenset(kept), frozenset(e.id for e in rest if e.id not in still))
+
+
 def isolate_suspects(rows: list[Row]) -> tuple[list[Row], list[Row]]:
     """(rows to run, rows to release). A suspect - a job whose worker died while running it -
     may be what kills workers: a batch takes at most one, and runs it last and alone (see
@@ -316,9 +356,16 @@ class JobBatch:
 
     def __init__(self, store: Finisher, rows: list[Row], skipped: int, key: str = "id") -> None:
         self._store = store
+        self._key = key
         self.rows = rows
         self.skipped = skipped
         self.entries = [Entry(int(r[key]), int(r["dc_attempt"])) for r in rows]
+        self.hold: Hold | None = None  # the lease keeper's, while the batch runs
+
+    def _finishing(self, rows: Iterable[Row]) -> None:
+        """Tell the lease keeper these rows' ack begins: their leaving RUNNING is not a lost lease."""
+        if self.hold is not None:
+            self.hold.finishing(int(r[self._key]) for r in rows)
 
     def phases(self) -> list[list[Row]]:
         """Rows in the order to run and ack them: the clean ones, then the suspect (if any) alone,
@@ -332,6 +379,7 @@ class JobBatch:
         retries and discards one by one, transactional tasks each under a savepoint."""
         if not acks:
             return AckCounts(0, 0)
+        self._finishing(row for row, _ in acks)
         (acked, stale), failures = retrying(lambda: self._ack_once(acks))
         self.fail(failures)
         return AckCounts(acked, stale, len(failures))
@@ -391,6 +439,7 @@ class JobBatch:
         """Failed runs: pending again after a backoff delay, or dead once out of attempts."""
         if not failures:
             return
+        self._finishing(row for row, _ in failures)
 
         def once() -> Counter[object]:
             outcomes: Counter[object] = Counter()

@@ -1,13 +1,16 @@
-"""Pure pacing and backoff decisions: no I/O, no clocks, exhaustively unit-tested.
+"""Pure pacing, backoff and fencing decisions: no I/O, no clocks, exhaustively unit-tested.
 
-Roles ask these functions how much to claim and how long to sleep; SQL adds the delays it stores.
+Roles ask these functions how much to claim and how long to sleep (SQL adds the delays it stores),
+and lease keepers when to renew and when their process must stop; callers pass the time in.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 
 def claim_room(list_length: int, high_water: int, batch: int) -> int:
@@ -93,3 +96,77 @@ def blame_interruptions(
     dead = [i for i, n in alone if dead_after_interruption(n, max_interruptions)]
     blamed = [i for i, n in alone if not dead_after_interruption(n, max_interruptions)]
     return flagged, blamed, dead
+
+
+# -- leases: when a lease keeper renews, and when its process must stop ----------------------------
+
+FENCE_SHARE = 0.8  # as the leader lease (shared/leader.py): act on at most this share of a lease
+
+
+@dataclass(frozen=True)
+class LeaseTiming:
+    renew_s: float  # renew this long after the last confirmation
+    retry_s: float  # after a renewal that failed or could not confirm every lease, try again this soon
+    fence_s: float  # no confirmation for this long: the process stops (see fence_reason)
+
+
+def lease_timing(lease_s: float) -> LeaseTiming:
+    """Renew every third of the lease; stop the process at 0.8 of it without a confirmation.
+
+    Confirmations are timed from before the statement that set the leases (the database's NOW(6)
+    came later), so at the fence a fifth of the lease is still left for the process to end before
+    any sweeper can see the lease run out.
+    """
+    return LeaseTiming(lease_s / 3, lease_s / 30, lease_s * FENCE_SHARE)
+
+
+def keeper_fits(lease_s: float, keeper_timeout_s: float) -> bool:
+    """Whether one renewal, started on time and stalled once connecting and once reading (each cut
+    off after keeper_timeout_s), is over before the fence: one stall must not stop a healthy worker."""
+    timing = lease_timing(lease_s)
+    return timing.renew_s + 2 * keeper_timeout_s < timing.fence_s
+
+
+def shortest_lease_s(keeper_timeout_s: float) -> float:
+    """The lease keeper_fits needs more than, for a keeper timeout (for error messages)."""
+    return 2 * keeper_timeout_s / (FENCE_SHARE - 1 / 3)
+
+
+Renewal = Literal["confirmed", "lost", "unknown"]
+
+
+def renewal_outcome(needed: Collection[int], kept: Collection[int], gone: Collection[int]) -> Renewal:
+    """What one renewal proved about the ids a batch still needs leased (those not being acked).
+
+    "lost": one is no longer running under its attempt, so another worker may run it now;
+    "confirmed": every one was extended; "unknown": some were locked by another session (neither).
+    """
+    if any(i in gone for i in needed):
+        return "lost"
+    return "confirmed" if all(i in kept for i in needed) else "unknown"
+
+
+Fence = Literal["lost", "unconfirmed", "hung"]
+
+
+def fence_reason(
+    now: float,
+    *,
+    confirmed: float,
+    started: float,
+    lost: bool,
+    timing: LeaseTiming,
+    timeout_s: float | None,
+) -> Fence | None:
+    """Why a process holding a batch must stop now (times on one monotonic clock), or None.
+
+    "lost": a lease is gone; "unconfirmed": the leases were last confirmed fence_s ago and may run
+    out before another renewal lands; "hung": the batch has run longer than its timeout.
+    """
+    if lost:
+        return "lost"
+    if now >= confirmed + timing.fence_s:
+        return "unconfirmed"
+    if timeout_s is not None and now >= started + timeout_s:
+        return "hung"
+    return None

@@ -42,6 +42,10 @@ class MySQLSettings(_Section):
     connect_timeout_s: float = Field(5.0, gt=0, le=60)
     read_timeout_s: float = Field(30.0, gt=0, le=3600)
     lock_wait_s: int = Field(2, ge=1, le=60)  # innodb_lock_wait_timeout for duecast's sessions
+    # Connect and read timeout of the lease keepers' own connections (jobs, topic messages): a
+    # renewal that stalls is cut off and tried again on a new connection, well inside the lease
+    # (jobs.lease_s must exceed about 4.3 times this; see docs/reliability.md). Never waits for locks.
+    lease_keeper_timeout_s: float = Field(2.0, gt=0, le=60)
     # TLS (docs/security.md). `tls = true` requires it: a server without TLS is refused, never
     # used in plaintext. The server's certificate is checked against tls_ca_file (default: the
     # system's CAs) and its name against `host`.
@@ -248,8 +252,9 @@ class JobsSettings(_Section):
     max_interruptions: int = Field(3, ge=1, le=1000)  # runs whose worker died, before dead
     retry_base_s: float = Field(2.0, gt=0, le=86400)  # backoff after the first failure...
     retry_cap_s: float = Field(3600.0, gt=0, le=30 * 86400)  # ...doubling up to this, with jitter
-    # A RUNNING job's lease: its worker extends it while the handler runs; a job whose lease ran
-    # out was interrupted (its worker died) and is run again, or dead after max_interruptions.
+    # A RUNNING job's lease: its worker extends it every lease_s/3 while the handler runs, and exits
+    # without acking if it could not for 0.8 of it (self-fencing); a job whose lease ran out was
+    # interrupted (its worker died) and is run again, or dead after max_interruptions.
     lease_s: float = Field(15.0, ge=2, le=86400)
     # A worker batch still running after this long is hung: the worker stops extending its leases
     # and exits (a supervisor restarts it), so its jobs are interrupted and run again elsewhere; a

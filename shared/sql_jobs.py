@@ -58,7 +58,9 @@ class JobSQL:
     lock_dispatched_skip: str
     mark_running: str
     release: str
+    lock_leased: str
     extend_lease: str
+    leased: str
     finish_delete: str
     finish_done: str
     fail_retry: str
@@ -140,11 +142,22 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
         # Worker start, a suspect (interrupted before) beyond the one a batch may hold: back to
         # pending at once, unchanged, for another batch (rows locked by this transaction).
         release=f"UPDATE {t} SET `dc_state` = {IDLE} WHERE {{ids}}",
-        # The lease keeper, while handlers run: fenced, so a lost job is not extended.
+        # The lease keeper, while handlers run (its own connection; PRIMARY). Step 1: lock the
+        # batch's jobs still RUNNING under their attempt, skipping rows another session holds (this
+        # worker's own ack, mostly): the keeper never waits for a lock, so a short read timeout is safe.
+        lock_leased=(
+            f"SELECT `id` FROM {t} FORCE INDEX (PRIMARY) WHERE "
+            + fenced.replace("{state}", str(RUNNING))
+            + " FOR UPDATE SKIP LOCKED"
+        ),
+        # Step 2, on the rows step 1 locked: fenced, so a lost job is never extended.
         extend_lease=(
             f"UPDATE {t} FORCE INDEX (PRIMARY) SET `lease_until` = NOW(6) + INTERVAL %s MICROSECOND "
             "WHERE " + fenced.replace("{state}", str(RUNNING))
         ),
+        # Step 3, only for jobs step 1 did not lock: which are still ours (locked elsewhere for now);
+        # the others have lost their lease. A plain read: it waits for nobody.
+        leased=f"SELECT `id` FROM {t} FORCE INDEX (PRIMARY) WHERE " + fenced.replace("{state}", str(RUNNING)),
         # Finish, success: every statement below is fenced on (id, attempt) and RUNNING.
         finish_delete=(
             f"DELETE {t} FROM {t} FORCE INDEX (PRIMARY) WHERE " + fenced.replace("{state}", str(RUNNING))

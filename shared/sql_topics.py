@@ -58,7 +58,9 @@ class TopicSQL:
     release: str
     mark_running: str
     read_messages: str
+    lock_leased: str
     extend_lease: str
+    leased: str
     finish_done: str
     record_attempt: str
     fail_retry: str
@@ -178,10 +180,18 @@ def render_topics(topics: TopicsSettings) -> TopicSQL:
         ),
         # The messages themselves: a plain (consistent, lock-free) read, so groups never contend.
         read_messages=f"SELECT {msg_cols} FROM {m} WHERE `topic_id` = %s AND {{ids}}",
+        # The lease keeper, as for jobs: lock what is still ours (skipping rows another session
+        # holds), extend it, and read which of the rest are still ours (the others are lost).
+        lock_leased=(
+            f"SELECT `seq` FROM {d} FORCE INDEX (PRIMARY) WHERE "
+            + running.replace("{where}", "{fence}")
+            + " FOR UPDATE SKIP LOCKED"
+        ),
         extend_lease=(
             f"UPDATE {d} FORCE INDEX (PRIMARY) SET `lease_until` = NOW(6) + INTERVAL %s MICROSECOND "
             "WHERE " + running.replace("{where}", "{fence}")
         ),
+        leased=f"SELECT `seq` FROM {d} FORCE INDEX (PRIMARY) WHERE " + running.replace("{where}", "{fence}"),
         # -- finish: every statement fenced on (seq, attempt) and RUNNING; PRIMARY ---------------
         finish_done=(
             f"UPDATE {d} FORCE INDEX (PRIMARY) SET `dc_state` = {DONE}, {finished} "

@@ -8,6 +8,7 @@ requeue_expired (lost entries, interrupted runs). Attempts that do not end as do
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -16,9 +17,9 @@ import pymysql.cursors
 
 from shared.db import Database
 from shared.handlers import Ack, Row
-from shared.job_store import JobBatch, error_text, isolate_suspects, worker_name
+from shared.job_store import JobBatch, error_text, isolate_suspects, renew_leases, worker_name
 from shared.keys import Entry
-from shared.leases import LeaseKeeper
+from shared.leases import Extended, LeaseKeeper
 from shared.policy import dead_after_interruption, dead_after_retries, stepped_delay_s
 from shared.settings import MySQLSettings, SourceSettings, TopicsSettings
 from shared.sql import SourceSQL, in_list, render
@@ -128,6 +129,7 @@ class TopicStore:
                 cur.execute(
                     self.sql.release.format(ids=self.ids([int(r["seq"]) for r in released])), (self.group_id,)
                 )
+            since = time.monotonic()  # before the leases' NOW(6): the keeper counts from here
             if rows:
                 ids = self.ids([int(r["seq"]) for r in rows])
                 cur.execute(
@@ -138,7 +140,7 @@ class TopicStore:
         if not rows:
             yield batch
             return
-        with self._leases.holding(batch.entries):
+        with self._leases.holding(batch.entries, since) as batch.hold:
             yield batch
 
     def _with_messages(self, cur: pymysql.cursors.Cursor, rows: list[Row]) -> list[Row]:
@@ -152,10 +154,12 @@ class TopicStore:
             self.finish_dead(cur, row, "dead: the message was deleted before this group handled it", 0)
         return [{**r, **messages[int(r["seq"])]} for r in rows if int(r["seq"]) in messages]
 
-    def extend_leases(self, db: Database, entries: Sequence[Entry]) -> int:
+    def extend_leases(self, db: Database, entries: Sequence[Entry]) -> Extended:
+        """Push the lease of running deliveries forward (on the lease keeper's own connection)."""
         with db.transaction() as cur:
-            stmt = self.sql.extend_lease.format(fence=self.fence(entries))
-            return int(cur.execute(stmt, (self._lease_us, self.group_id)))
+            return renew_leases(
+                cur, self.sql, entries, self.fence, extend_args=(self._lease_us,), where_args=(self.group_id,)
+            )
 
     def group_key(self, ack: Ack) -> Any:
         if ack.action in ("default", "delete"):

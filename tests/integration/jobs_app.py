@@ -59,6 +59,17 @@ def credit(payload: Any, cursor: pymysql.cursors.Cursor) -> None:
         raise RuntimeError("failed after writing")
 
 
+@handlers.task("park")
+def park(payload: Any) -> None:
+    """Runs until the file DUECAST_TEST_GATE names exists (a long job, for as long as a test needs;
+    never use in-process)."""
+    record(payload)
+    gate = os.environ["DUECAST_TEST_GATE"]
+    deadline = time.monotonic() + 120  # a forgotten gate must not park a worker forever
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 @handlers.task("kill_worker")
 def kill_worker(payload: Any) -> None:
     """A poison job: takes its worker process down with it (never use in-process)."""

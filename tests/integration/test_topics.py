@@ -24,6 +24,7 @@ from shared import migrate
 from shared.db import Database, connect
 from shared.handlers import load_registry
 from shared.keys import Entry
+from shared.leases import Extended
 from shared.member_store import MemberStore, member_name
 from shared.queue import connect_redis
 from shared.runtime import build_stores
@@ -459,7 +460,8 @@ def test_a_kept_lease_moves_forward_and_a_stale_one_does_not(env: TopicsEnv) -> 
     with store.started([first, second]):
         env.query("UPDATE {deliveries} SET lease_until = NOW(6) + INTERVAL 1 SECOND")
         stale = Entry(second.id, second.attempt + 1)  # an attempt this worker does not hold
-        assert store.extend_leases(Database(env.settings.mysql), [first, stale]) == 1
+        extended = store.extend_leases(Database(env.settings.mysql), [first, stale])
+        assert extended == Extended(kept=frozenset({first.id}), gone=frozenset({second.id}))
         rows = env.query(
             "SELECT d.seq, TIMESTAMPDIFF(SECOND, NOW(6), d.lease_until) FROM {deliveries} d "
             "JOIN {groups} g ON g.id = d.group_id WHERE g.name = 'audit' ORDER BY d.seq"
