@@ -21,6 +21,7 @@ from pydantic_settings import (
 )
 
 from shared.identifiers import check_identifier
+from shared.policy import keeper_fits, lease_timing, shortest_lease_s
 
 Identifier = Annotated[str, AfterValidator(check_identifier)]
 
@@ -558,7 +559,31 @@ class Settings(BaseSettings):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"source names must be unique; repeated: {', '.join(dupes)}")
+        problem = self._lease_problem()
+        if problem is not None:
+            raise ValueError(problem)
         return self
+
+    def _lease_problem(self) -> str | None:
+        """A lease its keeper could not renew in time (shared/leases.py). Renewals run every lease/3
+        and the worker stops itself at 0.8 of the lease without one, so the first renewal, even if
+        its connection stalls once connecting and once reading, must end before that."""
+        used = [("jobs.lease_s", self.jobs.lease_s)] if self.jobs.enabled else []
+        if self.topics.group_sources():
+            used.append(("topics.lease_s", self.topics.lease_s))
+        timeout_s = self.mysql.lease_keeper_timeout_s
+        for name, lease_s in used:
+            if not keeper_fits(lease_s, timeout_s):
+                timing = lease_timing(lease_s)
+                return (
+                    f"{name} ({lease_s}) is too short for mysql.lease_keeper_timeout_s ({timeout_s}): "
+                    f"a renewal starts {timing.renew_s:.2f}s after the last one and may stall "
+                    f"{2 * timeout_s:.2f}s (connect, then read) before it is retried, but the worker "
+                    f"stops itself {timing.fence_s:.2f}s after the last renewal (0.8 of the lease); "
+                    f"make {name} longer than {shortest_lease_s(timeout_s):.2f}s or "
+                    "mysql.lease_keeper_timeout_s shorter"
+                )
+        return None
 
     def all_sources(self) -> list[SourceSettings]:
         """Configured sources, plus the built-in jobs source when enabled, and topics' cluster groups."""

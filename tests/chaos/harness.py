@@ -78,6 +78,8 @@ class Chaos:
             "visibility_timeout_s": 5,
             **self.jobs,
         }
+        # Short leases need a lease keeper that gives a stalled renewal up sooner (settings check).
+        self.mysql = self.mysql.model_copy(update={"lease_keeper_timeout_s": min(2.0, self.lease_s / 6)})
         self.settings = Settings(
             mysql=self.mysql, redis={"url": self.redis.url, "key_prefix": f"chaos-{suffix}"}, jobs=self.jobs
         )
@@ -94,6 +96,7 @@ class Chaos:
                 "DUECAST_MYSQL__DATABASE": self.mysql.database,
                 "DUECAST_MYSQL__HOST": self.mysql.host,
                 "DUECAST_MYSQL__PORT": str(self.mysql.port),
+                "DUECAST_MYSQL__LEASE_KEEPER_TIMEOUT_S": str(self.mysql.lease_keeper_timeout_s),
                 "DUECAST_REDIS__URL": self.redis.url,
                 "DUECAST_REDIS__KEY_PREFIX": f"chaos-{suffix}",
                 "DUECAST_JOBS": json.dumps(self.jobs),
