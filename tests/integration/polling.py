@@ -6,9 +6,11 @@ import time
 from collections.abc import Callable
 
 
-def wait_until(predicate: Callable[[], object], what: str, timeout_s: float = 10.0) -> None:
+def wait_until(
+    predicate: Callable[[], object], what: str, timeout_s: float = 10.0, interval_s: float = 0.05
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(interval_s)
