@@ -19,6 +19,7 @@ import pytest
 from duecast.fleet import cpu_seconds
 from shared.settings import MySQLSettings
 from tests.chaos.app import RESCAN_RANGES, RESCAN_ROWS
+from tests.chaos.deadlock import force_deadlock
 from tests.chaos.harness import Chaos, kill_mysql_session
 from tests.chaos.private_mariadb import PrivateMariaDB
 from tests.chaos.soak import soak
@@ -105,8 +106,13 @@ def test_mysql_sessions_killed_again_and_again(chaos: Chaos) -> None:
         chaos.enqueue(400)
         wait_for(partial(_acked, chaos, target), 60, "work to flow", chaos.procs.check)
         kills += kill_mysql_session(chaos)
+    chaos.enqueue(400)  # and a deadlock forced on a worker starting a batch: it retries the unit
+    deadlocked = force_deadlock(chaos)
     chaos.wait_done(120)
     assert kills >= 8
+    assert deadlocked, "no worker waited for the rival's lock"
+    lines = [line for p in chaos.procs.procs.values() for line in p.log.read_text().splitlines()]
+    assert any("retrying the unit" in line and "(1213," in line for line in lines), "no unit retried"
     assert_clean(chaos)
 
 
