@@ -70,11 +70,11 @@ def exclusive(settings: Settings) -> Iterator[None]:
 
 
 def clear_keys(settings: Settings, sources: Sequence[str]) -> None:
-    """Delete this namespace's lists and counters for `sources` (and the wake-up list)."""
+    """Delete this namespace's lists, bells and counters for `sources` (and the wake-up list)."""
     keys = Keys(settings.redis.key_prefix)
     client = connect_redis(settings.redis)
     try:
-        names = [k(s) for s in sources for k in (keys.ready, keys.stats, keys.quarantine)]
+        names = [k(s) for s in sources for k in (keys.ready, keys.bell, keys.stats, keys.quarantine)]
         client.delete(*names, keys.wake())
     finally:
         client.close()

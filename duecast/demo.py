@@ -118,7 +118,7 @@ def run(
     migrate.apply(settings, on_step=lambda s: console.print(f"migrate: {s.splitlines()[0]}"))
     stores = build_stores(settings, settings.sources)
     queue = build_queue(settings)
-    for key in (queue.keys.ready, queue.keys.stats, queue.keys.quarantine):
+    for key in (queue.keys.ready, queue.keys.bell, queue.keys.stats, queue.keys.quarantine):
         queue.client.delete(key(demo_data.TABLE))  # our own demo keys only
     stores[0].reset_dispatched()
     result = Run(users, workers, settings.sources[0].period_s)

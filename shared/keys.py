@@ -67,9 +67,16 @@ class Keys:
         return f"{{{self.prefix}}}:stats:{source}"
 
     def inflight(self, worker: str) -> str:
-        """The batch a worker popped and has not finished: "<source>\n<entry> <entry> ...". Lets
-        the leader requeue a dead worker's rows at once; lost with Redis, like any entry."""
+        """The batch a worker popped and has not finished: "<source>\n<entry> <entry> ...", written
+        by the same Lua script as the pop. Lets the leader requeue a dead worker's rows at once;
+        lost with Redis, like any entry."""
         return f"{{{self.prefix}}}:inflight:{worker}"
+
+    def bell(self, source: str) -> str:
+        """List of at most one token, pushed after every push to `source`'s ready list. An idle
+        worker BLPOPs the bells instead of the lists, so waiting never takes an entry it has not
+        recorded in its hold; a token is only a hint, and taking one loses nothing."""
+        return f"{{{self.prefix}}}:bell:{source}"
 
     def epoch(self) -> str:
         """A canary: set once by a dispatcher; when it is gone, Redis lost its data (FLUSHALL, a

@@ -1,4 +1,4 @@
-"""The Redis side: ready lists (variadic RPUSH, batched BLMPOP), quarantine and shared counters.
+"""The Redis side: ready lists (variadic RPUSH, batched pops), workers' holds, quarantine and counters.
 
 Redis holds only copies of what MySQL already says; anything here may vanish without losing work.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -25,6 +26,31 @@ from shared.settings import RedisSettings
 QUARANTINE_CAP = 1000  # newest bad entries kept for inspection
 QUARANTINE_ITEM_BYTES = 256  # a 10 MB bad entry is kept as its first bytes only
 _PUSH_CHUNK = 5000  # keeps one RPUSH far from Redis' argument limits
+# A blocking timeout of 0 means "wait forever", and some Redis versions round a sub-millisecond
+# one down to it: a wait this short is not worth a round trip anyway.
+_MIN_WAIT_S = 0.01
+
+# Pop and hold in one step: a worker killed the moment the pop returns has its entries in its
+# hold, for the reaper (dispatcher/reaper.py). Scripts cannot block, hence the bells (Keys.bell).
+# KEYS: the worker's hold, its ready lists in pop order, then their bells in the same order.
+# ARGV: how many entries at most, then the source names in the same order.
+_POP_HELD = """
+local n = (#KEYS - 1) / 2
+for i = 1, n do
+  local items = redis.call('LPOP', KEYS[1 + i], ARGV[1])
+  if items then
+    redis.call('SET', KEYS[1], ARGV[1 + i] .. '\\n' .. table.concat(items, ' '))
+    -- What is left wakes the next idle worker: this pop may have taken the token that rang.
+    for j = i, n do
+      if redis.call('LLEN', KEYS[1 + j]) > 0 and redis.call('LLEN', KEYS[1 + n + j]) == 0 then
+        redis.call('LPUSH', KEYS[1 + n + j], '1')
+      end
+    end
+    return {i, items}
+  end
+end
+return false
+"""
 
 log = logging.getLogger("duecast.queue")
 
@@ -107,17 +133,29 @@ class ReadyQueue:
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.client = client
         self.keys = keys
+        # EVALSHA; on NOSCRIPT (a restarted server, a failover, another cluster node) redis-py
+        # loads the script and runs it then: NOSCRIPT means it did not run, so nothing is doubled.
+        self._pop_held = client.register_script(_POP_HELD)
 
     def push(self, source: str, entries: Sequence[Entry]) -> None:
-        key = self.keys.ready(source)
         for i in range(0, len(entries), _PUSH_CHUNK):
             chunk = entries[i : i + _PUSH_CHUNK]
-            self.client.rpush(key, *(encode_entry(e.id, e.attempt) for e in chunk))
+            self._push_and_ring(source, [encode_entry(e.id, e.attempt) for e in chunk])
             observe.count(source, "pushed", len(chunk))  # per chunk: a failed push counts what landed
 
     def push_raw(self, source: str, items: Sequence[bytes]) -> None:
         """Push arbitrary bytes (fault tests: duplicate and malformed entries)."""
-        self.client.rpush(self.keys.ready(source), *items)
+        self._push_and_ring(source, items)
+
+    def _push_and_ring(self, source: str, items: Sequence[bytes]) -> None:
+        """RPUSH, then ring the source's bell, in one round trip (in this order: a worker woken
+        before the entries landed would find nothing and sleep again)."""
+        bell = self.keys.bell(source)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.rpush(self.keys.ready(source), *items)
+        pipe.lpush(bell, b"1")
+        pipe.ltrim(bell, 0, 0)  # one pending token is as good as many
+        pipe.execute()
 
     def length(self, source: str) -> int:
         return int(self.client.llen(self.keys.ready(source)))
@@ -131,9 +169,30 @@ class ReadyQueue:
         key, items = reply
         return self.keys.source_of_ready(_b(key)), [_b(i) for i in items]
 
-    def hold(self, worker: str, source: str, raws: Sequence[bytes]) -> None:
-        """Record the batch `worker` just popped (one SET; the next hold replaces it)."""
-        self.client.set(self.keys.inflight(worker), source.encode() + b"\n" + b" ".join(raws))
+    def pop_held(
+        self, worker: str, sources: Sequence[str], count: int, timeout_s: float
+    ) -> tuple[str, list[bytes]] | None:
+        """`pop`, recording the batch as `worker`'s hold (the next one replaces it) in the same
+        script. With every list empty it waits at most `timeout_s` on their bells, which only
+        wake it: the entries stay in Redis until the script moves them into the hold."""
+        deadline = time.monotonic() + timeout_s
+        bells = [self.keys.bell(s) for s in sources]
+        while (popped := self._pop_into_hold(worker, sources, bells, count)) is None:
+            left = deadline - time.monotonic()
+            # A token is a hint: one whose entries another worker took wakes this one for nothing.
+            if left < _MIN_WAIT_S or self.client.blpop(bells, timeout=left) is None:
+                return None
+        return popped
+
+    def _pop_into_hold(
+        self, worker: str, sources: Sequence[str], bells: list[str], count: int
+    ) -> tuple[str, list[bytes]] | None:
+        keys = [self.keys.inflight(worker), *(self.keys.ready(s) for s in sources), *bells]
+        reply = self._pop_held(keys=keys, args=[count, *sources])
+        if not reply:
+            return None
+        index, items = reply
+        return sources[int(index) - 1], [_b(i) for i in items]
 
     def release_hold(self, worker: str) -> None:
         self.client.delete(self.keys.inflight(worker))

@@ -74,12 +74,14 @@ class Worker:
         )
 
     def tick(self) -> Tick:
-        popped = self.queue.pop(list(self.stores), self.pop_count, self.settings.block_timeout_s)
+        sources, timeout_s = list(self.stores), self.settings.block_timeout_s
+        if self.process is None:
+            popped = self.queue.pop(sources, self.pop_count, timeout_s)
+        else:  # held from the pop on: what the reaper requeues at once if this process dies
+            popped = self.queue.pop_held(self.process, sources, self.pop_count, timeout_s)
         if popped is None:
-            return Tick(0.0, idle=True)  # BLMPOP already waited block_timeout_s
+            return Tick(0.0, idle=True)  # the pop already waited block_timeout_s
         source, raws = popped
-        if self.process is not None:  # what to requeue at once if this process dies (dispatcher.reaper)
-            self.queue.hold(self.process, source, raws)
         started = time.perf_counter()
         counts = self._handle(source, raws)
         if self.process is not None:

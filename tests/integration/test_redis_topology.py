@@ -80,8 +80,9 @@ def _plain(port: int) -> tuple[str, ...]:
 
 
 def _exercise(queue: ReadyQueue) -> None:
-    """Each call shared/queue.py makes: variadic RPUSH, BLMPOP over several keys, pipelines, SET NX,
-    GET/DEL, CONFIG GET (allowed or not) and BLPOP."""
+    """Each call shared/queue.py makes: variadic RPUSH, BLMPOP over several keys, the pop-and-hold
+    script (EVALSHA, reloaded after SCRIPT FLUSH) and its BLPOP on bells, pipelines, SET NX, GET/DEL,
+    CONFIG GET (allowed or not) and BLPOP."""
     queue.push("a", [Entry(1, 1), Entry(2, 1)])
     queue.push("b", [Entry(3, 2)])
     assert queue.length("a") == 2
@@ -92,8 +93,14 @@ def _exercise(queue: ReadyQueue) -> None:
     assert queue.quarantined("a") == [b"malformed x"]
     queue.add_stats("a", {"done": 2, "failed": 0})
     assert queue.stats("a") == {"done": 2}
-    queue.hold("w1", "a", [b"1:1", b"2:1"])
+    queue.push("a", [Entry(1, 1), Entry(2, 1)])
+    assert queue.pop_held("w1", ["empty", "a"], 10, 1.0) == ("a", [b"1:1", b"2:1"])
     assert queue.held_by("w1") == ("a", [b"1:1", b"2:1"])
+    queue.client.script_flush()  # a failover or restart forgets scripts: NOSCRIPT, then loaded again
+    queue.push("b", [Entry(4, 1)])
+    assert queue.pop_held("w1", ["empty", "a", "b"], 10, 1.0) == ("b", [b"4:1"])
+    assert queue.held_by("w1") == ("b", [b"4:1"])
+    assert queue.pop_held("w1", ["empty", "a", "b"], 10, 0.1) is None  # waits on the bells, then none
     queue.release_hold("w1")
     assert queue.held_by("w1") is None
     assert queue.data_lost() is True

@@ -154,8 +154,8 @@ def test_bad_or_missing_credentials_fail_clearly_without_printing_them(
 
 # The ACL docs/security.md recommends, `{prefix}` standing for redis.key_prefix.
 LEAST_PRIVILEGE_ACL = (
-    "on resetkeys ~{{{prefix}}}:* resetchannels -@all +ping +rpush +lpush +blmpop +blpop +llen "
-    "+ltrim +lrange +hincrby +hgetall"
+    "on resetkeys ~{{{prefix}}}:* resetchannels -@all +ping +rpush +lpush +lpop +blmpop +blpop +llen "
+    "+ltrim +lrange +hincrby +hgetall +get +set +del +evalsha +script|load"
 )
 
 
@@ -176,6 +176,12 @@ def test_the_documented_least_privilege_acl_is_enough_for_every_queue_operation(
         assert queue.length("users") == 1
         assert queue.pop(["users"], 10, 0.5) == ("users", [b"1:1"])
         assert queue.pop(["users"], 10, 0.1) is None
+        queue.push("users", [Entry(2, 1)])
+        assert queue.pop_held("w1", ["users"], 10, 0.5) == ("users", [b"2:1"])  # SCRIPT LOAD, EVALSHA
+        assert queue.pop_held("w1", ["users"], 10, 0.1) is None
+        assert queue.held_by("w1") == ("users", [b"2:1"])
+        queue.release_hold("w1")
+        assert queue.data_lost() is True
         queue.quarantine("users", [(b"x", "malformed")])
         assert queue.quarantined("users") == [b"malformed x"]
         queue.add_stats("users", {"bad": 1})

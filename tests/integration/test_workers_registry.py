@@ -47,8 +47,9 @@ def test_a_silent_workers_held_batch_is_requeued_at_once_and_a_live_ones_is_not(
     dead_batch, live_batch = entries[:10], entries[10:20]
     reg.register("dead-worker", [env.source.name])
     reg.register("live-worker", [env.source.name])
-    env.queue.hold("dead-worker", env.source.name, [encode_entry(e.id, e.attempt) for e in dead_batch])
-    env.queue.hold("live-worker", env.source.name, [encode_entry(e.id, e.attempt) for e in live_batch])
+    env.queue.push(env.source.name, dead_batch + live_batch)
+    assert env.queue.pop_held("dead-worker", [env.source.name], 10, 1.0) is not None
+    assert env.queue.pop_held("live-worker", [env.source.name], 10, 1.0) is not None
     reaper = Reaper(reg, {env.source.name: env.store}, env.queue)
     assert reaper.reap() == 0  # both beat recently
     silence(env, reg, "dead-worker", 16)
@@ -66,7 +67,11 @@ def test_a_reaped_batchs_late_ack_is_fenced_off(registry: tuple[Env, WorkerRegis
     env, reg = registry
     entries = env.store.claim_due(5)
     reg.register("w", [env.source.name])
-    env.queue.hold("w", env.source.name, [encode_entry(e.id, e.attempt) for e in entries])
+    env.queue.push(env.source.name, entries)
+    assert env.queue.pop_held("w", [env.source.name], 5, 1.0) == (
+        env.source.name,
+        [encode_entry(e.id, e.attempt) for e in entries],
+    )
     silence(env, reg, "w", 60)
     Reaper(reg, {env.source.name: env.store}, env.queue).reap()
     again = env.store.claim_due(5)  # re-claimed under attempt 2

@@ -87,6 +87,14 @@ class QueueContract:
         queue.push_raw("alpha", raw)
         assert queue.pop(["alpha"], 10, SHORT_TIMEOUT_S) == ("alpha", raw)
 
+    def test_every_push_rings_its_sources_bell_keeping_one_token(self, queue: ReadyQueue) -> None:
+        queue.push("alpha", [Entry(1, 1)])
+        queue.push("alpha", _entries(range(2, 12_000)))  # several chunks, one token
+        queue.push_raw("beta", [b"x"])
+        lengths = [queue.client.llen(queue.keys.bell(s)) for s in ("alpha", "beta", "gamma")]
+        assert lengths == [1, 1, 0]
+        assert queue.length("alpha") == 11_999  # the bells are not the lists
+
     def test_sources_are_separate_lists(self, queue: ReadyQueue) -> None:
         queue.push("alpha", [Entry(1, 1)])
         assert (queue.length("alpha"), queue.length("beta")) == (1, 0)
@@ -146,8 +154,13 @@ class QueueContract:
         queue.push("alpha", [Entry(1, 1)])
         queue.quarantine("alpha", [(b"x", "malformed")])
         queue.add_stats("alpha", {"claimed": 1})
-        keys = [queue.keys.ready("alpha"), queue.keys.quarantine("alpha"), queue.keys.stats("alpha")]
-        assert queue.client.exists(*keys) == 3
+        keys = [
+            queue.keys.ready("alpha"),
+            queue.keys.bell("alpha"),
+            queue.keys.quarantine("alpha"),
+            queue.keys.stats("alpha"),
+        ]
+        assert queue.client.exists(*keys) == 4
         tag = "{" + queue.keys.prefix + "}:"
         found = {k.decode() for k in queue.client.scan_iter(match=tag + "*")}
         assert found == set(keys)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import cast
 
+import fakeredis
 import pytest
 
 from shared.handlers import Ack, Handler, Row
-from shared.keys import Entry
+from shared.keys import Entry, Keys
 from shared.queue import ReadyQueue
 from shared.settings import WorkerSettings
 from shared.store import SourceStore
@@ -104,3 +105,37 @@ def test_acks_that_lost_their_fence_count_as_stale(ready_queue: ReadyQueue, exec
     worker = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue, executor)
     worker.tick()
     assert +worker.counts == Counter({"popped": 2, "started": 2, "acked": 1, "stale_acks": 1})
+
+
+class _RecordingQueue(ReadyQueue):
+    """pop_held as the worker sees it, without Lua (fakeredis has none here): a plain pop, recorded.
+    The script itself is tested on real Redis (tests/integration/test_pop_held.py)."""
+
+    calls: list[tuple[str, str]]
+
+    def pop_held(
+        self, worker: str, sources: Sequence[str], count: int, timeout_s: float
+    ) -> tuple[str, list[bytes]] | None:
+        self.calls.append(("pop_held", worker))
+        return self.pop(sources, count, timeout_s)
+
+    def release_hold(self, worker: str) -> None:
+        self.calls.append(("release_hold", worker))
+        super().release_hold(worker)
+
+
+@pytest.mark.parametrize("process", [None, "host:123"])
+def test_a_registered_worker_pops_into_its_hold_and_releases_it_after_the_batch(
+    fake_redis: fakeredis.FakeRedis, executor: Executor, process: str | None
+) -> None:
+    queue = _RecordingQueue(fake_redis, Keys("unit"))
+    queue.calls = []
+    store = FakeWorkStore(rescan_source(), {1: 1, 2: 1})
+    queue.push("users", [Entry(1, 1), Entry(2, 1)])
+    stores = cast(dict[str, SourceStore], {"users": store})
+    handler = Handler("users", lambda row: None, batch=False)
+    worker = Worker(stores, {"users": handler}, queue, SETTINGS, executor, process=process)
+    worker.tick()
+    assert _acked_ids(store) == [1, 2]
+    # No registry name: the plain BLMPOP and no hold at all.
+    assert queue.calls == ([] if process is None else [("pop_held", process), ("release_hold", process)])
