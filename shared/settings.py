@@ -505,6 +505,7 @@ class FaultSettings(_Section):
     """Fault-injection hooks for the fault tests. Never set in production."""
 
     crash_after_commit: bool = False  # dispatcher: os._exit right after COMMIT, before RPUSH
+    kill_after_pop: bool = False  # worker: SIGKILL itself as soon as a pop returns entries
 
 
 class Settings(BaseSettings):

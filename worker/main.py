@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import threading
+from collections.abc import Sequence
 
 from shared.handlers import load_registry
 from shared.health import serving, with_port
 from shared.loop import run
 from shared.observe import timed_handler
+from shared.queue import ReadyQueue
 from shared.runtime import build_queue, build_stores, is_job_queue, start_process, warn_eviction
 from shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
 from shared.workers import Heartbeat
@@ -31,6 +35,8 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     stores = {store.src.name: store for store in build_stores(settings, sources)}
     executor = Executor(settings.worker.concurrency)
     queue = build_queue(settings)
+    if settings.faults.kill_after_pop:
+        queue = _KilledAfterPop(queue.client, queue.keys)
     warn_eviction(queue)
     heartbeat = Heartbeat(settings.mysql, settings.worker, list(stores))
     worker = Worker(stores, handlers, queue, settings.worker, executor, process=heartbeat.name)
@@ -50,6 +56,20 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
         heartbeat.stop()
     log.info("worker stopped; %s", dict(worker.counts))
     return worker
+
+
+class _KilledAfterPop(ReadyQueue):
+    """The faults.kill_after_pop hook: this process SIGKILLs itself the moment a pop returns
+    entries, before any SQL (tests/faults/test_fast_crash_recovery.py)."""
+
+    def pop_held(
+        self, worker: str, sources: Sequence[str], count: int, timeout_s: float
+    ) -> tuple[str, list[bytes]] | None:
+        popped = super().pop_held(worker, sources, count, timeout_s)
+        if popped is not None:
+            log.warning("fault hook: SIGKILL right after popping %d entries", len(popped[1]))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return popped
 
 
 def served_sources(settings: Settings, registered: list[str]) -> list[str]:

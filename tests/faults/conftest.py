@@ -99,9 +99,9 @@ class FaultEnv:
         )
         return self.procs.wait_exit(proc, WAIT_S)
 
-    def worker(self, name: str, *, allow: Iterable[str] = (), **env: object) -> Proc:
+    def worker(self, name: str, *, may_exit: bool = False, allow: Iterable[str] = (), **env: object) -> Proc:
         args = ["-m", "worker", "--app", APP, "--source", self.source.name]
-        return self.procs.spawn(name, args, self._env(env), allow=allow)
+        return self.procs.spawn(name, args, self._env(env), may_exit=may_exit, allow=allow)
 
     def _env(self, extra: dict[str, object]) -> dict[str, str]:
         return {**self.env, **{k: str(v) for k, v in extra.items()}}

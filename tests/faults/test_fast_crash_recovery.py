@@ -1,14 +1,18 @@
-"""Fast crash recovery for re-scan rows: a worker SIGKILLed mid-batch stops beating; once its heartbeat
-is older than worker.dead_after_s (back-dated in SQL), the leader's reaper requeues the batch it had
-popped at once, well before the visibility timeout (30 s here), and a survivor runs it."""
+"""Fast crash recovery for re-scan rows: a worker SIGKILLed mid-batch, or the moment its pop returns,
+stops beating; once its heartbeat is older than worker.dead_after_s (back-dated in SQL), the leader's
+reaper requeues the batch it had popped at once, well before the visibility timeout (30 s here), and
+a survivor runs it."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 
 import pytest
 
-from tests.faults.conftest import KINDS, FaultEnv
+from shared.keys import decode_entry
+from shared.queue import ReadyQueue
+from tests.faults.conftest import DISPATCHED, KINDS, WAIT_S, FaultEnv
 
 pytestmark = pytest.mark.faults
 
@@ -49,3 +53,50 @@ def test_a_dead_workers_batch_is_requeued_by_its_silence_not_the_visibility_time
     assert env.query("SELECT COUNT(*) FROM duecast_workers WHERE name LIKE %s", (f"%:{victim.pid}",)) == [
         (0,)
     ]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_worker_killed_the_moment_its_pop_returns_has_held_what_it_popped(
+    fault_env: Callable[..., FaultEnv], kind: str
+) -> None:
+    """The pop and the hold are one Redis script: there is no instant at which the entries are
+    neither in the ready list nor in the hold (faults.kill_after_pop SIGKILLs the worker as soon
+    as the pop returns, before any SQL)."""
+    env = fault_env(kind)
+    ids = env.insert(30)
+    # The reaper runs every heartbeat_s; dead_after_s stays at 15 s, so only the back-dating below
+    # makes the victim dead.
+    dispatcher = env.dispatcher(DUECAST_WORKER__HEARTBEAT_S=0.5)
+    env.wait_for(lambda: env.llen() == 30, "every row to be dispatched")
+    victim = env.worker("victim", may_exit=True, DUECAST_FAULTS__KILL_AFTER_POP="true")
+    assert env.procs.wait_exit(victim, WAIT_S) == -signal.SIGKILL
+    (name,) = [
+        str(n)
+        for (n,) in env.query("SELECT name FROM duecast_workers WHERE name LIKE %s", (f"%:{victim.pid}",))
+    ]
+
+    # What it popped (pop_batch 10) is in its hold, and nowhere else: not in the list, not started.
+    held = ReadyQueue(env.redis, env.keys).held_by(name)
+    assert held is not None, "the pop returned, so its entries must be held"
+    popped = {decode_entry(raw).id for raw in held[1]}
+    assert (held[0], len(popped), env.llen()) == (env.source.name, 10, 20)
+    assert not env.executions()
+    assert {env.rows()[i] for i in popped} == {(DISPATCHED, 1)}
+
+    env.worker("survivor")
+    env.wait_for(lambda: env.pending() == popped, "the survivor to run everything else")
+    assert {env.rows()[i] for i in popped} == {(DISPATCHED, 1)}, "stranded until the reaper acts"
+
+    # Time passes in SQL: the victim has been silent for a minute. Nothing else is back-dated.
+    env.query(
+        "UPDATE duecast_workers SET heartbeat_at = NOW(6) - INTERVAL 60 SECOND WHERE name = %s", (name,)
+    )
+    env.wait_for(lambda: not env.pending(), "the reaper to requeue the dead worker's pop", timeout=10)
+    assert f"worker {name} is silent: requeued the 10 rows" in dispatcher.log.read_text()
+    assert env.redis.exists(env.keys.inflight(name)) == 0
+    verdict = env.verdict(ids)
+    assert not verdict.lost
+    assert not verdict.unexpected
+    assert not verdict.duplicates
+    assert not verdict.redundant, "the victim ran nothing"
+    assert {i: tuple(verdict.attempts(i)) for i in popped} == dict.fromkeys(popped, (2,))
