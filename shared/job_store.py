@@ -25,11 +25,12 @@ from shared.db import Database, is_transient
 from shared.handlers import Ack, Row
 from shared.keys import Entry
 from shared.leases import Extended, Hold, LeaseKeeper
+from shared.packed import read_packed
 from shared.policy import blame_interruptions, dead_after_failure, retry_delay_s
 from shared.schema import check_jobs_table
 from shared.settings import JobsSettings, MySQLSettings, SourceSettings
 from shared.sql import SourceSQL, in_list, render
-from shared.sql_jobs import DEAD, DISPATCHED, DONE, IDLE, RUNNING, JobSQL, render_jobs
+from shared.sql_jobs import DEAD, DISPATCHED, DONE, IDLE, JOB_COLUMNS, RUNNING, JobSQL, render_jobs
 from shared.store import LOCK_WAIT_TIMEOUT, STATUS_COUNT_CAP, AckCounts, SourceStatus, _scalar, _us
 
 log = logging.getLogger("duecast.jobs")
@@ -102,13 +103,19 @@ class JobStore:
         with self.db.transaction(check=True) as cur:
             fence = self.fence(entries)
             try:
-                cur.execute(self.sql.lock_dispatched.format(fence=fence))
+                packed = read_packed(cur, self.sql.lock_dispatched_packed.format(fence=fence), what="jobs")
+                if packed is None:  # cut short: the rows are locked now, read them plainly
+                    cur.execute(self.sql.lock_dispatched.format(fence=fence))
             except pymysql.err.OperationalError as exc:
                 if exc.args[0] != LOCK_WAIT_TIMEOUT:
                     raise
+                packed = None
                 cur.execute(self.sql.lock_dispatched_skip.format(fence=fence))
-            names = [d[0] for d in cur.description or ()]
-            rows = [dict(zip(names, values, strict=True)) for values in cur.fetchall()]
+            if packed is not None:
+                rows = [dict(zip(JOB_COLUMNS, values, strict=True)) for values in packed]
+            else:
+                names = [d[0] for d in cur.description or ()]
+                rows = [dict(zip(names, values, strict=True)) for values in cur.fetchall()]
             rows, released = isolate_suspects(rows)
             if released:
                 cur.execute(self.sql.release.format(ids=in_list("`id`", (int(r["id"]) for r in released))))

@@ -7,8 +7,6 @@ mode's SQL (text in shared.sql).
 
 from __future__ import annotations
 
-import json
-import logging
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,6 +21,7 @@ from shared.db import Database
 from shared.handlers import Ack, Row
 from shared.identifiers import quote
 from shared.keys import Entry
+from shared.packed import PACKABLE_TYPES, read_packed
 from shared.ranges import range_source, ranges_table
 from shared.schema import check_business_columns, describe
 from shared.settings import SourceSettings
@@ -30,12 +29,8 @@ from shared.sql import assignments, column_list, in_list, render_ranges, spans
 from shared.states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
 from shared.store import AckCounts, Batch, SourceStatus, SourceStore, StaleAck, guarded
 
-log = logging.getLogger("duecast.ranges")
-
 RANGE_KEY = "dc_range"  # each business row handed to a handler carries its span's first id
 FRESH_SLACK_S = 1.0  # "checked within period + 1 s" is what freshness counts
-# Column types (information_schema DATA_TYPE) whose values JSON carries unchanged: see _packable.
-PACKABLE_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint", "char", "varchar"})
 
 
 class RangeBatch:
@@ -183,27 +178,8 @@ class RangeStore:
         return bool(columns) and all(self.column_types.get(c) in PACKABLE_TYPES for c in columns)
 
     def _packed_rows(self, cur: pymysql.cursors.Cursor, columns: list[str], where: str) -> list[Any] | None:
-        """The rows as value lists sorted by id (the id is first), or None when the packed value
-        cannot be trusted (cut short by a server limit), so the caller takes the plain read."""
-        cur.execute(self.sql.rows_in_ranges_packed.format(columns=column_list(columns), spans=where))
-        count, packed = cur.fetchone() or (0, None)
-        if not count:
-            return []
-        try:
-            values: list[Any] = json.loads(packed) if packed is not None else []
-        except ValueError:
-            values = []
-        if len(values) != count:
-            log.warning(
-                "packed read of %s gave %d of %d rows (max_allowed_packet or group_concat_max_len "
-                "too small?); reading row by row",
-                self.business.table,
-                len(values),
-                count,
-            )
-            return None
-        values.sort(key=itemgetter(0))  # already in id order on MariaDB; MySQL promises no order
-        return values
+        stmt = self.sql.rows_in_ranges_packed.format(columns=column_list(columns), spans=where)
+        return read_packed(cur, stmt, what=self.business.table)
 
     def group_key(self, ack: Ack) -> Any:
         """Validate an ack for range mode; rows with equal keys share one write."""

@@ -3,6 +3,8 @@ transaction (outbox), and the wake-up that starts a job without waiting for a po
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import threading
 import uuid
@@ -14,8 +16,11 @@ import pytest
 from dispatcher.main import serve as serve_dispatcher
 from shared import migrate
 from shared.db import connect
+from shared.handlers import Ack
+from shared.job_store import JobStore
 from shared.jobs import EnqueueError, Enqueuer, Job
 from shared.queue import connect_redis
+from shared.runtime import build_stores
 from shared.settings import MySQLSettings, RedisSettings, Settings
 from tests.integration import jobs_app
 from tests.integration.polling import wait_until
@@ -150,3 +155,45 @@ def test_a_wake_up_starts_a_job_long_before_the_next_poll(enqueuer: Enqueuer, se
         stop.set()
         for t in threads:
             t.join(timeout=10)
+
+
+ODD_PAYLOADS = [
+    {"emoji": "😀👍🏽", "rtl": "שלום مرحبا", "nul": "a\x00b", "quotes": "' \" \\ `", "lines": "1\n2\r\n3\t"},
+    "just a string with \\u0000 spelled out",
+    [1, -2, 3.5, 1e300, None, True, False, 2**63, -(2**63)],
+    {"deep": [[[[[[[[[[{"x": "y"}]]]]]]]]]]},
+    "",
+    0,
+    None,
+]
+
+
+def test_a_worker_hands_tasks_their_payload_exactly_as_enqueued(
+    enqueuer: Enqueuer, settings: Settings, sql: pymysql.cursors.Cursor
+) -> None:
+    """The worker's start reads a batch's jobs as one packed JSON value (shared.packed); every
+    payload still reaches its task unchanged."""
+    enqueuer.enqueue_many(Job("record", p) for p in ODD_PAYLOADS)
+    serve_dispatcher(settings, threading.Event(), drain=True)
+    serve_worker(settings, threading.Event(), drain=True)
+    got = [p for p, _ in jobs_app.RUNS]
+    assert sorted(map(repr, got)) == sorted(map(repr, ODD_PAYLOADS))
+    assert count(sql, settings) == 0
+
+
+def test_a_packed_batch_cut_short_is_read_row_by_row(
+    enqueuer: Enqueuer, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A batch larger than the session's group_concat_max_len (MariaDB cuts JSON_ARRAYAGG there)
+    is read with the plain locking read instead: every job still runs once."""
+    enqueuer.enqueue_many(Job("record", {"n": i, "pad": "x" * 100}) for i in range(50))
+    (store,) = build_stores(settings, [settings.source("jobs.default")])
+    assert isinstance(store, JobStore)
+    entries = store.claim_due(100)
+    with store.db.transaction() as cur:
+        cur.execute("SET SESSION group_concat_max_len = 1024")
+    with caplog.at_level(logging.WARNING, logger="duecast.packed"), store.started(entries) as batch:
+        assert sorted(r["id"] for r in batch.rows) == sorted(e.id for e in entries)
+        assert [json.loads(r["payload"])["n"] for r in batch.rows] == list(range(50))
+        batch.ack([(row, Ack.default()) for row in batch.rows])
+    assert "packed read of jobs gave 0 of 50 rows" in caplog.text

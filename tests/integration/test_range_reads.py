@@ -139,7 +139,7 @@ def test_a_packed_value_cut_short_by_the_server_falls_back_to_the_plain_read(
     store, table = typed()
     with store.db.transaction() as cur:  # the store's own session: MariaDB truncates at 1 KiB
         cur.execute("SET SESSION group_concat_max_len = 1024")
-    with caplog.at_level(logging.WARNING, logger="duecast.ranges"):
+    with caplog.at_level(logging.WARNING, logger="duecast.packed"):
         rows = read(store, PACKABLE)
     assert rows == expected(sql, table, PACKABLE)
     assert "packed read" in caplog.text
