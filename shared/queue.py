@@ -33,13 +33,13 @@ _MIN_WAIT_S = 0.01
 # Pop and hold in one step: a worker killed the moment the pop returns has its entries in its
 # hold, for the reaper (dispatcher/reaper.py). Scripts cannot block, hence the bells (Keys.bell).
 # KEYS: the worker's hold, its ready lists in pop order, then their bells in the same order.
-# ARGV: how many entries at most, then the source names in the same order.
+# ARGV: how many entries at most from each list, then the source names, both in the same order.
 _POP_HELD = """
 local n = (#KEYS - 1) / 2
 for i = 1, n do
-  local items = redis.call('LPOP', KEYS[1 + i], ARGV[1])
+  local items = redis.call('LPOP', KEYS[1 + i], ARGV[i])
   if items then
-    redis.call('SET', KEYS[1], ARGV[1 + i] .. '\\n' .. table.concat(items, ' '))
+    redis.call('SET', KEYS[1], ARGV[n + i] .. '\\n' .. table.concat(items, ' '))
     -- What is left wakes the next idle worker: this pop may have taken the token that rang.
     for j = i, n do
       if redis.call('LLEN', KEYS[1 + j]) > 0 and redis.call('LLEN', KEYS[1 + n + j]) == 0 then
@@ -170,14 +170,18 @@ class ReadyQueue:
         return self.keys.source_of_ready(_b(key)), [_b(i) for i in items]
 
     def pop_held(
-        self, worker: str, sources: Sequence[str], count: int, timeout_s: float
+        self, worker: str, sources: Sequence[str], count: int | Sequence[int], timeout_s: float
     ) -> tuple[str, list[bytes]] | None:
         """`pop`, recording the batch as `worker`'s hold (the next one replaces it) in the same
-        script. With every list empty it waits at most `timeout_s` on their bells, which only
+        script. `count` may be one per source: a range-mode entry stands for a whole span, a job's
+        for one job. With every list empty it waits at most `timeout_s` on their bells, which only
         wake it: the entries stay in Redis until the script moves them into the hold."""
+        counts = [count] * len(sources) if isinstance(count, int) else list(count)
+        if len(counts) != len(sources) or min(counts, default=1) < 1:
+            raise ValueError(f"pop_held needs a count >= 1 for each of {len(sources)} sources, not {count!r}")
         deadline = time.monotonic() + timeout_s
         bells = [self.keys.bell(s) for s in sources]
-        while (popped := self._pop_into_hold(worker, sources, bells, count)) is None:
+        while (popped := self._pop_into_hold(worker, sources, bells, counts)) is None:
             left = deadline - time.monotonic()
             # A token is a hint: one whose entries another worker took wakes this one for nothing.
             if left < _MIN_WAIT_S or self.client.blpop(bells, timeout=left) is None:
@@ -185,10 +189,10 @@ class ReadyQueue:
         return popped
 
     def _pop_into_hold(
-        self, worker: str, sources: Sequence[str], bells: list[str], count: int
+        self, worker: str, sources: Sequence[str], bells: list[str], counts: list[int]
     ) -> tuple[str, list[bytes]] | None:
         keys = [self.keys.inflight(worker), *(self.keys.ready(s) for s in sources), *bells]
-        reply = self._pop_held(keys=keys, args=[count, *sources])
+        reply = self._pop_held(keys=keys, args=[*counts, *sources])
         if not reply:
             return None
         index, items = reply

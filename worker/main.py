@@ -63,7 +63,7 @@ class _KilledAfterPop(ReadyQueue):
     entries, before any SQL (tests/faults/test_fast_crash_recovery.py)."""
 
     def pop_held(
-        self, worker: str, sources: Sequence[str], count: int, timeout_s: float
+        self, worker: str, sources: Sequence[str], count: int | Sequence[int], timeout_s: float
     ) -> tuple[str, list[bytes]] | None:
         popped = super().pop_held(worker, sources, count, timeout_s)
         if popped is not None:

@@ -67,18 +67,18 @@ class Worker:
         self.process = process  # its name in the worker registry; None: no hold recorded
         self._rng = random.Random()
         self.counts: Counter[str] = Counter()
-        # pop_batch counts rows; a range-mode entry stands for range_size of them.
-        self.pop_count = min(
-            (max(1, -(-settings.pop_batch // s.rows_per_entry)) for s in stores.values()),
-            default=settings.pop_batch,
-        )
+        # pop_batch counts rows; a range-mode entry stands for range_size of them. A registered
+        # worker pops each list by its own count; the plain BLMPOP takes one count for all, the
+        # smallest, so a batch never holds more rows than pop_batch.
+        self.pop_counts = [max(1, -(-settings.pop_batch // s.rows_per_entry)) for s in stores.values()]
+        self.pop_count = min(self.pop_counts, default=settings.pop_batch)
 
     def tick(self) -> Tick:
         sources, timeout_s = list(self.stores), self.settings.block_timeout_s
         if self.process is None:
             popped = self.queue.pop(sources, self.pop_count, timeout_s)
         else:  # held from the pop on: what the reaper requeues at once if this process dies
-            popped = self.queue.pop_held(self.process, sources, self.pop_count, timeout_s)
+            popped = self.queue.pop_held(self.process, sources, self.pop_counts, timeout_s)
         if popped is None:
             return Tick(0.0, idle=True)  # the pop already waited block_timeout_s
         source, raws = popped

@@ -165,3 +165,19 @@ def test_a_nearly_spent_timeout_never_blocks(make_queue: MakeQueue) -> None:
     started = time.monotonic()
     assert queue.pop_held("w1", ["alpha"], 10, 0.0005) is None  # Redis would read 0 as "forever"
     assert time.monotonic() - started < 1.0
+
+
+def test_each_list_is_popped_by_its_own_count(make_queue: MakeQueue) -> None:
+    """A worker serving a range source (an entry is a span of ids) and jobs (an entry is a job)
+    takes 2 spans or 50 jobs per pop, not 2 of each."""
+    queue = make_queue()
+    _push(queue, "spans", range(1, 4))
+    _push(queue, "jobs", range(100, 200))
+    assert queue.pop_held("w1", ["spans", "jobs"], [2, 50], 1.0) == ("spans", _raws(range(1, 3)))
+    assert queue.pop_held("w1", ["spans", "jobs"], [2, 50], 1.0) == ("spans", _raws(range(3, 4)))
+    assert queue.pop_held("w1", ["spans", "jobs"], [2, 50], 1.0) == ("jobs", _raws(range(100, 150)))
+    assert queue.held_by("w1") == ("jobs", _raws(range(100, 150)))
+    with pytest.raises(ValueError, match="a count >= 1 for each of 2 sources"):
+        queue.pop_held("w1", ["spans", "jobs"], [2], 1.0)
+    with pytest.raises(ValueError, match="a count >= 1"):
+        queue.pop_held("w1", ["spans", "jobs"], [2, 0], 1.0)

@@ -112,12 +112,14 @@ class _RecordingQueue(ReadyQueue):
     The script itself is tested on real Redis (tests/integration/test_pop_held.py)."""
 
     calls: list[tuple[str, str]]
+    counts: list[int | Sequence[int]]
 
     def pop_held(
-        self, worker: str, sources: Sequence[str], count: int, timeout_s: float
+        self, worker: str, sources: Sequence[str], count: int | Sequence[int], timeout_s: float
     ) -> tuple[str, list[bytes]] | None:
         self.calls.append(("pop_held", worker))
-        return self.pop(sources, count, timeout_s)
+        self.counts.append(count)
+        return self.pop(sources, count if isinstance(count, int) else min(count), timeout_s)
 
     def release_hold(self, worker: str) -> None:
         self.calls.append(("release_hold", worker))
@@ -129,7 +131,7 @@ def test_a_registered_worker_pops_into_its_hold_and_releases_it_after_the_batch(
     fake_redis: fakeredis.FakeRedis, executor: Executor, process: str | None
 ) -> None:
     queue = _RecordingQueue(fake_redis, Keys("unit"))
-    queue.calls = []
+    queue.calls, queue.counts = [], []
     store = FakeWorkStore(rescan_source(), {1: 1, 2: 1})
     queue.push("users", [Entry(1, 1), Entry(2, 1)])
     stores = cast(dict[str, SourceStore], {"users": store})
@@ -139,3 +141,23 @@ def test_a_registered_worker_pops_into_its_hold_and_releases_it_after_the_batch(
     assert _acked_ids(store) == [1, 2]
     # No registry name: the plain BLMPOP and no hold at all.
     assert queue.calls == ([] if process is None else [("pop_held", process), ("release_hold", process)])
+
+
+def test_a_worker_pops_each_list_by_its_own_count(
+    fake_redis: fakeredis.FakeRedis, executor: Executor
+) -> None:
+    """pop_batch counts rows: 100 rows is 1 entry of a range source (spans of 1,000 ids) but 100
+    entries of a row source. A worker serving both pops each list by its own count."""
+    queue = _RecordingQueue(fake_redis, Keys("unit"))
+    queue.calls, queue.counts = [], []
+    spans = FakeWorkStore(rescan_source(), {})
+    spans.rows_per_entry = 1000
+    rows = FakeWorkStore(rescan_source(), {1: 1})
+    stores = cast(dict[str, SourceStore], {"spans": spans, "users": rows})
+    handler = Handler("users", lambda row: None, batch=False)
+    worker = Worker(stores, {"spans": handler, "users": handler}, queue, SETTINGS, executor, process="h:1")
+    assert worker.pop_counts == [1, 100]
+    assert worker.pop_count == 1  # the plain BLMPOP's one count: never more rows than pop_batch
+    queue.push("users", [Entry(1, 1)])
+    worker.tick()
+    assert queue.counts == [[1, 100]]
