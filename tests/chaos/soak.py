@@ -71,12 +71,9 @@ def soak(
     chaos.fault("dispatcher_killed_after_commit", first.pid)
     chaos.dispatcher("dispatcher")
     # Re-scan first: a worker pops the first non-empty list it serves, and the jobs list is never
-    # empty here. A worker pops every source with one count, the smallest (pop_batch / range_size
-    # entries for a range source), so the range source gets a worker of its own: beside it, job
-    # batches would shrink to one job. That worker takes jobs too when no span is due.
-    for i in range(3):
-        chaos.worker(f"worker-{i}", (RESCAN_ROWS, JOBS_SOURCE))
-    chaos.worker("worker-ranges", (RESCAN_RANGES, JOBS_SOURCE))
+    # empty here. Every worker serves all three; each list is popped by its own count.
+    for i in range(4):
+        chaos.worker(f"worker-{i}", (RESCAN_ROWS, RESCAN_RANGES, JOBS_SOURCE))
     started = time.monotonic()
     plan = ["flush"] * flushes + ["redis_restart"] * redis_restarts + ["stop", "stop_rescan"]
     plan += ["kill", "kill_rescan"] * max(0, waves - len(plan))
