@@ -22,7 +22,7 @@ def test_a_rerun_is_explained_only_by_a_fault_on_the_process_that_ran_it() -> No
     assert (explained.redundant, explained.unexpected) == ({1: "sigkill"}, [])
     unexplained = classify({1}, set(), {1: [12, 11]}, {1: 1}, faults)
     assert unexplained.redundant == {}
-    assert unexplained.unexpected == ["job 1 ran 2 times (pids [12, 11]); faults explain 0"]
+    assert unexplained.unexpected == ["job 1 ran 2 times (pids [12, 11]); faults do not explain it"]
 
 
 def test_a_database_restart_explains_reruns_anywhere() -> None:
