@@ -13,6 +13,7 @@ run bench/rescan.py --users 1000000 --seconds 60 --runs 3 --json "$out/rescan.js
 # The ceiling: twice the demand (every user every 5 s), so the rate is what the machine can do.
 run bench/rescan.py --users 1000000 --seconds 40 --runs 3 --modes ranges --period 5 --json "$out/rescan-ceiling.json"
 run bench/scaling.py --json "$out/scaling.json" --chart "$img/scaling.png"
+run bench/jobs.py --json "$out/jobs.json"
 run bench/latency.py --rates 100 1000 2000 --json "$out/latency.json" --chart "$img/latency.png"
 bash bench/peers/setup_env.sh
 run bench/peers/run.py --jobs 100000 --runs 3 --json "$out/peers.json" --chart "$img/peers.png"
