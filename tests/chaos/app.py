@@ -1,7 +1,7 @@
 """The chaos suite's tasks and re-scan handlers, with a record independent of duecast's bookkeeping.
 
 `work` is a transactional task: it appends "n pid" to the execution log (DUECAST_CHAOS_EXEC_LOG,
-one O_APPEND write per line) when it runs, and inserts (n, pid) into the acks table
+one O_APPEND write per record, see execlog) when it runs, and inserts (n, pid) into the acks table
 (DUECAST_CHAOS_ACKS) in the transaction that finishes the job. So the log holds every execution
 and the table every ack that committed: the checker needs nothing else. Poison tasks: `raise`
 (always fails), `die` (SIGKILLs its worker), `hang` (never returns). The re-scan handlers append
@@ -19,6 +19,7 @@ from typing import Any
 import pymysql.cursors
 
 from duecast import Ack, Registry, Row
+from tests.chaos import execlog
 
 handlers = Registry()
 RESCAN_ROWS = "chaos_rows"  # row mode: the ack writes checked_by_attempt and checked_by_pid
@@ -29,11 +30,7 @@ RESCAN_ROW_S = 0.0005
 
 
 def log_execution(n: int) -> None:
-    fd = os.open(os.environ["DUECAST_CHAOS_EXEC_LOG"], os.O_APPEND | os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{n} {os.getpid()}\n".encode())
-    finally:
-        os.close(fd)
+    execlog.append("DUECAST_CHAOS_EXEC_LOG", n, os.getpid())
 
 
 @handlers.task("work", transactional=True)
@@ -65,14 +62,12 @@ def hang(payload: Any) -> None:
 
 
 def check_each(source: str, rows: list[Row]) -> None:
-    """Log each row as its check starts, one write per line (never split between two writers)."""
-    fd = os.open(os.environ["DUECAST_CHAOS_RESCAN_LOG"], os.O_APPEND | os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        for row in rows:
-            os.write(fd, f"{source} {int(row['id'])} {int(row['dc_attempt'])} {os.getpid()}\n".encode())
-            time.sleep(RESCAN_ROW_S)
-    finally:
-        os.close(fd)
+    """Log each row as its check starts (tests.chaos.execlog: one write per record)."""
+    for row in rows:
+        execlog.append(
+            "DUECAST_CHAOS_RESCAN_LOG", source, int(row["id"]), int(row["dc_attempt"]), os.getpid()
+        )
+        time.sleep(RESCAN_ROW_S)
 
 
 @handlers.batch(RESCAN_ROWS, columns=["checked_by_attempt"])

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.chaos.execlog import records
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -47,10 +49,8 @@ class Verdict:
 
 def read_executions(path: Path) -> dict[int, list[int]]:
     runs: dict[int, list[int]] = defaultdict(list)
-    if path.exists():
-        for line in path.read_text().splitlines():
-            n, pid = line.split()
-            runs[int(n)].append(int(pid))
+    for n, pid in records(path):
+        runs[int(n)].append(int(pid))
     return runs
 
 

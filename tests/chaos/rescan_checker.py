@@ -20,6 +20,7 @@ from pathlib import Path
 from statistics import median
 
 from tests.chaos.checker import Blame, Fault
+from tests.chaos.execlog import records
 
 RunKey = tuple[str, int, int]  # (source, row id, attempt)
 
@@ -56,11 +57,8 @@ class Check:
 def read_rescan_log(path: Path) -> dict[RunKey, list[int]]:
     """(source, id, attempt) -> the pids that executed it, in log order."""
     runs: dict[RunKey, list[int]] = defaultdict(list)
-    if path.exists():
-        with path.open() as lines:
-            for line in lines:
-                source, id_, attempt, pid = line.split()
-                runs[(source, int(id_), int(attempt))].append(int(pid))
+    for source, id_, attempt, pid in records(path):
+        runs[(source, int(id_), int(attempt))].append(int(pid))
     return runs
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.checker import Fault, classify
+from tests.chaos.checker import Fault, classify, read_executions
 from tests.chaos.rescan_checker import Check, RescanSource, classify_rescan, read_rescan_log
 
 pytestmark = pytest.mark.faults
@@ -161,8 +161,15 @@ def test_recovery_is_the_time_until_every_unit_was_checked_after_the_fault() -> 
 def test_read_rescan_log(tmp_path: Path) -> None:
     log = tmp_path / "rescan.log"
     assert read_rescan_log(log) == {}
-    log.write_text("rows 1 2 10\nrows 1 2 11\nspans 3 1 10\n")
-    assert read_rescan_log(log) == {("rows", 1, 2): [10, 11], ("spans", 3, 1): [10]}
+    # The second record was torn by a SIGKILL mid-write, and the next one followed on its line.
+    log.write_text("\nrows 1 2 10 .\n\nrows 1 2 11 .\n\nrows 4 1 1\nspans 3 1 10 .\n\nrows 5 1 12 .\n")
+    assert read_rescan_log(log) == {("rows", 1, 2): [10, 11], ("spans", 3, 1): [10], ("rows", 5, 1): [12]}
+
+
+def test_read_executions_skips_a_torn_record(tmp_path: Path) -> None:
+    log = tmp_path / "executions.log"
+    log.write_text("\n12 3456 .\n\n13 34\n14 7890 .\n\n15 7890 .")  # 13 torn; 15 lost its newline
+    assert read_executions(log) == {12: [3456], 14: [7890], 15: [7890]}
 
 
 def test_jobs_runs_beyond_the_acked_one_need_a_fault_on_their_process() -> None:
