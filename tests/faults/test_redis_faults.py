@@ -66,7 +66,11 @@ def test_flushall_mid_run_loses_nothing(
     # No back-dating: the canary, not the visibility timeout (an hour here), brings them back.
     # (Within 15 s: the visibility timeout here is 30 s, so this cannot be the sweeper.)
     env.wait_for(lambda: not env.pending(), "the dispatcher to requeue the rows whose entries vanished", 15)
-    assert _assert_each_row_ran_once(env, ids) == vanished
+    # Every vanished row ran once, as attempt 2. A batch the dispatcher pushed (or a worker popped
+    # but had not locked) between the flush and the canary's check is requeued too: its attempt-1
+    # entries are then stale, so those rows also ran once, as attempt 2, and never as attempt 1.
+    rerun = _assert_each_row_ran_once(env, ids)
+    assert vanished <= rerun
 
 
 @pytest.mark.parametrize("kind", KINDS)
