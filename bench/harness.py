@@ -17,10 +17,10 @@ from typing import Any
 
 from rich.console import Console
 
-from shared.db import connect
-from shared.keys import Keys
-from shared.queue import connect_redis
-from shared.settings import Settings
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.settings import Settings
+from duecast.shared.storage.db import connect
 
 DATABASE = "duecast_bench"
 KEY_PREFIX = "duecast-bench"

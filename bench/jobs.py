@@ -27,13 +27,13 @@ import harness
 import rescan
 from rich.table import Table
 
+from duecast.admin import migrate
 from duecast.fleet import Fleet, cpu_seconds
-from shared import migrate
-from shared.db import connect
-from shared.identifiers import quote
-from shared.jobs import Enqueuer, Job
-from shared.queue import connect_redis
-from shared.settings import JOBS_SOURCE, Settings, load_settings
+from duecast.shared.api.enqueue import Enqueuer, Job
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.queries.identifiers import quote
+from duecast.shared.settings import JOBS_SOURCE, Settings, load_settings
+from duecast.shared.storage.db import connect
 
 BENCH_DIR = Path(__file__).resolve().parent
 APP = "bench_jobs_app"

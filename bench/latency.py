@@ -49,12 +49,12 @@ from rich.progress import Progress
 from rich.table import Table
 
 from duecast import Enqueuer, Job
+from duecast.admin import migrate
 from duecast.fleet import Fleet
-from shared import migrate
-from shared.db import connect
-from shared.identifiers import quote
-from shared.queue import connect_redis
-from shared.settings import JOBS_SOURCE, Settings, load_settings
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.queries.identifiers import quote
+from duecast.shared.settings import JOBS_SOURCE, Settings, load_settings
+from duecast.shared.storage.db import connect
 
 BENCH_DIR = Path(__file__).resolve().parent
 APP = "latency_app"

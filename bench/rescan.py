@@ -25,10 +25,10 @@ from rich.table import Table
 
 from duecast import demo, demo_data
 from duecast.fleet import cpu_seconds
-from shared.db import connect
-from shared.ranges import ranges_table
-from shared.runtime import build_queue
-from shared.settings import Settings, load_settings
+from duecast.shared.process.runtime import build_queue
+from duecast.shared.queries.ranges import ranges_table
+from duecast.shared.settings import Settings, load_settings
+from duecast.shared.storage.db import connect
 
 
 def mariadb_pid() -> int | None:

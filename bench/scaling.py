@@ -38,11 +38,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from duecast import demo
-from shared import migrate
-from shared.db import connect
-from shared.identifiers import quote
-from shared.settings import JobsSettings, Settings, SourceSettings, load_settings
-from shared.sql import SourceSQL, in_list, render
+from duecast.admin import migrate
+from duecast.shared.queries.identifiers import quote
+from duecast.shared.queries.source import SourceSQL, in_list, render
+from duecast.shared.settings import JobsSettings, Settings, SourceSettings, load_settings
+from duecast.shared.storage.db import connect
 
 TABLE_PREFIX = "bench_scan_"
 CUT = "2010-01-01 00:00:00"  # updated_time before this: due; after it: not due

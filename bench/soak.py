@@ -35,12 +35,12 @@ from rich.progress import Progress
 from rich.table import Table
 
 from duecast import demo, demo_data
+from duecast.admin import migrate
 from duecast.fleet import Fleet
-from shared import migrate
-from shared.loop import stop_on_signals
-from shared.queue import ReadyQueue
-from shared.runtime import build_queue, build_stores
-from shared.settings import Settings, load_settings
+from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.process.loop import stop_on_signals
+from duecast.shared.process.runtime import build_queue, build_stores
+from duecast.shared.settings import Settings, load_settings
 
 FLAT_MB_PER_10_MIN = 2.0  # |slope| at or below this counts as flat
 MB = 1024.0  # /proc reports kB

@@ -30,12 +30,12 @@ import harness
 from bench_topics_app import CLUSTER
 from rich.table import Table
 
+from duecast.admin import migrate
 from duecast.fleet import Fleet
-from shared import migrate
-from shared.db import Database, connect
-from shared.settings import Settings, TopicsSettings, load_settings
-from shared.topic_schema import KINDS
-from shared.topics import Publish, Publisher
+from duecast.shared.api.publish import Publish, Publisher
+from duecast.shared.settings import Settings, TopicsSettings, load_settings
+from duecast.shared.storage.db import Database, connect
+from duecast.shared.storage.topic_schema import KINDS
 
 BENCH_DIR = Path(__file__).resolve().parent
 APP = "bench_topics_app"

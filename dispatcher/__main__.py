@@ -1,7 +1,7 @@
-"""`python -m dispatcher`."""
+"""`python -m duecast.dispatcher`."""
 
 import sys
 
-from dispatcher.main import main
+from duecast.dispatcher.main import main
 
 sys.exit(main())

@@ -10,10 +10,10 @@ from collections.abc import Callable
 
 from prometheus_client import Gauge
 
-from shared import metrics
-from shared.queue import ReadyQueue
-from shared.status import SourceSnapshot, source_snapshot
-from shared.store import Store
+from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.monitor.status import SourceSnapshot, source_snapshot
+from duecast.shared.process import metrics
+from duecast.shared.storage.source_store import Store
 
 log = logging.getLogger("duecast.gauges")
 

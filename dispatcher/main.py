@@ -1,4 +1,4 @@
-"""Wiring for `duecast dispatcher` / `python -m dispatcher`: settings -> roles -> loop."""
+"""Wiring for `duecast dispatcher` / `python -m duecast.dispatcher`: settings -> roles -> loop."""
 
 from __future__ import annotations
 
@@ -7,29 +7,29 @@ import logging
 import threading
 from collections.abc import Callable
 
-from dispatcher.dispatcher import Dispatcher
-from dispatcher.gauges import SystemGauges
-from dispatcher.pruner import Pruner
-from dispatcher.ranges import RangeKeeper
-from dispatcher.reaper import Reaper
-from dispatcher.recurring import TICK_S, Recurring
-from dispatcher.scheduler import start as scheduler_start
-from dispatcher.sweeper import Sweeper
-from dispatcher.topics import topic_duties
-from shared.db import Database
-from shared.handlers import load_registry
-from shared.health import serving, with_port
-from shared.job_store import JobStore
-from shared.jobs import Enqueuer
-from shared.leader import Leadership, LeaseStore
-from shared.loop import run
-from shared.queue import ReadyQueue
-from shared.range_store import RangeStore
-from shared.runtime import build_queue, build_stores, start_process, warn_eviction
-from shared.schedule_store import ScheduleStore
-from shared.settings import Settings
-from shared.store import Store
-from shared.workers import WorkerRegistry
+from duecast.dispatcher.dispatcher import Dispatcher
+from duecast.dispatcher.gauges import SystemGauges
+from duecast.dispatcher.leader import Leadership, LeaseStore
+from duecast.dispatcher.pruner import Pruner
+from duecast.dispatcher.ranges import RangeKeeper
+from duecast.dispatcher.reaper import Reaper
+from duecast.dispatcher.recurring import TICK_S, Recurring
+from duecast.dispatcher.schedule_store import ScheduleStore
+from duecast.dispatcher.scheduler import start as scheduler_start
+from duecast.dispatcher.sweeper import Sweeper
+from duecast.dispatcher.topics import topic_duties
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.api.handlers import load_registry
+from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.process.health import serving, with_port
+from duecast.shared.process.loop import run
+from duecast.shared.process.runtime import build_queue, build_stores, start_process, warn_eviction
+from duecast.shared.settings import Settings
+from duecast.shared.storage.db import Database
+from duecast.shared.storage.job_store import JobStore
+from duecast.shared.storage.range_store import RangeStore
+from duecast.shared.storage.source_store import Store
+from duecast.shared.storage.worker_registry import WorkerRegistry
 
 log = logging.getLogger("duecast.dispatcher")
 

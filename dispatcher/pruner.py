@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import logging
 
-from shared.job_store import JobStore
-from shared.loop import Tick
+from duecast.shared.process.loop import Tick
+from duecast.shared.storage.job_store import JobStore
 
 log = logging.getLogger("duecast.pruner")
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from shared.keys import BadEntry, Entry, decode_entry
-from shared.queue import ReadyQueue
-from shared.store import Store
-from shared.workers import WorkerRegistry
+from duecast.shared.fanout.keys import BadEntry, Entry, decode_entry
+from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.storage.source_store import Store
+from duecast.shared.storage.worker_registry import WorkerRegistry
 
 log = logging.getLogger("duecast.reaper")
 

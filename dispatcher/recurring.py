@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import logging
 
-from shared.loop import Tick
-from shared.schedule_store import ScheduleStore
-from shared.schedules import Trigger, build_trigger
-from shared.settings import ScheduleSettings
+from duecast.dispatcher.schedule_store import ScheduleStore
+from duecast.shared.process.loop import Tick
+from duecast.shared.schedules import Trigger, build_trigger
+from duecast.shared.settings import ScheduleSettings
 
 log = logging.getLogger("duecast.recurring")
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import logging
 import time
 
-from shared import observe
-from shared.loop import Tick
-from shared.queue import ReadyQueue
-from shared.settings import DispatcherSettings
-from shared.store import Store
+from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.process import observe
+from duecast.shared.process.loop import Tick
+from duecast.shared.settings import DispatcherSettings
+from duecast.shared.storage.source_store import Store
 
 log = logging.getLogger("duecast.sweeper")
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from shared import topic_metrics
-from shared.db import Database
-from shared.loop import Tick
-from shared.settings import Settings, TopicsSettings
-from shared.topic_admin import TopicAdmin
+from duecast.dispatcher import topic_metrics
+from duecast.shared.process.loop import Tick
+from duecast.shared.settings import Settings, TopicsSettings
+from duecast.shared.storage.db import Database
+from duecast.shared.storage.topic_admin import TopicAdmin
 
 log = logging.getLogger("duecast.topics")
 

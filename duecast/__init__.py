@@ -4,10 +4,10 @@ topics `Publisher, Publish, Message`.
 Wiring only: the behaviour lives in `shared`, `dispatcher` and `worker`.
 """
 
-from shared.handlers import Ack, Registry, Row
-from shared.jobs import DuplicateJob, EnqueueError, Enqueuer, Job
-from shared.messages import Message
-from shared.topics import Publish, Publisher, PublishError
+from duecast.shared.api.enqueue import DuplicateJob, EnqueueError, Enqueuer, Job
+from duecast.shared.api.handlers import Ack, Registry, Row
+from duecast.shared.api.messages import Message
+from duecast.shared.api.publish import Publish, Publisher, PublishError
 
 __all__ = [
     "Ack",

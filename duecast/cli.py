@@ -12,21 +12,21 @@ from collections.abc import Callable
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from shared import migrate
-from shared.handlers import AppError
-from shared.jobs import EnqueueError
-from shared.schema import SchemaError
-from shared.settings import load_settings
+from duecast.admin import migrate
+from duecast.shared.api.enqueue import EnqueueError
+from duecast.shared.api.handlers import AppError
+from duecast.shared.settings import load_settings
+from duecast.shared.storage.schema import SchemaError
 
 
 def _cmd_dispatcher(rest: list[str]) -> int:
-    from dispatcher.main import main  # noqa: PLC0415 - load a role only when it is asked for
+    from duecast.dispatcher.main import main  # noqa: PLC0415 - load a role only when it is asked for
 
     return main(rest)
 
 
 def _cmd_worker(rest: list[str]) -> int:
-    from worker.main import main  # noqa: PLC0415
+    from duecast.worker.main import main  # noqa: PLC0415
 
     return main(rest)
 
@@ -38,7 +38,7 @@ def _cmd_demo(rest: list[str]) -> int:
 
 
 def _cmd_sweeper(rest: list[str]) -> int:
-    from dispatcher.main import sweeper_main  # noqa: PLC0415
+    from duecast.dispatcher.main import sweeper_main  # noqa: PLC0415
 
     return sweeper_main(rest)
 

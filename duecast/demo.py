@@ -22,14 +22,14 @@ from rich.progress import Progress
 from rich.table import Table
 
 from duecast import demo_data
+from duecast.admin import migrate
 from duecast.fleet import Fleet
-from shared import migrate
-from shared.loop import stop_on_signals
-from shared.queue import ReadyQueue
-from shared.runtime import build_queue, build_stores
-from shared.settings import Settings, SourceSettings, load_settings
-from shared.status import SourceSnapshot, snapshot
-from shared.store import STATUS_COUNT_CAP, Store
+from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.monitor.status import SourceSnapshot, snapshot
+from duecast.shared.process.loop import stop_on_signals
+from duecast.shared.process.runtime import build_queue, build_stores
+from duecast.shared.settings import Settings, SourceSettings, load_settings
+from duecast.shared.storage.source_store import STATUS_COUNT_CAP, Store
 
 APP = "duecast.examples.block_check"
 

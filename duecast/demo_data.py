@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 import pymysql
 
-from shared.db import connect
-from shared.identifiers import quote
-from shared.settings import MySQLSettings, SourceSettings
+from duecast.shared.queries.identifiers import quote
+from duecast.shared.settings import MySQLSettings, SourceSettings
+from duecast.shared.storage.db import connect
 
 TABLE = "user_block_status"
 CHUNK = 100_000  # rows per INSERT ... SELECT: 10^5 = five digit tables joined

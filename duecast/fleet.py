@@ -31,10 +31,10 @@ class Fleet:
         return proc
 
     def start_dispatcher(self, name: str = "dispatcher") -> subprocess.Popen[bytes]:
-        return self._spawn(name, ["-m", "dispatcher"])
+        return self._spawn(name, ["-m", "duecast.dispatcher"])
 
     def start_worker(self, name: str, *extra: str) -> subprocess.Popen[bytes]:
-        return self._spawn(name, ["-m", "worker", "--app", self.app, *extra])
+        return self._spawn(name, ["-m", "duecast.worker", "--app", self.app, *extra])
 
     def alive(self) -> list[str]:
         return [n for n, p in self.procs.items() if p.poll() is None]

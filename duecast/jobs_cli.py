@@ -16,13 +16,13 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from shared.db import Database
-from shared.handlers import load_registry
-from shared.job_admin import STATES_BY_NAME, Filter, JobAdmin, Outcome
-from shared.jobs import EnqueueError, Enqueuer, Job, OnDuplicate, encode
-from shared.queue import connect_redis
-from shared.settings import Settings, load_settings
-from shared.states import STATE_NAMES, State
+from duecast.admin.job_admin import STATES_BY_NAME, Filter, JobAdmin, Outcome
+from duecast.shared.api.enqueue import EnqueueError, Enqueuer, Job, OnDuplicate, encode
+from duecast.shared.api.handlers import load_registry
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.settings import Settings, load_settings
+from duecast.shared.states import STATE_NAMES, State
+from duecast.shared.storage.db import Database
 
 FILE_CHUNK = 5000  # rows validated / written per progress step
 

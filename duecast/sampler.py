@@ -9,11 +9,11 @@ import threading
 import time
 
 from duecast.history import History, Reading
-from shared.queue import ReadyQueue
-from shared.runtime import build_queue, build_stores
-from shared.settings import Settings
-from shared.status import SourceSnapshot, source_snapshot
-from shared.store import Store
+from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.monitor.status import SourceSnapshot, source_snapshot
+from duecast.shared.process.runtime import build_queue, build_stores
+from duecast.shared.settings import Settings
+from duecast.shared.storage.source_store import Store
 
 log = logging.getLogger("duecast.sampler")
 

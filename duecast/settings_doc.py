@@ -20,8 +20,8 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from shared import settings as settings_module
-from shared.settings import Settings
+from duecast.shared import settings as settings_module
+from duecast.shared.settings import Settings
 
 HEADER = """# Settings
 
@@ -165,4 +165,3 @@ def main() -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

@@ -13,16 +13,16 @@ from rich.table import Table
 from rich.text import Text
 
 from duecast import formats
+from duecast.admin.dashboard_store import DashboardStore, WorkerRow
 from duecast.history import History, Reading
 from duecast.sampler import Sampler
+from duecast.shared.monitor.status import SourceSnapshot
+from duecast.shared.process.runtime import is_job_queue
+from duecast.shared.settings import load_settings
+from duecast.shared.storage.db import Database
+from duecast.shared.storage.topic_admin import TopicAdmin
+from duecast.shared.storage.worker_registry import LiveWorker, WorkerRegistry
 from duecast.topics_cli import topic_tables
-from shared.dashboard_store import DashboardStore, WorkerRow
-from shared.db import Database
-from shared.runtime import is_job_queue
-from shared.settings import load_settings
-from shared.status import SourceSnapshot
-from shared.topic_admin import TopicAdmin
-from shared.workers import LiveWorker, WorkerRegistry
 
 QUEUE_STATES = ("pending", "due", "scheduled", "dispatched", "running", "done", "dead")
 NO_RATES = "rates need two readings: `duecast status --watch`"

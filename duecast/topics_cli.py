@@ -14,13 +14,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from shared.db import Database
-from shared.queue import connect_redis
-from shared.settings import Settings, TopicsSettings, load_settings
-from shared.states import STATE_NAMES, State
-from shared.topic_admin import TopicAdmin, TopicError
-from shared.topic_status import GroupStatus
-from shared.topics import Publish, Publisher, PublishError
+from duecast.shared.api.publish import Publish, Publisher, PublishError
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.monitor.topic_status import GroupStatus
+from duecast.shared.settings import Settings, TopicsSettings, load_settings
+from duecast.shared.states import STATE_NAMES, State
+from duecast.shared.storage.db import Database
+from duecast.shared.storage.topic_admin import TopicAdmin, TopicError
 
 _MESSAGE_FIELDS = {"topic", "payload", "key"}
 

@@ -14,8 +14,8 @@ import pymysql
 import pytest
 import redis
 
-from shared.db import connect
-from shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.db import connect
 
 # One database per pytest session (dropped at its end): two runs on one server never collide.
 TEST_DATABASE = f"{os.environ.get('DUECAST_MYSQL__DATABASE', 'duecast_test')}_{uuid.uuid4().hex[:6]}"

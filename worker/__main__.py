@@ -1,7 +1,7 @@
-"""`python -m worker`."""
+"""`python -m duecast.worker`."""
 
 import sys
 
-from worker.main import main
+from duecast.worker.main import main
 
 sys.exit(main())

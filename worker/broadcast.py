@@ -10,11 +10,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from shared.db import Database
-from shared.handlers import Handler, Registry
-from shared.loop import Tick, run
-from shared.member_store import LostMember, MemberStore, member_name
-from shared.settings import Settings, TopicsSettings
+from duecast.shared.api.handlers import Handler, Registry
+from duecast.shared.process.loop import Tick, run
+from duecast.shared.settings import Settings, TopicsSettings
+from duecast.shared.storage.db import Database
+from duecast.worker.member_store import LostMember, MemberStore, member_name
 
 log = logging.getLogger("duecast.broadcast")
 

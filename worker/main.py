@@ -1,4 +1,4 @@
-"""Wiring for `duecast worker` / `python -m worker`: settings + the user's app -> worker loop."""
+"""Wiring for `duecast worker` / `python -m duecast.worker`: settings + the user's app -> worker loop."""
 
 from __future__ import annotations
 
@@ -9,17 +9,23 @@ import signal
 import threading
 from collections.abc import Sequence
 
-from shared.handlers import load_registry
-from shared.health import serving, with_port
-from shared.loop import run
-from shared.observe import timed_handler
-from shared.queue import ReadyQueue
-from shared.runtime import build_queue, build_stores, is_job_queue, start_process, warn_eviction
-from shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
-from shared.workers import Heartbeat
-from worker.broadcast import broadcast_members, running, served_topic_sources
-from worker.executor import Executor
-from worker.worker import Worker
+from duecast.shared.api.handlers import load_registry
+from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.process.health import serving, with_port
+from duecast.shared.process.loop import run
+from duecast.shared.process.observe import timed_handler
+from duecast.shared.process.runtime import (
+    build_queue,
+    build_stores,
+    is_job_queue,
+    start_process,
+    warn_eviction,
+)
+from duecast.shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
+from duecast.shared.storage.worker_registry import Heartbeat
+from duecast.worker.broadcast import broadcast_members, running, served_topic_sources
+from duecast.worker.executor import Executor
+from duecast.worker.worker import Worker
 
 log = logging.getLogger("duecast.worker")
 

@@ -14,16 +14,16 @@ from typing import Any
 
 import pymysql
 
-from shared import observe
-from shared.db import is_transient
-from shared.handlers import Ack, Handler, Row
-from shared.keys import BadEntry, Entry, decode_entry
-from shared.loop import Tick
-from shared.policy import error_backoff_s
-from shared.queue import ReadyQueue
-from shared.settings import WorkerSettings
-from shared.store import StaleAck, Store, WorkBatch
-from worker.executor import Executor
+from duecast.shared.api.handlers import Ack, Handler, Row
+from duecast.shared.fanout.keys import BadEntry, Entry, decode_entry
+from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.policy import error_backoff_s
+from duecast.shared.process import observe
+from duecast.shared.process.loop import Tick
+from duecast.shared.settings import WorkerSettings
+from duecast.shared.storage.db import is_transient
+from duecast.shared.storage.source_store import StaleAck, Store, WorkBatch
+from duecast.worker.executor import Executor
 
 log = logging.getLogger("duecast.worker")
 UNIT_RETRIES = 3  # transient MySQL errors in one batch before the tick fails (and the loop backs off)

@@ -24,14 +24,14 @@ from harness import (
     time_drain,
 )
 
-from shared import migrate
-from shared.db import connect
-from shared.identifiers import quote
-from shared.runtime import build_queue
-from shared.settings import JOBS_SOURCE, Settings, load_settings
+from duecast.admin import migrate
+from duecast.shared.process.runtime import build_queue
+from duecast.shared.queries.identifiers import quote
+from duecast.shared.settings import JOBS_SOURCE, Settings, load_settings
+from duecast.shared.storage.db import connect
 
 try:  # duecast's enqueue API (shared/jobs.py); trees without it get the plain INSERT it wraps
-    from shared.jobs import Enqueuer, Job
+    from duecast.shared.api.enqueue import Enqueuer, Job
 except ImportError:
     Enqueuer = None
 
@@ -52,7 +52,7 @@ def enqueue(settings: Settings, jobs: int) -> tuple[float, str]:
     started = time.monotonic()
     for lo in range(0, jobs, ENQUEUE_BATCH):
         enqueuer.enqueue_many(Job("noop", {}) for _ in range(min(ENQUEUE_BATCH, jobs - lo)))
-    how = f"shared.jobs Enqueuer.enqueue_many, {ENQUEUE_BATCH:,} jobs per call (one transaction each)"
+    how = f"duecast Enqueuer.enqueue_many, {ENQUEUE_BATCH:,} jobs per call (one transaction each)"
     return elapsed(started), how
 
 
@@ -82,9 +82,9 @@ def drain(settings: Settings, opts: Options, workers: Workers) -> Drain:
     with closing(connect(settings.mysql)) as poll:
         poll.autocommit(True)
         started = time.monotonic()
-        workers.start("dispatcher", [sys.executable, "-m", "dispatcher"])
+        workers.start("dispatcher", [sys.executable, "-m", "duecast.dispatcher"])
         for i in range(opts.workers):
-            workers.start(f"worker-{i + 1}", [sys.executable, "-m", "worker", "--app", "duecast_app"])
+            workers.start(f"worker-{i + 1}", [sys.executable, "-m", "duecast.worker", "--app", "duecast_app"])
         try:
             result = time_drain(mysql_backlog(poll, table), opts.jobs, started, opts.timeout_s, workers)
         finally:

@@ -27,7 +27,7 @@ import report
 import servers
 from rich.console import Console
 
-from shared.settings import load_settings
+from duecast.shared.settings import load_settings
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import redis
 
-from shared.db import connect
-from shared.identifiers import quote
-from shared.settings import MySQLSettings
+from duecast.shared.queries.identifiers import quote
+from duecast.shared.settings import MySQLSettings
+from duecast.shared.storage.db import connect
 
 
 def free_port() -> int:

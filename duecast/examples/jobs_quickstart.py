@@ -12,13 +12,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from dispatcher.main import serve as serve_dispatcher
 from duecast import Ack, DuplicateJob, Enqueuer, Job, Registry
-from shared import migrate
-from shared.db import connect
-from shared.settings import Settings, load_settings
-from shared.states import STATE_NAMES, State
-from worker.main import serve as serve_worker
+from duecast.admin import migrate
+from duecast.dispatcher.main import serve as serve_dispatcher
+from duecast.shared.settings import Settings, load_settings
+from duecast.shared.states import STATE_NAMES, State
+from duecast.shared.storage.db import connect
+from duecast.worker.main import serve as serve_worker
 
 tasks = Registry()
 seen: list[str] = []

@@ -11,9 +11,9 @@ import logging
 from flask import Flask, abort, redirect, render_template, request
 from werkzeug.wrappers import Response
 
+from duecast.admin.job_admin import Filter
+from duecast.shared.states import STATE_NAMES, State
 from duecast.web.context import WebContext
-from shared.job_admin import Filter
-from shared.states import STATE_NAMES, State
 
 log = logging.getLogger("duecast.web")
 

@@ -15,15 +15,15 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 
 from duecast import formats
+from duecast.admin.job_admin import Filter
 from duecast.history import History, Point, lag_s
+from duecast.shared.monitor.status import SourceSnapshot
+from duecast.shared.process.runtime import is_job_queue
+from duecast.shared.settings import TOPICS_SOURCE, Settings
+from duecast.shared.states import STATE_NAMES, State
+from duecast.shared.storage.worker_registry import WorkerRegistry
 from duecast.web.charts import Series, line_chart
 from duecast.web.context import WebContext
-from shared.job_admin import Filter
-from shared.runtime import is_job_queue
-from shared.settings import TOPICS_SOURCE, Settings
-from shared.states import STATE_NAMES, State
-from shared.status import SourceSnapshot
-from shared.workers import WorkerRegistry
 
 DEAD_PAGE = 100  # dead jobs listed per page, newest first
 

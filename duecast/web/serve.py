@@ -14,12 +14,12 @@ from waitress import create_server
 
 from duecast.history import History
 from duecast.sampler import Sampler, SamplerThread
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.api.handlers import load_registry
+from duecast.shared.process import logs
+from duecast.shared.settings import Settings, WebSettings, load_settings
 from duecast.web.app import create_app
 from duecast.web.context import WebContext
-from shared import logs
-from shared.handlers import load_registry
-from shared.jobs import Enqueuer
-from shared.settings import Settings, WebSettings, load_settings
 
 log = logging.getLogger("duecast.web")
 THREADS = 4  # request threads: a dashboard has few viewers, and readings come from the sampler

@@ -20,18 +20,18 @@ from typing import Any
 import pymysql
 import pytest
 
-from dispatcher.main import serve as serve_dispatcher
+from duecast.admin import migrate
+from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.history import History
 from duecast.sampler import Sampler
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.web.context import WebContext
 from duecast.web.serve import running as serve_web
-from shared import migrate
-from shared.jobs import Enqueuer
-from shared.queue import connect_redis
-from shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.worker.main import serve as serve_worker
 from tests.browser import app
 from tests.integration.conftest import create_table
-from worker.main import serve as serve_worker
 
 CHROMIUM = os.environ.get("DUECAST_CHROMIUM", "/usr/bin/chromium")
 TOKEN = "browser-test-token-0123"

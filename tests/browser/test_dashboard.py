@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from duecast.admin.dashboard_store import DashboardStore
 from duecast.history import History
 from duecast.sampler import Sampler
+from duecast.shared.states import State
+from duecast.shared.storage.db import Database
 from duecast.status_view import render
-from shared.dashboard_store import DashboardStore
-from shared.db import Database
-from shared.states import State
 from tests.browser import app
 from tests.browser.conftest import SHOTS, TOKEN, LiveSystem, screenshot
 from tests.integration.polling import wait_until

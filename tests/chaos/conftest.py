@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.settings import MySQLSettings
+from duecast.shared.settings import MySQLSettings
 from tests.chaos.harness import Chaos
 
 # Expose the fault tier's fixtures (procs, private_redis) and its failure report hook.

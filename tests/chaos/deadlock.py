@@ -14,8 +14,8 @@ import uuid
 
 import pymysql
 
-from shared.db import connect
-from shared.states import State
+from duecast.shared.states import State
+from duecast.shared.storage.db import connect
 from tests.chaos.harness import Chaos
 
 _FIRST_ID = re.compile(r"`id` IN \((\d+)")

@@ -21,11 +21,11 @@ from typing import Any
 
 import pymysql
 
-from shared import migrate
-from shared.db import connect
-from shared.jobs import Enqueuer, Job
-from shared.settings import JOBS_SOURCE, MySQLSettings, Settings
-from shared.states import State
+from duecast.admin import migrate
+from duecast.shared.api.enqueue import Enqueuer, Job
+from duecast.shared.settings import JOBS_SOURCE, MySQLSettings, Settings
+from duecast.shared.states import State
+from duecast.shared.storage.db import connect
 from tests.chaos.checker import Fault, Verdict, classify, read_executions
 from tests.chaos.rescan import RescanTables
 from tests.chaos.rescan_checker import RescanVerdict, classify_rescan, read_rescan_log
@@ -170,14 +170,14 @@ class Chaos:
 
     def dispatcher(self, name: str, **env: str) -> Proc:
         proc = self.procs.spawn(
-            name, ["-m", "dispatcher"], {**self.env, **env}, may_exit=True, allow=EXPECTED
+            name, ["-m", "duecast.dispatcher"], {**self.env, **env}, may_exit=True, allow=EXPECTED
         )
         self.dispatchers[name] = proc
         return proc
 
     def worker(self, name: str, sources: Sequence[str] = (JOBS_SOURCE,)) -> Proc:
         """`sources`: what it serves, in pop order (the first non-empty list is popped first)."""
-        args = ["-m", "worker", "--app", APP, *(a for s in sources for a in ("--source", s))]
+        args = ["-m", "duecast.worker", "--app", APP, *(a for s in sources for a in ("--source", s))]
         proc = self.procs.spawn(name, args, self.env, may_exit=True, allow=EXPECTED)
         self.workers[name] = proc
         self._serves[name] = sources

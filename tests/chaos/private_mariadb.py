@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pymysql
 
-from shared.settings import MySQLSettings
+from duecast.shared.settings import MySQLSettings
 from tests.faults.private_redis import free_port
 from tests.faults.procs import wait_for
 

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shared.ranges import ranges_table
-from shared.settings import SourceSettings
-from shared.states import ATTEMPT_COLUMN, STATE_COLUMN, State
+from duecast.shared.queries.ranges import ranges_table
+from duecast.shared.settings import SourceSettings
+from duecast.shared.states import ATTEMPT_COLUMN, STATE_COLUMN, State
 from tests.chaos.app import RESCAN_RANGES, RESCAN_ROWS
 from tests.chaos.rescan_checker import Check, RescanSource
 

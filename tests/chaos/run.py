@@ -22,8 +22,8 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from shared.db import connect
-from shared.settings import Settings
+from duecast.shared.settings import Settings
+from duecast.shared.storage.db import connect
 from tests.chaos.harness import Chaos
 from tests.chaos.rescan_checker import RescanVerdict
 from tests.chaos.soak import soak

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from shared.keys import Keys
-from shared.settings import JOBS_SOURCE
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.settings import JOBS_SOURCE
 from tests.chaos.app import RESCAN_RANGES, RESCAN_ROWS
 from tests.chaos.harness import Chaos
 from tests.faults.procs import Proc, wait_for

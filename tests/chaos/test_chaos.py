@@ -17,7 +17,7 @@ import pymysql
 import pytest
 
 from duecast.fleet import cpu_seconds
-from shared.settings import MySQLSettings
+from duecast.shared.settings import MySQLSettings
 from tests.chaos.app import RESCAN_RANGES, RESCAN_ROWS
 from tests.chaos.deadlock import force_deadlock
 from tests.chaos.harness import Chaos, kill_mysql_session

@@ -21,9 +21,9 @@ import pymysql
 import pytest
 import redis
 
-from shared import migrate
-from shared.keys import Entry, Keys, encode_entry
-from shared.settings import (
+from duecast.admin import migrate
+from duecast.shared.fanout.keys import Entry, Keys, encode_entry
+from duecast.shared.settings import (
     DispatcherSettings,
     JobsSettings,
     MySQLSettings,
@@ -89,7 +89,7 @@ class FaultEnv:
         self, name: str = "dispatcher", *, may_exit: bool = False, allow: Iterable[str] = (), **env: object
     ) -> Proc:
         """`allow`: exception class names it may log (any other fails the test at the next wait)."""
-        args = ["-m", "dispatcher"]
+        args = ["-m", "duecast.dispatcher"]
         return self.procs.spawn(name, args, self._env(env), may_exit=may_exit, allow=allow)
 
     def sweep_once(self) -> int:
@@ -100,7 +100,7 @@ class FaultEnv:
         return self.procs.wait_exit(proc, WAIT_S)
 
     def worker(self, name: str, *, may_exit: bool = False, allow: Iterable[str] = (), **env: object) -> Proc:
-        args = ["-m", "worker", "--app", APP, "--source", self.source.name]
+        args = ["-m", "duecast.worker", "--app", APP, "--source", self.source.name]
         return self.procs.spawn(name, args, self._env(env), may_exit=may_exit, allow=allow)
 
     def _env(self, extra: dict[str, object]) -> dict[str, str]:

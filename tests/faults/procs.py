@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-# The repo root, the children's cwd: `-m worker --app tests.faults.app` imports from it.
+# The repo root, the children's cwd: `-m duecast.worker --app tests.faults.app` imports from it.
 ROOT = Path(__file__).resolve().parents[2]
 POLL_S = 0.05
 # The last line of a traceback, e.g. "pymysql.err.ProgrammingError: (1064, ...)".

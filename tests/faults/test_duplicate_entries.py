@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from shared.keys import Entry
+from duecast.shared.fanout.keys import Entry
 from tests.faults.conftest import DISPATCHED, KINDS, FaultEnv
 from tests.faults.known_bugs import COPY_RERUNS_AFTER_HOLDER_KILLED
 

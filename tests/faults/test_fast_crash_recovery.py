@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from shared.keys import decode_entry
-from shared.queue import ReadyQueue
+from duecast.shared.fanout.keys import decode_entry
+from duecast.shared.fanout.queue import ReadyQueue
 from tests.faults.conftest import DISPATCHED, KINDS, WAIT_S, FaultEnv
 
 pytestmark = pytest.mark.faults

@@ -16,10 +16,10 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from shared import migrate
-from shared.jobs import Enqueuer, Job
-from shared.settings import MySQLSettings, RedisSettings, Settings
-from shared.states import State
+from duecast.admin import migrate
+from duecast.shared.api.enqueue import Enqueuer, Job
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.states import State
 from tests.faults.conftest import _NOT_INHERITED
 from tests.faults.procs import Proc, Procs, wait_for
 
@@ -80,12 +80,12 @@ def test_a_job_that_kills_its_worker_is_dead_after_max_interruptions_while_other
         ((state, interruptions),) = query("SELECT dc_state, interruptions FROM {t} WHERE id = %s", (poison,))
         return int(state), int(interruptions)
 
-    procs.spawn("dispatcher", ["-m", "dispatcher"], env)
+    procs.spawn("dispatcher", ["-m", "duecast.dispatcher"], env)
     deaths = 0
 
     def start_worker(n: int) -> Proc:  # may_exit: the poison job is expected to kill it
         return procs.spawn(
-            f"worker-{n}", ["-m", "worker", "--app", "tests.integration.jobs_app"], env, may_exit=True
+            f"worker-{n}", ["-m", "duecast.worker", "--app", "tests.integration.jobs_app"], env, may_exit=True
         )
 
     worker = start_worker(0)

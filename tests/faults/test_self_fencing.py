@@ -19,15 +19,15 @@ from typing import Any
 import pymysql
 import pytest
 
-from shared import migrate
-from shared.db import Database, connect
-from shared.job_store import JobStore
-from shared.jobs import Enqueuer
-from shared.keys import Keys
-from shared.leases import EXIT_FENCED
-from shared.queue import ReadyQueue, connect_redis
-from shared.settings import MySQLSettings, RedisSettings, Settings
-from shared.states import State
+from duecast.admin import migrate
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.states import State
+from duecast.shared.storage.db import Database, connect
+from duecast.shared.storage.job_store import JobStore
+from duecast.shared.storage.leases import EXIT_FENCED
 from tests.faults.conftest import _NOT_INHERITED, SESSION_LOST
 from tests.faults.procs import Proc, Procs, tcp_peers, wait_for
 
@@ -62,7 +62,7 @@ class Fencing:
         queue = ReadyQueue(connect_redis(self.settings.redis), Keys(self.settings.redis.key_prefix))
         queue.push(self.store.src.name, self.store.claim_due(10))
         worker = self.procs.spawn(
-            "worker", ["-m", "worker", "--app", "tests.integration.jobs_app"], self.env, allow=SESSION_LOST
+            "worker", ["-m", "duecast.worker", "--app", "tests.integration.jobs_app"], self.env, allow=SESSION_LOST
         )
         wait_for(
             lambda: self.row(job_id, "dc_state") == (State.RUNNING,),

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from shared.keys import Entry
+from duecast.shared.fanout.keys import Entry
 from tests.faults.conftest import DISPATCHED, IDLE, KINDS, SESSION_LOST, FaultEnv
 
 pytestmark = pytest.mark.faults

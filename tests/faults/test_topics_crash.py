@@ -19,12 +19,12 @@ from typing import Any
 import pymysql
 import pytest
 
-from shared import migrate
-from shared.db import Database
-from shared.settings import MySQLSettings, RedisSettings, Settings
-from shared.states import State
-from shared.topic_admin import TopicAdmin
-from shared.topics import Publish, Publisher
+from duecast.admin import migrate
+from duecast.shared.api.publish import Publish, Publisher
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.states import State
+from duecast.shared.storage.db import Database
+from duecast.shared.storage.topic_admin import TopicAdmin
 from tests.faults.conftest import _NOT_INHERITED
 from tests.faults.procs import Procs, wait_for
 from tests.faults.topics_app import GROUPS
@@ -112,9 +112,9 @@ def test_three_groups_each_apply_every_message_once_across_a_worker_sigkill(
     assert ids == list(range(1, MESSAGES + 1))
 
     marker, gate = tmp_path / "parked.json", tmp_path / "gate"
-    worker_args = ["-m", "worker", "--app", "tests.faults.topics_app"]
+    worker_args = ["-m", "duecast.worker", "--app", "tests.faults.topics_app"]
     worker_args += [arg for g in GROUPS for arg in ("--source", f"topics.orders-{g}")]
-    procs.spawn("dispatcher", ["-m", "dispatcher"], env)
+    procs.spawn("dispatcher", ["-m", "duecast.dispatcher"], env)
     doomed = procs.spawn(
         "worker-a",
         worker_args,
@@ -190,7 +190,7 @@ def test_a_sigkilled_broadcast_member_resumes_from_its_last_position_and_the_oth
     )
     members = f"`{settings.topics.table('members')}`"
     marker, gate = tmp_path / "parked.json", tmp_path / "gate"
-    worker_args = ["-m", "worker", "--app", "tests.faults.topics_app", "--source", "topics.orders-cache"]
+    worker_args = ["-m", "duecast.worker", "--app", "tests.faults.topics_app", "--source", "topics.orders-cache"]
     for name in ("m1", "m3"):
         procs.spawn(name, worker_args, {**env, "DUECAST_TOPICS__MEMBER": name})
     doomed = procs.spawn(

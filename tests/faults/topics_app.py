@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pymysql.cursors
 
-from shared.handlers import Registry
-from shared.messages import Message
+from duecast.shared.api.handlers import Registry
+from duecast.shared.api.messages import Message
 
 GROUPS = ("billing", "shipping", "audit")
 GATE_MAX_S = 60.0

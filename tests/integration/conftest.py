@@ -15,12 +15,12 @@ from typing import Any
 import pymysql
 import pytest
 
-from shared import migrate
-from shared.db import Database
-from shared.keys import Keys
-from shared.queue import ReadyQueue, connect_redis
-from shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
-from shared.store import SourceStore
+from duecast.admin import migrate
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
+from duecast.shared.storage.db import Database
+from duecast.shared.storage.source_store import SourceStore
 from tests.integration import apps
 
 pytestmark = pytest.mark.integration

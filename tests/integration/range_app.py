@@ -10,7 +10,7 @@ from typing import Any
 import pymysql.cursors
 
 from duecast import Ack, Registry, Row
-from shared.settings import SourceSettings
+from duecast.shared.settings import SourceSettings
 
 handlers = Registry()
 SOURCE = "ranged"

@@ -15,18 +15,18 @@ from collections.abc import Callable, Iterator
 import pymysql
 import pytest
 
-from shared import migrate
-from shared.keys import MAX_ATTEMPT, MAX_ID, BadEntry, decode_entry, encode_entry
-from shared.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES
-from shared.range_store import RangeStore
-from shared.ranges import ranges_table
-from shared.runtime import build_queue, build_stores
-from shared.settings import MySQLSettings, RedisSettings, Settings, WorkerSettings
+from duecast.admin import migrate
+from duecast.shared.fanout.keys import MAX_ATTEMPT, MAX_ID, BadEntry, decode_entry, encode_entry
+from duecast.shared.fanout.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES
+from duecast.shared.process.runtime import build_queue, build_stores
+from duecast.shared.queries.ranges import ranges_table
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, WorkerSettings
+from duecast.shared.storage.range_store import RangeStore
+from duecast.worker import main as worker_main
+from duecast.worker.worker import Worker
 from tests.integration import apps, range_app
 from tests.integration.conftest import Env
 from tests.integration.polling import wait_until
-from worker import main as worker_main
-from worker.worker import Worker
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ import pymysql
 import pytest
 
 from duecast import cli
-from shared.keys import Entry
-from shared.settings import MySQLSettings, RedisSettings, SourceSettings
+from duecast.shared.fanout.keys import Entry
+from duecast.shared.settings import MySQLSettings, RedisSettings, SourceSettings
 from tests.integration.conftest import Env, source_fields
 
 pytestmark = pytest.mark.integration

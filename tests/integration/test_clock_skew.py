@@ -15,13 +15,13 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from dispatcher.main import serve as serve_dispatcher
-from shared import migrate
-from shared.jobs import Enqueuer
-from shared.settings import MySQLSettings, RedisSettings, Settings
-from shared.states import State
+from duecast.admin import migrate
+from duecast.dispatcher.main import serve as serve_dispatcher
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.states import State
+from duecast.worker.main import serve as serve_worker
 from tests.integration import jobs_app
-from worker.main import serve as serve_worker
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

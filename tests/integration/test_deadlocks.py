@@ -20,20 +20,20 @@ from typing import Any, cast
 import pymysql
 import pytest
 
-from shared import migrate
-from shared.db import Database, connect
-from shared.handlers import Ack, Handler, Registry, Row
-from shared.job_store import JobStore
-from shared.jobs import Enqueuer
-from shared.keys import Keys
-from shared.queue import ReadyQueue, connect_redis
-from shared.settings import MySQLSettings, RedisSettings, Settings, WorkerSettings
-from shared.states import State
-from shared.store import Store
+from duecast.admin import migrate
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.api.handlers import Ack, Handler, Registry, Row
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, WorkerSettings
+from duecast.shared.states import State
+from duecast.shared.storage.db import Database, connect
+from duecast.shared.storage.job_store import JobStore
+from duecast.shared.storage.source_store import Store
+from duecast.worker.executor import Executor
+from duecast.worker.worker import Worker
 from tests.integration.conftest import Env
 from tests.integration.polling import wait_until
-from worker.executor import Executor
-from worker.worker import Worker
 
 pytestmark = pytest.mark.integration
 

@@ -16,10 +16,10 @@ import pymysql
 import pytest
 import yaml
 
-from shared import migrate
-from shared.db import connect
-from shared.runtime import build_stores
-from shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.admin import migrate
+from duecast.shared.process.runtime import build_stores
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.db import connect
 
 pytestmark = pytest.mark.integration
 

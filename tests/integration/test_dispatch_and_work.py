@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
-from dispatcher import main as dispatcher_main
-from shared import migrate
-from shared.handlers import Ack
-from shared.keys import encode_entry
-from shared.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES
-from shared.settings import DispatcherSettings, JobsSettings, Settings, WorkerSettings
+from duecast.admin import migrate
+from duecast.dispatcher import main as dispatcher_main
+from duecast.shared.api.handlers import Ack
+from duecast.shared.fanout.keys import encode_entry
+from duecast.shared.fanout.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES
+from duecast.shared.settings import DispatcherSettings, JobsSettings, Settings, WorkerSettings
+from duecast.worker import main as worker_main
+from duecast.worker.worker import Worker
 from tests.integration import apps
 from tests.integration.conftest import Env
 from tests.integration.polling import wait_until
-from worker import main as worker_main
-from worker.worker import Worker
 
 pytestmark = pytest.mark.integration
 

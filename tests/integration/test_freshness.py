@@ -12,16 +12,17 @@ from collections.abc import Callable
 import pymysql
 import pytest
 
-from dispatcher.main import serve as serve_dispatcher
-from shared import freshness, migrate
-from shared.freshness import Freshness, measure
-from shared.range_store import RangeStore
-from shared.ranges import ranges_table
-from shared.runtime import build_stores
-from shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.admin import migrate
+from duecast.dispatcher.main import serve as serve_dispatcher
+from duecast.shared.monitor import freshness
+from duecast.shared.monitor.freshness import Freshness, measure
+from duecast.shared.process.runtime import build_stores
+from duecast.shared.queries.ranges import ranges_table
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.range_store import RangeStore
+from duecast.worker.main import serve as serve_worker
 from tests.integration import range_app
 from tests.integration.conftest import Env
-from worker.main import serve as serve_worker
 
 pytestmark = pytest.mark.integration
 

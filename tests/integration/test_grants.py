@@ -20,14 +20,14 @@ import pymysql
 import pytest
 from pydantic import SecretStr
 
-from dispatcher import main as dispatcher_main
-from shared import migrate
-from shared.db import Database, connect
-from shared.jobs import Enqueuer
-from shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
-from shared.store import SourceStore
+from duecast.admin import migrate
+from duecast.dispatcher import main as dispatcher_main
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
+from duecast.shared.storage.db import Database, connect
+from duecast.shared.storage.source_store import SourceStore
+from duecast.worker import main as worker_main
 from tests.integration import apps, jobs_app, range_app
-from worker import main as worker_main
 
 pytestmark = pytest.mark.integration
 

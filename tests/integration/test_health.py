@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from dispatcher import main as dispatcher_main
-from shared import metrics
-from shared.health import serving
-from shared.settings import (
+from duecast.dispatcher import main as dispatcher_main
+from duecast.shared.process import metrics
+from duecast.shared.process.health import serving
+from duecast.shared.settings import (
     DispatcherSettings,
     HealthSettings,
     MySQLSettings,
@@ -29,10 +29,10 @@ from shared.settings import (
     Settings,
     WorkerSettings,
 )
+from duecast.worker import main as worker_main
 from tests.integration import apps
 from tests.integration.conftest import Env
 from tests.integration.polling import wait_until
-from worker import main as worker_main
 
 pytestmark = pytest.mark.integration
 

@@ -18,21 +18,21 @@ from typing import Any
 import pymysql
 import pytest
 
-from dispatcher.main import serve as serve_dispatcher
-from dispatcher.pruner import Pruner
-from dispatcher.recurring import Recurring
-from shared import migrate
-from shared.db import Database
-from shared.handlers import Ack
-from shared.job_store import JobStore
-from shared.jobs import DuplicateJob, EnqueueError, Enqueuer, Job
-from shared.queue import connect_redis
-from shared.schedule_store import ScheduleStore
-from shared.settings import MySQLSettings, RedisSettings, ScheduleSettings, Settings
-from shared.states import State
+from duecast.admin import migrate
+from duecast.dispatcher.main import serve as serve_dispatcher
+from duecast.dispatcher.pruner import Pruner
+from duecast.dispatcher.recurring import Recurring
+from duecast.dispatcher.schedule_store import ScheduleStore
+from duecast.shared.api.enqueue import DuplicateJob, EnqueueError, Enqueuer, Job
+from duecast.shared.api.handlers import Ack
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.settings import MySQLSettings, RedisSettings, ScheduleSettings, Settings
+from duecast.shared.states import State
+from duecast.shared.storage.db import Database
+from duecast.shared.storage.job_store import JobStore
+from duecast.worker.main import serve as serve_worker
 from tests.integration import jobs_app
 from tests.integration.polling import wait_until
-from worker.main import serve as serve_worker
 
 pytestmark = pytest.mark.integration
 APP = "tests.integration.jobs_app"

@@ -13,18 +13,18 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from dispatcher.main import serve as serve_dispatcher
-from shared import migrate
-from shared.db import connect
-from shared.handlers import Ack
-from shared.job_store import JobStore
-from shared.jobs import EnqueueError, Enqueuer, Job
-from shared.queue import connect_redis
-from shared.runtime import build_stores
-from shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.admin import migrate
+from duecast.dispatcher.main import serve as serve_dispatcher
+from duecast.shared.api.enqueue import EnqueueError, Enqueuer, Job
+from duecast.shared.api.handlers import Ack
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.process.runtime import build_stores
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.db import connect
+from duecast.shared.storage.job_store import JobStore
+from duecast.worker.main import serve as serve_worker
 from tests.integration import jobs_app
 from tests.integration.polling import wait_until
-from worker.main import serve as serve_worker
 
 pytestmark = pytest.mark.integration
 

@@ -15,10 +15,10 @@ from typing import Any
 import pymysql
 import pytest
 
-from shared import migrate
-from shared.jobs import Enqueuer
-from shared.queue import connect_redis
-from shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.admin import migrate
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 
 pytestmark = pytest.mark.integration
 

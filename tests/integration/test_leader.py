@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from shared.db import Database
-from shared.leader import LEADER, Leadership, LeaseStore
-from shared.schema import leases_table_ddl
-from shared.settings import MySQLSettings
+from duecast.dispatcher.leader import LEADER, Leadership, LeaseStore
+from duecast.shared.settings import MySQLSettings
+from duecast.shared.storage.db import Database
+from duecast.shared.storage.schema import leases_table_ddl
 
 pytestmark = pytest.mark.integration
 

@@ -15,14 +15,14 @@ import pymysql
 import pytest
 from prometheus_client import REGISTRY
 
-from dispatcher import main as dispatcher_main
-from dispatcher.gauges import SystemGauges
-from dispatcher.sweeper import Sweeper
-from shared import migrate
-from shared.jobs import Enqueuer
-from shared.queue import connect_redis
-from shared.runtime import build_queue, build_stores
-from shared.settings import (
+from duecast.admin import migrate
+from duecast.dispatcher import main as dispatcher_main
+from duecast.dispatcher.gauges import SystemGauges
+from duecast.dispatcher.sweeper import Sweeper
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.process.runtime import build_queue, build_stores
+from duecast.shared.settings import (
     DispatcherSettings,
     HealthSettings,
     MySQLSettings,
@@ -30,11 +30,11 @@ from shared.settings import (
     Settings,
     WorkerSettings,
 )
+from duecast.worker import main as worker_main
 from tests.integration import apps, jobs_app
 from tests.integration.conftest import Env
 from tests.integration.polling import wait_until
 from tests.integration.test_health import free_port, get, running
-from worker import main as worker_main
 
 pytestmark = pytest.mark.integration
 

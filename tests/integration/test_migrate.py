@@ -9,12 +9,9 @@ from typing import Any
 import pymysql
 import pytest
 
-from shared import migrate
-from shared.db import Database
-from shared.job_store import JobStore
-from shared.runtime import build_stores
-from shared.schema import SchemaError, leases_table_ddl, workers_table_ddl
-from shared.settings import (
+from duecast.admin import migrate
+from duecast.shared.process.runtime import build_stores
+from duecast.shared.settings import (
     DispatcherSettings,
     MySQLSettings,
     RedisSettings,
@@ -22,7 +19,10 @@ from shared.settings import (
     SourceSettings,
     WorkerSettings,
 )
-from shared.store import SourceStore
+from duecast.shared.storage.db import Database
+from duecast.shared.storage.job_store import JobStore
+from duecast.shared.storage.schema import SchemaError, leases_table_ddl, workers_table_ddl
+from duecast.shared.storage.source_store import SourceStore
 from tests.integration.conftest import source_fields
 
 pytestmark = pytest.mark.integration

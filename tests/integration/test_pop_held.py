@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from shared.keys import Entry, Keys
-from shared.queue import ReadyQueue, connect_redis
-from shared.settings import RedisSettings
+from duecast.shared.fanout.keys import Entry, Keys
+from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.settings import RedisSettings
 
 pytestmark = pytest.mark.integration
 

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.keys import Keys
-from shared.queue import ReadyQueue, connect_redis
-from shared.settings import RedisSettings
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.settings import RedisSettings
 from tests.unit.queue_contract import QueueContract
 
 pytestmark = pytest.mark.integration

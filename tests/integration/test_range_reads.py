@@ -12,11 +12,11 @@ from decimal import Decimal
 import pymysql
 import pytest
 
-from shared import migrate
-from shared.range_store import RangeStore
-from shared.ranges import ranges_table
-from shared.runtime import build_stores
-from shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
+from duecast.admin import migrate
+from duecast.shared.process.runtime import build_stores
+from duecast.shared.queries.ranges import ranges_table
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
+from duecast.shared.storage.range_store import RangeStore
 
 pytestmark = pytest.mark.integration
 

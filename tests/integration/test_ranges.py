@@ -9,17 +9,17 @@ from collections.abc import Callable, Iterator
 import pymysql
 import pytest
 
-from dispatcher.main import serve as serve_dispatcher
-from dispatcher.sweeper import Sweeper
-from shared import migrate
-from shared.handlers import Ack
-from shared.range_store import RangeStore
-from shared.ranges import ranges_table
-from shared.runtime import build_queue, build_stores
-from shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
+from duecast.admin import migrate
+from duecast.dispatcher.main import serve as serve_dispatcher
+from duecast.dispatcher.sweeper import Sweeper
+from duecast.shared.api.handlers import Ack
+from duecast.shared.process.runtime import build_queue, build_stores
+from duecast.shared.queries.ranges import ranges_table
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
+from duecast.shared.storage.range_store import RangeStore
+from duecast.worker.main import serve as serve_worker
 from tests.integration import range_app
 from tests.integration.range_app import PLAN
-from worker.main import serve as serve_worker
 
 pytestmark = pytest.mark.integration
 

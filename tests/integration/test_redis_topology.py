@@ -15,9 +15,9 @@ import pytest
 import redis
 from pydantic import SecretStr
 
-from shared.keys import Entry, Keys
-from shared.queue import ReadyQueue, connect_redis
-from shared.settings import RedisSettings
+from duecast.shared.fanout.keys import Entry, Keys
+from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.settings import RedisSettings
 from tests.faults.private_redis import free_port, redis_server_bin
 from tests.faults.procs import wait_for
 

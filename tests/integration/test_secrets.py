@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from shared.db import Database
-from shared.keys import Keys
-from shared.loop import Tick, run
-from shared.queue import ReadyQueue, connect_redis
-from shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.process.loop import Tick, run
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.db import Database
 from tests.integration import apps
 from tests.integration.conftest import Env
 

@@ -10,10 +10,10 @@ import pymysql
 import pytest
 
 from duecast import cli
-from shared.jobs import Enqueuer
-from shared.queue import connect_redis
-from shared.settings import MySQLSettings, RedisSettings, Settings
-from shared.states import State
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.states import State
 from tests.integration.conftest import Env
 from tests.integration.test_cli import cli_env, sources_json, status_row  # noqa: F401 - a fixture
 

@@ -11,9 +11,9 @@ from typing import Any
 import pymysql
 import pytest
 
-from shared.handlers import Ack
-from shared.keys import Entry
-from shared.store import AckCounts, SourceStatus, SourceStore
+from duecast.shared.api.handlers import Ack
+from duecast.shared.fanout.keys import Entry
+from duecast.shared.storage.source_store import AckCounts, SourceStatus, SourceStore
 from tests.integration.conftest import Env
 from tests.integration.polling import wait_until
 

@@ -16,10 +16,10 @@ import pymysql
 import pytest
 import redis
 
-from shared.db import Database, connect
-from shared.keys import Entry, Keys
-from shared.queue import ReadyQueue, connect_redis
-from shared.settings import MySQLSettings, RedisSettings
+from duecast.shared.fanout.keys import Entry, Keys
+from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.settings import MySQLSettings, RedisSettings
+from duecast.shared.storage.db import Database, connect
 from tests.integration.tls_servers import NoTLS, Pki, TLSMariaDB, TLSRedis, make_pki
 
 pytestmark = pytest.mark.integration

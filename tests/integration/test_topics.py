@@ -18,25 +18,25 @@ import pymysql
 import pytest
 from prometheus_client import REGISTRY
 
-from dispatcher.main import serve as serve_dispatcher
-from dispatcher.topics import TopicKeeper
-from shared import migrate
-from shared.db import Database, connect
-from shared.handlers import load_registry
-from shared.keys import Entry
-from shared.leases import Extended
-from shared.member_store import MemberStore, member_name
-from shared.queue import connect_redis
-from shared.runtime import build_stores
-from shared.settings import MySQLSettings, RedisSettings, Settings, TopicsSettings
-from shared.states import State
-from shared.topic_admin import TopicAdmin
-from shared.topic_status import TopicMonitor
-from shared.topics import Publish, Publisher, PublishError
+from duecast.admin import migrate
+from duecast.dispatcher.main import serve as serve_dispatcher
+from duecast.dispatcher.topics import TopicKeeper
+from duecast.shared.api.handlers import load_registry
+from duecast.shared.api.publish import Publish, Publisher, PublishError
+from duecast.shared.fanout.keys import Entry
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.monitor.topic_status import TopicMonitor
+from duecast.shared.process.runtime import build_stores
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, TopicsSettings
+from duecast.shared.states import State
+from duecast.shared.storage.db import Database, connect
+from duecast.shared.storage.leases import Extended
+from duecast.shared.storage.topic_admin import TopicAdmin
+from duecast.worker.broadcast import BroadcastMember, running
+from duecast.worker.main import serve as serve_worker
+from duecast.worker.member_store import MemberStore, member_name
 from tests.integration import topics_app
 from tests.integration.polling import wait_until
-from worker.broadcast import BroadcastMember, running
-from worker.main import serve as serve_worker
 
 pytestmark = pytest.mark.integration
 APP = "tests.integration.topics_app"

@@ -12,12 +12,12 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from dispatcher.main import serve as serve_dispatcher
 from duecast import cli
-from shared import migrate
-from shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.admin import migrate
+from duecast.dispatcher.main import serve as serve_dispatcher
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.worker.main import serve as serve_worker
 from tests.integration import topics_app
-from worker.main import serve as serve_worker
 
 pytestmark = pytest.mark.integration
 GROUPS = [

@@ -11,17 +11,17 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from dispatcher.main import serve as serve_dispatcher
+from duecast.admin import migrate
+from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.history import History
+from duecast.shared.api.publish import Publish, Publisher
+from duecast.shared.fanout.keys import Entry
+from duecast.shared.process.runtime import build_stores
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.web.app import create_app
 from duecast.web.context import WebContext
-from shared import migrate
-from shared.keys import Entry
-from shared.runtime import build_stores
-from shared.settings import MySQLSettings, RedisSettings, Settings
-from shared.topics import Publish, Publisher
+from duecast.worker.main import serve as serve_worker
 from tests.integration import topics_app
-from worker.main import serve as serve_worker
 
 pytestmark = pytest.mark.integration
 

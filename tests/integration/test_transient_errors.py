@@ -11,12 +11,12 @@ from typing import cast
 import pymysql
 import pytest
 
-from shared.handlers import Ack, Handler, Row
-from shared.settings import WorkerSettings
-from shared.store import SourceStore, Store
+from duecast.shared.api.handlers import Ack, Handler, Row
+from duecast.shared.settings import WorkerSettings
+from duecast.shared.storage.source_store import SourceStore, Store
+from duecast.worker.executor import Executor
+from duecast.worker.worker import Worker
 from tests.integration.conftest import Env
-from worker.executor import Executor
-from worker.worker import Worker
 
 pytestmark = pytest.mark.integration
 

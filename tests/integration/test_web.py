@@ -21,22 +21,22 @@ import pymysql
 import pytest
 from flask.testing import FlaskClient
 
-from dispatcher.main import serve as serve_dispatcher
+from duecast.admin import migrate
+from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.history import History
 from duecast.sampler import Sampler
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.states import State
 from duecast.web.app import create_app
 from duecast.web.context import WebContext
 from duecast.web.serve import running
-from shared import migrate
-from shared.jobs import Enqueuer
-from shared.queue import connect_redis
-from shared.settings import MySQLSettings, RedisSettings, Settings
-from shared.states import State
+from duecast.worker.main import serve as serve_worker
 from tests.integration import jobs_app
 from tests.integration.conftest import create_table, source_fields
 from tests.integration.polling import wait_until
 from tests.integration.test_health import free_port
-from worker.main import serve as serve_worker
 
 pytestmark = pytest.mark.integration
 

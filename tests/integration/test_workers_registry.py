@@ -8,12 +8,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from dispatcher.reaper import Reaper
-from shared.db import Database
-from shared.keys import encode_entry
-from shared.schema import workers_table_ddl
-from shared.settings import WorkerSettings
-from shared.workers import Heartbeat, WorkerRegistry
+from duecast.dispatcher.reaper import Reaper
+from duecast.shared.fanout.keys import encode_entry
+from duecast.shared.settings import WorkerSettings
+from duecast.shared.storage.db import Database
+from duecast.shared.storage.schema import workers_table_ddl
+from duecast.shared.storage.worker_registry import Heartbeat, WorkerRegistry
 from tests.integration.conftest import Env
 from tests.integration.polling import wait_until
 

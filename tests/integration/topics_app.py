@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import pymysql.cursors
 
 from duecast import Registry
-from shared.messages import Message
+from duecast.shared.api.messages import Message
 
 handlers = Registry()
 _lock = threading.Lock()

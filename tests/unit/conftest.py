@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import fakeredis
 import pytest
 
-from shared.keys import Keys
-from shared.queue import ReadyQueue
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.queue import ReadyQueue
 
 
 @pytest.fixture(autouse=True)

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
-from shared.handlers import Ack, Row
-from shared.keys import Entry
-from shared.settings import SourceSettings
-from shared.states import ATTEMPT_COLUMN
-from shared.store import AckCounts, SourceStore
+from duecast.shared.api.handlers import Ack, Row
+from duecast.shared.fanout.keys import Entry
+from duecast.shared.settings import SourceSettings
+from duecast.shared.states import ATTEMPT_COLUMN
+from duecast.shared.storage.source_store import AckCounts, SourceStore
 
 
 def rescan_source(name: str = "users", **overrides: object) -> SourceSettings:

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from shared.keys import Entry
-from shared.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES, ReadyQueue
+from duecast.shared.fanout.keys import Entry
+from duecast.shared.fanout.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES, ReadyQueue
 
 SHORT_TIMEOUT_S = 0.1  # BLMPOP timeout for pops expected to come back empty
 

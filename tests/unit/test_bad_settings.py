@@ -18,9 +18,9 @@ import pytest
 from pydantic import ValidationError
 
 from duecast import cli
-from shared.db import tls_context
-from shared.queue import connect_redis
-from shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings, load_settings
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings, load_settings
+from duecast.shared.storage.db import tls_context
 
 SECRET = "pw-SECRET-6d1f0a"  # must never appear in any error, log line or repr
 USERS = {"name": "users", "table": "users", "due_column": "updated_time", "period_s": 10}

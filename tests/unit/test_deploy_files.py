@@ -22,8 +22,8 @@ import yaml
 from pydantic import BaseModel
 
 from duecast import cli
-from shared.keys import Keys
-from shared.settings import Settings
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -182,8 +182,8 @@ def assert_command_parses(
     """Run argv through duecast.cli and the role's own argparse parser, stopping before any I/O;
     with `app_exists`, an --app module must be importable too."""
     assert argv[0] in cli.COMMANDS, f"`duecast {argv[0]}` is not a subcommand ({', '.join(cli.COMMANDS)})"
-    monkeypatch.setattr("dispatcher.main.start_process", _stop_after_parsing)
-    monkeypatch.setattr("worker.main.start_process", _stop_after_parsing)
+    monkeypatch.setattr("duecast.dispatcher.main.start_process", _stop_after_parsing)
+    monkeypatch.setattr("duecast.worker.main.start_process", _stop_after_parsing)
     monkeypatch.setattr("duecast.cli.load_settings", _stop_after_parsing)
     monkeypatch.setattr("duecast.web.serve.load_settings", _stop_after_parsing)
     try:

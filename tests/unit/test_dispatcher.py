@@ -8,12 +8,12 @@ from typing import cast
 import pytest
 import redis
 
-from dispatcher.dispatcher import Dispatcher
-from dispatcher.sweeper import Sweeper
-from shared.keys import Entry
-from shared.queue import ReadyQueue
-from shared.settings import DispatcherSettings, FaultSettings
-from shared.store import SourceStore
+from duecast.dispatcher.dispatcher import Dispatcher
+from duecast.dispatcher.sweeper import Sweeper
+from duecast.shared.fanout.keys import Entry
+from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.settings import DispatcherSettings, FaultSettings
+from duecast.shared.storage.source_store import SourceStore
 from tests.unit.fakes import FakeClaimStore, FakeSweepStore, rescan_source
 
 POLL_S = 0.25

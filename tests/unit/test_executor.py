@@ -1,4 +1,4 @@
-"""worker.executor.Executor: outcomes come back in row order, whatever the concurrency."""
+"""duecast.worker.executor.Executor: outcomes come back in row order, whatever the concurrency."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.handlers import Ack, Handler, Row
-from worker.executor import Executor
+from duecast.shared.api.handlers import Ack, Handler, Row
+from duecast.worker.executor import Executor
 
 
 @pytest.fixture(params=[1, 2, 3, 8])

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.handlers import Ack, AppError, Handler, Registry, Row, load_registry
-from shared.settings import JOBS_SOURCE
-from shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, STATE_COLUMN
+from duecast.shared.api.handlers import Ack, AppError, Handler, Registry, Row, load_registry
+from duecast.shared.settings import JOBS_SOURCE
+from duecast.shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, STATE_COLUMN
 
 ROWS: list[Row] = [{"id": i, "dc_attempt": 1} for i in range(1, 6)]
 
@@ -292,7 +292,7 @@ def test_task_exception_is_that_rows_outcome() -> None:
 # --- load_registry ----------------------------------------------------------------------------------
 
 APP = """
-from shared.handlers import Registry
+from duecast.shared.api.handlers import Registry
 
 handlers = Registry()
 handlers.row("users")(lambda row: None)

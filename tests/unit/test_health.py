@@ -18,10 +18,10 @@ import pytest
 from prometheus_client import REGISTRY
 from pydantic import ValidationError
 
-from shared import metrics
-from shared.health import HealthApp, Liveness, Readiness, serving, with_port
-from shared.loop import Tick, run
-from shared.settings import HealthSettings, Settings
+from duecast.shared.process import metrics
+from duecast.shared.process.health import HealthApp, Liveness, Readiness, serving, with_port
+from duecast.shared.process.loop import Tick, run
+from duecast.shared.settings import HealthSettings, Settings
 
 
 class FakeClock:
@@ -254,7 +254,7 @@ def test_port_0_serves_nothing_but_still_gives_a_liveness() -> None:
     assert not {"duecast-health", "duecast-readiness"} & started
 
 
-@pytest.mark.parametrize("module", ["dispatcher.main", "worker.main"])
+@pytest.mark.parametrize("module", ["duecast.dispatcher.main", "duecast.worker.main"])
 def test_both_roles_take_a_health_port_flag(module: str, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[Settings] = []
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from duecast.history import History, Reading
-from shared.freshness import Freshness
-from shared.status import SourceSnapshot
-from shared.store import SourceStatus
+from duecast.shared.monitor.freshness import Freshness
+from duecast.shared.monitor.status import SourceSnapshot
+from duecast.shared.storage.source_store import SourceStatus
 
 
 def snap(name: str, acked: int, due: int = 0, age: float | None = 5.0) -> SourceSnapshot:

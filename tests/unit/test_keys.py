@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from shared.keys import MAX_ATTEMPT, MAX_ID, BadEntry, Entry, Keys, decode_entry, encode_entry
+from duecast.shared.fanout.keys import MAX_ATTEMPT, MAX_ID, BadEntry, Entry, Keys, decode_entry, encode_entry
 
 SEED = 20240611
 

@@ -12,11 +12,11 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from shared.db import Database
-from shared.keys import Entry
-from shared.leases import EXIT_FENCED, EXIT_HUNG, Extended, LeaseKeeper, keeper_settings
-from shared.policy import fence_reason, keeper_fits, lease_timing, renewal_outcome, shortest_lease_s
-from shared.settings import MySQLSettings
+from duecast.shared.fanout.keys import Entry
+from duecast.shared.policy import fence_reason, keeper_fits, lease_timing, renewal_outcome, shortest_lease_s
+from duecast.shared.settings import MySQLSettings
+from duecast.shared.storage.db import Database
+from duecast.shared.storage.leases import EXIT_FENCED, EXIT_HUNG, Extended, LeaseKeeper, keeper_settings
 
 ENTRIES = [Entry(1, 1), Entry(2, 1), Entry(3, 1)]
 LEASE_S = 0.9  # renewals every 0.3 s, fence at 0.72 s without one

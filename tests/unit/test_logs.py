@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from shared.logs import HUMAN_FORMAT, JsonFormatter, event_name, process_id
+from duecast.shared.process.logs import HUMAN_FORMAT, JsonFormatter, event_name, process_id
 
 
 def record(msg: str, *args: object, name: str = "duecast.sweeper", **extra: object) -> logging.LogRecord:

@@ -1,4 +1,4 @@
-"""shared.loop.run: the one loop of every role, driven by a scripted role.
+"""duecast.shared.process.loop.run: the one loop of every role, driven by a scripted role.
 
 Pacing is observed through a stop event whose wait() records the delay and returns at once, so
 these tests check every delay without sleeping; the few that use a real Event wait milliseconds.
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from shared.loop import Tick, run, stop_on_signals
+from duecast.shared.process.loop import Tick, run, stop_on_signals
 
 BUSY = Tick(0.0, idle=False)
 

@@ -7,8 +7,8 @@ import uuid
 import pytest
 from prometheus_client import REGISTRY
 
-from shared import metrics, observe
-from shared.handlers import Ack, Handler
+from duecast.shared.api.handlers import Ack, Handler
+from duecast.shared.process import metrics, observe
 
 
 def value(name: str, **labels: str) -> float:

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from shared.policy import (
+from duecast.shared.policy import (
     blame_interruptions,
     catch_up_s,
     claim_room,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
-from shared.keys import Keys
-from shared.queue import ReadyQueue
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.queue import ReadyQueue
 from tests.unit.queue_contract import QueueContract
 
 

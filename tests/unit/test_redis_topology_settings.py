@@ -14,8 +14,8 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.sentinel import SentinelConnectionPool, SentinelManagedSSLConnection
 
-from shared.queue import connect_redis
-from shared.settings import RedisSettings
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.settings import RedisSettings
 
 
 def settings(url: str = "redis://u:secret@cache:6379/2", **fields: Any) -> RedisSettings:

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from shared.schedules import build_trigger, cron_trigger, due_runs
-from shared.settings import JobsSettings, ScheduleSettings
+from duecast.shared.schedules import build_trigger, cron_trigger, due_runs
+from duecast.shared.settings import JobsSettings, ScheduleSettings
 
 T0 = datetime(2026, 11, 20, 12, 0, 0, tzinfo=UTC)  # a Friday
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from shared.settings import (
+from duecast.shared.settings import (
     JOBS_SOURCE,
     JobsSettings,
     MySQLSettings,
@@ -353,7 +353,7 @@ def test_password_of_wrong_type_not_echoed() -> None:
 
 
 def test_a_worker_serves_job_queues_in_its_stated_order() -> None:
-    from worker.main import served_sources  # noqa: PLC0415 - the worker's wiring, tested pure
+    from duecast.worker.main import served_sources  # noqa: PLC0415 - the worker's wiring, tested pure
 
     s = Settings(jobs={"queues": ["a", "b", "c"]}, worker={"queues": ["c", "a"]})  # type: ignore[arg-type]
     assert served_sources(s, ["jobs", "users"]) == ["jobs.c", "jobs.a", "users"]

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from duecast.settings_doc import render
-from shared.settings import Settings
+from duecast.shared.settings import Settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
 

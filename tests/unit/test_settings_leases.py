@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from shared.policy import keeper_fits, shortest_lease_s
-from shared.settings import JobsSettings, Settings, load_settings
+from duecast.shared.policy import keeper_fits, shortest_lease_s
+from duecast.shared.settings import JobsSettings, Settings, load_settings
 from tests.unit.test_bad_settings import SECRET, everything_printed
 
 TOPICS = {"names": ["orders"], "groups": [{"topic": "orders", "name": "billing"}]}

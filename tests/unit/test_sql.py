@@ -9,10 +9,10 @@ from decimal import Decimal
 
 import pytest
 
-from shared.keys import Entry
-from shared.settings import SourceSettings
-from shared.sql import SourceSQL, assignments, column_list, int_list, render
-from shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN, State
+from duecast.shared.fanout.keys import Entry
+from duecast.shared.queries.source import SourceSQL, assignments, column_list, int_list, render
+from duecast.shared.settings import SourceSettings
+from duecast.shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN, State
 from tests.unit.fakes import rescan_source
 
 # Everything that may appear bare in a statement: SQL words, functions, the information_schema

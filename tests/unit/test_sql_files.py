@@ -3,8 +3,8 @@
 from pathlib import Path
 
 from duecast.demo_data import source
-from shared.schema import TableInfo, jobs_table_ddl, schedules_table_ddl, source_migration
-from shared.settings import JobsSettings
+from duecast.shared.settings import JobsSettings
+from duecast.shared.storage.schema import TableInfo, jobs_table_ddl, schedules_table_ddl, source_migration
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 

@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from shared.policy import dead_after_retries, stepped_delay_s
-from shared.settings import RETRY_STEPS_S, Settings, TopicsSettings
-from shared.topic_schema import KINDS, topic_table_ddl
-from shared.topics import Publish, PublishError, encode
-from worker.main import served_sources
+from duecast.shared.api.publish import Publish, PublishError, encode
+from duecast.shared.policy import dead_after_retries, stepped_delay_s
+from duecast.shared.settings import RETRY_STEPS_S, Settings, TopicsSettings
+from duecast.shared.storage.topic_schema import KINDS, topic_table_ddl
+from duecast.worker.main import served_sources
 
 
 def test_stepped_delays_follow_the_steps_then_repeat_the_last() -> None:

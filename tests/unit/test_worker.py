@@ -9,14 +9,14 @@ from typing import cast
 import fakeredis
 import pytest
 
-from shared.handlers import Ack, Handler, Row
-from shared.keys import Entry, Keys
-from shared.queue import ReadyQueue
-from shared.settings import WorkerSettings
-from shared.store import SourceStore
+from duecast.shared.api.handlers import Ack, Handler, Row
+from duecast.shared.fanout.keys import Entry, Keys
+from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.settings import WorkerSettings
+from duecast.shared.storage.source_store import SourceStore
+from duecast.worker.executor import Executor
+from duecast.worker.worker import Worker
 from tests.unit.fakes import FakeWorkStore, rescan_source
-from worker.executor import Executor
-from worker.worker import Worker
 
 SETTINGS = WorkerSettings(pop_batch=100, block_timeout_s=0.1)
 

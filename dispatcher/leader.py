@@ -1,0 +1,94 @@
+"""Leader election for the dispatcher's singleton duties: a lease row in MySQL, renewed, with expiry.
+
+Not GET_LOCK: a named lock dies with its connection, so a reconnect would make two leaders for a
+moment, and a stalled leader would keep it. A lease expires by the database's clock instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import time
+
+from duecast.shared.process.loop import Tick
+from duecast.shared.queries.source import LeaseSQL, render_leases
+from duecast.shared.storage.db import Database
+
+log = logging.getLogger("duecast.leader")
+
+LEADER = "dispatcher-duties"
+_SAFETY = 0.8  # act as leader for at most this share of the lease left, by this process' clock
+
+
+def holder_name() -> str:
+    """Unique per process start: host, pid and a random part (a pid can be reused)."""
+    return f"{socket.gethostname()[:100]}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+class LeaseStore:
+    def __init__(self, db: Database, table: str) -> None:
+        self.db = db
+        self.sql: LeaseSQL = render_leases(table)
+
+    def acquire(self, name: str, holder: str, lease_s: float) -> float:
+        """Take or renew `name` for `holder`; returns the seconds it is ours for (0: someone else's)."""
+        with self.db.transaction() as cur:
+            cur.execute(self.sql.acquire, (name, holder, round(lease_s * 1e6)))
+            cur.execute(self.sql.holder, (name,))
+            row = cur.fetchone()
+        if row is None or row[0] != holder:
+            return 0.0
+        return max(0.0, float(row[1]) / 1e6)
+
+    def resign(self, name: str, holder: str) -> None:
+        with self.db.transaction() as cur:
+            cur.execute(self.sql.resign, (name, holder))
+
+
+class Leadership:
+    """Renews the lease every lease/3 (as a scheduler job); `held()` says whether to act now.
+
+    `held()` uses this process' monotonic clock, counting down from what the database granted
+    (less a safety margin), so a leader whose renewals fail stops acting before its lease can
+    expire and a standby take over: never two leaders acting at once, whatever the wall clocks say.
+    """
+
+    name = "leader"
+
+    def __init__(self, store: LeaseStore, lease_s: float, holder: str | None = None) -> None:
+        self.store = store
+        self.lease_s = lease_s
+        self.holder = holder or holder_name()
+        self._until = 0.0  # time.monotonic() until which we may act
+        self.was_leader = False
+
+    def held(self) -> bool:
+        return time.monotonic() < self._until
+
+    def tick(self) -> Tick:
+        started = time.monotonic()
+        try:
+            granted = self.store.acquire(LEADER, self.holder, self.lease_s)
+        except Exception:
+            log.exception("could not renew the leader lease; acting as a standby until it works")
+            granted = 0.0
+        self._until = started + granted * _SAFETY if granted > 0 else 0.0
+        if self.held() != self.was_leader:
+            self.was_leader = self.held()
+            log.warning(
+                "%s the dispatcher leader (%s)", "now" if self.was_leader else "no longer", self.holder
+            )
+        return Tick(self.lease_s / 3, idle=True)
+
+    def renew(self) -> None:
+        self.tick()
+
+    def resign(self) -> None:
+        if self.was_leader:
+            try:
+                self.store.resign(LEADER, self.holder)
+            except Exception:
+                log.warning("could not hand the leader lease over; it expires in %.0fs", self.lease_s)
+        self._until = 0.0

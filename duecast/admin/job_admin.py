@@ -1,0 +1,137 @@
+"""Operator actions on the jobs table (`duecast jobs`): show, list, retry, replay and discard by filter.
+
+Runs shared.sql_jobs statements; a Filter renders its WHERE from fixed column names, values as
+parameters. Bulk actions walk the matching ids in keyset pages, one short transaction per page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pymysql
+
+from duecast.shared.queries.jobs import SHOW_COLUMNS, JobSQL, render_jobs
+from duecast.shared.queries.source import in_list
+from duecast.shared.settings import JobsSettings
+from duecast.shared.states import STATE_NAMES, State
+from duecast.shared.storage.db import Database
+
+PAGE = 1000
+DUPLICATE_KEY = 1062
+STATES_BY_NAME = {name: state for state, name in STATE_NAMES.items()}
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Which jobs an action applies to; every field narrows it. `since`/`until` bound created_at,
+    in the database's time zone (the zone NOW() uses)."""
+
+    ids: list[int] = field(default_factory=list)
+    states: list[State] = field(default_factory=list)
+    queue: str | None = None
+    task: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def where(self) -> tuple[str, list[Any]]:
+        parts: list[str] = ["1 = 1"]
+        params: list[Any] = []
+        if self.ids:
+            parts.append(in_list("`id`", self.ids))
+        if self.states:
+            parts.append(f"`dc_state` IN ({', '.join(str(int(s)) for s in self.states)})")
+        for column, value in (("queue", self.queue), ("task", self.task)):
+            if value is not None:
+                parts.append(f"`{column}` = %s")
+                params.append(value)
+        if self.since is not None:
+            parts.append("`created_at` >= %s")
+            params.append(self.since)
+        if self.until is not None:
+            parts.append("`created_at` < %s")
+            params.append(self.until)
+        return " AND ".join(parts), params
+
+    def narrowed_to(self, allowed: list[State]) -> Filter:
+        """This filter within `allowed` states (an action's own states, e.g. retry: dead only)."""
+        states = [s for s in self.states if s in allowed] if self.states else allowed
+        if self.states and not states:
+            raise ValueError(f"this action applies to {', '.join(STATE_NAMES[s] for s in allowed)} jobs only")
+        return Filter(self.ids, states, self.queue, self.task, self.since, self.until)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    matched: int  # jobs the filter selected in the action's states
+    changed: int  # jobs the action applied to
+    skipped_unique: int = 0  # revivals left alone: another active job holds their unique key
+
+
+class JobAdmin:
+    def __init__(self, db: Database, jobs: JobsSettings) -> None:
+        self.db = db
+        self.sql: JobSQL = render_jobs(jobs.table)
+
+    def find(self, flt: Filter, limit: int = 50, newest_first: bool = True) -> list[dict[str, Any]]:
+        where, params = flt.where()
+        stmt = self.sql.show.format(where=where, order="DESC" if newest_first else "ASC")
+        with self.db.transaction() as cur:
+            cur.execute(stmt, (*params, limit))
+            return [dict(zip(SHOW_COLUMNS, row, strict=True)) for row in cur.fetchall()]
+
+    def show(self, job_id: int) -> dict[str, Any] | None:
+        found = self.find(Filter(ids=[job_id]), limit=1)
+        return found[0] if found else None
+
+    def revive(self, flt: Filter, progress: Callable[[int], None] = lambda _n: None) -> Outcome:
+        """Done or dead -> pending now, errors and interruptions reset (retry, replay)."""
+        flt = flt.narrowed_to([State.DONE, State.DEAD])
+        states = ", ".join(str(int(s)) for s in flt.states)
+        matched = changed = skipped = 0
+        for ids in self._pages(flt):
+            matched += len(ids)
+            with self.db.transaction() as cur:
+                changed += int(cur.execute(self.sql.revive.format(ids=in_list("`id`", ids), states=states)))
+                cur.execute(self.sql.unique_among.format(ids=in_list("`id`", ids)))
+                unique = [int(r[0]) for r in cur.fetchall()]
+                for job_id in unique:  # one by one: each takes its key back, or stays if it is taken
+                    try:
+                        cur.execute("SAVEPOINT dc_revive")
+                        changed += int(cur.execute(self.sql.revive_unique.format(states=states), (job_id,)))
+                    except pymysql.err.IntegrityError as exc:
+                        if exc.args[0] != DUPLICATE_KEY:
+                            raise
+                        cur.execute("ROLLBACK TO SAVEPOINT dc_revive")
+                        skipped += 1
+            progress(len(ids))
+        return Outcome(matched, changed, skipped)
+
+    def discard(self, flt: Filter, progress: Callable[[int], None] = lambda _n: None) -> Outcome:
+        """Delete jobs for good; never one in flight (dispatched or running)."""
+        flt = flt.narrowed_to([State.IDLE, State.DONE, State.DEAD])
+        matched = changed = 0
+        for ids in self._pages(flt):
+            matched += len(ids)
+            with self.db.transaction() as cur:
+                changed += int(cur.execute(self.sql.discard.format(ids=in_list("`id`", ids))))
+            progress(len(ids))
+        return Outcome(matched, changed)
+
+    def count(self, flt: Filter) -> int:
+        return sum(len(ids) for ids in self._pages(flt))
+
+    def _pages(self, flt: Filter) -> Iterator[list[int]]:
+        where, params = flt.where()
+        stmt = self.sql.select_ids.format(where=where)
+        last = 0
+        while True:
+            with self.db.transaction() as cur:
+                cur.execute(stmt, (*params, last, PAGE))
+                ids = [int(r[0]) for r in cur.fetchall()]
+            if not ids:
+                return
+            yield ids
+            last = ids[-1]

@@ -1,0 +1,298 @@
+"""The user-facing handler API: a Registry of plain functions per source, and the Ack they return.
+
+A handler never sees a connection or a Redis client: it gets rows (dicts) and says what to do with
+each; the worker turns that into fenced, batched SQL.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from duecast.shared.api.messages import Message
+from duecast.shared.queries.identifiers import check_identifier
+from duecast.shared.settings import JOBS_SOURCE, ScheduleSettings, topic_source
+from duecast.shared.states import DISPATCH_COLUMNS
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Ack:
+    """What to do with a handled row. Returning None from a handler means `Ack.default()`."""
+
+    action: Literal["default", "touch", "delete", "retry", "discard", "transaction"] = "default"
+    delay_s: float = 0.0  # touch: push the due time this much further than the period; retry: wait
+    values: tuple[tuple[str, Any], ...] = field(default=())  # touch: columns to set
+    at: datetime | None = None  # retry: run again at this moment (timezone-aware)
+    reason: str = ""  # discard: why, kept as the dead job's error
+    # "transaction": a job whose work runs in the worker's ack transaction (Registry.task(...,
+    # transactional=True)); it gets the cursor and returns the job's real Ack.
+    work: Callable[[Any], Ack | None] | None = field(default=None, compare=False)
+
+    @classmethod
+    def default(cls) -> Ack:
+        """The source's `on_success` action (touch for re-scan sources, delete for one-off work)."""
+        return _DEFAULT  # immutable, so one object serves every row (and is cheap to compare)
+
+    @classmethod
+    def touch(cls, delay_s: float = 0.0, **values: Any) -> Ack:
+        """Mark the row handled now (due again after its period + delay_s), setting `values`."""
+        if not math.isfinite(delay_s) or delay_s < 0:
+            raise ValueError(f"delay_s must be a finite number >= 0, not {delay_s!r}")
+        for name in values:
+            check_identifier(name)
+            if name in DISPATCH_COLUMNS:
+                # Setting these would corrupt the (id, attempt, state) fence of the ack itself.
+                raise ValueError(f"{name} is duecast's own column; a handler may not set it")
+        return cls("touch", float(delay_s), tuple(sorted(values.items())))
+
+    @classmethod
+    def delete(cls) -> Ack:
+        """Remove the row: it is done for good."""
+        return cls("delete")
+
+    @classmethod
+    def retry(cls, delay_s: float = 0.0, *, at: datetime | None = None) -> Ack:
+        """Jobs: run this job again after `delay_s`, or at `at` (an aware datetime). Not an error:
+        it does not use up an attempt."""
+        if at is not None:
+            if at.tzinfo is None or at.utcoffset() is None:
+                raise ValueError("Ack.retry(at=...) needs a timezone-aware datetime")
+            return cls("retry", at=at.astimezone(UTC).replace(tzinfo=None))
+        if not math.isfinite(delay_s) or delay_s < 0:
+            raise ValueError(f"delay_s must be a finite number >= 0, not {delay_s!r}")
+        return cls("retry", delay_s=float(delay_s))
+
+    @classmethod
+    def discard(cls, reason: str = "") -> Ack:
+        """Jobs: stop here, no further attempts; the job is kept as dead with `reason` as its error."""
+        return cls("discard", reason=str(reason))
+
+
+_DEFAULT = Ack()
+
+RowHandler = Callable[[Row], Ack | None]
+BatchHandler = Callable[[list[Row]], Sequence[Ack | None] | None]
+TaskFunction = Callable[..., Ack | None]  # fn(payload), or fn(payload, cursor) when transactional
+ConsumerFunction = Callable[..., Ack | None]  # fn(message), or fn(message, cursor) when transactional
+
+
+@dataclass(frozen=True)
+class Handler:
+    """One registered handler: per-row functions are called in a loop, batch ones once per slice."""
+
+    source: str
+    fn: Callable[..., Any]
+    batch: bool
+    columns: tuple[str, ...] = ()  # what the worker reads for it; empty means every column
+
+    def run(self, rows: list[Row]) -> list[Ack | BaseException]:
+        """Outcome per row: its Ack, or the exception its handling raised (that row is not acked)."""
+        if self.batch:
+            return self._run_batch(rows)
+        out: list[Ack | BaseException] = []
+        for row in rows:
+            try:
+                out.append(_as_ack(self.fn(row)))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+    def _run_batch(self, rows: list[Row]) -> list[Ack | BaseException]:
+        try:
+            result = self.fn(rows)
+            acks = [Ack.default()] * len(rows) if result is None else list(result)
+        except Exception as exc:  # a non-iterable return lands here too
+            return [exc] * len(rows)
+        if len(acks) != len(rows):
+            err = ValueError(
+                f"batch handler for {self.source} returned {len(acks)} acks for {len(rows)} rows"
+            )
+            return [err] * len(rows)
+        return [_outcome(a) for a in acks]
+
+
+def _outcome(value: object) -> Ack | BaseException:
+    """One batch item as a row outcome: a non-Ack fails that row only."""
+    try:
+        return _as_ack(value)
+    except TypeError as exc:
+        return exc
+
+
+def _as_ack(value: object) -> Ack:
+    if value is None:
+        return Ack.default()
+    if not isinstance(value, Ack):
+        raise TypeError(f"a handler must return an Ack or None, not {type(value).__name__}")
+    return value
+
+
+class Registry:
+    """Where a user module registers its handlers; the worker loads it with `--app module:attr`."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+        self._tasks: dict[str, TaskFunction] = {}
+        self._transactional: set[str] = set()
+        self._schedules: list[ScheduleSettings] = []
+
+    def row(self, source: str, columns: Sequence[str] = ()) -> Callable[[RowHandler], RowHandler]:
+        """Register `fn(row) -> Ack | None` for `source`.
+
+        `columns`: the columns the handler reads (the id and `dc_attempt` always come). Naming
+        them is the cheapest speed-up there is: the worker reads and parses nothing else.
+        """
+        return self._register(source, batch=False, columns=columns)
+
+    def batch(self, source: str, columns: Sequence[str] = ()) -> Callable[[BatchHandler], BatchHandler]:
+        """Register `fn(rows) -> list[Ack | None] | None` for `source` (one call per slice of a batch)."""
+        return self._register(source, batch=True, columns=columns)
+
+    def task(self, name: str, *, transactional: bool = False) -> Callable[[TaskFunction], TaskFunction]:
+        """Register a one-off job task: `fn(payload)`, where payload is the job's decoded JSON.
+
+        It returns None (done), `Ack.retry(...)` or `Ack.discard(...)`, or raises (a failure: retried
+        with backoff, dead after max_attempts). `transactional=True`: `fn(payload, cursor)` runs in
+        the worker's ack transaction on the jobs database, so its writes commit if and only if the
+        job is marked done (exactly-once effect for database-local work). Such tasks run one at a
+        time on the worker's own thread; keep them short.
+        """
+        if not name or len(name) > 191:
+            raise ValueError("a task name must be 1-191 characters")
+
+        def decorate(fn: TaskFunction) -> TaskFunction:
+            if name in self._tasks:
+                raise ValueError(f"task {name!r} is registered twice")
+            current = self._handlers.get(JOBS_SOURCE)
+            if current is not None and current.fn != self._run_job:
+                raise ValueError(f"source {JOBS_SOURCE!r} has a custom handler, so tasks could never run")
+            self._tasks[name] = fn
+            if transactional:
+                self._transactional.add(name)
+            if JOBS_SOURCE not in self._handlers:
+                self._handlers[JOBS_SOURCE] = Handler(
+                    JOBS_SOURCE, self._run_job, batch=False, columns=("task", "payload")
+                )
+            return fn
+
+        return decorate
+
+    def _register(self, source: str, batch: bool, columns: Sequence[str]) -> Callable[[Any], Any]:
+        cols = tuple(check_identifier(c) for c in columns)
+
+        def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+            if source in self._handlers:
+                raise ValueError(f"source {source!r} already has a handler")
+            self._handlers[source] = Handler(source, fn, batch, cols)
+            return fn
+
+        return decorate
+
+    def consumer(
+        self, topic: str, *, group: str, transactional: bool = False
+    ) -> Callable[[ConsumerFunction], ConsumerFunction]:
+        """Register `fn(message)` for consumer group `group` of `topic` (declared in topics.groups).
+
+        Cluster groups: returns None (done), `Ack.retry(...)` or `Ack.discard(...)`, or raises (a
+        failure: retried after the group's stepped delays, dead after its max_retries).
+        `transactional=True`: `fn(message, cursor)` runs in the worker's ack transaction, so its
+        writes commit if and only if the message is marked done in this group. Broadcast groups:
+        the outcome is counted and logged; there are no acks and no retries.
+        """
+        source = topic_source(topic, group)
+
+        def decorate(fn: ConsumerFunction) -> ConsumerFunction:
+            if source in self._handlers:
+                raise ValueError(f"group {group!r} of topic {topic!r} already has a consumer")
+
+            def run(row: Row) -> Ack | None:
+                message = Message.from_row(topic, group, row)
+                if transactional:
+                    return Ack("transaction", work=lambda cursor: fn(message, cursor))
+                return fn(message)
+
+            self._handlers[source] = Handler(source, run, batch=False)
+            return fn
+
+        return decorate
+
+    def _run_job(self, row: Row) -> Ack | None:
+        name = row["task"]
+        fn = self._tasks.get(name)
+        if fn is None:
+            raise LookupError(f"no task named {name!r} is registered")
+        payload = json.loads(row["payload"])
+        if name in self._transactional:
+            return Ack("transaction", work=lambda cursor: fn(payload, cursor))
+        return fn(payload)
+
+    def schedule(
+        self,
+        name: str,
+        task: str,
+        *,
+        cron: str | None = None,
+        every_s: float | None = None,
+        payload: Any = None,
+        **options: Any,
+    ) -> ScheduleSettings:
+        """Declare a recurring job in code (the dispatcher runs it when started with this app).
+
+        Same fields as a `[[jobs.schedules]]` entry in settings: cron or every_s, and optionally
+        timezone, queue, priority, missed ("coalesce" | "all" | "skip").
+        """
+        sched = ScheduleSettings(name=name, task=task, cron=cron, every_s=every_s, payload=payload, **options)
+        if any(s.name == name for s in self._schedules):
+            raise ValueError(f"schedule {name!r} is declared twice")
+        self._schedules.append(sched)
+        return sched
+
+    @property
+    def schedules(self) -> list[ScheduleSettings]:
+        return list(self._schedules)
+
+    @property
+    def task_names(self) -> frozenset[str]:
+        return frozenset(self._tasks)
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted(self._handlers)
+
+    def handler(self, source: str) -> Handler:
+        try:
+            return self._handlers[source]
+        except KeyError:
+            raise KeyError(f"no handler registered for source {source!r}") from None
+
+
+class AppError(ValueError):
+    """The handler app named by --app / worker.app cannot be loaded; the message says why."""
+
+
+def load_registry(spec: str) -> Registry:
+    """Import "package.module[:attribute]" (attribute defaults to `handlers`) and return its Registry.
+
+    The current directory is importable, as with `python -m duecast.worker`, so `duecast worker --app
+    myapp.handlers` finds a project's own modules.
+    """
+    module_name, _, attr = spec.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AppError(f"cannot import the app module {module_name!r}: {exc}") from exc
+    registry = getattr(module, attr or "handlers", None)
+    if not isinstance(registry, Registry):
+        raise AppError(f"{spec}: expected a duecast Registry at {module_name}:{attr or 'handlers'}")
+    return registry

@@ -1,0 +1,260 @@
+"""The Redis side: ready lists (variadic RPUSH, batched pops), workers' holds, quarantine and counters.
+
+Redis holds only copies of what MySQL already says; anything here may vanish without losing work.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import redis
+from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.connection import parse_url
+from redis.retry import Retry
+from redis.sentinel import Sentinel
+
+from duecast.shared.fanout.keys import Entry, Keys, encode_entry
+from duecast.shared.process import observe
+from duecast.shared.settings import RedisSettings
+
+QUARANTINE_CAP = 1000  # newest bad entries kept for inspection
+QUARANTINE_ITEM_BYTES = 256  # a 10 MB bad entry is kept as its first bytes only
+_PUSH_CHUNK = 5000  # keeps one RPUSH far from Redis' argument limits
+# A blocking timeout of 0 means "wait forever", and some Redis versions round a sub-millisecond
+# one down to it: a wait this short is not worth a round trip anyway.
+_MIN_WAIT_S = 0.01
+
+# Pop and hold in one step: a worker killed the moment the pop returns has its entries in its
+# hold, for the reaper (dispatcher/reaper.py). Scripts cannot block, hence the bells (Keys.bell).
+# KEYS: the worker's hold, its ready lists in pop order, then their bells in the same order.
+# ARGV: how many entries at most from each list, then the source names, both in the same order.
+_POP_HELD = """
+local n = (#KEYS - 1) / 2
+for i = 1, n do
+  local items = redis.call('LPOP', KEYS[1 + i], ARGV[i])
+  if items then
+    redis.call('SET', KEYS[1], ARGV[n + i] .. '\\n' .. table.concat(items, ' '))
+    -- What is left wakes the next idle worker: this pop may have taken the token that rang.
+    for j = i, n do
+      if redis.call('LLEN', KEYS[1 + j]) > 0 and redis.call('LLEN', KEYS[1 + n + j]) == 0 then
+        redis.call('LPUSH', KEYS[1 + n + j], '1')
+      end
+    end
+    return {i, items}
+  end
+end
+return false
+"""
+
+log = logging.getLogger("duecast.queue")
+
+
+def connect_redis(settings: RedisSettings) -> redis.Redis:
+    """The one place a Redis client is made: a single server, a Sentinel-managed master or a Cluster.
+
+    ACL user and password come from the URL (checked by the settings: no ?options that could override
+    the TLS ones below), TLS from rediss://. redis-py's errors and reprs never show the password.
+    """
+    options: dict[str, Any] = {
+        "socket_timeout": settings.socket_timeout_s,
+        "socket_connect_timeout": settings.socket_timeout_s,
+        # No per-command retries: a re-sent RPUSH whose first send landed duplicates entries, and
+        # a re-sent BLMPOP can drop what the first one popped. duecast retries whole units of
+        # work instead (the loop's backoff), where MySQL decides what is still to do.
+        "retry": Retry(NoBackoff(), 0),
+        **_tls_options(settings),
+    }
+    url = settings.url.get_secret_value()
+    if settings.sentinels:
+        return _sentinel_master(settings, url, options)
+    if settings.cluster:
+        # Every key of one prefix carries the `{prefix}` hash tag, so multi-key BLMPOP and the
+        # pipelines stay in one slot. A MOVED reply is followed (the command did not run there);
+        # with retry 0 a connection error is never re-sent. The cast: duecast calls only commands
+        # RedisCluster shares with Redis, and test_redis_topology.py runs them against a cluster.
+        cluster = RedisCluster.from_url(url, **options)
+        return cast(redis.Redis, cluster)
+    return redis.Redis.from_url(url, health_check_interval=30, **options)
+
+
+def _sentinel_master(settings: RedisSettings, url: str, options: dict[str, Any]) -> redis.Redis:
+    """A client for the master the Sentinels name; it asks them again after a failover.
+
+    The URL gives the master's user, password and db (its host is not used). The Sentinels are
+    reached with the same timeouts and TLS, without a password (Sentinel's own ACL is not supported).
+    """
+    # redis.sentinel and parse_url carry no type hints, hence the ignores and the cast.
+    parts: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]
+    credentials = {k: v for k, v in parts.items() if k in {"username", "password", "db"}}
+    sentinel_options = {**options, "ssl": settings.tls}
+    sentinel = Sentinel(settings.sentinel_addresses(), sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
+    assert settings.sentinel_service is not None  # the validator sets both or neither
+    master = sentinel.master_for(  # type: ignore[no-untyped-call]
+        settings.sentinel_service, health_check_interval=30, **sentinel_options, **credentials
+    )
+    return cast(redis.Redis, master)
+
+
+def _tls_options(settings: RedisSettings) -> dict[str, Any]:
+    """redis-py's TLS arguments, all explicit: its defaults changed between releases (5.x did not
+    check host names)."""
+    if not settings.tls:
+        return {}
+    if not settings.tls_verify:
+        log.warning(
+            "redis.tls_verify is false: the connection to Redis is encrypted, but anyone on the "
+            "network path can impersonate the server"
+        )
+    return {
+        "ssl_ca_certs": _path(settings.tls_ca_file),
+        "ssl_certfile": _path(settings.tls_cert_file),
+        "ssl_keyfile": _path(settings.tls_key_file),
+        "ssl_cert_reqs": "required" if settings.tls_verify else "none",
+        "ssl_check_hostname": settings.tls_verify and settings.tls_check_hostname,
+    }
+
+
+def _path(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+# Everything a Redis call may raise for a server-side or connection reason. A cluster client's own
+# errors (no node answers, a slot not covered) do not derive from RedisError.
+REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, redis.exceptions.RedisClusterException)
+
+
+class ReadyQueue:
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+        # EVALSHA; on NOSCRIPT (a restarted server, a failover, another cluster node) redis-py
+        # loads the script and runs it then: NOSCRIPT means it did not run, so nothing is doubled.
+        self._pop_held = client.register_script(_POP_HELD)
+
+    def push(self, source: str, entries: Sequence[Entry]) -> None:
+        for i in range(0, len(entries), _PUSH_CHUNK):
+            chunk = entries[i : i + _PUSH_CHUNK]
+            self._push_and_ring(source, [encode_entry(e.id, e.attempt) for e in chunk])
+            observe.count(source, "pushed", len(chunk))  # per chunk: a failed push counts what landed
+
+    def push_raw(self, source: str, items: Sequence[bytes]) -> None:
+        """Push arbitrary bytes (fault tests: duplicate and malformed entries)."""
+        self._push_and_ring(source, items)
+
+    def _push_and_ring(self, source: str, items: Sequence[bytes]) -> None:
+        """RPUSH, then ring the source's bell, in one round trip (in this order: a worker woken
+        before the entries landed would find nothing and sleep again)."""
+        bell = self.keys.bell(source)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.rpush(self.keys.ready(source), *items)
+        pipe.lpush(bell, b"1")
+        pipe.ltrim(bell, 0, 0)  # one pending token is as good as many
+        pipe.execute()
+
+    def length(self, source: str) -> int:
+        return int(self.client.llen(self.keys.ready(source)))
+
+    def pop(self, sources: Sequence[str], count: int, timeout_s: float) -> tuple[str, list[bytes]] | None:
+        """Pop up to `count` entries from the first non-empty list, blocking at most `timeout_s`."""
+        keys = [self.keys.ready(s) for s in sources]
+        reply = self.client.blmpop(timeout_s, len(keys), *keys, direction="LEFT", count=count)
+        if not reply:
+            return None
+        key, items = reply
+        return self.keys.source_of_ready(_b(key)), [_b(i) for i in items]
+
+    def pop_held(
+        self, worker: str, sources: Sequence[str], count: int | Sequence[int], timeout_s: float
+    ) -> tuple[str, list[bytes]] | None:
+        """`pop`, recording the batch as `worker`'s hold (the next one replaces it) in the same
+        script. `count` may be one per source: a range-mode entry stands for a whole span, a job's
+        for one job. With every list empty it waits at most `timeout_s` on their bells, which only
+        wake it: the entries stay in Redis until the script moves them into the hold."""
+        counts = [count] * len(sources) if isinstance(count, int) else list(count)
+        if len(counts) != len(sources) or min(counts, default=1) < 1:
+            raise ValueError(f"pop_held needs a count >= 1 for each of {len(sources)} sources, not {count!r}")
+        deadline = time.monotonic() + timeout_s
+        bells = [self.keys.bell(s) for s in sources]
+        while (popped := self._pop_into_hold(worker, sources, bells, counts)) is None:
+            left = deadline - time.monotonic()
+            # A token is a hint: one whose entries another worker took wakes this one for nothing.
+            if left < _MIN_WAIT_S or self.client.blpop(bells, timeout=left) is None:
+                return None
+        return popped
+
+    def _pop_into_hold(
+        self, worker: str, sources: Sequence[str], bells: list[str], counts: list[int]
+    ) -> tuple[str, list[bytes]] | None:
+        keys = [self.keys.inflight(worker), *(self.keys.ready(s) for s in sources), *bells]
+        reply = self._pop_held(keys=keys, args=[*counts, *sources])
+        if not reply:
+            return None
+        index, items = reply
+        return sources[int(index) - 1], [_b(i) for i in items]
+
+    def release_hold(self, worker: str) -> None:
+        self.client.delete(self.keys.inflight(worker))
+
+    def held_by(self, worker: str) -> tuple[str, list[bytes]] | None:
+        """(source, raw entries) `worker` was holding, or None."""
+        value = self.client.get(self.keys.inflight(worker))
+        if not value:
+            return None
+        source, _, entries = _b(value).partition(b"\n")
+        return source.decode(), entries.split()
+
+    def data_lost(self) -> bool:
+        """True when the epoch canary was missing (and is now set again): every entry this Redis
+        held may be gone, so MySQL's DISPATCHED rows must be requeued. Also true on first use."""
+        token = secrets.token_hex(8).encode()
+        return bool(self.client.set(self.keys.epoch(), token, nx=True))
+
+    def eviction_policy(self) -> str | None:
+        """The server's maxmemory-policy, or None when CONFIG is not allowed (managed Redis, ACL)."""
+        try:
+            reply = self.client.config_get("maxmemory-policy")
+        except redis.ResponseError:
+            return None
+        value = reply.get("maxmemory-policy") if isinstance(reply, dict) else None
+        return None if value is None else _b(value).decode()
+
+    def wait_wake(self, timeout_s: float) -> bool:
+        """Block until an enqueuer's wake-up or `timeout_s`; True when woken."""
+        return self.client.blpop([self.keys.wake()], timeout=timeout_s) is not None
+
+    def quarantine(self, source: str, items: Sequence[tuple[bytes, str]]) -> None:
+        key = self.keys.quarantine(source)
+        pipe = self.client.pipeline(transaction=False)
+        for raw, reason in items:
+            pipe.lpush(key, reason.encode() + b" " + raw[:QUARANTINE_ITEM_BYTES])
+        pipe.ltrim(key, 0, QUARANTINE_CAP - 1)
+        pipe.execute()
+
+    def quarantined(self, source: str) -> list[bytes]:
+        return [_b(i) for i in self.client.lrange(self.keys.quarantine(source), 0, -1)]
+
+    def add_stats(self, source: str, counts: Mapping[str, int]) -> None:
+        """Add a unit of work's counts to the shared counters, and to this process's metrics first
+        (those still count when Redis is down)."""
+        observe.record(source, counts)
+        pipe = self.client.pipeline(transaction=False)
+        key = self.keys.stats(source)
+        for field, n in counts.items():
+            if n:
+                pipe.hincrby(key, field, n)
+        pipe.execute()
+
+    def stats(self, source: str) -> dict[str, int]:
+        raw = self.client.hgetall(self.keys.stats(source))
+        return {_b(k).decode(): int(v) for k, v in raw.items()}
+
+
+def _b(value: object) -> bytes:
+    """redis-py types replies loosely; this client never decodes, so replies are bytes."""
+    return value if isinstance(value, bytes) else str(value).encode()

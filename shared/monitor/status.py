@@ -1,0 +1,32 @@
+"""A snapshot of every source: MySQL state counts, staleness and freshness, plus Redis list length and
+counters.
+
+Read-only; used by `duecast status`, `duecast web`, the dispatcher's gauges and the demo's display.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.monitor.freshness import Freshness, measure
+from duecast.shared.storage.source_store import SourceStatus, Store
+
+
+@dataclass(frozen=True)
+class SourceSnapshot:
+    name: str
+    db: SourceStatus
+    list_length: int
+    counters: dict[str, int]
+    freshness: Freshness | None = None  # re-scan sources only
+
+
+def snapshot(stores: list[Store], queue: ReadyQueue) -> list[SourceSnapshot]:
+    return [source_snapshot(store, queue) for store in stores]
+
+
+def source_snapshot(store: Store, queue: ReadyQueue) -> SourceSnapshot:
+    name = store.src.name
+    status = store.status()
+    return SourceSnapshot(name, status, queue.length(name), queue.stats(name), measure(store, status))

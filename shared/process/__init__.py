@@ -1,0 +1,1 @@
+"""Process plumbing every role shares: the loop, start-up wiring, logging, health endpoints and metrics."""

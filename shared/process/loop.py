@@ -1,0 +1,99 @@
+"""The one loop every role runs: call `tick()`, sleep the delay it returns, stop on request.
+
+Sleeping is an Event wait, so SIGTERM ends it at once. `drain=True` exits at the first idle tick:
+tests and one-shot commands run the production loop, not a copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Protocol
+
+from duecast.shared.policy import error_backoff_s
+
+log = logging.getLogger("duecast.loop")
+
+
+@dataclass(frozen=True)
+class Tick:
+    delay_s: float  # how long to wait before the next tick
+    idle: bool  # nothing was there to do (drain mode stops here)
+
+
+class Role(Protocol):
+    name: str
+
+    def tick(self) -> Tick: ...
+
+
+def run(
+    role: Role,
+    stop: threading.Event,
+    *,
+    drain: bool = False,
+    error_base_s: float = 0.5,
+    error_cap_s: float = 10.0,
+    pause: Callable[[float], None] | None = None,
+    on_turn: Callable[[], None] | None = None,
+) -> None:
+    """Run `role` until `stop` is set (or, draining, until it is idle). Errors back off, never exit.
+
+    `pause(delay_s)` replaces the idle sleep when given (the dispatcher waits for a wake-up there);
+    it must return within delay_s, and if it fails the loop sleeps instead. `on_turn()` is called
+    at the start of every turn, failed ticks included (shared/health.py's liveness).
+    """
+    rng = random.Random()
+    failures = 0
+    while not stop.is_set():
+        if on_turn is not None:
+            on_turn()
+        try:
+            result = role.tick()
+            failures = 0
+        except Exception:
+            failures += 1
+            delay = error_backoff_s(failures, error_base_s, error_cap_s, rng)
+            log.exception(
+                "%s: tick failed (%d in a row); retrying in %.2fs",
+                role.name,
+                failures,
+                delay,
+                extra={"event": "loop.tick_failed", "role": role.name},
+            )
+            result = Tick(delay, idle=False)
+        if drain and result.idle:
+            return
+        if result.delay_s > 0:
+            # After a failure, back off with a plain sleep: the pause may need the broken server.
+            _pause(pause if failures == 0 else None, stop, result.delay_s)
+
+
+def stop_on_signals(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT ask the loop to finish its current tick and return."""
+
+    def _handler(signum: int, _frame: FrameType | None) -> None:
+        log.info(
+            "received %s; finishing current work and stopping",
+            signal.Signals(signum).name,
+            extra={"event": "process.stopping"},
+        )
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _handler)
+    signal.signal(signal.SIGINT, _handler)
+
+
+def _pause(pause: Callable[[float], None] | None, stop: threading.Event, delay_s: float) -> None:
+    if pause is not None and not stop.is_set():
+        try:
+            pause(delay_s)
+            return
+        except Exception:
+            log.debug("pause failed; sleeping instead", exc_info=True)
+    stop.wait(delay_s)

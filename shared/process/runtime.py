@@ -1,0 +1,74 @@
+"""Process start-up shared by every role: logging, clients and verified stores built from settings.
+
+Nothing here runs at import time; each role's `main()` calls these once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue, connect_redis
+from duecast.shared.process import logs
+from duecast.shared.process.logs import LogFormat
+from duecast.shared.process.loop import stop_on_signals
+from duecast.shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings, SourceSettings, load_settings
+from duecast.shared.storage.db import Database
+from duecast.shared.storage.group_store import TopicStore
+from duecast.shared.storage.job_store import JobStore
+from duecast.shared.storage.range_store import RangeStore
+from duecast.shared.storage.source_store import SourceStore, Store
+
+
+def setup_logging(level: str, fmt: LogFormat = "human") -> None:
+    logs.setup(level, fmt)
+
+
+def start_process(config: str | None) -> tuple[Settings, threading.Event]:
+    """Common start of every role's main(): settings, logging, and a stop event tied to signals."""
+    settings = load_settings(config)
+    setup_logging(settings.log_level, settings.log_format)
+    stop = threading.Event()
+    stop_on_signals(stop)
+    return settings, stop
+
+
+def build_queue(settings: Settings) -> ReadyQueue:
+    return ReadyQueue(connect_redis(settings.redis), Keys(settings.redis.key_prefix))
+
+
+def warn_eviction(queue: ReadyQueue) -> None:
+    """Start-up check: a Redis that may evict keys silently drops entries (recovered only by the
+    sweeper, after the visibility timeout). Unreachable Redis is the loop's business, not ours."""
+    try:
+        policy = queue.eviction_policy()
+    except REDIS_ERRORS:
+        return
+    if policy is not None and policy != "noeviction":
+        logging.getLogger("duecast").warning(
+            "Redis maxmemory-policy is %r: under memory pressure it may evict ready lists; "
+            "duecast recovers them only after the visibility timeout. Use noeviction.",
+            policy,
+        )
+
+
+def _store(db: Database, settings: Settings, src: SourceSettings) -> Store:
+    if is_job_queue(src.name):
+        return JobStore(db, src, settings.jobs, settings.mysql)
+    if src.name.startswith(f"{TOPICS_SOURCE}."):  # a cluster consumer group's deliveries
+        return TopicStore(db, src, settings.topics, settings.mysql)
+    return SourceStore(db, src) if src.mode == "rows" else RangeStore(db, src)
+
+
+def is_job_queue(source: str) -> bool:
+    return source.startswith(f"{JOBS_SOURCE}.")
+
+
+def build_stores(settings: Settings, sources: list[SourceSettings]) -> list[Store]:
+    """One store per source on one fresh connection, each verified against information_schema."""
+    db = Database(settings.mysql)
+    stores: list[Store] = [_store(db, settings, src) for src in sources]
+    for store in stores:
+        store.verify()
+    return stores

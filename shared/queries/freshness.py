@@ -1,0 +1,43 @@
+"""The SQL of row-mode freshness: how many rows of a re-scan source were not checked within their period.
+
+Every statement reads a bounded number of index entries (a LIMIT inside a derived table), so its cost
+does not grow with the table. Range mode's freshness is one aggregate over its ranges (shared.sql).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from duecast.shared.queries.identifiers import quote
+from duecast.shared.settings import SourceSettings
+from duecast.shared.states import DUE_INDEX, STATE_COLUMN, State
+
+IDLE, DISPATCHED = int(State.IDLE), int(State.DISPATCHED)
+
+
+@dataclass(frozen=True)
+class FreshnessSQL:
+    stale_rows: str
+    rows_capped: str
+    rows_estimate: str
+
+
+def render_freshness(src: SourceSettings) -> FreshnessSQL:
+    t, due, st, ix = quote(src.table), quote(src.due_column), quote(STATE_COLUMN), quote(DUE_INDEX)
+    return FreshnessSQL(
+        # Rows last checked before NOW(6) - (period + slack), at most %s of them. A re-scan's due
+        # column is its last check (an ack touches it), so these are the dc_due ranges
+        # (0, -inf..cutoff) and (1, -inf..cutoff): the overdue rows plus at most the rows in flight.
+        stale_rows=(
+            f"SELECT COUNT(*) FROM (SELECT 1 FROM {t} FORCE INDEX ({ix}) "
+            f"WHERE {st} IN ({IDLE}, {DISPATCHED}) AND {due} < NOW(6) - INTERVAL %s MICROSECOND "
+            "LIMIT %s) AS stale"
+        ),
+        # The table's rows, counted exactly up to %s through dc_due (a covering index read).
+        rows_capped=f"SELECT COUNT(*) FROM (SELECT 1 FROM {t} FORCE INDEX ({ix}) LIMIT %s) AS counted",
+        # Past that cap: InnoDB's estimate of the table's rows (no scan; refreshed by its statistics).
+        rows_estimate=(
+            "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+            "AND TABLE_NAME = %s"
+        ),
+    )

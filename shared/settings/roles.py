@@ -1,0 +1,97 @@
+"""Per-role settings: the dispatcher, the worker, the health endpoint, the dashboard, fault hooks."""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import Field, SecretStr, model_validator
+
+from duecast.shared.settings.base import Identifier, _Section
+from duecast.shared.settings.sources import (
+    QueueName,
+)
+
+
+class DispatcherSettings(_Section):
+    # Optional: "package.module[:attribute]" holding a Registry whose schedules (Registry.schedule)
+    # the dispatcher runs, and whose task names it checks schedules against.
+    app: str | None = None
+    poll_interval_s: float = Field(0.2, gt=0, le=60)
+    sweep_interval_s: float = Field(5.0, gt=0, le=3600)
+    sweep_batch: int = Field(5000, ge=1, le=100_000)
+    run_sweeper: bool = True  # the dispatcher hosts the sweeper job unless a separate one runs
+    range_discover_s: float = Field(10.0, gt=0, le=3600)  # range mode: look for new ids this often
+    range_full_scan_s: float = Field(300.0, gt=0, le=86400)  # ...and rescan every span this often
+    # Singleton duties (sweeper, pruner, recurring schedules, range discovery) run only in the
+    # dispatcher holding this lease, a row in leases_table renewed every lease/3; a standby takes
+    # over within the lease when the leader dies.
+    leader_lease_s: float = Field(15.0, ge=3, le=3600)
+    leases_table: Identifier = "duecast_leases"
+
+
+class WorkerSettings(_Section):
+    app: str | None = None  # "package.module" or "package.module:attribute" holding a Registry
+    sources: list[str] = []  # empty: every source the app has handlers for ("jobs": its queues)
+    queues: list[QueueName] = []  # job queues served, first = strictly first; empty: jobs.queues
+    pop_batch: int = Field(2000, ge=1, le=10_000)
+    block_timeout_s: float = Field(1.0, ge=0.1, le=2.0)  # never 0: loops must see stop requests
+    concurrency: int = Field(1, ge=1, le=256)
+    error_backoff_s: float = Field(1.0, gt=0, le=60)
+    # Every worker registers in registry_table and beats every heartbeat_s (own thread and
+    # connection). One silent for dead_after_s is dead: the leader dispatcher requeues the batch
+    # it had popped (recorded in Redis) at once, instead of after the visibility timeout.
+    registry_table: Identifier = "duecast_workers"
+    heartbeat_s: float = Field(5.0, ge=0.5, le=300)
+    dead_after_s: float = Field(15.0, ge=2, le=3600)
+
+    @model_validator(mode="after")
+    def _heartbeats(self) -> Self:
+        if self.dead_after_s < 2 * self.heartbeat_s:
+            raise ValueError(
+                f"worker.dead_after_s ({self.dead_after_s}) must be at least twice worker.heartbeat_s "
+                f"({self.heartbeat_s}), or one late beat would declare a live worker dead"
+            )
+        return self
+
+
+class HealthSettings(_Section):
+    """The per-process HTTP endpoint: /healthz, /readyz and /metrics (shared/health.py)."""
+
+    # 0 = no endpoint. Processes sharing a host (and network namespace) need a port each:
+    # `duecast worker --health-port N` overrides this per process.
+    port: int = Field(0, ge=0, le=65535)
+    host: str = "0.0.0.0"  # noqa: S104 - probes and scrapers reach the process from outside
+    # /healthz fails once the main loop has not turned for this long. A turn includes one whole
+    # batch, and a failing tick's backoff (10 s at most) or a dead server's socket timeout: keep
+    # this above the longest batch your handlers take.
+    stale_after_s: float = Field(120.0, ge=15, le=86400)
+    # /readyz serves the result of its own MySQL and Redis round trips, run this often.
+    check_interval_s: float = Field(5.0, ge=0.1, le=300)
+    # The dispatcher (only) reads every source's backlog and freshness this often for its gauges.
+    gauges_interval_s: float = Field(15.0, ge=0.1, le=3600)
+
+
+class WebSettings(_Section):
+    """`duecast web`: the dashboard (duecast/web). Read-only unless a token is set."""
+
+    host: str = "127.0.0.1"  # 0.0.0.0 to reach it from elsewhere; put TLS in front (docs/observability.md)
+    port: int = Field(9190, ge=0, le=65535)  # 0: any free port (tests)
+    # Retrying or discarding a dead job asks for this token on a confirmation page. Unset: the
+    # dashboard changes nothing. Never shown, never logged.
+    token: SecretStr | None = None
+    sample_interval_s: float = Field(5.0, ge=0.1, le=3600)  # how often the charts get a point
+    history_points: int = Field(720, ge=10, le=100_000)  # points kept in memory (1 h at 5 s)
+    refresh_s: float = Field(5.0, ge=0, le=3600)  # open pages update themselves this often; 0 = never
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        if self.token is not None and len(self.token.get_secret_value()) < 16:
+            raise ValueError("web.token must be at least 16 characters (it guards retry and discard)")
+        return self
+
+
+class FaultSettings(_Section):
+    """Fault-injection hooks for the fault tests. Never set in production."""
+
+    crash_after_commit: bool = False  # dispatcher: os._exit right after COMMIT, before RPUSH
+    kill_after_pop: bool = False  # worker: SIGKILL itself as soon as a pop returns entries

@@ -1,0 +1,155 @@
+"""What is dispatched: re-scan sources, one-off job queues, and recurring schedules."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import Field, model_validator
+
+from duecast.shared.settings.base import Identifier, _Section
+
+JOBS_SOURCE = "jobs"
+
+
+class SourceSettings(_Section):
+    """One table duecast dispatches from, and how a row of it becomes due."""
+
+    # A job queue's source is `jobs.<queue>`; configured sources may not use a dot (checked in Settings).
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,47}(\.[a-z0-9][a-z0-9_-]{0,47})?$")
+    table: Identifier
+    id_column: Identifier = "id"
+    due_column: Identifier
+    # A row is due when due_column <= NOW(6) - period_s. A re-scan source (check every 10 s) sets
+    # the period; a `due_at` style column uses 0.
+    period_s: float = Field(0.0, ge=0, le=366 * 86400)
+    # What a handler's plain success does: "touch" sets due_column = NOW(6) (re-scan);
+    # "delete" removes the row (one-off work).
+    on_success: Literal["touch", "delete"] = "touch"
+    claim_batch: int = Field(2000, ge=1, le=10_000)
+    high_water: int = Field(40_000, ge=1, le=10_000_000)
+    visibility_timeout_s: float = Field(60.0, ge=1, le=86400)
+    # "rows": dispatch state in each row (dc_* columns): per-row due times, two row writes per
+    # check. "ranges": dispatch state per span of `range_size` ids in duecast's own
+    # dc_ranges_<name> table; a business row is written only when its handler changes it.
+    # For re-scan sources (period_s > 0). claim_batch and high_water still count rows.
+    mode: Literal["rows", "ranges"] = "rows"
+    range_size: int = Field(1000, ge=1, le=100_000)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        if self.mode == "ranges" and (self.period_s == 0 or self.on_success != "touch"):
+            raise ValueError(
+                f"source {self.name}: mode='ranges' is for re-scan sources: it needs period_s > 0 "
+                "and on_success='touch'"
+            )
+        if self.claim_batch > self.high_water:
+            raise ValueError(
+                f"source {self.name}: claim_batch ({self.claim_batch}) must be <= high_water "
+                f"({self.high_water}), or the dispatcher could never claim a full batch"
+            )
+        if self.on_success == "touch" and self.period_s == 0:
+            raise ValueError(
+                f"source {self.name}: on_success='touch' with period_s=0 would make every row due "
+                "again at once; set period_s > 0 or on_success='delete'"
+            )
+        return self
+
+
+QueueName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,47}$")]
+
+
+class ScheduleSettings(_Section):
+    """A recurring job: one job of `task` per fire time of `cron` or `every_s` (second granularity)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+    task: str = Field(min_length=1, max_length=191)
+    # Five fields (minute hour day month weekday) or six with seconds first; APScheduler's syntax.
+    cron: str | None = None
+    every_s: float | None = Field(None, ge=1, le=366 * 86400)
+    timezone: str = "UTC"  # the zone cron fields are read in
+    payload: Any = None
+    queue: QueueName = "default"
+    priority: int = Field(0, ge=0, le=9)
+    # After downtime: "coalesce" runs the latest missed time once, "all" runs every missed time
+    # (at most jobs.schedule_backfill_max), "skip" runs none and waits for the next one.
+    missed: Literal["coalesce", "all", "skip"] = "coalesce"
+
+    @model_validator(mode="after")
+    def _one_trigger(self) -> Self:
+        if (self.cron is None) == (self.every_s is None):
+            raise ValueError(f"schedule {self.name}: set exactly one of cron and every_s")
+        return self
+
+
+class JobsSettings(_Section):
+    """duecast's own one-off jobs table: each queue is dispatched like a source of its own."""
+
+    enabled: bool = True
+    table: Identifier = "duecast_jobs"
+    schedules_table: Identifier = "duecast_schedules"
+    # Jobs go to one of these queues (enqueueing to another is an error); each gets its own ready
+    # list, and workers serve the queues in worker.queues order (default: this order).
+    queues: list[QueueName] = Field(default_factory=lambda: ["default"], min_length=1)
+    max_payload_bytes: int = Field(65_536, ge=16, le=16 * 1024 * 1024)  # JSON text, UTF-8
+    max_attempts: int = Field(20, ge=1, le=10_000)  # default per job: failed runs before dead
+    max_interruptions: int = Field(3, ge=1, le=1000)  # runs whose worker died, before dead
+    retry_base_s: float = Field(2.0, gt=0, le=86400)  # backoff after the first failure...
+    retry_cap_s: float = Field(3600.0, gt=0, le=30 * 86400)  # ...doubling up to this, with jitter
+    # A RUNNING job's lease: its worker extends it every lease_s/3 while the handler runs, and exits
+    # without acking if it could not for 0.8 of it (self-fencing); a job whose lease ran out was
+    # interrupted (its worker died) and is run again, or dead after max_interruptions.
+    lease_s: float = Field(15.0, ge=2, le=86400)
+    # A worker batch still running after this long is hung: the worker stops extending its leases
+    # and exits (a supervisor restarts it), so its jobs are interrupted and run again elsewhere; a
+    # job that always hangs is dead after max_interruptions. Python cannot kill a hung thread.
+    timeout_s: float = Field(1800.0, ge=1, le=7 * 86400)
+    retention_s: float = Field(0.0, ge=0, le=366 * 86400)  # keep done jobs this long; 0 = delete at once
+    dead_retention_s: float = Field(30 * 86400.0, ge=0, le=10 * 366 * 86400)  # 0 = keep dead jobs forever
+    prune_interval_s: float = Field(60.0, gt=0, le=86400)
+    prune_batch: int = Field(5000, ge=1, le=100_000)
+    schedules: list[ScheduleSettings] = []
+    schedule_backfill_max: int = Field(100, ge=1, le=100_000)
+    claim_batch: int = Field(2000, ge=1, le=10_000)
+    high_water: int = Field(40_000, ge=1, le=10_000_000)
+    visibility_timeout_s: float = Field(60.0, ge=1, le=86400)  # dispatched but never started
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        dupes = sorted({q for q in self.queues if self.queues.count(q) > 1})
+        if dupes:
+            raise ValueError(f"jobs.queues repeats {', '.join(dupes)}")
+        names = [s.name for s in self.schedules]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"jobs.schedules: names must be unique; repeated: {', '.join(dupes)}")
+        for sched in self.schedules:
+            if sched.queue not in self.queues:
+                raise ValueError(
+                    f"schedule {sched.name}: queue {sched.queue!r} is not in jobs.queues "
+                    f"({', '.join(self.queues)})"
+                )
+        if self.timeout_s < self.lease_s:
+            raise ValueError(
+                f"jobs.timeout_s ({self.timeout_s}) must be >= jobs.lease_s ({self.lease_s}): a job "
+                "is given at least one whole lease before it can be declared hung"
+            )
+        if self.retry_base_s > self.retry_cap_s:
+            raise ValueError("jobs.retry_base_s must be <= jobs.retry_cap_s")
+        return self
+
+    def queue_sources(self) -> list[SourceSettings]:
+        """One dispatchable source per queue, named `jobs.<queue>` (its ready list's name)."""
+        return [
+            SourceSettings(
+                name=f"{JOBS_SOURCE}.{queue}",
+                table=self.table,
+                id_column="id",
+                due_column="run_at",
+                period_s=0,
+                on_success="delete",
+                claim_batch=self.claim_batch,
+                high_water=self.high_water,
+                visibility_timeout_s=self.visibility_timeout_s,
+            )
+            for queue in self.queues
+        ]

@@ -1,0 +1,159 @@
+"""One MySQL connection per role, opened lazily and replaced after a connection error.
+
+PyMySQL no longer reconnects by itself; a unit of work that hits a dropped connection fails
+(the caller retries the whole unit) and the next unit gets a fresh connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pymysql
+import pymysql.cursors
+from pymysql.constants import CLIENT
+
+from duecast.shared.settings import MySQLSettings
+
+log = logging.getLogger("duecast.db")
+
+# Errors after which the connection cannot be trusted: drop it so the next unit reconnects.
+_UNKNOWN_SYSTEM_VARIABLE = 1193
+_CR_SSL_CONNECTION_ERROR = 2026
+_CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
+
+
+GROUP_CONCAT_MAX_LEN = 64 * 1024 * 1024
+
+
+def connect(settings: MySQLSettings, database: bool = True) -> pymysql.Connection[pymysql.cursors.Cursor]:
+    """Open a connection: autocommit off, READ COMMITTED, utf8mb4, rowcount = rows matched.
+
+    Errors name the user and host, never the password (PyMySQL's messages, and ours, below).
+    """
+    conn = pymysql.connect(
+        host=settings.host,
+        port=settings.port,
+        user=settings.user,
+        password=settings.password.get_secret_value(),
+        database=settings.database if database else None,
+        unix_socket=settings.unix_socket,
+        connect_timeout=settings.connect_timeout_s,
+        read_timeout=settings.read_timeout_s,
+        write_timeout=settings.read_timeout_s,
+        charset="utf8mb4",
+        autocommit=False,
+        # FOUND_ROWS: an UPDATE reports rows matched, so a fenced ack's rowcount is exact.
+        client_flag=CLIENT.FOUND_ROWS,
+        ssl=tls_context(settings) if settings.tls else None,
+    )
+    # PyMySQL before 1.2 went on in plaintext when the server offered no TLS: check the socket.
+    if settings.tls and not isinstance(getattr(conn, "_sock", None), ssl.SSLSocket):
+        conn.close()
+        raise pymysql.err.OperationalError(
+            _CR_SSL_CONNECTION_ERROR,
+            f"mysql.tls is true but the server at {settings.host}:{settings.port} did not set up TLS",
+        )
+    with conn.cursor() as cur:
+        # READ COMMITTED: no gap locks on the claim scan, and rows a locking read does not
+        # match are unlocked at once, so SKIP LOCKED only skips rows someone is really working on.
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        # Short lock waits: the only long-held locks are a live worker's batch rows, and whoever
+        # waits for those has a fallback (skip them) instead of stalling its loop.
+        cur.execute("SET SESSION innodb_lock_wait_timeout = %s", (settings.lock_wait_s,))
+        # MariaDB caps JSON_ARRAYAGG (range mode's packed read) at group_concat_max_len, 1 MiB by
+        # default; a truncated value would only send the read down its slower path, but why pay.
+        cur.execute("SET SESSION group_concat_max_len = %s", (GROUP_CONCAT_MAX_LEN,))
+        try:
+            # MariaDB turns an IN list of 1,000+ values into a subquery that may scan the table;
+            # duecast's lists are ids it means to look up one by one. (MySQL has no such rewrite.)
+            cur.execute("SET SESSION in_predicate_conversion_threshold = 0")
+        except pymysql.err.OperationalError as exc:
+            if exc.args[0] != _UNKNOWN_SYSTEM_VARIABLE:
+                raise
+    return conn
+
+
+def tls_context(settings: MySQLSettings) -> ssl.SSLContext:
+    """The TLS context for `mysql.tls = true`: verify the server (chain, then name) unless told not to."""
+    ca = settings.tls_ca_file
+    ctx = ssl.create_default_context(cafile=str(ca) if ca is not None else None)
+    if settings.tls_cert_file is not None:
+        ctx.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    if not settings.tls_verify:
+        log.warning(
+            "mysql.tls_verify is false: the connection to %s:%s is encrypted, but anyone on the "
+            "network path can impersonate the server",
+            settings.host,
+            settings.port,
+        )
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    elif not settings.tls_check_hostname:
+        ctx.check_hostname = False
+    return ctx
+
+
+# Errors after which the whole unit of work may simply run again: a deadlock or lock wait timeout
+# (InnoDB rolled the statement or transaction back), or a connection lost (the server restarted,
+# KILL, a network cut; the transaction is gone). An outcome-unknown COMMIT is among the latter:
+# callers re-read under their fence instead of guessing.
+DEADLOCK, LOCK_WAIT_TIMEOUT = 1213, 1205
+_TRANSIENT_CODES = {DEADLOCK, LOCK_WAIT_TIMEOUT, 2003, 2006, 2013, 1927, 4031}  # 1927/4031: killed
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, pymysql.err.InterfaceError):
+        return True
+    if isinstance(exc, pymysql.err.OperationalError | pymysql.err.InternalError):
+        return bool(exc.args) and exc.args[0] in _TRANSIENT_CODES
+    return isinstance(exc, ConnectionError | BrokenPipeError)
+
+
+class Database:
+    """Holds one lazily opened connection; `transaction()` is the only way to use it."""
+
+    def __init__(self, settings: MySQLSettings) -> None:
+        self._settings = settings
+        self._conn: pymysql.Connection[pymysql.cursors.Cursor] | None = None
+
+    @contextmanager
+    def transaction(self, *, check: bool = False) -> Iterator[pymysql.cursors.Cursor]:
+        """Run a unit of work: commit on success, roll back on error, drop a broken connection.
+
+        `check=True` pings first and replaces a dead connection (server restart, KILL,
+        wait_timeout) before the unit starts: for units whose input would be lost if their
+        first statement failed, such as a worker's batch just popped from Redis.
+        """
+        conn = self._conn
+        if conn is not None and check:
+            try:
+                conn.ping(reconnect=False)
+            except _CONNECTION_ERRORS:
+                self.close()
+                conn = None
+        if conn is None:
+            conn = self._conn = connect(self._settings)
+        try:
+            with conn.cursor() as cur:
+                yield cur
+            conn.commit()
+        except _CONNECTION_ERRORS:
+            self.close()
+            raise
+        except BaseException:
+            try:
+                conn.rollback()
+            except _CONNECTION_ERRORS:
+                self.close()
+            raise
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                log.debug("closing a broken connection failed", exc_info=True)

@@ -1,0 +1,235 @@
+"""Keeps the leases of started work alive while its handlers run, and stops the process when it cannot:
+renewals on the keeper's own thread and connection, and a watchdog thread that never touches MySQL.
+What "extend" means is the store's (fenced statements); this owns the pacing, bookkeeping and exit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from duecast.shared.fanout.keys import Entry
+from duecast.shared.policy import Fence, LeaseTiming, fence_reason, lease_timing, renewal_outcome
+from duecast.shared.settings import MySQLSettings
+from duecast.shared.storage.db import Database
+
+log = logging.getLogger("duecast.leases")
+
+EXIT_HUNG = 75  # a batch ran past its timeout (EX_TEMPFAIL: restart me)
+EXIT_FENCED = 69  # a lease lost, or not confirmed in time (EX_UNAVAILABLE: restart me)
+
+
+@dataclass(frozen=True)
+class Extended:
+    """What one renewal did: the ids whose lease it extended, and those no longer running under the
+    attempt held (their lease is lost). Any other id was locked by another session: neither."""
+
+    kept: frozenset[int]
+    gone: frozenset[int]
+
+
+Extend = Callable[[Database, Sequence[Entry]], Extended]
+
+
+def keeper_settings(mysql: MySQLSettings) -> MySQLSettings:
+    """The keeper's connection is cut off after mysql.lease_keeper_timeout_s connecting or reading
+    (not mysql.read_timeout_s, 30 s: longer than a lease), so a stalled renewal is retried on a new
+    connection while the lease lasts. Its statements skip locked rows, so no read waits for a lock."""
+    timeout_s = mysql.lease_keeper_timeout_s
+    return mysql.model_copy(
+        update={
+            "connect_timeout_s": min(mysql.connect_timeout_s, timeout_s),
+            "read_timeout_s": min(mysql.read_timeout_s, timeout_s),
+        }
+    )
+
+
+class Hold:
+    """One started batch's leases as the keeper tracks them (times on time.monotonic()). Its fields
+    change under the keeper's lock."""
+
+    def __init__(
+        self, token: int, entries: Sequence[Entry], since: float, renew_s: float, lock: threading.Condition
+    ) -> None:
+        self.token = token
+        self.entries = list(entries)
+        # `since` was taken before the statement that set the leases: they run from its NOW(6), later.
+        self.started = self.confirmed = since
+        self.next_try = since + renew_s
+        self.lost = False
+        self.failed = 0  # renewals in a row that did not confirm (only the first is logged)
+        self._finishing: set[int] = set()
+        self._lock = lock
+
+    def finishing(self, ids: Iterable[int]) -> None:
+        """Their ack is about to run: from now on their rows leaving RUNNING is that ack, not a loss.
+        (Their leases are still extended: a transactional task's work runs inside its ack.)"""
+        with self._lock:
+            self._finishing.update(ids)
+
+    def needed(self) -> list[int]:
+        """Ids whose lease must be confirmed: all but those being acked (call under the lock)."""
+        return [e.id for e in self.entries if e.id not in self._finishing]
+
+
+class LeaseKeeper:
+    """Renews the leases of the batches held and fences the process off when it cannot.
+
+    Two daemon threads, started at first use. The keeper renews each batch lease/3 after its last
+    confirmation, sooner after a failure. The watchdog wakes at each batch's deadline: a lease lost,
+    no renewal confirmed for 0.8 of the lease (shared.policy.fence_reason), or a batch hung past
+    `timeout_s`, and it logs why and ends the process at once (os._exit: Python cannot stop a handler
+    thread), so no handler runs on after another worker may have taken its work, and nothing is
+    acked. It never touches MySQL, so a renewal stalled in a read cannot hold it up.
+    """
+
+    def __init__(
+        self,
+        extend: Extend,
+        lease_s: float,
+        mysql: MySQLSettings,
+        what: str,
+        *,
+        timeout_s: float | None = None,
+        stop: Callable[[int], object] = os._exit,  # tests pass a recorder
+    ) -> None:
+        self._extend = extend
+        self._lease_s = lease_s
+        self._timing: LeaseTiming = lease_timing(lease_s)
+        self._mysql = mysql
+        self._what = what
+        self._timeout_s = timeout_s  # a batch held longer is hung: the process leaves (EXIT_HUNG)
+        self._stop = stop
+        self._holds: dict[int, Hold] = {}
+        self._cond = threading.Condition()  # guards _holds and every Hold's mutable fields
+        self._tokens = itertools.count()
+        self._running = False
+
+    @contextmanager
+    def holding(self, entries: Sequence[Entry], since: float) -> Iterator[Hold]:
+        """Keep the leases of `entries`, set by a statement sent after time.monotonic() = `since`."""
+        with self._cond:
+            hold = Hold(next(self._tokens), entries, since, self._timing.renew_s, self._cond)
+            self._holds[hold.token] = hold
+            if not self._running:
+                self._running = True
+                for target, name in ((self._keep, "duecast-lease"), (self._watch, "duecast-lease-watch")):
+                    threading.Thread(target=target, name=name, daemon=True).start()
+            self._cond.notify_all()
+        try:
+            yield hold
+        finally:
+            with self._cond:
+                del self._holds[hold.token]
+
+    # -- the keeper thread ---------------------------------------------------------------------
+
+    def _keep(self) -> None:
+        db = Database(keeper_settings(self._mysql))
+        while True:
+            hold = self._next_due()
+            sent = time.monotonic()
+            try:
+                result: Extended | None = self._extend(db, hold.entries)
+            except Exception as exc:  # the watchdog decides what a run of failures means
+                level = logging.WARNING if hold.failed == 0 else logging.DEBUG
+                log.log(level, "could not extend the leases of %d %s: %r", len(hold.entries), self._what, exc)
+                result = None
+            self._record(hold, sent, result)
+
+    def _next_due(self) -> Hold:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                due = min(self._holds.values(), key=lambda h: h.next_try, default=None)
+                if due is not None and due.next_try <= now:
+                    return due
+                self._cond.wait(None if due is None else due.next_try - now)
+
+    def _record(self, hold: Hold, sent: float, result: Extended | None) -> None:
+        with self._cond:
+            if hold.token not in self._holds:
+                return  # the batch ended while its leases were being extended
+            needed = hold.needed()
+            outcome = "unknown" if result is None else renewal_outcome(needed, result.kept, result.gone)
+            if outcome == "confirmed":
+                hold.confirmed = max(hold.confirmed, sent)
+                hold.next_try = sent + self._timing.renew_s
+                hold.failed = 0
+                return
+            hold.next_try = time.monotonic() + self._timing.retry_s
+            hold.failed += 1
+            if outcome == "lost":
+                hold.lost = True
+                self._cond.notify_all()  # the watchdog acts now
+            elif result is not None and hold.failed == 1:
+                log.warning(
+                    "some leases of %d %s are locked by another session; retrying every %.2fs",
+                    len(needed),
+                    self._what,
+                    self._timing.retry_s,
+                )
+
+    # -- the watchdog thread -------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                wake: float | None = None
+                for hold in self._holds.values():
+                    reason = fence_reason(
+                        now,
+                        confirmed=hold.confirmed,
+                        started=hold.started,
+                        lost=hold.lost,
+                        timing=self._timing,
+                        timeout_s=self._timeout_s,
+                    )
+                    if reason is not None:
+                        self._fence(hold, reason, now)
+                        return
+                    due = hold.confirmed + self._timing.fence_s
+                    if self._timeout_s is not None:
+                        due = min(due, hold.started + self._timeout_s)
+                    wake = due if wake is None else min(wake, due)
+                self._cond.wait(None if wake is None else wake - now)
+
+    def _fence(self, hold: Hold, reason: Fence, now: float) -> None:
+        """Self-fencing: leave without acking. The leases run out, the sweeper counts the
+        interruption, and another worker runs the work; the supervisor restarts this process."""
+        n = len(hold.entries)
+        if reason == "hung":
+            log.critical(
+                "a batch of %d %s has run longer than its timeout (%.0fs): a handler is hung; exiting "
+                "(code %d) so the work runs elsewhere",
+                n,
+                self._what,
+                self._timeout_s,
+                EXIT_HUNG,
+                extra={"event": "worker.hung"},
+            )
+            self._stop(EXIT_HUNG)
+            return
+        why = (
+            "lost a lease: another worker may be running that work now"
+            if reason == "lost"
+            else f"has had no confirmed lease renewal for {now - hold.confirmed:.1f}s of its "
+            f"{self._lease_s:g}s lease: it could run out before the next one"
+        )
+        log.critical(
+            "a batch of %d %s %s; exiting (code %d) without acking, so that no handler runs on beside "
+            "another worker",
+            n,
+            self._what,
+            why,
+            EXIT_FENCED,
+            extra={"event": "worker.fenced", "reason": reason},
+        )
+        self._stop(EXIT_FENCED)

@@ -1,0 +1,224 @@
+"""Schema duecast owns: the jobs table, the dispatch columns it adds to a source, and start-up checks.
+
+Migrations are idempotent: each step looks at information_schema first and only adds what is missing,
+so `duecast migrate` can run on every deploy. It never copies or rewrites business rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pymysql.cursors
+
+from duecast.shared.queries.identifiers import quote
+from duecast.shared.settings import JobsSettings, SourceSettings
+from duecast.shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN
+
+DISPATCH_COLUMNS: dict[str, str] = {
+    STATE_COLUMN: "TINYINT UNSIGNED NOT NULL DEFAULT 0",
+    ATTEMPT_COLUMN: "INT UNSIGNED NOT NULL DEFAULT 0",
+    DISPATCHED_AT_COLUMN: "DATETIME(6) NULL",
+}
+_INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
+_TIME_TYPES = {"datetime", "timestamp"}
+
+
+class SchemaError(RuntimeError):
+    """The database does not match the settings; the message says what to run or fix."""
+
+
+# The jobs table, column by column: `duecast migrate` creates it, or adds what an older one lacks.
+JOB_COLUMNS: dict[str, str] = {
+    "id": "BIGINT NOT NULL AUTO_INCREMENT",
+    "queue": "VARCHAR(48) NOT NULL DEFAULT 'default'",
+    "task": "VARCHAR(191) NOT NULL",
+    "payload": "LONGTEXT NOT NULL",  # JSON text, validated by the enqueuer
+    "priority": "TINYINT UNSIGNED NOT NULL DEFAULT 0",  # 0 runs first
+    # When it may run while pending; when it finished once done or dead (the pruner's clock).
+    "run_at": "DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",
+    "created_at": "DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",
+    "max_attempts": "SMALLINT UNSIGNED NOT NULL DEFAULT 20",
+    "errors": "SMALLINT UNSIGNED NOT NULL DEFAULT 0",  # runs that raised
+    "interruptions": "SMALLINT UNSIGNED NOT NULL DEFAULT 0",  # runs whose worker died
+    "unique_key": "VARCHAR(191) NULL",
+    # = unique_key while pending or running, NULL once finished: the unique index on it makes
+    # "one active job per key" race-free.
+    "unique_slot": "VARCHAR(191) NULL",
+    "schedule": "VARCHAR(64) NULL",  # the recurring schedule that made it
+    "scheduled_for": "DATETIME(6) NULL",  # ...and for which fire time (UTC)
+    "started_at": "DATETIME(6) NULL",
+    "lease_until": "DATETIME(6) NULL",
+    "worker": "VARCHAR(128) NULL",
+    "finished_at": "DATETIME(6) NULL",
+    "last_error": "MEDIUMTEXT NULL",
+    **DISPATCH_COLUMNS,
+}
+# name -> (kind, columns)
+JOB_INDEXES: dict[str, tuple[str, tuple[str, ...]]] = {
+    DUE_INDEX: ("KEY", (STATE_COLUMN, "queue", "priority", "run_at")),
+    "dc_unique": ("UNIQUE KEY", ("unique_slot",)),
+    "dc_schedule_run": ("UNIQUE KEY", ("schedule", "scheduled_for")),
+}
+
+
+def jobs_table_ddl(jobs: JobsSettings) -> str:
+    cols = ",\n  ".join(f"{quote(name)} {kind}" for name, kind in JOB_COLUMNS.items())
+    keys = ",\n  ".join(
+        f"{kind} {quote(name)} ({', '.join(quote(c) for c in columns)})"
+        for name, (kind, columns) in JOB_INDEXES.items()
+    )
+    return (
+        f"CREATE TABLE IF NOT EXISTS {quote(jobs.table)} (\n  {cols},\n  PRIMARY KEY (`id`),\n  {keys}\n)"
+        " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+    )
+
+
+def workers_table_ddl(table: str) -> str:
+    return f"""CREATE TABLE IF NOT EXISTS {quote(table)} (
+  `name` VARCHAR(191) NOT NULL,
+  `host` VARCHAR(128) NOT NULL,
+  `pid` INT UNSIGNED NOT NULL,
+  `sources` VARCHAR(4096) NOT NULL,
+  `started_at` DATETIME(6) NOT NULL,
+  `heartbeat_at` DATETIME(6) NOT NULL,
+  PRIMARY KEY (`name`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
+
+
+def leases_table_ddl(table: str) -> str:
+    return f"""CREATE TABLE IF NOT EXISTS {quote(table)} (
+  `name` VARCHAR(64) NOT NULL,
+  `holder` VARCHAR(191) NOT NULL,
+  `expires_at` DATETIME(6) NOT NULL,
+  PRIMARY KEY (`name`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
+
+
+def schedules_table_ddl(jobs: JobsSettings) -> str:
+    return f"""CREATE TABLE IF NOT EXISTS {quote(jobs.schedules_table)} (
+  `name` VARCHAR(64) NOT NULL,
+  `last_run_at` DATETIME(6) NOT NULL,
+  `runs` BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  PRIMARY KEY (`name`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
+
+
+def jobs_migration(jobs: JobsSettings, info: TableInfo, indexes: dict[str, list[str]]) -> list[str]:
+    """What an existing jobs table of an older duecast lacks: columns, then indexes (rebuilt if changed)."""
+    t = quote(jobs.table)
+    steps = [
+        f"ALTER TABLE {t} ADD COLUMN {quote(name)} {kind}"
+        for name, kind in JOB_COLUMNS.items()
+        if name not in info.columns
+    ]
+    for name, (kind, columns) in JOB_INDEXES.items():
+        have = indexes.get(name)
+        if have == list(columns):
+            continue
+        drop = f"DROP INDEX {quote(name)}, " if have else ""
+        cols = ", ".join(quote(c) for c in columns)
+        steps.append(f"ALTER TABLE {t} {drop}ADD {kind} {quote(name)} ({cols})")
+    return steps
+
+
+def index_columns(cur: pymysql.cursors.Cursor, table: str) -> dict[str, list[str]]:
+    """Every index of `table`: name -> its columns in order."""
+    cur.execute(
+        "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
+        "AND TABLE_NAME = %s ORDER BY INDEX_NAME, SEQ_IN_INDEX",
+        (table,),
+    )
+    out: dict[str, list[str]] = {}
+    for name, column in cur.fetchall():
+        out.setdefault(str(name), []).append(str(column))
+    return out
+
+
+def check_jobs_table(cur: pymysql.cursors.Cursor, jobs: JobsSettings) -> None:
+    """Raise SchemaError unless the jobs and schedules tables are as this version needs them."""
+    info = describe(cur, jobs.table)
+    if not info.columns or jobs_migration(jobs, info, index_columns(cur, jobs.table)):
+        raise SchemaError(
+            f"the jobs table {jobs.table} is missing or older than this duecast; run `duecast migrate`"
+        )
+    if not describe(cur, jobs.schedules_table).columns:
+        raise SchemaError(f"the schedules table {jobs.schedules_table} is missing; run `duecast migrate`")
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    columns: dict[str, str]  # name -> DATA_TYPE
+    index_columns: list[str]  # columns of dc_due, in order; empty if the index is missing
+    primary: list[str] | None = None  # PRIMARY KEY columns; None when not read
+
+
+def describe(cur: pymysql.cursors.Cursor, table: str) -> TableInfo:
+    cur.execute(
+        "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+        (table,),
+    )
+    columns = {str(name): str(kind).lower() for name, kind in cur.fetchall()}
+    cur.execute(
+        "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
+        "AND TABLE_NAME = %s AND INDEX_NAME = %s ORDER BY SEQ_IN_INDEX",
+        (table, DUE_INDEX),
+    )
+    due_index = [str(r[0]) for r in cur.fetchall()]
+    cur.execute(
+        "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
+        "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+        (table,),
+    )
+    return TableInfo(columns, due_index, [str(r[0]) for r in cur.fetchall()])
+
+
+def source_migration(src: SourceSettings, info: TableInfo) -> list[str]:
+    """The ALTER statements that would make `src.table` dispatchable; empty when it already is."""
+    check_business_columns(src, info)
+    t = quote(src.table)
+    missing = [c for c in DISPATCH_COLUMNS if c not in info.columns]
+    steps = []
+    if missing:
+        adds = ", ".join(f"ADD COLUMN {quote(c)} {DISPATCH_COLUMNS[c]}" for c in missing)
+        steps.append(f"ALTER TABLE {t} {adds}")
+    if not info.index_columns:
+        steps.append(
+            f"ALTER TABLE {t} ADD INDEX {quote(DUE_INDEX)} ({quote(STATE_COLUMN)}, {quote(src.due_column)})"
+        )
+    return steps
+
+
+def check_source(src: SourceSettings, info: TableInfo) -> None:
+    """Raise SchemaError unless the table is ready to dispatch from (run at every role start)."""
+    if source_migration(src, info):
+        raise SchemaError(
+            f"source {src.name}: table {src.table} lacks duecast's dispatch columns or its "
+            f"{DUE_INDEX} index; run `duecast migrate` (or `duecast migrate --print` to review)"
+        )
+    want = [STATE_COLUMN, src.due_column]
+    if info.index_columns != want:
+        raise SchemaError(
+            f"source {src.name}: index {DUE_INDEX} on {src.table} is on "
+            f"({', '.join(info.index_columns)}), expected ({', '.join(want)})"
+        )
+
+
+def check_business_columns(src: SourceSettings, info: TableInfo) -> None:
+    if not info.columns:
+        raise SchemaError(f"source {src.name}: table {src.table} does not exist in this database")
+    for col, kinds, what in (
+        (src.id_column, _INTEGER_TYPES, "an integer key"),
+        (src.due_column, _TIME_TYPES, "a DATETIME or TIMESTAMP"),
+    ):
+        kind = info.columns.get(col)
+        if kind is None:
+            raise SchemaError(f"source {src.name}: table {src.table} has no column {col}")
+        if kind not in kinds:
+            raise SchemaError(f"source {src.name}: {src.table}.{col} is {kind}; it must be {what}")
+    # Every claim, lock and ack addresses one row by this key: it must be the whole primary key.
+    if info.primary is not None and info.primary != [src.id_column]:
+        raise SchemaError(
+            f"source {src.name}: {src.table}.{src.id_column} must be the table's primary key "
+            f"(it is ({', '.join(info.primary) or 'none'}))"
+        )

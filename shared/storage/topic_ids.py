@@ -1,0 +1,66 @@
+"""Topic and group rows: made on first use (INSERT IGNORE, harmless from any number of processes), and
+the start position of a new group or broadcast member. Runs shared.sql_topics on a caller's cursor.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pymysql.cursors
+
+from duecast.shared.queries.topics import TopicSQL
+from duecast.shared.settings import GroupSettings
+
+
+def topic_id(cur: pymysql.cursors.Cursor, sql: TopicSQL, name: str) -> int:
+    """The id of topic `name`, creating its row if this is its first use."""
+    cur.execute(sql.topic_row, (name,))
+    row = cur.fetchone()
+    if row is None:
+        cur.execute(sql.ensure_topic, (name,))
+        cur.execute(sql.topic_row, (name,))
+        row = cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def group_id(cur: pymysql.cursors.Cursor, sql: TopicSQL, tid: int, group: GroupSettings) -> int:
+    """The id of `group`; a new group starts at its `start` position, fixed by whoever comes first."""
+    cur.execute(sql.group_row, (tid, group.name))
+    row = cur.fetchone()
+    if row is None:
+        cur.execute(
+            sql.ensure_group, (tid, group.name, group.mode, start_position(cur, sql, tid, group.start))
+        )
+        cur.execute(sql.group_row, (tid, group.name))
+        row = cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def start_position(cur: pymysql.cursors.Cursor, sql: TopicSQL, tid: int, start: str) -> int:
+    """The position (the id before the first message to read) that `start` names, by the database's
+    clock and ids: "latest" = the newest id now; "earliest" = before the oldest message kept;
+    a message id n = n - 1; an ISO time = before the first message published at or after it."""
+    latest = _scalar(cur, sql.pos_latest, (tid,))
+    if start == "latest":
+        return latest
+    if start == "earliest":
+        first = _maybe(cur, sql.pos_earliest, (tid,))
+        return latest if first is None else first
+    if start.isdigit():
+        return max(0, int(start) - 1)
+    at = datetime.fromisoformat(start).astimezone(UTC).replace(tzinfo=None)
+    found = _maybe(cur, sql.pos_time, (tid, at))
+    return latest if found is None else found
+
+
+def _maybe(cur: pymysql.cursors.Cursor, stmt: str, args: tuple[object, ...]) -> int | None:
+    cur.execute(stmt, args)
+    row = cur.fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def _scalar(cur: pymysql.cursors.Cursor, stmt: str, args: tuple[object, ...]) -> int:
+    value = _maybe(cur, stmt, args)
+    return 0 if value is None else value
