@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-import pymysql
-import pymysql.cursors
 import redis
 
 from duecast.shared.fanout.keys import Keys
@@ -24,9 +22,9 @@ from duecast.shared.queries.jobs import render_jobs
 from duecast.shared.settings import JobsSettings, Settings, load_settings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.outbox import Outbox
+from duecast.shared.storage.units import Connection, Cursor, DuplicateKey, translated
 
 INSERT_CHUNK = 500  # rows per multi-row INSERT: 500 x 64 KiB stays under the default 64 MiB packet
-DUPLICATE_KEY = 1062  # ER_DUP_ENTRY
 OnDuplicate = Literal["error", "keep"]
 
 
@@ -171,7 +169,7 @@ class Enqueuer(Outbox):
         max_attempts: int | None = None,
         unique_key: str | None = None,
         on_duplicate: OnDuplicate = "error",
-        conn: pymysql.Connection[pymysql.cursors.Cursor] | None = None,
+        conn: Connection | None = None,
     ) -> int:
         """Enqueue one job; returns its id (with on_duplicate="keep", the existing job's id).
 
@@ -192,7 +190,7 @@ class Enqueuer(Outbox):
         jobs: Iterable[Job],
         *,
         on_duplicate: OnDuplicate = "error",
-        conn: pymysql.Connection[pymysql.cursors.Cursor] | None = None,
+        conn: Connection | None = None,
     ) -> int:
         """Enqueue all jobs or none, in one transaction; returns how many were given.
 
@@ -215,7 +213,7 @@ class Enqueuer(Outbox):
         self.wake()
         return len(rows)
 
-    def write(self, cur: pymysql.cursors.Cursor, rows: Sequence[_Row], on_duplicate: OnDuplicate) -> int:
+    def write(self, cur: Cursor, rows: Sequence[_Row], on_duplicate: OnDuplicate) -> int:
         """Multi-row INSERTs of INSERT_CHUNK rows on `cur` (no commit); returns the id of the last
         statement's first row. A duplicate unique key raises DuplicateJob unless `keep`."""
         tail = self.sql.on_duplicate_keep if on_duplicate == "keep" else ""
@@ -223,13 +221,12 @@ class Enqueuer(Outbox):
             chunk = rows[i : i + INSERT_CHUNK]
             params = [p for r in chunk for p in r.params()]
             try:
-                cur.execute(self.sql.insert + ",".join([self.sql.insert_values] * len(chunk)) + tail, params)
-            except pymysql.err.IntegrityError as exc:
-                if exc.args[0] != DUPLICATE_KEY:
-                    raise
-                raise DuplicateJob(
-                    f"a pending or running job already holds this unique key ({exc.args[1]})"
-                ) from exc
+                with translated():
+                    cur.execute(
+                        self.sql.insert + ",".join([self.sql.insert_values] * len(chunk)) + tail, params
+                    )
+            except DuplicateKey as exc:
+                raise DuplicateJob(f"a pending or running job already holds this unique key {exc}") from exc
         return int(cur.lastrowid or 0)
 
 

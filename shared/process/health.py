@@ -18,7 +18,6 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-import pymysql
 import redis
 from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app
 
@@ -26,6 +25,7 @@ from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.process import metrics
 from duecast.shared.settings import HealthSettings, MySQLSettings, Settings
 from duecast.shared.storage.db import connect
+from duecast.shared.storage.units import Connection
 
 log = logging.getLogger("duecast.health")
 
@@ -223,7 +223,7 @@ class MySQLPing:
 
     def __init__(self, settings: MySQLSettings) -> None:
         self._settings = settings
-        self._conn: pymysql.Connection[pymysql.cursors.Cursor] | None = None
+        self._conn: Connection | None = None
 
     def __call__(self) -> None:
         if self._conn is None:

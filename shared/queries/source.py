@@ -192,7 +192,7 @@ def assignments(columns: list[str]) -> str:
 
 
 @dataclass(frozen=True)
-class LeaseSQL:
+class LeaderSQL:
     """A named lease (leader election) in duecast's leases table: one row per name."""
 
     acquire: str
@@ -200,9 +200,9 @@ class LeaseSQL:
     resign: str
 
 
-def render_leases(table: str) -> LeaseSQL:
+def render_leases(table: str) -> LeaderSQL:
     t = quote(table)
-    return LeaseSQL(
+    return LeaderSQL(
         # Take the lease if it is free or expired, renew it if it is ours; otherwise change
         # nothing. ON DUPLICATE KEY UPDATE assigns left to right, so the second IF already sees
         # the new holder. PRIMARY; one row lock, held for this statement's transaction only.

@@ -13,8 +13,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import pymysql.cursors
-
 from duecast.shared.api.handlers import Ack, Row
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.policy import dead_after_interruption, dead_after_retries, stepped_delay_s
@@ -31,7 +29,6 @@ from duecast.shared.storage.db import Database
 from duecast.shared.storage.job_store import JobBatch, error_text, isolate_suspects, renew_leases, worker_name
 from duecast.shared.storage.leases import Extended, LeaseKeeper
 from duecast.shared.storage.source_store import (
-    LOCK_WAIT_TIMEOUT,
     STATUS_COUNT_CAP,
     SourceStatus,
     _scalar,
@@ -39,6 +36,7 @@ from duecast.shared.storage.source_store import (
 )
 from duecast.shared.storage.topic_ids import group_id, topic_id
 from duecast.shared.storage.topic_schema import check_topic_tables
+from duecast.shared.storage.units import Cursor, lock_or_skip
 
 log = logging.getLogger("duecast.topics")
 SEQ = "`seq`"
@@ -92,7 +90,7 @@ class TopicStore:
                 entries += self._materialise(cur, limit - len(entries))
         return entries
 
-    def _materialise(self, cur: pymysql.cursors.Cursor, room: int) -> list[Entry]:
+    def _materialise(self, cur: Cursor, room: int) -> list[Entry]:
         cur.execute(self.sql.lock_group, (self.group_id,))
         row = cur.fetchone()
         if row is None:
@@ -129,12 +127,10 @@ class TopicStore:
             raise ValueError("started() needs at least one entry")
         with self.db.transaction(check=True) as cur:
             fence = self.fence(entries)
-            try:
-                cur.execute(self.sql.lock_dispatched.format(fence=fence), (self.group_id,))
-            except pymysql.err.OperationalError as exc:
-                if exc.args[0] != LOCK_WAIT_TIMEOUT:
-                    raise
-                cur.execute(self.sql.lock_dispatched_skip.format(fence=fence), (self.group_id,))
+            lock_or_skip(
+                lambda: cur.execute(self.sql.lock_dispatched.format(fence=fence), (self.group_id,)),
+                lambda: cur.execute(self.sql.lock_dispatched_skip.format(fence=fence), (self.group_id,)),
+            )
             rows = [dict(zip(DELIVERY_COLUMNS, r, strict=True)) for r in cur.fetchall()]
             rows, released = isolate_suspects(rows)
             if released:
@@ -155,7 +151,7 @@ class TopicStore:
         with self._leases.holding(batch.entries, since) as batch.hold:
             yield batch
 
-    def _with_messages(self, cur: pymysql.cursors.Cursor, rows: list[Row]) -> list[Row]:
+    def _with_messages(self, cur: Cursor, rows: list[Row]) -> list[Row]:
         """Each started row with its message's columns; a delivery whose message is gone is dead."""
         cur.execute(
             self.sql.read_messages.format(ids=self.ids([int(r["seq"]) for r in rows])), (self.topic_id,)
@@ -257,12 +253,12 @@ class TopicStore:
 
     # -- finishing, used by JobBatch ------------------------------------------------------------
 
-    def finish_ok(self, cur: pymysql.cursors.Cursor, rows: Sequence[Row]) -> int:
+    def finish_ok(self, cur: Cursor, rows: Sequence[Row]) -> int:
         return int(
             cur.execute(self.sql.finish_done.format(fence=self.fence(_entries(rows))), (self.group_id,))
         )
 
-    def finish_failed(self, cur: pymysql.cursors.Cursor, row: Row, outcome: object) -> int:
+    def finish_failed(self, cur: Cursor, row: Row, outcome: object) -> int:
         text = error_text(outcome)
         errors = int(row["errors"])
         if dead_after_retries(errors, self.group.max_retries):
@@ -273,14 +269,12 @@ class TopicStore:
         stmt = self.sql.fail_retry.format(fence=self.fence(_entries([row])))
         return int(cur.execute(stmt, (_us(delay), text, self.group_id)))
 
-    def finish_dead(
-        self, cur: pymysql.cursors.Cursor, row: Row, text: str, errors: int, outcome: str = "dead"
-    ) -> int:
+    def finish_dead(self, cur: Cursor, row: Row, text: str, errors: int, outcome: str = "dead") -> int:
         self._record(cur, row, outcome, text)
         stmt = self.sql.fail_dead.format(fence=self.fence(_entries([row])))
         return int(cur.execute(stmt, (errors, text, self.group_id)))
 
-    def finish_special(self, cur: pymysql.cursors.Cursor, row: Row, ack: Ack) -> int:
+    def finish_special(self, cur: Cursor, row: Row, ack: Ack) -> int:
         """A consumer's explicit retry (not a failure) or discard (dead now)."""
         if ack.action == "discard":
             text = f"discarded by its consumer: {ack.reason}" if ack.reason else "discarded by its consumer"
@@ -291,7 +285,7 @@ class TopicStore:
             return int(cur.execute(self.sql.snooze_at.format(fence=fence), (ack.at, self.group_id)))
         return int(cur.execute(self.sql.snooze_delay.format(fence=fence), (_us(ack.delay_s), self.group_id)))
 
-    def _record(self, cur: pymysql.cursors.Cursor, row: Row, outcome: str, error: str | None) -> None:
+    def _record(self, cur: Cursor, row: Row, outcome: str, error: str | None) -> None:
         where = self.fence(_entries([row]))
         cur.execute(self.sql.record_attempt.format(where=where), (outcome, error, self.group_id, RUNNING))
 

@@ -18,8 +18,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
-import pymysql.cursors
-
 from duecast.shared.api.handlers import Ack, Row
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.policy import blame_interruptions, dead_after_failure, retry_delay_s
@@ -36,17 +34,24 @@ from duecast.shared.queries.jobs import (
 )
 from duecast.shared.queries.source import SourceSQL, in_list, render
 from duecast.shared.settings import JobsSettings, MySQLSettings, SourceSettings
-from duecast.shared.storage.db import Database, is_transient
+from duecast.shared.storage.db import Database
 from duecast.shared.storage.leases import Extended, Hold, LeaseKeeper
 from duecast.shared.storage.packed import read_packed
 from duecast.shared.storage.schema import check_jobs_table
 from duecast.shared.storage.source_store import (
-    LOCK_WAIT_TIMEOUT,
     STATUS_COUNT_CAP,
     AckCounts,
     SourceStatus,
     _scalar,
     _us,
+)
+from duecast.shared.storage.units import (
+    Cursor,
+    is_transient,
+    lock_or_skip,
+    retry_transient,
+    rollback_to,
+    savepoint,
 )
 
 log = logging.getLogger("duecast.jobs")
@@ -118,15 +123,17 @@ class JobStore:
             raise ValueError("started() needs at least one entry")
         with self.db.transaction(check=True) as cur:
             fence = self.fence(entries)
-            try:
+
+            def locking() -> list[Any] | None:
                 packed = read_packed(cur, self.sql.lock_dispatched_packed.format(fence=fence), what="jobs")
                 if packed is None:  # cut short: the rows are locked now, read them plainly
                     cur.execute(self.sql.lock_dispatched.format(fence=fence))
-            except pymysql.err.OperationalError as exc:
-                if exc.args[0] != LOCK_WAIT_TIMEOUT:
-                    raise
-                packed = None
+                return packed
+
+            def skip_locked() -> None:
                 cur.execute(self.sql.lock_dispatched_skip.format(fence=fence))
+
+            packed = lock_or_skip(locking, skip_locked)
             if packed is not None:
                 rows = [dict(zip(JOB_COLUMNS, values, strict=True)) for values in packed]
             else:
@@ -263,12 +270,12 @@ class JobStore:
 
     # -- finishing, used by JobBatch ---------------------------------------------------------------
 
-    def finish_ok(self, cur: pymysql.cursors.Cursor, rows: Sequence[Row]) -> int:
+    def finish_ok(self, cur: Cursor, rows: Sequence[Row]) -> int:
         fence = self.fence(_entries(rows))
         stmt = self.sql.finish_done if self.jobs.retention_s > 0 else self.sql.finish_delete
         return int(cur.execute(stmt.format(fence=fence)))
 
-    def finish_failed(self, cur: pymysql.cursors.Cursor, row: Row, outcome: object) -> str:
+    def finish_failed(self, cur: Cursor, row: Row, outcome: object) -> str:
         """A failed run: "retried" (pending after a backoff delay) or "dead"; "" when it was stale."""
         fence = self.fence(_entries([row]))
         text = error_text(outcome)
@@ -284,7 +291,7 @@ class JobStore:
         delay = retry_delay_s(errors + 1, self.jobs.retry_base_s, self.jobs.retry_cap_s, self._rng)
         return "retried" if cur.execute(self.sql.fail_retry.format(fence=fence), (_us(delay), text)) else ""
 
-    def finish_special(self, cur: pymysql.cursors.Cursor, row: Row, ack: Ack) -> int:
+    def finish_special(self, cur: Cursor, row: Row, ack: Ack) -> int:
         """A handler's explicit retry (not an error) or discard (dead now)."""
         fence = self.fence(_entries([row]))
         if ack.action == "discard":
@@ -296,18 +303,9 @@ class JobStore:
 
 
 def retrying(unit: Callable[[], T]) -> T:
-    """Run a finishing transaction again after a deadlock, lock wait timeout or lost connection.
-    Every finish is fenced on (id, attempt) and RUNNING, so running it again after a COMMIT that
-    did land (outcome unknown) changes nothing: the re-read decides, not a guess."""
-    for attempt in range(1, FINISH_RETRIES + 2):
-        try:
-            return unit()
-        except pymysql.err.MySQLError as exc:
-            if attempt > FINISH_RETRIES or not is_transient(exc):
-                raise
-            log.warning("finishing jobs hit %r; retrying (%d of %d)", exc, attempt, FINISH_RETRIES)
-            time.sleep(min(2.0, 0.05 * 2**attempt))
-    raise AssertionError("unreachable")
+    """Run a finishing transaction again after a transient error. Every finish is fenced on
+    (id, attempt) and RUNNING, so running it again after a COMMIT that did land changes nothing."""
+    return retry_transient(unit, what="finishing jobs", redo="the finish", retries=FINISH_RETRIES, log=log)
 
 
 class LeaseSQL(Protocol):
@@ -322,7 +320,7 @@ class LeaseSQL(Protocol):
 
 
 def renew_leases(
-    cur: pymysql.cursors.Cursor,
+    cur: Cursor,
     sql: LeaseSQL,
     entries: Sequence[Entry],
     fence: Callable[[Sequence[Entry]], str],
@@ -368,9 +366,9 @@ class Finisher(Protocol):
     db: Database
     src: SourceSettings
 
-    def finish_ok(self, cur: pymysql.cursors.Cursor, rows: Sequence[Row]) -> int: ...
-    def finish_special(self, cur: pymysql.cursors.Cursor, row: Row, ack: Ack) -> int: ...
-    def finish_failed(self, cur: pymysql.cursors.Cursor, row: Row, outcome: object) -> object: ...
+    def finish_ok(self, cur: Cursor, rows: Sequence[Row]) -> int: ...
+    def finish_special(self, cur: Cursor, row: Row, ack: Ack) -> int: ...
+    def finish_failed(self, cur: Cursor, row: Row, outcome: object) -> object: ...
 
 
 class JobBatch:
@@ -434,27 +432,26 @@ class JobBatch:
         observe.count(store.src.name, "dead", discarded)
         return (acked, stale), failures
 
-    def _in_transaction(self, cur: pymysql.cursors.Cursor, row: Row, ack: Ack) -> object | None:
+    def _in_transaction(self, cur: Cursor, row: Row, ack: Ack) -> object | None:
         """Run a transactional task and finish it under one savepoint: its writes stay only if the
         job really is finished by this attempt. Returns None (done), "stale", or the failure."""
         assert ack.work is not None
-        cur.execute("SAVEPOINT dc_job")
         try:
-            result = ack.work(cur)
-            final = Ack.default() if result is None else result
-            if not isinstance(final, Ack) or final.action in ("touch", "transaction"):
-                raise TypeError(f"a task must return None, Ack.retry or Ack.discard, not {final!r}")
-            if final.action in ("default", "delete"):
-                n = self._store.finish_ok(cur, [row])
-            else:
-                n = self._store.finish_special(cur, row, final)
+            with savepoint(cur, "dc_job"):
+                result = ack.work(cur)
+                final = Ack.default() if result is None else result
+                if not isinstance(final, Ack) or final.action in ("touch", "transaction"):
+                    raise TypeError(f"a task must return None, Ack.retry or Ack.discard, not {final!r}")
+                if final.action in ("default", "delete"):
+                    n = self._store.finish_ok(cur, [row])
+                else:
+                    n = self._store.finish_special(cur, row, final)
         except Exception as exc:
-            if isinstance(exc, pymysql.err.MySQLError) and is_transient(exc):
+            if is_transient(exc):
                 raise  # the whole transaction is gone: the finish is retried as one unit
-            cur.execute("ROLLBACK TO SAVEPOINT dc_job")
-            return exc
+            return exc  # the savepoint undid the task's writes
         if n == 0:
-            cur.execute("ROLLBACK TO SAVEPOINT dc_job")  # another run owns the job now: undo its writes
+            rollback_to(cur, "dc_job")  # another run owns the job now: undo its writes
             return "stale"
         return None
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pymysql.cursors
-
 from duecast.shared.queries.identifiers import quote
 from duecast.shared.settings import JobsSettings, SourceSettings
 from duecast.shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN
+from duecast.shared.storage.units import Cursor
 
 DISPATCH_COLUMNS: dict[str, str] = {
     STATE_COLUMN: "TINYINT UNSIGNED NOT NULL DEFAULT 0",
@@ -121,7 +120,7 @@ def jobs_migration(jobs: JobsSettings, info: TableInfo, indexes: dict[str, list[
     return steps
 
 
-def index_columns(cur: pymysql.cursors.Cursor, table: str) -> dict[str, list[str]]:
+def index_columns(cur: Cursor, table: str) -> dict[str, list[str]]:
     """Every index of `table`: name -> its columns in order."""
     cur.execute(
         "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
@@ -134,7 +133,7 @@ def index_columns(cur: pymysql.cursors.Cursor, table: str) -> dict[str, list[str
     return out
 
 
-def check_jobs_table(cur: pymysql.cursors.Cursor, jobs: JobsSettings) -> None:
+def check_jobs_table(cur: Cursor, jobs: JobsSettings) -> None:
     """Raise SchemaError unless the jobs and schedules tables are as this version needs them."""
     info = describe(cur, jobs.table)
     if not info.columns or jobs_migration(jobs, info, index_columns(cur, jobs.table)):
@@ -152,7 +151,7 @@ class TableInfo:
     primary: list[str] | None = None  # PRIMARY KEY columns; None when not read
 
 
-def describe(cur: pymysql.cursors.Cursor, table: str) -> TableInfo:
+def describe(cur: Cursor, table: str) -> TableInfo:
     cur.execute(
         "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
         "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",

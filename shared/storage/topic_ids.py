@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import pymysql.cursors
-
 from duecast.shared.queries.topics import TopicSQL
 from duecast.shared.settings import GroupSettings
+from duecast.shared.storage.units import Cursor
 
 
-def topic_id(cur: pymysql.cursors.Cursor, sql: TopicSQL, name: str) -> int:
+def topic_id(cur: Cursor, sql: TopicSQL, name: str) -> int:
     """The id of topic `name`, creating its row if this is its first use."""
     cur.execute(sql.topic_row, (name,))
     row = cur.fetchone()
@@ -24,7 +23,7 @@ def topic_id(cur: pymysql.cursors.Cursor, sql: TopicSQL, name: str) -> int:
     return int(row[0])
 
 
-def group_id(cur: pymysql.cursors.Cursor, sql: TopicSQL, tid: int, group: GroupSettings) -> int:
+def group_id(cur: Cursor, sql: TopicSQL, tid: int, group: GroupSettings) -> int:
     """The id of `group`; a new group starts at its `start` position, fixed by whoever comes first."""
     cur.execute(sql.group_row, (tid, group.name))
     row = cur.fetchone()
@@ -38,7 +37,7 @@ def group_id(cur: pymysql.cursors.Cursor, sql: TopicSQL, tid: int, group: GroupS
     return int(row[0])
 
 
-def start_position(cur: pymysql.cursors.Cursor, sql: TopicSQL, tid: int, start: str) -> int:
+def start_position(cur: Cursor, sql: TopicSQL, tid: int, start: str) -> int:
     """The position (the id before the first message to read) that `start` names, by the database's
     clock and ids: "latest" = the newest id now; "earliest" = before the oldest message kept;
     a message id n = n - 1; an ISO time = before the first message published at or after it."""
@@ -55,12 +54,12 @@ def start_position(cur: pymysql.cursors.Cursor, sql: TopicSQL, tid: int, start: 
     return latest if found is None else found
 
 
-def _maybe(cur: pymysql.cursors.Cursor, stmt: str, args: tuple[object, ...]) -> int | None:
+def _maybe(cur: Cursor, stmt: str, args: tuple[object, ...]) -> int | None:
     cur.execute(stmt, args)
     row = cur.fetchone()
     return None if row is None or row[0] is None else int(row[0])
 
 
-def _scalar(cur: pymysql.cursors.Cursor, stmt: str, args: tuple[object, ...]) -> int:
+def _scalar(cur: Cursor, stmt: str, args: tuple[object, ...]) -> int:
     value = _maybe(cur, stmt, args)
     return 0 if value is None else value

@@ -10,12 +10,11 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 
-import pymysql
-
 from duecast.shared.queries.source import WorkerSQL, render_workers
 from duecast.shared.settings import MySQLSettings, WorkerSettings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.job_store import worker_name
+from duecast.shared.storage.units import MYSQL_ERRORS
 
 log = logging.getLogger("duecast.workers")
 
@@ -78,7 +77,7 @@ class Heartbeat:
     def start(self) -> None:
         try:
             self.registry.register(self.name, self.sources)
-        except pymysql.err.MySQLError as exc:  # the beats retry; a worker does not fail for it
+        except MYSQL_ERRORS as exc:  # the beats retry; a worker does not fail for it
             log.warning("could not register worker %s yet: %s", self.name, exc)
         self._thread.start()
 
@@ -87,7 +86,7 @@ class Heartbeat:
             try:
                 if not self.registry.beat(self.name):
                     self.registry.register(self.name, self.sources)
-            except pymysql.err.MySQLError as exc:
+            except MYSQL_ERRORS as exc:
                 log.warning("heartbeat of worker %s failed: %s", self.name, exc)
 
     def stop(self) -> None:
@@ -95,6 +94,6 @@ class Heartbeat:
         self._thread.join(timeout=10)
         try:
             self.registry.deregister(self.name)
-        except pymysql.err.MySQLError as exc:
+        except MYSQL_ERRORS as exc:
             log.warning("could not deregister worker %s (the leader will): %s", self.name, exc)
         self.registry.db.close()
