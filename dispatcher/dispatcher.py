@@ -1,6 +1,6 @@
 """Dispatcher: per tick, for each source, claim due rows (commit), then RPUSH their entries.
 
-Owns pacing and backpressure; owns no SQL (the store) and no key names (shared.keys).
+Owns pacing and backpressure; owns no SQL (the store) and no key names (shared.fanout.keys).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """`duecast topics ...`: the operator's view of and hands on topics and consumer groups.
 
-Parsing and printing only; every statement runs in shared.topic_admin / shared.topic_status / shared.topics.
+Parsing and printing only; every statement runs in shared.storage.topic_admin,
+shared.monitor.topic_status or shared.api.publish.
 """
 
 from __future__ import annotations

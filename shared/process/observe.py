@@ -1,4 +1,4 @@
-"""Feeds the Prometheus metrics of shared/metrics.py from what the roles already count; no I/O.
+"""Feeds the Prometheus metrics of shared/process/metrics.py from what the roles already count; no I/O.
 
 Roles report a unit of work's counts once, to ReadyQueue.add_stats; it calls `record` here, so the
 Redis counters (summed over every process) and this process's /metrics never disagree on a name.
@@ -16,7 +16,7 @@ from prometheus_client import Histogram
 from duecast.shared.api.handlers import Handler
 from duecast.shared.process import metrics
 
-# Redis stats field -> counter in shared.metrics.COUNTERS. The Redis names came first (and `duecast
+# Redis stats field -> counter in shared.process.metrics.COUNTERS. The Redis names came first (and `duecast
 # status` shows them); the metric names are the ones operators search for.
 STATS_METRICS: dict[str, str] = {
     "claimed": "claimed",

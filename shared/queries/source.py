@@ -1,6 +1,6 @@
 """Every SQL statement duecast runs against a source table, each named, with the index it relies on.
 
-Identifiers come only from validated settings (shared.identifiers); values are always parameters.
+Identifiers come only from validated settings (shared.queries.identifiers); values are always parameters.
 Times are always NOW(6) on the server, shifted by integer microseconds: client clocks never count.
 """
 

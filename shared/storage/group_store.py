@@ -1,4 +1,4 @@
-"""The store of one cluster consumer group: runs shared.sql_topics, one method per delivery transition.
+"""The store of one cluster consumer group: runs shared.queries.topics, one method per delivery transition.
 
 claim_due (pending -> dispatched, and new messages straight to dispatched), started (-> running,
 committed, leased), JobBatch.ack / fail (-> done, pending after a stepped delay, or dead; fenced),

@@ -1,4 +1,4 @@
-"""The store of one job queue: runs shared.sql_jobs, one method per job state transition.
+"""The store of one job queue: runs shared.queries.jobs, one method per job state transition.
 
 claim_due (pending -> dispatched), started (dispatched -> running, committed, with a lease kept
 alive while handlers run), JobBatch.ack / fail (running -> deleted, done, pending again, or dead;
@@ -309,7 +309,7 @@ def retrying(unit: Callable[[], T]) -> T:
 
 
 class LeaseSQL(Protocol):
-    """The lease keeper's statements (shared.sql_jobs, shared.sql_topics)."""
+    """The lease keeper's statements (shared.queries.jobs, shared.queries.topics)."""
 
     @property
     def lock_leased(self) -> str: ...

@@ -2,7 +2,7 @@
 
 Claims, locks, fenced acks and requeues of ranges are the row-mode SourceStore on the ranges table;
 this class adds what happens to the business rows inside a locked range. It runs all of range
-mode's SQL (text in shared.sql).
+mode's SQL (text in shared.queries.source).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Operator actions on topics (`duecast topics`) and retention: find a message by id or key, trace it
 through every group, replay or skip a group from a position, and prune what every group finished.
 
-Runs shared.sql_topics statements; pages bulk work in short transactions.
+Runs shared.queries.topics statements; pages bulk work in short transactions.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Topic and group rows: made on first use (INSERT IGNORE, harmless from any number of processes), and
-the start position of a new group or broadcast member. Runs shared.sql_topics on a caller's cursor.
+the start position of a new group or broadcast member. Runs shared.queries.topics on a caller's cursor.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The worker registry: each worker process registers, beats on its own thread and connection, and
-leaves on exit; the leader dispatcher finds the silent ones. Runs shared.sql.WorkerSQL."""
+leaves on exit; the leader dispatcher finds the silent ones. Runs shared.queries.source.WorkerSQL."""
 
 from __future__ import annotations
 

@@ -171,7 +171,7 @@ ODD_PAYLOADS = [
 def test_a_worker_hands_tasks_their_payload_exactly_as_enqueued(
     enqueuer: Enqueuer, settings: Settings, sql: pymysql.cursors.Cursor
 ) -> None:
-    """The worker's start reads a batch's jobs as one packed JSON value (shared.packed); every
+    """The worker's start reads a batch's jobs as one packed JSON value (shared.storage.packed); every
     payload still reaches its task unchanged."""
     enqueuer.enqueue_many(Job("record", p) for p in ODD_PAYLOADS)
     serve_dispatcher(settings, threading.Event(), drain=True)

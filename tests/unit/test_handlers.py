@@ -1,4 +1,4 @@
-"""The handler API (shared/handlers.py): registration, Ack validation, and per-row outcomes.
+"""The handler API (shared/api/handlers.py): registration, Ack validation, and per-row outcomes.
 
 A handler's failure is data (that row's outcome), never an exception out of Handler.run: the
 worker acks the good rows of a batch and leaves the failed ones for the sweeper.

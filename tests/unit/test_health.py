@@ -1,4 +1,5 @@
-"""shared/health.py and shared/metrics.py without a socket: liveness and readiness on a fake clock, the
+"""shared/process/health.py and shared/process/metrics.py without a socket: liveness and readiness on a
+fake clock, the
 WSGI app called directly, the loop's turn hook, and the --health-port override.
 
 The real server on a real port, with real MySQL and Redis, is tests/integration/test_health.py.

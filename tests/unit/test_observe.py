@@ -1,4 +1,5 @@
-"""shared/observe.py: the roles' counts reach the right Prometheus counters, and handler calls are timed."""
+"""shared/process/observe.py: the roles' counts reach the right Prometheus counters, and handler calls are
+timed."""
 
 from __future__ import annotations
 

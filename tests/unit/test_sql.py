@@ -1,4 +1,5 @@
-"""SQL rendering (shared/sql.py): only backquoted identifiers and rendered ints ever reach SQL text."""
+"""SQL rendering (shared/queries/source.py): only backquoted identifiers and rendered ints ever reach SQL
+text."""
 
 from __future__ import annotations
 
