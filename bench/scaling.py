@@ -39,7 +39,7 @@ from rich.table import Table
 
 from duecast import demo
 from duecast.admin import migrate
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.queries.source import SourceSQL, in_list, render
 from duecast.shared.settings import JobsSettings, Settings, SourceSettings, load_settings
 from duecast.shared.storage.db import connect

@@ -25,8 +25,8 @@ from harness import (
 )
 
 from duecast.admin import migrate
+from duecast.shared.identifiers import quote
 from duecast.shared.process.runtime import build_queue
-from duecast.shared.queries.identifiers import quote
 from duecast.shared.settings import JOBS_SOURCE, Settings, load_settings
 from duecast.shared.storage.db import connect
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.settings import SourceSettings
 from duecast.shared.states import DUE_INDEX, STATE_COLUMN, State
 

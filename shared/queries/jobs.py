@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.queries.source import int_list
 from duecast.shared.states import State
 

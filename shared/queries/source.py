@@ -1,6 +1,6 @@
 """Every SQL statement duecast runs against a source table, each named, with the index it relies on.
 
-Identifiers come only from validated settings (shared.queries.identifiers); values are always parameters.
+Identifiers come only from validated settings (shared.identifiers); values are always parameters.
 Times are always NOW(6) on the server, shifted by integer microseconds: client clocks never count.
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from duecast.shared.fanout.keys import Entry
+from duecast.shared.identifiers import quote
 from duecast.shared.policy import catch_up_s
-from duecast.shared.queries.identifiers import quote
 from duecast.shared.settings import SourceSettings
 from duecast.shared.states import (
     ATTEMPT_COLUMN,

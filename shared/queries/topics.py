@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.settings import TopicsSettings
 from duecast.shared.states import State
 

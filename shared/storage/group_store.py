@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from duecast.shared.api.handlers import Ack, Row
+from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.policy import dead_after_interruption, dead_after_retries, stepped_delay_s
 from duecast.shared.queries.source import SourceSQL, in_list, render

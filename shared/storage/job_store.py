@@ -18,10 +18,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
-from duecast.shared.api.handlers import Ack, Row
+from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.policy import blame_interruptions, dead_after_failure, retry_delay_s
-from duecast.shared.process import observe
 from duecast.shared.queries.jobs import (
     DEAD,
     DISPATCHED,
@@ -53,6 +52,7 @@ from duecast.shared.storage.units import (
     rollback_to,
     savepoint,
 )
+from duecast.shared.telemetry import observe
 
 log = logging.getLogger("duecast.jobs")
 

@@ -15,9 +15,9 @@ from functools import partial
 from operator import itemgetter
 from typing import Any
 
-from duecast.shared.api.handlers import Ack, Row
+from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.queries.ranges import range_source, ranges_table
 from duecast.shared.queries.source import assignments, column_list, in_list, render_ranges, spans
 from duecast.shared.settings import SourceSettings

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from duecast.shared.api.handlers import Ack, Row
+from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.queries.source import SourceSQL, assignments, column_list, in_list, render
 from duecast.shared.settings import SourceSettings

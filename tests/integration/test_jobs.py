@@ -15,8 +15,8 @@ import pytest
 
 from duecast.admin import migrate
 from duecast.dispatcher.main import serve as serve_dispatcher
+from duecast.shared.acks import Ack
 from duecast.shared.api.enqueue import EnqueueError, Enqueuer, Job
-from duecast.shared.api.handlers import Ack
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings

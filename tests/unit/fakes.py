@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
-from duecast.shared.api.handlers import Ack, Row
+from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.settings import SourceSettings
 from duecast.shared.states import ATTEMPT_COLUMN

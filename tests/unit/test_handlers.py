@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from duecast.shared.api.handlers import Ack, AppError, Handler, Registry, Row, load_registry
+from duecast.shared.acks import Ack, Row
+from duecast.shared.api.handlers import AppError, Handler, Registry, load_registry
 from duecast.shared.settings import JOBS_SOURCE
 from duecast.shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, STATE_COLUMN
 

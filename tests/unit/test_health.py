@@ -1,4 +1,4 @@
-"""shared/process/health.py and shared/process/metrics.py without a socket: liveness and readiness on a
+"""shared/process/health.py and shared/telemetry/metrics.py without a socket: liveness and readiness on a
 fake clock, the
 WSGI app called directly, the loop's turn hook, and the --health-port override.
 
@@ -19,10 +19,10 @@ import pytest
 from prometheus_client import REGISTRY
 from pydantic import ValidationError
 
-from duecast.shared.process import metrics
 from duecast.shared.process.health import HealthApp, Liveness, Readiness, serving, with_port
 from duecast.shared.process.loop import Tick, run
 from duecast.shared.settings import HealthSettings, Settings
+from duecast.shared.telemetry import metrics
 
 
 class FakeClock:

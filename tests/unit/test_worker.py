@@ -9,7 +9,8 @@ from typing import cast
 import fakeredis
 import pytest
 
-from duecast.shared.api.handlers import Ack, Handler, Row
+from duecast.shared.acks import Ack, Row
+from duecast.shared.api.handlers import Handler
 from duecast.shared.fanout.keys import Entry, Keys
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import WorkerSettings
