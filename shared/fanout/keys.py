@@ -87,6 +87,12 @@ class Keys:
         """List an enqueuer pushes to after commit; a dispatcher BLPOPs it instead of sleeping."""
         return f"{{{self.prefix}}}:wake"
 
+    def wrong_type(self, key: str, token: str) -> str:
+        """Where one of the keys above is moved aside when it holds the wrong type (a string where a
+        list belongs): `{prefix}:wrongtype:<its name after the prefix>:<when and a random part>`.
+        Kept for inspection, with a TTL (queue.WRONG_TYPE_KEEP_S)."""
+        return f"{{{self.prefix}}}:wrongtype:{key.removeprefix(f'{{{self.prefix}}}:')}:{token}"
+
     def source_of_ready(self, key: str | bytes) -> str:
         text = key.decode() if isinstance(key, bytes) else key
         return text.rsplit(":", 1)[1]

@@ -40,6 +40,9 @@ COUNTERS: dict[str, Counter] = {
     "stale_entries": _counter("stale_entries", "Popped entries whose row no longer matched the fence."),
     "bad_entries": _counter("bad_entries", "Ready-list items that were not valid entries (quarantined)."),
     "redeliveries": _counter("redeliveries", "Rows the sweeper requeued after the visibility timeout."),
+    "wrong_type_keys": _counter(
+        "wrong_type_keys", "duecast's Redis keys found holding the wrong type and moved aside."
+    ),
 }
 
 BATCH_SECONDS = Histogram(
