@@ -153,6 +153,27 @@ def _path(path: Path | None) -> str | None:
 REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, redis.exceptions.RedisClusterException)
 
 
+class RedisRefused(Exception):
+    """Redis refused the credentials in redis.url (wrong password or user): retrying cannot help."""
+
+
+def check_credentials(client: redis.Redis, settings: RedisSettings) -> None:
+    """Start-up: a wrong password or user ends the start with one line, as a wrong MySQL password
+    does, instead of failing every tick for ever. Any other error (Redis down, a failover) is left
+    to the loop, which backs off and retries until Redis answers."""
+    try:
+        client.ping()
+    except redis.AuthenticationError as exc:
+        parts: dict[str, Any] = parse_url(settings.url.get_secret_value())  # type: ignore[no-untyped-call]
+        where = f" at {parts['host']}:{parts.get('port', 6379)}" if "host" in parts else ""
+        raise RedisRefused(
+            f"Redis{where} refused the credentials ({' '.join(str(exc).split())}); "
+            "check the password and user in redis.url (DUECAST_REDIS__URL)"
+        ) from exc
+    except REDIS_ERRORS:
+        log.debug("Redis did not answer at start-up; the loop will retry", exc_info=True)
+
+
 class ReadyQueue:
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.client = client

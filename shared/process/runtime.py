@@ -9,7 +9,7 @@ import logging
 import threading
 
 from duecast.shared.fanout.keys import Keys
-from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue, connect_redis
+from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue, check_credentials, connect_redis
 from duecast.shared.process import logs
 from duecast.shared.process.logs import LogFormat
 from duecast.shared.process.loop import stop_on_signals
@@ -35,7 +35,10 @@ def start_process(config: str | None) -> tuple[Settings, threading.Event]:
 
 
 def build_queue(settings: Settings) -> ReadyQueue:
-    return ReadyQueue(connect_redis(settings.redis), Keys(settings.redis.key_prefix))
+    """The role's queue; raises RedisRefused (one line) when Redis refuses the credentials."""
+    client = connect_redis(settings.redis)
+    check_credentials(client, settings.redis)
+    return ReadyQueue(client, Keys(settings.redis.key_prefix))
 
 
 def warn_eviction(queue: ReadyQueue) -> None:
