@@ -1,5 +1,5 @@
 """duecast's public API and command line: `from duecast import Registry, Ack, Enqueuer, Job`, and for
-topics `Publisher, Publish, Message`.
+topics `Publisher, Publish, Message`; the errors they raise for MySQL (docs/jobs.md#errors).
 
 Wiring only: the behaviour lives in `shared`, `dispatcher` and `worker`.
 """
@@ -9,6 +9,7 @@ from duecast.shared.api.enqueue import DuplicateJob, EnqueueError, Enqueuer, Job
 from duecast.shared.api.handlers import Registry
 from duecast.shared.api.messages import Message
 from duecast.shared.api.publish import Publish, Publisher, PublishError
+from duecast.shared.storage.units import NotConnected, StorageError, TransientError
 
 __all__ = [
     "Ack",
@@ -17,9 +18,12 @@ __all__ = [
     "Enqueuer",
     "Job",
     "Message",
+    "NotConnected",
     "Publish",
     "PublishError",
     "Publisher",
     "Registry",
     "Row",
+    "StorageError",
+    "TransientError",
 ]

@@ -180,8 +180,7 @@ class Enqueuer(Outbox):
         if conn is not None:
             with conn.cursor() as cur:
                 return self.write(cur, [row], on_duplicate)
-        with self.db.transaction() as cur:
-            job_id = self.write(cur, [row], on_duplicate)
+        job_id = self.on_own_connection(lambda cur: self.write(cur, [row], on_duplicate), "enqueue")
         self.wake()
         return job_id
 
@@ -208,8 +207,7 @@ class Enqueuer(Outbox):
             with conn.cursor() as cur:
                 self.write(cur, rows, on_duplicate)
             return len(rows)
-        with self.db.transaction() as cur:
-            self.write(cur, rows, on_duplicate)
+        self.on_own_connection(lambda cur: self.write(cur, rows, on_duplicate), "enqueue_many")
         self.wake()
         return len(rows)
 

@@ -16,7 +16,7 @@ import pymysql.cursors
 from pymysql.constants import CLIENT
 
 from duecast.shared.settings import MySQLSettings
-from duecast.shared.storage.units import Connection, Cursor, translate
+from duecast.shared.storage.units import DRIVER_ERRORS, Connection, Cursor, translate, translate_connect
 
 log = logging.getLogger("duecast.db")
 
@@ -148,7 +148,8 @@ class Database:
         """Run a unit of work: commit on success, roll back on error, drop a broken connection.
 
         A driver error that leaves the block (or the COMMIT) comes out as duecast's own
-        (`TransientError`, `DuplicateKey`, `ValueRefused`; storage.units), so callers never need the driver.
+        (`TransientError`, `DuplicateKey`, `ValueRefused`; storage.units), so callers never need the driver;
+        one opening the connection as `NotConnected` (nothing was sent) or `StorageError` (access denied...).
 
         `check=True` pings first and replaces a dead connection (server restart, KILL,
         wait_timeout) before the unit starts: for units whose input would be lost if their
@@ -162,7 +163,10 @@ class Database:
                 self.close()
                 conn = None
         if conn is None:
-            conn = self._conn = connect(self._settings)
+            try:
+                conn = self._conn = connect(self._settings)
+            except DRIVER_ERRORS as exc:
+                raise translate_connect(exc) from exc
         try:
             with conn.cursor() as cur:
                 yield cur
