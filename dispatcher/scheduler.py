@@ -1,6 +1,8 @@
 """The dispatcher's singleton duties (sweeper, range discovery) as APScheduler interval jobs.
 
 APScheduler runs each job in its own thread, never overlapping itself, and coalesces missed runs.
+A duty that meets a transient MySQL error (its idle session killed, a server restart) runs again at
+once on a new connection: every duty is a repeatable unit, run every interval anyway.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ from collections.abc import Callable
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from duecast.shared.storage.units import is_transient, retry_transient, translate
+
 log = logging.getLogger("duecast.scheduler")
+DUTY_RETRIES = 3  # about 0.7-2 s of retries: a reconnect, not a long outage (the next interval is)
 
 
 def start(stop: threading.Event, jobs: list[tuple[str, Callable[[], object], float]]) -> BackgroundScheduler:
@@ -35,8 +40,18 @@ def _guarded(name: str, fn: Callable[[], object], stop: threading.Event) -> Call
         if stop.is_set():
             return
         try:
-            fn()
-        except Exception:
-            log.exception("%s failed; will retry at the next interval", name)
+            retry_transient(
+                fn, what=name, redo="the duty", retries=DUTY_RETRIES, log=log, cap_s=1.0, event="duty.retried"
+            )
+        except Exception as exc:
+            if not is_transient(exc):
+                log.exception("%s failed; will retry at the next interval", name)
+                return
+            log.warning(  # MySQL is away: one line, no traceback
+                "%s failed: %s; will retry at the next interval",
+                name,
+                translate(exc),
+                extra={"event": "duty.failed", "duty": name},
+            )
 
     return job
