@@ -32,6 +32,7 @@ class SourceSQL:
     id_column: str  # quoted
     attempt_column: str  # quoted
     claim_due: str
+    due_visible: str
     mark_dispatched: str
     lock_dispatched: str
     lock_dispatched_skip: str
@@ -87,6 +88,14 @@ def render(src: SourceSettings) -> SourceSQL:
         claim_due=(
             f"SELECT {pk}, {att} FROM {t} FORCE INDEX ({ix}) WHERE {due_now} "
             f"ORDER BY {due}, {pk} LIMIT %s FOR UPDATE SKIP LOCKED"
+        ),
+        # After a claim that took fewer rows than it asked for (so it walked every due row): the
+        # due rows a plain (consistent, non-locking) read sees, up to a cap. Those the claim did
+        # not take were passed over by SKIP LOCKED: another session holds them (an application's
+        # transaction, or another dispatcher's claim for those microseconds).
+        due_visible=(
+            f"SELECT COUNT(*) FROM (SELECT 1 FROM {t} FORCE INDEX ({ix}) WHERE {due_now} "
+            f"ORDER BY {due}, {pk} LIMIT %s) AS due_rows"
         ),
         # Claim step 2: IDLE -> DISPATCHED with a new attempt; PRIMARY range on the locked ids.
         mark_dispatched=(

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
@@ -61,6 +61,9 @@ def _saved(cur: Cursor, rows: list[Row], run: Callable[[list[Row]], int]) -> int
         return run(rows)
 
 
+SKIPPED_LOCKED_CAP = 10_000  # rows held by others a claim counts at most (a bounded index read)
+
+
 class StaleAck(RuntimeError):
     """An ack found rows no longer matching their fence where that cannot be dropped row by row."""
 
@@ -86,6 +89,14 @@ class WorkBatch(Protocol):
     def phases(self) -> list[list[Row]]: ...  # rows grouped in the order to run and ack them
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts: ...
     def fail(self, failures: Sequence[tuple[Row, object]]) -> None: ...
+
+
+@runtime_checkable
+class SkipsLocked(Protocol):
+    """A store whose claims report the due rows they passed over because another session held
+    their lock (row mode, and range mode's ranges): counted as `locked_skipped`."""
+
+    skipped_locked: int  # in the last claim
 
 
 class Store(Protocol):
@@ -160,6 +171,7 @@ class SourceStore:
         self.id_column = src.id_column
         self.rows_per_entry = 1
         self._period_us = _us(src.period_s)
+        self.skipped_locked = 0  # due rows the last claim passed over: another session held them
 
     def verify(self) -> None:
         """Check the table against the settings (start-up); remembers its columns for acks."""
@@ -169,16 +181,29 @@ class SourceStore:
         self.columns = frozenset(info.columns)
 
     def claim_due(self, limit: int) -> list[Entry]:
-        """IDLE -> DISPATCHED for up to `limit` due rows, oldest first; committed on return."""
+        """IDLE -> DISPATCHED for up to `limit` due rows, oldest first; committed on return.
+
+        Sets `skipped_locked`: due rows the claim passed over because another session held them."""
         with self.db.transaction() as cur:
             cur.execute(self.sql.claim_due, (self._period_us, limit))
             found = cur.fetchall()
+            self.skipped_locked = self._skipped_locked(cur, limit, len(found))
             if not found:
                 return []
             cur.execute(
                 self.sql.mark_dispatched.format(ids=in_list(self.sql.id_column, (r[0] for r in found)))
             )
         return [Entry(int(i), int(a) + 1) for i, a in found]
+
+    def _skipped_locked(self, cur: Cursor, limit: int, claimed: int) -> int:
+        """A claim short of its limit walked every due row: each one a plain read sees that it did
+        not take was held by another session. (A full claim's skipped rows show at the next short
+        one.) One indexed count, capped at SKIPPED_LOCKED_CAP."""
+        if claimed >= limit:
+            return 0
+        cur.execute(self.sql.due_visible, (self._period_us, claimed + SKIPPED_LOCKED_CAP))
+        row = cur.fetchone()
+        return max(0, int(row[0]) - claimed) if row else 0
 
     @contextmanager
     def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[Batch]:

@@ -43,6 +43,10 @@ COUNTERS: dict[str, Counter] = {
     "wrong_type_keys": _counter(
         "wrong_type_keys", "duecast's Redis keys found holding the wrong type and moved aside."
     ),
+    "locked_skipped": _counter(
+        "locked_skipped",
+        "Due rows (ranges in range mode) a claim passed over: another session held their lock.",
+    ),
 }
 
 BATCH_SECONDS = Histogram(

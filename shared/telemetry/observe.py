@@ -27,6 +27,7 @@ STATS_METRICS: dict[str, str] = {
     "bad": "bad_entries",
     "requeued": "redeliveries",
     "wrong_type_keys": "wrong_type_keys",
+    "locked_skipped": "locked_skipped",
 }
 
 
