@@ -359,13 +359,20 @@ class ReadyQueue:
         found = self._move_aside_script(keys=[key, aside], args=[kind, WRONG_TYPE_KEEP_S])
         if not found:
             return
+        lost = key == self.keys.ready(source)
+        if lost:
+            # Whatever overwrote the list took its entries: drop the epoch canary, so the next
+            # dispatcher tick requeues every dispatched row no worker holds, as after a FLUSHALL,
+            # instead of leaving them to the visibility timeout.
+            self.client.delete(self.keys.epoch())
         log.warning(
-            "Redis key %s was a %s, not a %s: moved it aside to %s (kept %d days) and carried on",
+            "Redis key %s was a %s, not a %s: moved it aside to %s (kept %d days) and carried on%s",
             key,
             _b(found).decode(),
             kind,
             aside,
             WRONG_TYPE_KEEP_S // 86400,
+            "; its entries are gone: dispatched rows are requeued at once" if lost else "",
             extra={"event": "queue.wrong_type_key", "source": source, "key": key},
         )
         observe.record(source, {"wrong_type_keys": 1})

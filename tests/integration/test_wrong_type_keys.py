@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -136,3 +137,23 @@ def test_a_source_whose_ready_list_is_a_string_carries_on(
     handled_once(recorder, apps.RESCAN, range(1, 301))
     assert not [r for r in caplog.records if getattr(r, "event", None) == "loop.tick_failed"]
     assert env.queue.stats(apps.RESCAN)["wrong_type_keys"] == 2
+
+
+def test_entries_lost_with_an_overwritten_ready_list_are_requeued_at_once(
+    make_env: Callable[..., Env], recorder: apps.Recorder
+) -> None:
+    """A SET over a ready list full of entries took them: moving it aside also drops the epoch
+    canary, so the next dispatcher tick requeues the dispatched rows (as after a FLUSHALL) instead of
+    leaving them to the visibility timeout (an hour here, and no sweeper runs in drain mode)."""
+    env = make_env("rescan", rows=300, name=apps.RESCAN, visibility_timeout_s=3600)
+    settings = role_settings(env)
+    dispatch(settings)
+    assert env.queue.length(apps.RESCAN) == 300
+    env.queue.client.set(env.queue.keys.ready(apps.RESCAN), b"stray")  # the 300 entries are gone
+    started = time.monotonic()
+    work(settings)  # the worker's pop meets the string first: moved aside, canary dropped
+    dispatch(settings)  # the next tick sees the canary gone and requeues the 300 rows
+    work(settings)
+    took = time.monotonic() - started
+    handled_once(recorder, apps.RESCAN, range(1, 301))
+    assert took < 10, f"recovered in {took:.1f}s"
