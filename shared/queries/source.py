@@ -36,6 +36,7 @@ class SourceSQL:
     mark_dispatched: str
     lock_dispatched: str
     lock_dispatched_skip: str
+    count_dispatched: str
     ack_touch: str
     ack_delete: str
     burn_attempt: str
@@ -112,6 +113,9 @@ def render(src: SourceSettings) -> SourceSQL:
         lock_dispatched_skip=(
             f"SELECT {{columns}} FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced} FOR UPDATE SKIP LOCKED"
         ),
+        # ...and then how many of them a plain (consistent, non-locking) read sees: those the
+        # skipping read did not lock are held by another session (an application's transaction).
+        count_dispatched=f"SELECT COUNT(*) FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced}",
         # Ack, re-scan: DISPATCHED -> IDLE, due again after period (+ an optional delay).
         # `{set}` is filled with validated column assignments from the handler's Ack.
         ack_touch=(

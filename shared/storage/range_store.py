@@ -48,6 +48,7 @@ class RangeBatch:
         self._ranges = ranges
         self.rows = rows
         self.skipped = skipped
+        self.skipped_locked = ranges.skipped_locked  # ranges another session held past the lock wait
 
     def phases(self) -> list[list[Row]]:
         return [self.rows] if self.rows else []

@@ -93,10 +93,10 @@ class WorkBatch(Protocol):
 
 @runtime_checkable
 class SkipsLocked(Protocol):
-    """A store whose claims report the due rows they passed over because another session held
-    their lock (row mode, and range mode's ranges): counted as `locked_skipped`."""
+    """A store whose claims, or a batch whose start, report the rows they passed over because
+    another session held their lock (row mode, and range mode's ranges): counted as `locked_skipped`."""
 
-    skipped_locked: int  # in the last claim
+    skipped_locked: int  # in the last claim, or in this batch's start
 
 
 class Store(Protocol):
@@ -125,11 +125,14 @@ class Store(Protocol):
 class Batch:
     """Rows locked for one worker batch, inside an open transaction; `ack` runs in that transaction."""
 
-    def __init__(self, store: SourceStore, cur: Cursor, rows: list[Row], skipped: int) -> None:
+    def __init__(
+        self, store: SourceStore, cur: Cursor, rows: list[Row], skipped: int, locked: int = 0
+    ) -> None:
         self._store = store
         self.cursor = cur  # range mode reads business rows in this same transaction
         self.rows = rows
         self.skipped = skipped
+        self.skipped_locked = locked  # of `skipped`: current rows another session held past the lock wait
 
     def phases(self) -> list[list[Row]]:
         return [self.rows] if self.rows else []
@@ -195,6 +198,12 @@ class SourceStore:
             )
         return [Entry(int(i), int(a) + 1) for i, a in found]
 
+    def _held_elsewhere(self, cur: Cursor, fence: str, locked: int) -> int:
+        """After the skipping read: current rows of the batch that a plain read sees and it could not lock."""
+        cur.execute(self.sql.count_dispatched.format(fence=fence))
+        row = cur.fetchone()
+        return max(0, int(row[0]) - locked) if row else 0
+
     def _skipped_locked(self, cur: Cursor, limit: int, claimed: int) -> int:
         """A claim short of its limit walked every due row: each one a plain read sees that it did
         not take was held by another session. (A full claim's skipped rows show at the next short
@@ -218,14 +227,18 @@ class SourceStore:
         wanted = list(dict.fromkeys([self.src.id_column, ATTEMPT_COLUMN, *columns])) if columns else []
         args = {"columns": column_list(wanted), "fence": self.sql.fence(entries)}
         with self.db.transaction(check=True) as cur:
+            skipping: list[bool] = []
+
+            def skip_locked() -> int:
+                skipping.append(True)
+                return int(cur.execute(self.sql.lock_dispatched_skip.format(**args)))
+
             # Rows another live worker holds are left to it: take what is free.
-            lock_or_skip(
-                lambda: cur.execute(self.sql.lock_dispatched.format(**args)),
-                lambda: cur.execute(self.sql.lock_dispatched_skip.format(**args)),
-            )
+            lock_or_skip(lambda: cur.execute(self.sql.lock_dispatched.format(**args)), skip_locked)
             names = [d[0] for d in cur.description or ()]
             rows = [dict(zip(names, values, strict=True)) for values in cur.fetchall()]
-            yield Batch(self, cur, rows, len(entries) - len(rows))
+            locked = self._held_elsewhere(cur, args["fence"], len(rows)) if skipping else 0
+            yield Batch(self, cur, rows, len(entries) - len(rows), locked)
 
     def group_key(self, ack: Ack) -> Any:
         action = self.src.on_success if ack.action == "default" else ack.action

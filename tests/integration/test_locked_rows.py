@@ -7,6 +7,7 @@ in silence for as long as the lock was held.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 
 import pymysql
@@ -18,11 +19,13 @@ from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import ReadyQueue, connect_redis
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
-from duecast.shared.settings import DispatcherSettings, MySQLSettings, RedisSettings, Settings
+from duecast.shared.settings import DispatcherSettings, MySQLSettings, RedisSettings, Settings, WorkerSettings
 from duecast.shared.storage.db import connect
 from duecast.shared.telemetry import metrics
-from tests.integration import range_app
+from duecast.worker import main as worker_main
+from tests.integration import apps, range_app
 from tests.integration.conftest import Env
+from tests.integration.test_dispatch_and_work import role_settings, work
 
 pytestmark = pytest.mark.integration
 
@@ -112,4 +115,47 @@ def test_range_mode_counts_ranges_held_by_another_session(
     found = lines(caplog)
     assert len(found) == 1, found
     assert "3 due ranges" in found[0]
+    queue.client.close()
+
+
+def test_a_worker_counts_dispatched_rows_held_by_another_session(
+    make_env: Callable[..., Env],
+    holder: pymysql.cursors.Cursor,
+    recorder: apps.Recorder,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The worker's start waits mysql.lock_wait_s for a held row, then skips it: counted as locked,
+    not as a stale entry, and logged."""
+    env = make_env("rescan", rows=20, name=apps.RESCAN)
+    settings = role_settings(env)
+    Dispatcher([env.store], env.queue, DispatcherSettings()).tick()
+    holder.execute(f"SELECT user_id FROM `{env.table}` WHERE user_id <= 5 FOR UPDATE")
+    with caplog.at_level(logging.WARNING, "duecast.worker"):
+        work(settings)
+    stats = env.queue.stats(apps.RESCAN)
+    assert stats["locked_skipped"] == 5
+    assert stats.get("stale_entries", 0) == 0
+    assert sorted(recorder.executions(apps.RESCAN)) == list(range(6, 21))
+    found = [r.getMessage() for r in caplog.records if getattr(r, "event", None) == "worker.locked_skipped"]
+    assert len(found) == 1, found
+    assert f"5 dispatched rows (or ranges) of {apps.RESCAN}" in found[0]
+
+
+def test_a_range_worker_counts_ranges_held_by_another_session(
+    ranged: Settings, holder: pymysql.cursors.Cursor
+) -> None:
+    settings = ranged.model_copy(
+        update={"worker": WorkerSettings(app="tests.integration.range_app", block_timeout_s=0.1)}
+    )
+    (store,) = build_stores(settings, settings.sources)
+    store.discover(full=True)  # type: ignore[attr-defined]
+    queue = ReadyQueue(connect_redis(settings.redis), Keys(settings.redis.key_prefix))
+    dispatcher = Dispatcher([store], queue, DispatcherSettings())
+    for _ in range(4):
+        dispatcher.tick()  # every span dispatched
+    holder.execute(f"SELECT lo FROM `{ranges_table(settings.sources[0])}` WHERE lo < 200 FOR UPDATE")
+    worker_main.serve(settings, threading.Event(), drain=True)
+    stats = queue.stats(store.src.name)
+    assert stats["locked_skipped"] == 2  # the two held spans, skipped after the lock wait
+    assert stats.get("stale_entries", 0) == 0
     queue.client.close()
