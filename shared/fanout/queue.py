@@ -153,8 +153,9 @@ def _path(path: Path | None) -> str | None:
 REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, redis.exceptions.RedisClusterException)
 
 
-class RedisRefused(Exception):
-    """Redis refused the credentials in redis.url (wrong password or user): retrying cannot help."""
+class RedisRefused(redis.AuthenticationError):
+    """Redis refused the credentials in redis.url (wrong password or user): retrying cannot help.
+    Still an AuthenticationError, so whoever explains redis-py's errors explains this one too."""
 
 
 def check_credentials(client: redis.Redis, settings: RedisSettings) -> None:
