@@ -25,6 +25,8 @@ from duecast.shared.storage.db import Database
 from duecast.shared.storage.job_store import JobStore
 from tests.chaos.private_mariadb import PrivateMariaDB
 
+pytestmark = pytest.mark.faults
+
 DATABASE = "leaders"
 LEASE_S = 15.0
 

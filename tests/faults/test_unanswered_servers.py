@@ -23,6 +23,8 @@ from duecast.shared.storage.db import Database, connect
 from tests.faults.private_redis import PrivateRedis
 from tests.faults.procs import ROOT
 
+pytestmark = pytest.mark.faults
+
 READ_TIMEOUT_S = 30.0
 
 

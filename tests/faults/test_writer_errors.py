@@ -22,6 +22,8 @@ from duecast.shared.storage.units import NotConnected, StorageError, TransientEr
 from tests.chaos.private_mariadb import PrivateMariaDB
 from tests.faults.private_redis import free_port
 
+pytestmark = pytest.mark.faults
+
 DATABASE = "writers"
 USER, PASSWORD = "writer", "writer-pw"  # not root: read_only does not bind a SUPER user
 
