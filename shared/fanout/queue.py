@@ -1,7 +1,7 @@
 """The Redis side: ready lists (variadic RPUSH, batched pops), workers' holds, quarantine and counters.
 
 Redis holds only copies of what MySQL already says; anything here may vanish without losing work,
-and a key of the wrong type (WRONGTYPE) is moved aside rather than left to stall a source.
+and a key of the wrong type (WRONGTYPE) is moved aside (retype.py) rather than left to stall a source.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import redis
 from redis.backoff import NoBackoff
@@ -21,13 +21,11 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from duecast.shared.fanout.keys import Entry, Keys, encode_entry
+from duecast.shared.fanout.retype import NO_SOURCE, Retyper, wrong_type
 from duecast.shared.settings import RedisSettings
 from duecast.shared.telemetry import observe
 
-T = TypeVar("T")
-
 QUARANTINE_CAP = 1000  # newest bad entries kept for inspection
-WRONG_TYPE_KEEP_S = 7 * 86400  # a key moved aside for holding the wrong type is kept this long
 QUARANTINE_ITEM_BYTES = 256  # a 10 MB bad entry is kept as its first bytes only
 _PUSH_CHUNK = 5000  # keeps one RPUSH far from Redis' argument limits
 # A blocking timeout of 0 means "wait forever", and some Redis versions round a sub-millisecond
@@ -63,18 +61,6 @@ for i = 1, n do
 end
 return false
 """
-
-# Move KEYS[1] to KEYS[2] (same `{prefix}` slot) if it exists and is not of type ARGV[1]; returns
-# the type found, or false. One step, so a key another process already moved (or that was
-# deleted and made again, right) is left alone.
-_MOVE_ASIDE = """
-local t = redis.call('TYPE', KEYS[1]).ok
-if t == 'none' or t == ARGV[1] then return false end
-redis.call('RENAME', KEYS[1], KEYS[2])
-redis.call('EXPIRE', KEYS[2], ARGV[2])
-return t
-"""
-_NO_SOURCE = "-"  # the counters' label for a key of no source (the dispatcher's wake-up list)
 
 log = logging.getLogger("duecast.queue")
 
@@ -182,7 +168,7 @@ class ReadyQueue:
         # EVALSHA; on NOSCRIPT (a restarted server, a failover, another cluster node) redis-py
         # loads the script and runs it then: NOSCRIPT means it did not run, so nothing is doubled.
         self._pop_held = client.register_script(_POP_HELD)
-        self._move_aside_script = client.register_script(_MOVE_ASIDE)
+        self._retype = Retyper(client, keys)
 
     def push(self, source: str, entries: Sequence[Entry]) -> None:
         for i in range(0, len(entries), _PUSH_CHUNK):
@@ -210,21 +196,21 @@ class ReadyQueue:
         errors = [r for r in results if isinstance(r, Exception)]
         if not errors:
             return
-        if not again or not all(_wrong_type(e) for e in errors):
+        if not again or not all(wrong_type(e) for e in errors):
             raise errors[0]
-        self._move_aside(source, ready, "list")
-        self._move_aside(source, bell, "list")
+        self._retype.move_aside(source, ready, "list")
+        self._retype.move_aside(source, bell, "list")
         landed = bool(items) and not isinstance(results[0], Exception)
         self._push_and_ring(source, [] if landed else items, again=False)
 
     def length(self, source: str) -> int:
         ready = self.keys.ready(source)
-        return int(self._retyped([(source, ready, "list")], lambda: self.client.llen(ready)))
+        return int(self._retype.call([(source, ready, "list")], lambda: self.client.llen(ready)))
 
     def pop(self, sources: Sequence[str], count: int, timeout_s: float) -> tuple[str, list[bytes]] | None:
         """Pop up to `count` entries from the first non-empty list, blocking at most `timeout_s`."""
         keys = [self.keys.ready(s) for s in sources]
-        reply = self._retyped(
+        reply = self._retype.call(
             [(s, k, "list") for s, k in zip(sources, keys, strict=True)],
             lambda: self.client.blmpop(timeout_s, len(keys), *keys, direction="LEFT", count=count),
         )
@@ -259,7 +245,7 @@ class ReadyQueue:
         reply = self._pop_held(keys=keys, args=[*counts, *sources])
         if reply and int(reply[0]) == 0:  # nothing popped: move the keys of the wrong type aside
             for k in reply[1]:
-                self._move_aside(sources[(int(k) - 2) % len(sources)], keys[int(k) - 1], "list")
+                self._retype.move_aside(sources[(int(k) - 2) % len(sources)], keys[int(k) - 1], "list")
             reply = self._pop_held(keys=keys, args=[*counts, *sources])
         if not reply or int(reply[0]) == 0:
             return None
@@ -268,7 +254,7 @@ class ReadyQueue:
 
     def _wait_bells(self, sources: Sequence[str], bells: list[str], timeout_s: float) -> object:
         checks = [(s, b, "list") for s, b in zip(sources, bells, strict=True)]
-        return self._retyped(checks, lambda: self.client.blpop(bells, timeout=timeout_s))
+        return self._retype.call(checks, lambda: self.client.blpop(bells, timeout=timeout_s))
 
     def release_hold(self, worker: str) -> None:
         self.client.delete(self.keys.inflight(worker))
@@ -299,8 +285,8 @@ class ReadyQueue:
     def wait_wake(self, timeout_s: float) -> bool:
         """Block until an enqueuer's wake-up or `timeout_s`; True when woken."""
         wake = self.keys.wake()
-        checks = [(_NO_SOURCE, wake, "list")]
-        return self._retyped(checks, lambda: self.client.blpop([wake], timeout=timeout_s)) is not None
+        checks = [(NO_SOURCE, wake, "list")]
+        return self._retype.call(checks, lambda: self.client.blpop([wake], timeout=timeout_s)) is not None
 
     def quarantine(self, source: str, items: Sequence[tuple[bytes, str]]) -> None:
         key = self.keys.quarantine(source)
@@ -313,7 +299,7 @@ class ReadyQueue:
             return pipe.execute()
 
         if items:
-            self._retyped([(source, key, "list")], push)
+            self._retype.call([(source, key, "list")], push)
 
     def quarantined(self, source: str) -> list[bytes]:
         return [_b(i) for i in self.client.lrange(self.keys.quarantine(source), 0, -1)]
@@ -325,7 +311,7 @@ class ReadyQueue:
         key = self.keys.stats(source)
         fields = {field: n for field, n in counts.items() if n}
         if fields:
-            self._retyped([(source, key, "hash")], lambda: self._add_fields(key, fields))
+            self._retype.call([(source, key, "hash")], lambda: self._add_fields(key, fields))
 
     def _add_fields(self, key: str, fields: Mapping[str, int]) -> None:
         """HINCRBYs of one key: a hash of the wrong type fails every one, so a retry never doubles one."""
@@ -336,58 +322,8 @@ class ReadyQueue:
 
     def stats(self, source: str) -> dict[str, int]:
         key = self.keys.stats(source)
-        raw = self._retyped([(source, key, "hash")], lambda: self.client.hgetall(key))
+        raw = self._retype.call([(source, key, "hash")], lambda: self.client.hgetall(key))
         return {_b(k).decode(): int(v) for k, v in raw.items()}
-
-    # ------------------------------------------------------------------ keys of the wrong type
-
-    def _retyped(self, checks: Sequence[tuple[str, str, str]], call: Callable[[], T]) -> T:
-        """`call()`; on WRONGTYPE, move aside each (source, key, type) that is of another type, and
-        call again once. duecast owns these keys: a stray SET on one must not stall a source."""
-        try:
-            return call()
-        except redis.ResponseError as exc:
-            if not _wrong_type(exc):
-                raise
-        for source, key, kind in checks:
-            self._move_aside(source, key, kind)
-        return call()
-
-    def _move_aside(self, source: str, key: str, kind: str) -> None:
-        """Rename `key` to Keys.wrong_type if it is not a `kind`, log it and count it (wrong_type_keys)."""
-        token = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
-        aside = self.keys.wrong_type(key, token)
-        found = self._move_aside_script(keys=[key, aside], args=[kind, WRONG_TYPE_KEEP_S])
-        if not found:
-            return
-        lost = key == self.keys.ready(source)
-        if lost:
-            # Whatever overwrote the list took its entries: drop the epoch canary, so the next
-            # dispatcher tick requeues every dispatched row no worker holds, as after a FLUSHALL,
-            # instead of leaving them to the visibility timeout.
-            self.client.delete(self.keys.epoch())
-        log.warning(
-            "Redis key %s was a %s, not a %s: moved it aside to %s (kept %d days) and carried on%s",
-            key,
-            _b(found).decode(),
-            kind,
-            aside,
-            WRONG_TYPE_KEEP_S // 86400,
-            "; its entries are gone: dispatched rows are requeued at once" if lost else "",
-            extra={"event": "queue.wrong_type_key", "source": source, "key": key},
-        )
-        observe.record(source, {"wrong_type_keys": 1})
-        try:  # best effort: the stats hash may be the very key being repaired
-            self.client.hincrby(self.keys.stats(source), "wrong_type_keys", 1)
-        except REDIS_ERRORS:
-            log.debug("could not count a wrong-type key", exc_info=True)
-
-
-def _wrong_type(exc: BaseException) -> bool:
-    """A WRONGTYPE reply, bare or as a pipeline reports it ("Command # 1 (...) of pipeline caused
-    error: WRONGTYPE ..."; the last such tail is the server's, whatever the arguments held)."""
-    said = str(exc).rsplit("of pipeline caused error: ", 1)[-1]
-    return isinstance(exc, redis.ResponseError) and said.startswith("WRONGTYPE")
 
 
 def _b(value: object) -> bytes:

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from duecast.shared.fanout.keys import Entry, Keys
-from duecast.shared.fanout.queue import WRONG_TYPE_KEEP_S, ReadyQueue, connect_redis
+from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.fanout.retype import WRONG_TYPE_KEEP_S
 from duecast.shared.settings import RedisSettings
 from tests.integration import apps
 from tests.integration.conftest import Env
@@ -94,7 +95,7 @@ def test_an_idle_pop_with_a_wrong_type_bell_still_waits_and_wakes(queue: ReadyQu
     bell = queue.keys.bell(SOURCE)
     queue.client.set(bell, b"x")
     checks = [(SOURCE, bell, "list")]
-    assert queue._retyped(checks, lambda: queue.client.blpop([bell], timeout=0.05)) is None
+    assert queue._retype.call(checks, lambda: queue.client.blpop([bell], timeout=0.05)) is None
     assert queue.client.type(bell) == b"none"
     found: list[object] = []
     waiter = threading.Thread(target=lambda: found.append(queue.pop_held("w1", [SOURCE], 10, 3.0)))
