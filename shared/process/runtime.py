@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue, connect_redis
@@ -36,6 +37,10 @@ def start_process(config: str | None) -> tuple[Settings, threading.Event]:
 
 def build_queue(settings: Settings) -> ReadyQueue:
     return ReadyQueue(connect_redis(settings.redis), Keys(settings.redis.key_prefix))
+
+
+# What a role's serve()/main() builds its ReadyQueue with: build_queue, or a test's wrapper of it.
+QueueFactory = Callable[[Settings], ReadyQueue]
 
 
 def warn_eviction(queue: ReadyQueue) -> None:

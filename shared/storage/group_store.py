@@ -180,13 +180,13 @@ class TopicStore:
 
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
         """Lost entries (dispatched, never started) -> pending; interrupted runs -> pending or dead."""
-        return self.requeue_lost(visibility_timeout_s, limit) + self.interrupt_expired(limit)
+        return self._requeue_dispatched(visibility_timeout_s, limit) + self.interrupt_expired(limit)
 
-    def requeue_unstarted(self, limit: int) -> int:
+    def requeue_lost(self, limit: int) -> int:
         """Every dispatched delivery no worker started -> pending now: Redis lost its entries."""
-        return self.requeue_lost(0.0, limit)
+        return self._requeue_dispatched(0.0, limit)
 
-    def requeue_lost(self, after_s: float, limit: int) -> int:
+    def _requeue_dispatched(self, after_s: float, limit: int) -> int:
         with self.db.transaction() as cur:
             cur.execute(self.sql.find_expired_dispatched, (self.group_id, _us(after_s), limit))
             seqs = [int(r[0]) for r in cur.fetchall()]
@@ -219,11 +219,18 @@ class TopicStore:
                 log.error("%d message(s) of %s dead after %d interruptions", len(dead), self.src.name, cap)
         return len(found)
 
-    def release(self, entries: Sequence[Entry]) -> int:
+    def release_unpushed(self, entries: Sequence[Entry]) -> int:
         """Claimed but never pushed (Redis refused) -> pending now, fenced on the new attempt."""
         with self.db.transaction() as cur:
             stmt = self.sql.release_unpushed.format(fence=self.fence(entries))
             return int(cur.execute(stmt, (self.group_id,)))
+
+    def requeue_held(self, entries: Sequence[Entry]) -> int:
+        """Deliveries a dead worker had popped and not started -> pending now (as release_unpushed)."""
+        return self.release_unpushed(entries)
+
+    def requeue_interrupted(self, limit: int) -> int:
+        return self.interrupt_expired(limit)
 
     def reset_dispatched(self) -> int:
         with self.db.transaction() as cur:

@@ -177,7 +177,7 @@ class JobStore:
                 lost = int(cur.execute(self.sql.requeue_dispatched.format(ids=in_list("`id`", ids))))
         return lost + self.interrupt_expired(limit)
 
-    def requeue_unstarted(self, limit: int) -> int:
+    def requeue_lost(self, limit: int) -> int:
         """Every DISPATCHED job (never started) -> pending now: its entry was lost with Redis.
         RUNNING jobs are left to their leases: their workers hold them, entry or not."""
         with self.db.transaction() as cur:
@@ -187,9 +187,16 @@ class JobStore:
                 return 0
             return int(cur.execute(self.sql.requeue_dispatched.format(ids=in_list("`id`", ids))))
 
-    def release(self, entries: Sequence[Entry]) -> int:
+    def release_unpushed(self, entries: Sequence[Entry]) -> int:
         with self.db.transaction() as cur:
             return int(cur.execute(self.sql.release_unpushed.format(fence=self.fence(entries))))
+
+    def requeue_held(self, entries: Sequence[Entry]) -> int:
+        """Jobs a dead worker had popped and not started -> pending now (fenced, as release_unpushed)."""
+        return self.release_unpushed(entries)
+
+    def requeue_interrupted(self, limit: int) -> int:
+        return self.interrupt_expired(limit)
 
     def interrupt_expired(self, limit: int) -> int:
         """RUNNING jobs whose lease ran out: their worker died. Each such run is an interruption."""

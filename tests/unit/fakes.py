@@ -45,35 +45,44 @@ class FakeClaimStore:
         self.dispatched.extend(claimed)
         return claimed
 
-    # State the dispatcher's recovery paths act on (a real store keeps it in MySQL).
+    # State a failed push acts on (a real store keeps it in MySQL).
     dispatched: list[Entry]
     released: list[Entry]
-    requeued: int = 0
 
-    def release(self, entries: list[Entry]) -> int:
+    def release_unpushed(self, entries: list[Entry]) -> int:
         self.released.extend(entries)
         self.dispatched = [e for e in self.dispatched if e not in entries]
         return len(entries)
 
-    def requeue_unstarted(self, limit: int) -> int:
-        n = min(limit, len(self.dispatched))
-        self.dispatched = self.dispatched[n:]
-        self.requeued += n
-        return n
 
+class FakeRedeliveryStore:
+    """Stands in for a store's requeue_* methods: each cause answers a scripted count per call
+    (then 0, never more than the limit), and every call is recorded as (cause, arguments...)."""
 
-class FakeSweepStore:
-    """Stands in for SourceStore.requeue_expired: answers a scripted count per call (then 0)."""
-
-    def __init__(self, src: SourceSettings, counts: Iterable[int] = ()) -> None:
+    def __init__(self, src: SourceSettings, **counts: Iterable[int]) -> None:
         self.src = src
-        self.counts = list(counts)
-        self.calls: list[tuple[float, int]] = []  # (visibility_timeout_s, limit) per call
+        self.counts = {cause: list(n) for cause, n in counts.items()}
+        self.calls: list[tuple[object, ...]] = []
+
+    def _next(self, cause: str, limit: int) -> int:
+        script = self.counts.get(cause, [])
+        return min(script.pop(0), limit) if script else 0
 
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
-        self.calls.append((visibility_timeout_s, limit))
-        n = self.counts.pop(0) if self.counts else 0
-        return min(n, limit)
+        self.calls.append(("expired", visibility_timeout_s, limit))
+        return self._next("expired", limit)
+
+    def requeue_lost(self, limit: int) -> int:
+        self.calls.append(("lost", limit))
+        return self._next("lost", limit)
+
+    def requeue_interrupted(self, limit: int) -> int:
+        self.calls.append(("interrupted", limit))
+        return self._next("interrupted", limit)
+
+    def requeue_held(self, entries: Sequence[Entry]) -> int:
+        self.calls.append(("held", list(entries)))
+        return len(entries)
 
 
 class FakeBatch:
