@@ -40,6 +40,7 @@ from tests.faults.procs import Proc, Procs, tail, tcp_peers, wait_for
 APP = "tests.faults.app"
 # The real roles, wrapped by a test-owned entry module that stops them at one instant.
 CRASH_AFTER_COMMIT = "tests.faults.crash_after_commit"  # the dispatcher exits (70) before its first push
+KILL_AFTER_POP = "tests.faults.kill_after_pop"  # the worker SIGKILLs itself as its first pop returns
 WAIT_S = 30.0  # generous: only a failing test ever waits this long
 IDLE, DISPATCHED = 0, 1
 SOURCE_NAMES = {"oneoff": app.ONEOFF, "rescan": app.RESCAN}
@@ -289,7 +290,6 @@ _NOT_INHERITED = (
     "DUECAST_JOBS__",
     "DUECAST_DISPATCHER__",
     "DUECAST_WORKER__",
-    "DUECAST_FAULTS__",
 )
 
 
