@@ -107,7 +107,8 @@ class Redelivery:
         return Tick(delay, idle=not self.backlog)
 
     def drain(self) -> None:
-        """Run every cause now, and again until none left a full batch (`duecast sweeper --once`)."""
+        """Tick until no cause is left with a full batch (`duecast sweeper --once`, tests): a fresh
+        one runs every cause at its first tick."""
         while not self.tick().idle:
             pass
 
