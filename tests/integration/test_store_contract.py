@@ -16,7 +16,7 @@ import pymysql
 import pytest
 
 from duecast.admin import migrate
-from duecast.shared.api.handlers import Row
+from duecast.shared.acks import Row
 from duecast.shared.api.publish import Publish, Publisher
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from duecast.shared.api.handlers import Row
+from duecast.shared.acks import Row
 from duecast.shared.fanout.keys import Entry
 from tests.unit.fakes import FakeStore, rescan_source
 from tests.unit.store_contract import StoreContract
