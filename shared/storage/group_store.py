@@ -16,7 +16,7 @@ from typing import Any
 from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.policy import dead_after_interruption, dead_after_retries, stepped_delay_s
-from duecast.shared.queries.source import SourceSQL, in_list, render
+from duecast.shared.queries.source import fence, in_list
 from duecast.shared.queries.topics import (
     DELIVERY_COLUMNS,
     DISPATCHED,
@@ -56,7 +56,6 @@ class TopicStore:
         self.topics = topics
         self.group = next(g for g in topics.groups if g.source == src.name)
         self.sql = render_topics(topics)
-        self._fence_sql: SourceSQL = render(src)  # (seq, dc_attempt) groups
         self.topic_id = self.group_id = 0  # read in verify()
         self._lease_us = _us(topics.lease_s)
         self.worker = worker_name()
@@ -70,7 +69,7 @@ class TopicStore:
             self.group_id = group_id(cur, self.sql, self.topic_id, self.group)
 
     def fence(self, entries: Sequence[Entry] | Iterator[Entry]) -> str:
-        return self._fence_sql.fence(entries)
+        return fence(entries, SEQ)
 
     def ids(self, seqs: Sequence[int]) -> str:
         return in_list(SEQ, seqs)

@@ -31,7 +31,7 @@ from duecast.shared.queries.jobs import (
     JobSQL,
     render_jobs,
 )
-from duecast.shared.queries.source import SourceSQL, in_list, render
+from duecast.shared.queries.source import fence, in_list
 from duecast.shared.settings import JobsSettings, MySQLSettings, SourceSettings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.leases import Extended, Hold, LeaseKeeper
@@ -87,7 +87,6 @@ class JobStore:
         self.jobs = jobs
         self.queue = src.name.split(".", 1)[1]
         self.sql: JobSQL = render_jobs(jobs.table)
-        self._fence_sql: SourceSQL = render(src)  # fence() renders (id, attempt) groups
         self._lease_us = _us(jobs.lease_s)
         self._worker = worker_name()
         self._rng = random.Random()
@@ -100,7 +99,7 @@ class JobStore:
             check_jobs_table(cur, self.jobs)
 
     def fence(self, entries: Sequence[Entry] | Iterator[Entry]) -> str:
-        return self._fence_sql.fence(entries)
+        return fence(entries, "`id`")
 
     def claim_due(self, limit: int) -> list[Entry]:
         """Pending -> DISPATCHED for up to `limit` due jobs of this queue, by priority then age."""
