@@ -13,7 +13,7 @@ from datetime import datetime
 from duecast.shared.queries.source import WorkerSQL, render_workers
 from duecast.shared.settings import MySQLSettings, WorkerSettings
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.job_store import worker_name
+from duecast.shared.storage.leased_store import worker_name
 from duecast.shared.storage.units import MYSQL_ERRORS
 
 log = logging.getLogger("duecast.workers")
