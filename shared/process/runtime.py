@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Literal
 
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue, connect_redis
@@ -19,6 +20,8 @@ from duecast.shared.storage.group_store import GroupStore
 from duecast.shared.storage.job_store import JobStore
 from duecast.shared.storage.range_store import RangeStore
 from duecast.shared.storage.source_store import SourceStore, Store
+
+Leased = Literal["jobs", "group"]  # the LeasedStore kinds: JobStore, GroupStore
 
 
 def setup_logging(level: str, fmt: LogFormat = "human") -> None:
@@ -53,7 +56,7 @@ def warn_eviction(queue: ReadyQueue) -> None:
         )
 
 
-def _store(db: Database, settings: Settings, src: SourceSettings, kinds: dict[str, str]) -> Store:
+def _store(db: Database, settings: Settings, src: SourceSettings, kinds: dict[str, Leased]) -> Store:
     kind = kinds.get(src.name)
     if kind == "jobs":
         return JobStore(db, src, settings.jobs, settings.mysql)
@@ -62,10 +65,10 @@ def _store(db: Database, settings: Settings, src: SourceSettings, kinds: dict[st
     return SourceStore(db, src) if src.mode == "rows" else RangeStore(db, src)
 
 
-def store_kinds(settings: Settings) -> dict[str, str]:
+def store_kinds(settings: Settings) -> dict[str, Leased]:
     """The leased sources by the settings section that declares them: each job queue of [jobs], each
     cluster group of [topics]. Any other source is a table of the [[sources]] list."""
-    kinds = {src.name: "jobs" for src in settings.jobs.queue_sources()}
+    kinds: dict[str, Leased] = {src.name: "jobs" for src in settings.jobs.queue_sources()}
     kinds.update((src.name, "group") for src in settings.topics.group_sources())
     return kinds
 

@@ -4,6 +4,7 @@ run it in (a suspect last and alone) and its fenced finishes, each a unit retrie
 
 from __future__ import annotations
 
+import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
@@ -19,7 +20,17 @@ if TYPE_CHECKING:
     from duecast.shared.storage.leased_store import LeasedStore
 
 FINISH_RETRIES = 3
+ERROR_TEXT_MAX = 16_000  # characters of message + traceback kept per failure
 T = TypeVar("T")
+
+
+def error_text(outcome: object) -> str:
+    """A failure as stored in last_error: the exception and its traceback, capped."""
+    if isinstance(outcome, BaseException):
+        text = "".join(traceback.format_exception(outcome))
+    else:
+        text = f"invalid result from the task: {outcome!r}"
+    return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 20] + "\n...(truncated)"
 
 
 def isolate_suspects(rows: list[Row]) -> tuple[list[Row], list[Row]]:

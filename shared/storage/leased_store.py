@@ -7,10 +7,7 @@ A kind differs only by its Scope and a few hooks, kept in job_store.py and group
 
 from __future__ import annotations
 
-import os
-import socket
 import time
-import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -27,31 +24,17 @@ from duecast.shared.queries.topics import TopicSQL
 from duecast.shared.settings import MySQLSettings, SourceSettings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased_batch import LeasedBatch, isolate_suspects
+from duecast.shared.storage.leased_batch import LeasedBatch, error_text, isolate_suspects
 from duecast.shared.storage.leases import Extended, LeaseKeeper
 from duecast.shared.storage.source_store import SourceStatus, _us
 from duecast.shared.storage.units import Cursor, lock_or_skip
+from duecast.shared.storage.worker_registry import worker_name
 from duecast.shared.telemetry import observe
 
 DISPATCHED, RUNNING = int(State.DISPATCHED), int(State.RUNNING)
-ERROR_TEXT_MAX = 16_000  # characters of message + traceback kept per failure
 INTERRUPTED = "interrupted: its worker stopped (killed, crashed or stalled) before finishing it"
 # A run whose lease ran out: (id, interruptions so far, its batch: the worker and start, for jobs).
 Interrupted = tuple[int, int, tuple[Any, ...]]
-
-
-def worker_name() -> str:
-    """Who runs a job or message, as stored in `worker`: host and pid."""
-    return f"{socket.gethostname()[:100]}:{os.getpid()}"
-
-
-def error_text(outcome: object) -> str:
-    """A failure as stored in last_error: the exception and its traceback, capped."""
-    if isinstance(outcome, BaseException):
-        text = "".join(traceback.format_exception(outcome))
-    else:
-        text = f"invalid result from the task: {outcome!r}"
-    return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 20] + "\n...(truncated)"
 
 
 @dataclass(frozen=True)
@@ -131,16 +114,14 @@ class LeasedStore(ABC):
         """
         if not entries:
             raise ValueError("started() needs at least one entry")
-        sql, where = self.scope.sql, self.scope.where
+        sql, where, key = self.scope.sql, self.scope.where, self.scope.key
         with self.db.transaction(check=True) as cur:
             rows, released = isolate_suspects(self._lock(cur, self._fence(entries)))
             if released:
-                self._run(
-                    cur, sql.release.format(ids=self._ids(int(r[self.id_column]) for r in released)), *where
-                )
+                self._run(cur, sql.release.format(ids=self._ids(int(r[key]) for r in released)), *where)
             since = time.monotonic()  # before the leases' NOW(6): the keeper counts from here
             if rows:
-                ids = self._ids(int(r[self.id_column]) for r in rows)
+                ids = self._ids(int(r[key]) for r in rows)
                 self._run(cur, sql.mark_running.format(ids=ids), self._lease_us, self.worker, *where)
                 rows = self._load(cur, rows)
         batch = LeasedBatch(self, rows, len(entries) - len(rows))
@@ -230,17 +211,18 @@ class LeasedStore(ABC):
             if dead:
                 text = f"dead: interrupted {cap} times; its worker keeps dying (killed, out of memory...)"
                 self._run(cur, s.sql.interrupted_dead.format(ids=self._ids(dead)), text, *s.where)
+                fields = {
+                    "event": f"{s.noun}.dead_interrupted",
+                    "source": self.src.name,
+                    f"{s.noun}_ids": dead,
+                }
                 s.log.error(
                     "%d %s(s) of %s dead after %d interruptions",
                     len(dead),
                     s.noun,
                     s.place,
                     cap,
-                    extra={
-                        "event": f"{s.noun}.dead_interrupted",
-                        "source": self.src.name,
-                        f"{s.noun}_ids": dead,
-                    },
+                    extra=fields,
                 )
         observe.count(self.src.name, "dead", len(dead))
         return len(found)
@@ -259,9 +241,8 @@ class LeasedStore(ABC):
     # -- finishing, used by LeasedBatch; every statement fenced on (id, attempt) and RUNNING ----------
 
     def finish_ok(self, cur: Cursor, rows: Sequence[Row]) -> int:
-        return self._run(
-            cur, self.scope.done.format(fence=self._fence(self._entries(rows))), *self.scope.where
-        )
+        where = self._fence(self._entries(rows))
+        return self._run(cur, self.scope.done.format(fence=where), *self.scope.where)
 
     def finish_failed(self, cur: Cursor, row: Row, outcome: object) -> str:
         """A failed run: "retried" (pending after the kind's delay) or "dead"; "" when it was stale."""
@@ -283,9 +264,7 @@ class LeasedStore(ABC):
         """A handler's explicit retry (not a failure) or discard (dead now)."""
         s = self.scope
         if ack.action == "discard":
-            text = (
-                f"discarded by its {s.author}: {ack.reason}" if ack.reason else f"discarded by its {s.author}"
-            )
+            text = f"discarded by its {s.author}" + (f": {ack.reason}" if ack.reason else "")
             return self.finish_dead(cur, row, text, 0, outcome="discarded")
         where = self._fence(self._entries([row]))
         self._trace(cur, where, "retry", None, RUNNING)

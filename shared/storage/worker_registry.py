@@ -13,10 +13,14 @@ from datetime import datetime
 from duecast.shared.queries.source import WorkerSQL, render_workers
 from duecast.shared.settings import MySQLSettings, WorkerSettings
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased_store import worker_name
 from duecast.shared.storage.units import MYSQL_ERRORS
 
 log = logging.getLogger("duecast.workers")
+
+
+def worker_name() -> str:
+    """Who runs a job or message, as stored in `worker`: host and pid."""
+    return f"{socket.gethostname()[:100]}:{os.getpid()}"
 
 
 @dataclass(frozen=True)
