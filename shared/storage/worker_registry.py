@@ -19,7 +19,8 @@ log = logging.getLogger("duecast.workers")
 
 
 def worker_name() -> str:
-    """Who runs a job or message, as stored in `worker`: host and pid."""
+    """Who a worker process is: host and pid, as the registry names it and as started jobs and
+    messages record it in `worker`."""
     return f"{socket.gethostname()[:100]}:{os.getpid()}"
 
 
