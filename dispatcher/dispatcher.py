@@ -1,6 +1,6 @@
 """Dispatcher: per tick, for each source, claim due rows (commit), then RPUSH their entries.
 
-Owns pacing and backpressure; owns no SQL (the store), no key names (shared.keys) and no requeue
+Owns pacing and backpressure; owns no SQL (the store), no key names (shared.fanout.keys) and no requeue
 (dispatcher.redelivery, which also gets back the rows of a push Redis refused).
 """
 
@@ -13,10 +13,10 @@ from collections import Counter
 from duecast.dispatcher.redelivery import Redelivery
 from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue
 from duecast.shared.policy import claim_room, dispatch_delay_s
-from duecast.shared.process import observe
 from duecast.shared.process.loop import Tick
 from duecast.shared.settings import DispatcherSettings
 from duecast.shared.storage.source_store import Store
+from duecast.shared.telemetry import observe
 
 log = logging.getLogger("duecast.dispatcher")
 

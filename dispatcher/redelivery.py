@@ -21,11 +21,11 @@ from duecast.shared.policy import (
     redelivery_delay_s,
     redelivery_due,
 )
-from duecast.shared.process import observe
 from duecast.shared.process.loop import Tick
 from duecast.shared.settings import Settings, SourceSettings
 from duecast.shared.storage.source_store import Store
 from duecast.shared.storage.worker_registry import WorkerRegistry
+from duecast.shared.telemetry import observe
 
 log = logging.getLogger("duecast.redelivery")
 

@@ -4,8 +4,9 @@ topics `Publisher, Publish, Message`.
 Wiring only: the behaviour lives in `shared`, `dispatcher` and `worker`.
 """
 
+from duecast.shared.acks import Ack, Row
 from duecast.shared.api.enqueue import DuplicateJob, EnqueueError, Enqueuer, Job
-from duecast.shared.api.handlers import Ack, Registry, Row
+from duecast.shared.api.handlers import Registry
 from duecast.shared.api.messages import Message
 from duecast.shared.api.publish import Publish, Publisher, PublishError
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.settings import MySQLSettings, SourceSettings
 from duecast.shared.storage.db import connect
 from duecast.shared.storage.units import Cursor

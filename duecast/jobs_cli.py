@@ -1,6 +1,6 @@
 """`duecast jobs ...` and `duecast enqueue --file`: the operator's view of and hands on the jobs table.
 
-Parsing and printing only; every statement runs in shared.job_admin / shared.jobs.
+Parsing and printing only; every statement runs in admin.job_admin / shared.api.enqueue.
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ from duecast.admin.dashboard_store import DashboardStore, WorkerRow
 from duecast.history import History, Reading
 from duecast.sampler import Sampler
 from duecast.shared.monitor.status import SourceSnapshot
+from duecast.shared.monitor.topic_status import TopicMonitor
 from duecast.shared.process.runtime import is_job_queue
 from duecast.shared.settings import load_settings
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.topic_admin import TopicAdmin
 from duecast.shared.storage.worker_registry import LiveWorker, WorkerRegistry
 from duecast.topics_cli import topic_tables
 
@@ -149,7 +149,7 @@ def main(rest: list[str]) -> int:
     history = History(maxlen=2)  # rates compare the last two readings
     console = Console()
 
-    topics = TopicAdmin(Database(settings.mysql), settings.topics) if settings.topics.names else None
+    topics = TopicMonitor(Database(settings.mysql), settings.topics) if settings.topics.names else None
 
     def frame() -> RenderableType:
         history.add(sampler.read())

@@ -1,6 +1,7 @@
 """`duecast topics ...`: the operator's view of and hands on topics and consumer groups.
 
-Parsing and printing only; every statement runs in shared.topic_admin / shared.topic_status / shared.topics.
+Parsing and printing only; every statement runs in shared.storage.topic_admin,
+shared.monitor.topic_status or shared.api.publish.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from rich.table import Table
 
 from duecast.shared.api.publish import Publish, Publisher, PublishError
 from duecast.shared.fanout.queue import connect_redis
-from duecast.shared.monitor.topic_status import GroupStatus
+from duecast.shared.monitor.topic_status import GroupStatus, TopicMonitor
 from duecast.shared.settings import Settings, TopicsSettings, load_settings
 from duecast.shared.states import STATE_NAMES, State
 from duecast.shared.storage.db import Database
@@ -71,7 +72,7 @@ def _main(rest: list[str]) -> int:
     if args.action == "publish":
         return _publish(console, settings, args)
     if args.action == "status":
-        for table in topic_tables(admin):
+        for table in topic_tables(TopicMonitor(admin.db, settings.topics)):
             console.print(table)
         return 0
     if args.action == "show":
@@ -80,13 +81,13 @@ def _main(rest: list[str]) -> int:
         console.print(_messages(admin.find(args.topic, args.key, args.limit), f"key {args.key!r}"))
         return 0
     if args.action == "volume":
-        return _volume(console, admin, args)
+        return _volume(console, TopicMonitor(admin.db, settings.topics), args)
     return _reset(console, admin, settings.topics, args)
 
 
-def topic_tables(admin: TopicAdmin) -> list[Table]:
+def topic_tables(monitor: TopicMonitor) -> list[Table]:
     """The topics part of a status screen: consumer groups, then topics ranked by volume."""
-    return [group_table(admin.monitor.groups()), volume_table(admin.monitor.volumes())]
+    return [group_table(monitor.groups()), volume_table(monitor.volumes())]
 
 
 def group_table(statuses: list[GroupStatus]) -> Table:
@@ -222,8 +223,8 @@ def _trace_table(group: str, trace: dict[str, Any]) -> Table:
     return table
 
 
-def _volume(console: Console, admin: TopicAdmin, args: argparse.Namespace) -> int:
-    counts = admin.monitor.series(args.topic, args.buckets, args.bucket_s)
+def _volume(console: Console, monitor: TopicMonitor, args: argparse.Namespace) -> int:
+    counts = monitor.series(args.topic, args.buckets, args.bucket_s)
     table = Table(title=f"{args.topic}: messages per {args.bucket_s:g} s, oldest first")
     table.add_column("ago")
     table.add_column("published", justify="right")

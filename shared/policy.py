@@ -165,7 +165,7 @@ def redelivery_backlog(cause: Cause, counts: Sequence[int], batch: int) -> bool:
 
 # -- leases: when a lease keeper renews, and when its process must stop ----------------------------
 
-FENCE_SHARE = 0.8  # as the leader lease (shared/leader.py): act on at most this share of a lease
+FENCE_SHARE = 0.8  # as the leader lease (dispatcher/leader.py): act on at most this share of a lease
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
--- Generated from shared/schema.py (jobs_table_ddl, schedules_table_ddl); do not edit by hand.
+-- Generated from shared/storage/schema.py (jobs_table_ddl, schedules_table_ddl); do not edit by hand.
 CREATE TABLE IF NOT EXISTS `duecast_jobs` (
   `id` BIGINT NOT NULL AUTO_INCREMENT,
   `queue` VARCHAR(48) NOT NULL DEFAULT 'default',

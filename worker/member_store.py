@@ -12,7 +12,7 @@ import os
 import socket
 from collections.abc import Sequence
 
-from duecast.shared.api.handlers import Ack, Row
+from duecast.shared.acks import Ack, Row
 from duecast.shared.queries.topics import MESSAGE_COLUMNS, render_topics
 from duecast.shared.settings import GroupSettings, TopicsSettings
 from duecast.shared.storage.db import Database

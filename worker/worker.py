@@ -12,14 +12,15 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from duecast.shared.api.handlers import Ack, Handler, Row
+from duecast.shared.acks import Ack, Row
+from duecast.shared.api.handlers import Handler
 from duecast.shared.fanout.keys import BadEntry, Entry, decode_entry
 from duecast.shared.fanout.queue import ReadyQueue
-from duecast.shared.process import observe
 from duecast.shared.process.loop import Tick
 from duecast.shared.settings import WorkerSettings
 from duecast.shared.storage.source_store import StaleAck, Store, WorkBatch
 from duecast.shared.storage.units import retry_transient
+from duecast.shared.telemetry import observe
 from duecast.worker.executor import Executor
 
 log = logging.getLogger("duecast.worker")

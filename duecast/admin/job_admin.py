@@ -1,6 +1,6 @@
 """Operator actions on the jobs table (`duecast jobs`): show, list, retry, replay and discard by filter.
 
-Runs shared.sql_jobs statements; a Filter renders its WHERE from fixed column names, values as
+Runs shared.queries.jobs statements; a Filter renders its WHERE from fixed column names, values as
 parameters. Bulk actions walk the matching ids in keyset pages, one short transaction per page.
 """
 

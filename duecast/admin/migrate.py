@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.queries.ranges import ranges_table, ranges_table_ddl
 from duecast.shared.settings import Settings, SourceSettings
 from duecast.shared.storage.db import connect

@@ -10,6 +10,7 @@ from duecast.shared.queries.topics import DEAD, DISPATCHED, IDLE, RUNNING, Topic
 from duecast.shared.settings import GroupSettings, TopicsSettings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.source_store import STATUS_COUNT_CAP, _scalar, _us
+from duecast.shared.storage.topic_ids import all_ids, finished_through
 from duecast.shared.storage.units import Cursor
 
 VOLUME_WINDOWS_S = {"minute": 60, "hour": 3600, "day": 86400}
@@ -68,26 +69,10 @@ class TopicMonitor:
         return self._cluster(cur, group, tid, gid)
 
     def finished_through(self, cur: Cursor, group: GroupSettings, gid: int) -> int | None:
-        """The id up to which `group` has finished every message (None: it holds nothing back).
-        Cheaper than a whole status: the pruner asks this of every group on every run."""
-        if group.mode == "broadcast":
-            cur.execute(self.sql.members_of, (_us(self.topics.member_ttl_s), gid))
-            live = [int(p) for _, p, _, is_live, *_ in cur.fetchall() if is_live]
-            return min(live) if live else None
-        cur.execute(self.sql.group_head, (gid,))
-        position = int((cur.fetchone() or (0,))[0])
-        cur.execute(self.sql.oldest_unfinished, (gid,))
-        oldest = _scalar(cur)
-        return position if oldest is None else min(int(oldest) - 1, position)
+        return finished_through(cur, self.sql, self.topics, group, gid)
 
     def ids(self, cur: Cursor) -> dict[tuple[str, str], tuple[int, int]]:
-        """(topic, group) -> (topic id, group id), for every group row."""
-        cur.execute(self.sql.topics_all)
-        names = {int(i): str(n) for i, n, _ in cur.fetchall()}
-        cur.execute(self.sql.groups_all)
-        return {
-            (names[int(t)], str(n)): (int(t), int(i)) for i, t, n, *_ in cur.fetchall() if int(t) in names
-        }
+        return all_ids(cur, self.sql)
 
     def _cluster(self, cur: Cursor, group: GroupSettings, tid: int, gid: int) -> GroupStatus:
         counts = {}

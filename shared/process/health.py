@@ -22,10 +22,10 @@ import redis
 from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app
 
 from duecast.shared.fanout.queue import connect_redis
-from duecast.shared.process import metrics
 from duecast.shared.settings import HealthSettings, MySQLSettings, Settings
 from duecast.shared.storage.db import connect
 from duecast.shared.storage.units import Connection
+from duecast.shared.telemetry import metrics
 
 log = logging.getLogger("duecast.health")
 

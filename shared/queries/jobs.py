@@ -1,6 +1,6 @@
 """Every SQL statement on duecast's jobs and schedules tables, each named, with the index it relies on.
 
-The jobs half of shared.sql (which holds the generic source statements and the IN-list renderers).
+The jobs half of shared.queries.source (which holds the generic source statements and the IN-list renderers).
 Table names come from validated settings; values are parameters; times are NOW(6) on the server.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.queries.source import int_list
 from duecast.shared.states import State
 
@@ -129,7 +129,7 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
             + fenced.replace("{state}", str(DISPATCHED))
             + " FOR UPDATE"
         ),
-        # The same lock, its rows returned as one packed value (shared.packed: parsing a packet
+        # The same lock, its rows returned as one packed value (shared.storage.packed: parsing a packet
         # per row was most of a worker's time per job). Every lock column is an integer or text,
         # and payload is a plain LONGTEXT, so JSON carries each value unchanged.
         lock_dispatched_packed=(
@@ -268,7 +268,7 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
             + ") AS heads"
         ),
         # Operator commands (`duecast jobs`): `{where}` is built from fixed column names with
-        # every value a parameter (shared.job_admin.Filter).
+        # every value a parameter (admin.job_admin.Filter).
         show=(
             f"SELECT {', '.join(quote(c) for c in SHOW_COLUMNS)} FROM {t} WHERE {{where}} "
             "ORDER BY `id` {order} LIMIT %s"

@@ -55,7 +55,7 @@ class WorkerSettings(_Section):
 
 
 class HealthSettings(_Section):
-    """The per-process HTTP endpoint: /healthz, /readyz and /metrics (shared/health.py)."""
+    """The per-process HTTP endpoint: /healthz, /readyz and /metrics (shared/process/health.py)."""
 
     # 0 = no endpoint. Processes sharing a host (and network namespace) need a port each:
     # `duecast worker --health-port N` overrides this per process.

@@ -2,7 +2,7 @@
 
 Claims, locks, fenced acks and requeues of ranges are the row-mode SourceStore on the ranges table;
 this class adds what happens to the business rows inside a locked range. It runs all of range
-mode's SQL (text in shared.sql).
+mode's SQL (text in shared.queries.source).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from functools import partial
 from operator import itemgetter
 from typing import Any
 
-from duecast.shared.api.handlers import Ack, Row
+from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.queries.ranges import range_source, ranges_table
 from duecast.shared.queries.source import assignments, column_list, in_list, render_ranges, spans
 from duecast.shared.settings import SourceSettings

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from duecast.shared.api.handlers import Ack, Row
+from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
-from duecast.shared.queries.source import SourceSQL, assignments, column_list, in_list, render
+from duecast.shared.queries.source import SourceSQL, assignments, column_list, fence, in_list, render
 from duecast.shared.settings import SourceSettings
 from duecast.shared.states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
 from duecast.shared.storage.db import Database
@@ -194,7 +194,7 @@ class SourceStore:
         if not entries:
             raise ValueError("started() needs at least one entry")
         wanted = list(dict.fromkeys([self.src.id_column, ATTEMPT_COLUMN, *columns])) if columns else []
-        args = {"columns": column_list(wanted), "fence": self.sql.fence(entries)}
+        args = {"columns": column_list(wanted), "fence": fence(entries, self.sql.id_column)}
         with self.db.transaction(check=True) as cur:
             # Rows another live worker holds are left to it: take what is free.
             lock_or_skip(
@@ -222,16 +222,19 @@ class SourceStore:
 
     def run_ack(self, cur: Cursor, key: Any, rows: list[Row]) -> int:
         """Run one fenced ack statement for `rows`; returns how many rows it really changed."""
-        fence = self.sql.fence(Entry(int(r[self.src.id_column]), int(r[ATTEMPT_COLUMN])) for r in rows)
+        where = self._fence(rows)
         if key[0] == "delete":
-            return int(cur.execute(self.sql.ack_delete.format(fence=fence)))
+            return int(cur.execute(self.sql.ack_delete.format(fence=where)))
         values = key[2]
-        stmt = self.sql.ack_touch.format(set=assignments([n for n, _ in values]), fence=fence)
+        stmt = self.sql.ack_touch.format(set=assignments([n for n, _ in values]), fence=where)
         return int(cur.execute(stmt, (_us(key[1]), *(v for _, v in values))))
 
     def burn_attempts(self, cur: Cursor, rows: Sequence[Row]) -> None:
-        fence = self.sql.fence(Entry(int(r[self.src.id_column]), int(r[ATTEMPT_COLUMN])) for r in rows)
-        cur.execute(self.sql.burn_attempt.format(fence=fence))
+        cur.execute(self.sql.burn_attempt.format(fence=self._fence(rows)))
+
+    def _fence(self, rows: Sequence[Row]) -> str:
+        key = self.src.id_column
+        return fence((Entry(int(r[key]), int(r[ATTEMPT_COLUMN])) for r in rows), self.sql.id_column)
 
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
         """Abandoned DISPATCHED rows (not acked in time, not locked by a worker) -> IDLE."""
@@ -257,7 +260,8 @@ class SourceStore:
     def release_unpushed(self, entries: Sequence[Entry]) -> int:
         """Rows this dispatcher claimed but could not push -> IDLE (fenced on their new attempt)."""
         with self.db.transaction() as cur:
-            return int(cur.execute(self.sql.release_unpushed.format(fence=self.sql.fence(entries))))
+            stmt = self.sql.release_unpushed.format(fence=fence(entries, self.sql.id_column))
+            return int(cur.execute(stmt))
 
     def reset_dispatched(self) -> int:
         """Every DISPATCHED row -> IDLE. Only when no dispatcher or worker runs (demo start-up)."""

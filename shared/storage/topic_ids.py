@@ -1,5 +1,6 @@
-"""Topic and group rows: made on first use (INSERT IGNORE, harmless from any number of processes), and
-the start position of a new group or broadcast member. Runs shared.sql_topics on a caller's cursor.
+"""Topic and group rows: made on first use (INSERT IGNORE, harmless from any number of processes), the
+start position of a new group or broadcast member, every group's ids, and how far a group has finished.
+Runs shared.queries.topics on a caller's cursor.
 """
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from duecast.shared.queries.topics import TopicSQL
-from duecast.shared.settings import GroupSettings
+from duecast.shared.settings import GroupSettings, TopicsSettings
 from duecast.shared.storage.units import Cursor
 
 
@@ -63,3 +64,28 @@ def _maybe(cur: Cursor, stmt: str, args: tuple[object, ...]) -> int | None:
 def _scalar(cur: Cursor, stmt: str, args: tuple[object, ...]) -> int:
     value = _maybe(cur, stmt, args)
     return 0 if value is None else value
+
+
+def all_ids(cur: Cursor, sql: TopicSQL) -> dict[tuple[str, str], tuple[int, int]]:
+    """(topic, group) -> (topic id, group id), for every group row."""
+    cur.execute(sql.topics_all)
+    names = {int(i): str(n) for i, n, _ in cur.fetchall()}
+    cur.execute(sql.groups_all)
+    return {(names[int(t)], str(n)): (int(t), int(i)) for i, t, n, *_ in cur.fetchall() if int(t) in names}
+
+
+def finished_through(
+    cur: Cursor, sql: TopicSQL, topics: TopicsSettings, group: GroupSettings, gid: int
+) -> int | None:
+    """The id up to which `group` has finished every message (None: it holds nothing back).
+    Cheaper than a whole status: the pruner asks this of every group on every run."""
+    if group.mode == "broadcast":
+        cur.execute(sql.members_of, (round(topics.member_ttl_s * 1_000_000), gid))
+        live = [int(p) for _, p, _, is_live, *_ in cur.fetchall() if is_live]
+        return min(live) if live else None
+    cur.execute(sql.group_head, (gid,))
+    position = int((cur.fetchone() or (0,))[0])
+    cur.execute(sql.oldest_unfinished, (gid,))
+    row = cur.fetchone()
+    oldest = None if row is None else row[0]
+    return position if oldest is None else min(int(oldest) - 1, position)

@@ -5,7 +5,7 @@ Names come from topics.table_prefix; every table is InnoDB, utf8mb4. Nothing her
 
 from __future__ import annotations
 
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.settings import TopicsSettings
 from duecast.shared.states import DUE_INDEX, STATE_COLUMN
 from duecast.shared.storage.schema import DISPATCH_COLUMNS, SchemaError, describe

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from duecast.dispatcher import main as dispatcher_main
-from duecast.shared.process import metrics
 from duecast.shared.process.health import serving
 from duecast.shared.settings import (
     DispatcherSettings,
@@ -29,6 +28,7 @@ from duecast.shared.settings import (
     Settings,
     WorkerSettings,
 )
+from duecast.shared.telemetry import metrics
 from duecast.worker import main as worker_main
 from tests.integration import apps
 from tests.integration.conftest import Env

@@ -23,8 +23,8 @@ from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.dispatcher.pruner import Pruner
 from duecast.dispatcher.recurring import Recurring
 from duecast.dispatcher.schedule_store import ScheduleStore
+from duecast.shared.acks import Ack
 from duecast.shared.api.enqueue import DuplicateJob, EnqueueError, Enqueuer, Job
-from duecast.shared.api.handlers import Ack
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, ScheduleSettings, Settings
 from duecast.shared.states import State

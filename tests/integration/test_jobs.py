@@ -15,8 +15,8 @@ import pytest
 
 from duecast.admin import migrate
 from duecast.dispatcher.main import serve as serve_dispatcher
+from duecast.shared.acks import Ack
 from duecast.shared.api.enqueue import EnqueueError, Enqueuer, Job
-from duecast.shared.api.handlers import Ack
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
@@ -171,7 +171,7 @@ ODD_PAYLOADS = [
 def test_a_worker_hands_tasks_their_payload_exactly_as_enqueued(
     enqueuer: Enqueuer, settings: Settings, sql: pymysql.cursors.Cursor
 ) -> None:
-    """The worker's start reads a batch's jobs as one packed JSON value (shared.packed); every
+    """The worker's start reads a batch's jobs as one packed JSON value (shared.storage.packed); every
     payload still reaches its task unchanged."""
     enqueuer.enqueue_many(Job("record", p) for p in ODD_PAYLOADS)
     serve_dispatcher(settings, threading.Event(), drain=True)

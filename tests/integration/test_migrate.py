@@ -1,4 +1,4 @@
-"""`duecast migrate` (shared.migrate.plan/apply) and start-up checks against real MariaDB tables."""
+"""`duecast migrate` (admin.migrate.plan/apply) and start-up checks against real MariaDB tables."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from duecast.shared.api.handlers import Ack
+from duecast.shared.acks import Ack
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.storage.source_store import AckCounts, SourceStatus, SourceStore
 from duecast.shared.storage.units import TransientError

@@ -1,4 +1,5 @@
-"""shared/health.py and shared/metrics.py without a socket: liveness and readiness on a fake clock, the
+"""shared/process/health.py and shared/telemetry/metrics.py without a socket: liveness and readiness on a
+fake clock, the
 WSGI app called directly, the loop's turn hook, and the --health-port override.
 
 The real server on a real port, with real MySQL and Redis, is tests/integration/test_health.py.
@@ -18,10 +19,10 @@ import pytest
 from prometheus_client import REGISTRY
 from pydantic import ValidationError
 
-from duecast.shared.process import metrics
 from duecast.shared.process.health import HealthApp, Liveness, Readiness, serving, with_port
 from duecast.shared.process.loop import Tick, run
 from duecast.shared.settings import HealthSettings, Settings
+from duecast.shared.telemetry import metrics
 
 
 class FakeClock:

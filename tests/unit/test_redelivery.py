@@ -1,5 +1,5 @@
-"""dispatcher.Redelivery with fake stores, a fake worker registry, a fakeredis ReadyQueue and a
-hand-moved clock: which cause runs when, what each asks its store, and what it counts."""
+"""dispatcher.Redelivery with the fake store model, a fake worker registry, a fakeredis ReadyQueue
+and a hand-moved clock: which cause runs when, what each asks its store, and what it counts."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.policy import Cause
 from duecast.shared.storage.source_store import Store
 from duecast.shared.storage.worker_registry import WorkerRegistry
-from tests.unit.fakes import FakeClaimStore, FakeRedeliveryStore, rescan_source
+from tests.unit.fakes import FakeClaimStore, FakeStore, FakeSweepStore, FakeWorkStore, rescan_source
 
 BATCH = 100
 SWEEP_S, POLL_S, HEARTBEAT_S = 5.0, 0.25, 1.0
 EVERY: dict[Cause, float] = {"lost": POLL_S, "expired": SWEEP_S, "interrupted": SWEEP_S, "held": HEARTBEAT_S}
+SWEEP: dict[Cause, float] = {"expired": SWEEP_S, "interrupted": SWEEP_S}
 
 
 class Clock:
@@ -46,8 +47,20 @@ class FakeRegistry:
         self.silent.remove(name)
 
 
+class LeasedFake(FakeSweepStore):
+    """A leased kind's requeue_interrupted, answering a scripted count per call (then 0)."""
+
+    def __init__(self, name: str, interrupted: list[int]) -> None:
+        super().__init__(rescan_source(name))
+        self.interrupted = list(interrupted)
+
+    def requeue_interrupted(self, limit: int) -> int:
+        self.asked.append("interrupted")
+        return min(self.interrupted.pop(0), limit) if self.interrupted else 0
+
+
 def _redelivery(
-    stores: list[FakeRedeliveryStore],
+    stores: list[FakeStore],
     queue: ReadyQueue,
     every: dict[Cause, float] | None = None,
     *,
@@ -66,28 +79,28 @@ def _redelivery(
     )
 
 
-def _causes(store: FakeRedeliveryStore) -> list[object]:
-    return [call[0] for call in store.calls]
-
-
 # --- the sweep: expired and interrupted -------------------------------------------------------------
 
 
 def test_the_sweep_passes_each_sources_timeout_and_the_batch(ready_queue: ReadyQueue) -> None:
-    a = FakeRedeliveryStore(rescan_source("users", visibility_timeout_s=30), expired=[3])
-    b = FakeRedeliveryStore(rescan_source("orders", visibility_timeout_s=90))
-    tick = _redelivery([a, b], ready_queue, {"expired": SWEEP_S, "interrupted": SWEEP_S}).tick()
-    assert a.calls == [("expired", 30.0, BATCH), ("interrupted", BATCH)]
-    assert b.calls == [("expired", 90.0, BATCH), ("interrupted", BATCH)]
+    a = FakeSweepStore(rescan_source("users", visibility_timeout_s=30), 3)
+    b = FakeSweepStore(rescan_source("orders", visibility_timeout_s=90))
+    tick = _redelivery([a, b], ready_queue, SWEEP).tick()
+    assert (a.calls, a.asked) == ([(30.0, BATCH)], ["expired", "interrupted"])
+    assert (b.calls, b.asked) == ([(90.0, BATCH)], ["expired", "interrupted"])
+    assert len(a.dispatched) == 0
     assert (tick.delay_s, tick.idle) == (SWEEP_S, True)
 
 
 def test_counts_and_stats_accumulate_by_cause(ready_queue: ReadyQueue) -> None:
-    a = FakeRedeliveryStore(rescan_source("users"), expired=[3, 4], interrupted=[1])
-    b = FakeRedeliveryStore(rescan_source("orders"), expired=[0, 2])
+    a = LeasedFake("users", interrupted=[1])
+    a.add_expired(3)
+    b = FakeSweepStore(rescan_source("orders"))
     clock = Clock()
-    redelivery = _redelivery([a, b], ready_queue, {"expired": SWEEP_S, "interrupted": SWEEP_S}, clock=clock)
+    redelivery = _redelivery([a, b], ready_queue, SWEEP, clock=clock)
     redelivery.tick()
+    a.add_expired(4)  # more rows expire before the next sweep
+    b.add_expired(2)
     clock.now += SWEEP_S
     redelivery.tick()
     assert redelivery.counts == {"expired": 9, "interrupted": 1}
@@ -96,33 +109,34 @@ def test_counts_and_stats_accumulate_by_cause(ready_queue: ReadyQueue) -> None:
 
 
 def test_a_full_batch_runs_its_cause_again_at_once_and_only_it(ready_queue: ReadyQueue) -> None:
-    store = FakeRedeliveryStore(rescan_source(), expired=[BATCH, 99])
-    redelivery = _redelivery([store], ready_queue, {"expired": SWEEP_S, "interrupted": SWEEP_S})
+    store = FakeSweepStore(rescan_source(), 2 * BATCH - 1)
+    redelivery = _redelivery([store], ready_queue, SWEEP)
     first, second = redelivery.tick(), redelivery.tick()
     assert (first.delay_s, first.idle) == (0.0, False)  # more may have expired: again now
-    assert _causes(store) == ["expired", "interrupted", "expired"]  # the clock did not move
+    assert store.asked == ["expired", "interrupted", "expired"]  # the clock did not move
     assert (second.delay_s, second.idle) == (SWEEP_S, True)
 
 
 def test_one_full_source_keeps_the_cause_busy(ready_queue: ReadyQueue) -> None:
-    stores = [
-        FakeRedeliveryStore(rescan_source("users"), expired=[1]),
-        FakeRedeliveryStore(rescan_source("orders"), expired=[BATCH]),
+    stores: list[FakeStore] = [
+        FakeSweepStore(rescan_source("users"), 1),
+        FakeSweepStore(rescan_source("orders"), BATCH),
     ]
     assert not _redelivery(stores, ready_queue, {"expired": SWEEP_S}).tick().idle
 
 
 def test_drain_repeats_until_a_partial_batch(ready_queue: ReadyQueue) -> None:
-    store = FakeRedeliveryStore(rescan_source(), expired=[BATCH, BATCH, BATCH, 12, BATCH])
+    store = FakeSweepStore(rescan_source(), 3 * BATCH + 12)
     redelivery = _redelivery([store], ready_queue, {"expired": SWEEP_S})
     redelivery.drain()
-    assert _causes(store) == ["expired"] * 4
+    assert store.asked == ["expired"] * 4
     assert redelivery.counts["expired"] == 312
     assert ready_queue.stats("users") == {"requeued": 312}
+    assert store.dispatched == []
 
 
 def test_nothing_to_requeue_writes_nothing(ready_queue: ReadyQueue) -> None:
-    redelivery = _redelivery([FakeRedeliveryStore(rescan_source())], ready_queue, {"expired": SWEEP_S})
+    redelivery = _redelivery([FakeSweepStore(rescan_source())], ready_queue, {"expired": SWEEP_S})
     redelivery.drain()
     assert redelivery.counts == {}
     assert ready_queue.stats("users") == {}
@@ -131,7 +145,7 @@ def test_nothing_to_requeue_writes_nothing(ready_queue: ReadyQueue) -> None:
 def test_the_sweep_log_line_and_event_are_the_sweepers(
     ready_queue: ReadyQueue, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = FakeRedeliveryStore(rescan_source("users", visibility_timeout_s=60), expired=[12])
+    store = FakeSweepStore(rescan_source("users", visibility_timeout_s=60), 12)
     with caplog.at_level(logging.WARNING, "duecast.redelivery"):
         _redelivery([store], ready_queue, {"expired": SWEEP_S}).tick()
     (record,) = caplog.records
@@ -143,37 +157,46 @@ def test_the_sweep_log_line_and_event_are_the_sweepers(
 
 
 def test_a_lost_epoch_canary_requeues_every_unstarted_row_at_once(ready_queue: ReadyQueue) -> None:
-    store = FakeRedeliveryStore(rescan_source(), lost=[0, 5])
+    store = FakeWorkStore(rescan_source(), {})
     clock = Clock()
     redelivery = _redelivery([store], ready_queue, {"lost": POLL_S}, clock=clock)
-    redelivery.tick()  # first use: no canary yet, so whatever is dispatched goes back
-    assert store.calls == [("lost", BATCH)]
+    redelivery.tick()  # first use: no canary yet, so whatever is dispatched goes back (nothing)
+    assert (store.asked, store.requeued) == (["lost"], 0)
+    store.add_dispatched({i: 1 for i in range(1, 6)})
     clock.now += POLL_S
     redelivery.tick()
-    assert store.calls == [("lost", BATCH)]  # canary present: Redis kept its data
+    assert store.asked == ["lost"]  # canary present: Redis kept its data
     ready_queue.client.flushall()
     clock.now += POLL_S
     tick = redelivery.tick()
-    assert store.calls == [("lost", BATCH)] * 2  # without waiting for any timeout
+    assert store.requeued == 5  # every row whose entry went with the flush, without waiting
+    assert store.dispatched == []
     assert redelivery.counts["lost"] == 5
     assert ready_queue.stats("users") == {"requeued": 5}
     assert (tick.delay_s, tick.idle) == (POLL_S, True)
 
 
+def test_a_row_a_worker_holds_is_not_taken_for_lost(ready_queue: ReadyQueue) -> None:
+    store = FakeWorkStore(rescan_source(), {1: 1, 2: 1})
+    with store.started([Entry(1, 1)]):
+        assert _redelivery([store], ready_queue, {"lost": POLL_S}).requeue("lost") == 1
+    assert store.dispatched == [Entry(1, 1)]
+
+
 def test_a_full_batch_of_lost_rows_goes_on_without_asking_the_canary_again(ready_queue: ReadyQueue) -> None:
-    store = FakeRedeliveryStore(rescan_source(), lost=[BATCH, BATCH, 7])
+    store = FakeWorkStore(rescan_source(), {i: 1 for i in range(1, 2 * BATCH + 8)})
     redelivery = _redelivery([store], ready_queue, {"lost": POLL_S})
     redelivery.drain()  # the canary answers "lost" once only: the backlog carries the rest
-    assert store.calls == [("lost", BATCH)] * 3
+    assert store.asked == ["lost"] * 3
     assert redelivery.counts["lost"] == 2 * BATCH + 7
 
 
 def test_the_canary_alone_shares_the_stores_and_the_tally(ready_queue: ReadyQueue) -> None:
-    store = FakeRedeliveryStore(rescan_source(), lost=[4])
+    store = FakeWorkStore(rescan_source(), {1: 1, 2: 3})
     redelivery = _redelivery([store], ready_queue)
     redelivery.canary().drain()
-    assert _causes(store) == ["lost"]  # nothing else, even as the leader
-    assert redelivery.counts == {"lost": 4}
+    assert store.asked == ["lost"]  # nothing else, even as the leader
+    assert redelivery.counts == {"lost": 2}
 
 
 # --- held: the batches of dead workers ---------------------------------------------------------------
@@ -185,13 +208,13 @@ def _hold(queue: ReadyQueue, worker: str, source: str, raws: list[bytes]) -> Non
 
 
 def test_a_dead_workers_hold_is_requeued_and_the_worker_forgotten(ready_queue: ReadyQueue) -> None:
-    users = FakeRedeliveryStore(rescan_source("users"))
+    users = FakeWorkStore(rescan_source("users"), {1: 2, 3: 1, 5: 1})
     _hold(ready_queue, "dead", "users", [encode_entry(1, 2), encode_entry(3, 1)])
     _hold(ready_queue, "live", "users", [encode_entry(5, 1)])
     registry = FakeRegistry(["dead"])
     redelivery = _redelivery([users], ready_queue, {"held": HEARTBEAT_S}, registry=registry)
     assert redelivery.requeue("held") == 2
-    assert users.calls == [("held", [Entry(1, 2), Entry(3, 1)])]
+    assert users.dispatched == [Entry(5, 1)]  # the live worker's row is still its own
     assert registry.deregistered == ["dead"]
     assert ready_queue.held_by("dead") is None
     assert ready_queue.held_by("live") is not None
@@ -199,13 +222,21 @@ def test_a_dead_workers_hold_is_requeued_and_the_worker_forgotten(ready_queue: R
     assert redelivery.requeue("held") == 0  # forgotten once requeued
 
 
+def test_a_hold_is_fenced_on_the_attempt_it_held(ready_queue: ReadyQueue) -> None:
+    users = FakeWorkStore(rescan_source("users"), {1: 3})  # requeued and claimed again since
+    _hold(ready_queue, "dead", "users", [encode_entry(1, 2)])
+    redelivery = _redelivery([users], ready_queue, {"held": HEARTBEAT_S}, registry=FakeRegistry(["dead"]))
+    assert redelivery.requeue("held") == 0
+    assert users.dispatched == [Entry(1, 3)]
+
+
 def test_a_hold_of_another_source_or_of_garbage_is_dropped_without_sql(ready_queue: ReadyQueue) -> None:
-    users = FakeRedeliveryStore(rescan_source("users"))
+    users = FakeWorkStore(rescan_source("users"), {1: 1})
     _hold(ready_queue, "w1", "orders", [encode_entry(1, 1)])  # a source this dispatcher does not serve
     _hold(ready_queue, "w2", "users", [b"not-an-entry"])
     registry = FakeRegistry(["w1", "w2"])
     assert _redelivery([users], ready_queue, {"held": HEARTBEAT_S}, registry=registry).requeue("held") == 0
-    assert users.calls == []
+    assert users.asked == []
     assert registry.deregistered == ["w1", "w2"]
     assert (ready_queue.held_by("w1"), ready_queue.held_by("w2")) == (None, None)
 
@@ -219,16 +250,16 @@ def test_held_needs_the_registry(ready_queue: ReadyQueue) -> None:
 
 
 def test_each_cause_runs_on_its_own_cadence(ready_queue: ReadyQueue) -> None:
-    store = FakeRedeliveryStore(rescan_source())
+    store = FakeSweepStore(rescan_source())
     registry = FakeRegistry()
     clock = Clock()
     redelivery = _redelivery([store], ready_queue, registry=registry, clock=clock)
-    ran: list[list[object]] = []
+    ran: list[list[str]] = []
     for _ in range(21):  # 5 s in steps of a poll
-        store.calls.clear()
+        store.asked.clear()
         asked = registry.asked
         tick = redelivery.tick()
-        ran.append(_causes(store) + ["held"] * (registry.asked - asked))
+        ran.append(store.asked + ["held"] * (registry.asked - asked))
         assert tick.delay_s == pytest.approx(POLL_S)
         clock.now += POLL_S
     # The canary asks the store nothing while Redis keeps its data: it answered "lost" once, first.
@@ -240,11 +271,13 @@ def test_each_cause_runs_on_its_own_cadence(ready_queue: ReadyQueue) -> None:
 
 
 def test_a_standby_runs_only_the_canary_and_looks_again_after_a_poll(ready_queue: ReadyQueue) -> None:
-    store = FakeRedeliveryStore(rescan_source(), expired=[BATCH])
+    store = FakeSweepStore(rescan_source(), BATCH)
     registry = FakeRegistry(["dead"])
+    assert ready_queue.data_lost()  # the canary is set: Redis has lost nothing since
     tick = _redelivery([store], ready_queue, registry=registry, leads=False).tick()
-    assert _causes(store) == ["lost"]
+    assert store.asked == []  # only the canary was asked: no SQL
     assert registry.asked == 0
+    assert len(store.dispatched) == BATCH  # expired, but not the standby's to sweep
     assert (tick.delay_s, tick.idle) == (POLL_S, True)
 
 
@@ -253,10 +286,10 @@ def test_release_unpushed_gives_the_claim_back_on_the_callers_store(
 ) -> None:
     claimed = [Entry(1, 1), Entry(2, 4)]
     store = FakeClaimStore(rescan_source(), claimed)
-    store.claim_due(10)
+    assert store.claim_due(10) == claimed
     redelivery = _redelivery([], ready_queue)
     with caplog.at_level(logging.WARNING, "duecast.redelivery"):
         assert redelivery.release_unpushed(cast(Store, store), claimed) == 2
-    assert store.released == claimed
+    assert (store.released, store.dispatched) == (claimed, [])
     assert caplog.messages == ["push to Redis failed; released 2 claimed rows of users"]
     assert redelivery.counts == {}  # counted by no tick: it runs in the dispatcher's thread
