@@ -25,6 +25,7 @@ from duecast.shared.storage.outbox import Outbox
 from duecast.shared.storage.units import Connection, Cursor, DuplicateKey, translated
 
 INSERT_CHUNK = 500  # rows per multi-row INSERT: 500 x 64 KiB stays under the default 64 MiB packet
+MERGE_TRIES = 3  # a duplicate whose holder finished before we could read it: insert again
 OnDuplicate = Literal["error", "keep"]
 
 
@@ -63,8 +64,9 @@ class _Row:
     schedule: str | None = None
     scheduled_for: datetime | None = None
 
-    def params(self) -> tuple[Any, ...]:
-        return (
+    def params(self, scheduled: bool = False) -> tuple[Any, ...]:
+        """The values of one row; `scheduled`: of a statement with the schedule columns."""
+        values = (
             self.queue,
             self.task,
             self.payload,
@@ -72,11 +74,18 @@ class _Row:
             self.max_attempts,
             self.unique_key,
             self.unique_key,  # unique_slot: the key, held while the job is active
-            self.schedule,
-            self.scheduled_for,
             self.run_at_utc,
             self.delay_us,
         )
+        return (*values, self.schedule, self.scheduled_for) if scheduled else values
+
+
+@dataclass(frozen=True)
+class Written:
+    """What one `Enqueuer.write` did."""
+
+    last_id: int  # the id of the last INSERT's first row: a one-row write's job, unless merged
+    merged: dict[int, int]  # on_duplicate="keep": index in the rows given -> the active job kept
 
 
 def encode(job: Job, jobs: JobsSettings, tasks: frozenset[str] | None) -> _Row:
@@ -179,9 +188,9 @@ class Enqueuer(Outbox):
         row = encode(job, self.jobs, self.tasks)
         if conn is not None:
             with conn.cursor() as cur:
-                return self.write(cur, [row], on_duplicate)
+                return _job_id(self.write(cur, [row], on_duplicate))
         with self.db.transaction() as cur:
-            job_id = self.write(cur, [row], on_duplicate)
+            job_id = _job_id(self.write(cur, [row], on_duplicate))
         self.wake()
         return job_id
 
@@ -213,21 +222,74 @@ class Enqueuer(Outbox):
         self.wake()
         return len(rows)
 
-    def write(self, cur: Cursor, rows: Sequence[_Row], on_duplicate: OnDuplicate) -> int:
-        """Multi-row INSERTs of INSERT_CHUNK rows on `cur` (no commit); returns the id of the last
-        statement's first row. A duplicate unique key raises DuplicateJob unless `keep`."""
-        tail = self.sql.on_duplicate_keep if on_duplicate == "keep" else ""
+    def write(self, cur: Cursor, rows: Sequence[_Row], on_duplicate: OnDuplicate) -> Written:
+        """Multi-row INSERTs of INSERT_CHUNK rows on `cur` (no commit). A duplicate unique key raises
+        DuplicateJob; with `keep`, the chunk is written again row by row and each duplicate is
+        merged into the active job holding its key (plain INSERTs and a read: no UPDATE needed)."""
+        merged: dict[int, int] = {}
+        last_id = 0
         for i in range(0, len(rows), INSERT_CHUNK):
             chunk = rows[i : i + INSERT_CHUNK]
-            params = [p for r in chunk for p in r.params()]
             try:
-                with translated():
-                    cur.execute(
-                        self.sql.insert + ",".join([self.sql.insert_values] * len(chunk)) + tail, params
-                    )
+                last_id = self._insert(cur, chunk)
+                continue
             except DuplicateKey as exc:
-                raise DuplicateJob(f"a pending or running job already holds this unique key {exc}") from exc
+                if on_duplicate != "keep":
+                    raise DuplicateJob(
+                        f"a pending or running job already holds this unique key {exc}"
+                    ) from exc
+            # InnoDB undid the whole statement: one row at a time now.
+            for j, row in enumerate(chunk):
+                holder = self._insert_or_find(cur, row)
+                if holder is None:
+                    last_id = int(cur.lastrowid or 0) if j == 0 else last_id
+                else:
+                    merged[i + j] = holder
+        return Written(last_id, merged)
+
+    def _insert(self, cur: Cursor, rows: Sequence[_Row]) -> int:
+        scheduled = any(r.schedule is not None for r in rows)
+        head, values = (
+            (self.sql.insert_scheduled, self.sql.insert_scheduled_values)
+            if scheduled
+            else (self.sql.insert, self.sql.insert_values)
+        )
+        params = [p for r in rows for p in r.params(scheduled)]
+        with translated():
+            cur.execute(head + ",".join([values] * len(rows)), params)
         return int(cur.lastrowid or 0)
+
+    def _insert_or_find(self, cur: Cursor, row: _Row) -> int | None:
+        """Insert one row: None, or on a duplicate the id of the active job holding its key."""
+        for _ in range(MERGE_TRIES):
+            try:
+                self._insert(cur, [row])
+                return None
+            except DuplicateKey:
+                pass
+            holder = self._holder(cur, row)
+            if holder is not None:
+                return holder
+        raise DuplicateJob(f"unique key {row.unique_key!r} changed hands {MERGE_TRIES} times; try again")
+
+    def _holder(self, cur: Cursor, row: _Row) -> int | None:
+        if row.unique_key is not None:
+            with translated():
+                cur.execute(self.sql.find_unique_holder, (row.unique_key,))
+            found = cur.fetchone()
+            if found is not None:
+                return int(found[0])
+        if row.schedule is not None:
+            with translated():
+                cur.execute(self.sql.find_scheduled_holder, (row.schedule, row.scheduled_for))
+            found = cur.fetchone()
+            if found is not None:
+                return int(found[0])
+        return None
+
+
+def _job_id(written: Written) -> int:
+    return written.merged.get(0, written.last_id)
 
 
 def _check_unique_within(rows: list[_Row], on_duplicate: OnDuplicate) -> None:
