@@ -25,6 +25,7 @@ from duecast.shared.states import STATE_NAMES, State
 from duecast.shared.storage.db import Database
 
 FILE_CHUNK = 5000  # rows validated / written per progress step
+MERGES_SHOWN = 5  # merged lines named in `duecast enqueue --file`'s summary
 
 
 def main(rest: list[str]) -> int:
@@ -189,8 +190,8 @@ def enqueue_main(rest: list[str]) -> int:
     tasks = load_registry(args.app).task_names if args.app else None
     enqueuer = Enqueuer(settings, connect_redis(settings.redis), tasks)
     if args.file is not None:
-        n = enqueue_file(enqueuer, args.file, args.on_duplicate, Console(stderr=True))
-        print(f"enqueued {n:,} job(s) from {args.file}")
+        n, merged = enqueue_file(enqueuer, args.file, args.on_duplicate, Console(stderr=True))
+        print(f"enqueued {n - len(merged):,} job(s) from {args.file}" + _merged_lines(args.file, merged))
         return 0
     try:
         payload = json.loads(args.payload)
@@ -206,8 +207,23 @@ def enqueue_main(rest: list[str]) -> int:
         unique_key=args.unique_key,
         on_duplicate=args.on_duplicate,
     )
-    print(f"enqueued job {job_id} ({args.task})")
+    if job_id.merged:
+        print(
+            f"merged into job {job_id} ({args.task}), which holds unique key {args.unique_key!r}; "
+            "nothing enqueued"
+        )
+    else:
+        print(f"enqueued job {job_id} ({args.task})")
     return 0
+
+
+def _merged_lines(path: Path, merged: dict[int, int]) -> str:
+    """`; N merged into active jobs: line L -> job J, ...` (the first few), or nothing."""
+    if not merged:
+        return ""
+    shown = ", ".join(f"line {line} -> job {job}" for line, job in list(merged.items())[:MERGES_SHOWN])
+    more = f", and {len(merged) - MERGES_SHOWN:,} more" if len(merged) > MERGES_SHOWN else ""
+    return f"; {len(merged):,} merged into active jobs of their task holding their unique key: {shown}{more}"
 
 
 _JOB_FIELDS = {"task", "payload", "queue", "delay_s", "priority", "max_attempts", "unique_key"}
@@ -234,16 +250,22 @@ def read_jobs(path: Path) -> Iterator[tuple[int, Job]]:
                 raise EnqueueError(f"{path}:{number}: {exc}") from exc
 
 
-def enqueue_file(enqueuer: Enqueuer, path: Path, on_duplicate: OnDuplicate, console: Console) -> int:
-    """Validate every line first (nothing written if one is bad), then write all in one transaction."""
+def enqueue_file(
+    enqueuer: Enqueuer, path: Path, on_duplicate: OnDuplicate, console: Console
+) -> tuple[int, dict[int, int]]:
+    """Validate every line first (nothing written if one is bad), then write all in one transaction.
+    Returns how many lines held a job, and for each merged one (`keep`) its line -> the job kept."""
     if not path.is_file():
         raise EnqueueError(f"{path}: no such file")
     rows = []
+    numbers = []
+    merged: dict[int, int] = {}
     with Progress(console=console, transient=True) as bar:
         check = bar.add_task("validating", total=path.stat().st_size)
         for number, job in read_jobs(path):
             try:
                 rows.append(encode(job, enqueuer.jobs, enqueuer.tasks))
+                numbers.append(number)
             except EnqueueError as exc:
                 raise EnqueueError(f"{path}:{number}: {exc}") from exc
             if number % FILE_CHUNK == 0:
@@ -252,7 +274,8 @@ def enqueue_file(enqueuer: Enqueuer, path: Path, on_duplicate: OnDuplicate, cons
         write = bar.add_task("enqueueing", total=len(rows))
         with enqueuer.db.transaction() as cur:
             for i in range(0, len(rows), FILE_CHUNK):
-                enqueuer.write(cur, rows[i : i + FILE_CHUNK], on_duplicate)
+                written = enqueuer.write(cur, rows[i : i + FILE_CHUNK], on_duplicate)
+                merged.update({numbers[i + j]: job for j, job in written.merged.items()})
                 bar.advance(write, len(rows[i : i + FILE_CHUNK]))
     enqueuer.wake()
-    return len(rows)
+    return len(rows), merged

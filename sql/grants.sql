@@ -46,7 +46,7 @@ GRANT SELECT, DELETE ON `app`.`duecast_workers` TO 'duecast_dispatcher'@'%';
 -- on_duplicate="keep" merges with a plain INSERT and, after a duplicate-key error, a read of the
 -- id of the active job holding the key: SELECT on those columns only (never payloads).
 GRANT INSERT (`queue`, `task`, `payload`, `priority`, `max_attempts`, `unique_key`, `unique_slot`, `run_at`),
-  SELECT (`id`, `unique_slot`)
+  SELECT (`id`, `task`, `unique_slot`)
   ON `app`.`duecast_jobs` TO 'duecast_enqueuer'@'%';
 
 -- A row-mode source (mode = "rows"). Dispatcher: claims (SELECT ... FOR UPDATE, UPDATE of the

@@ -34,7 +34,21 @@ class EnqueueError(ValueError):
 
 
 class DuplicateJob(EnqueueError):
-    """A unique job whose key an active (pending or running) job already holds; nothing was written."""
+    """A unique job whose key an active (pending or running) job of its task already holds; nothing
+    was written."""
+
+
+class JobId(int):
+    """What `enqueue` returns: the job's id. `merged` is True when on_duplicate="keep" found an
+    active job of the same task holding the unique key: the id is that job's, and nothing was
+    enqueued."""
+
+    merged: bool
+
+    def __new__(cls, value: int, merged: bool = False) -> JobId:
+        self = super().__new__(cls, value)
+        self.merged = merged
+        return self
 
 
 @dataclass(frozen=True)
@@ -48,7 +62,7 @@ class Job:
     run_at: datetime | None = None
     priority: int = 0  # 0-9, 0 runs first
     max_attempts: int | None = None  # None: jobs.max_attempts
-    unique_key: str | None = None  # at most one pending or running job per key
+    unique_key: str | None = None  # at most one pending or running job of this task per key
 
 
 @dataclass(frozen=True)
@@ -179,8 +193,9 @@ class Enqueuer(Outbox):
         unique_key: str | None = None,
         on_duplicate: OnDuplicate = "error",
         conn: Connection | None = None,
-    ) -> int:
-        """Enqueue one job; returns its id (with on_duplicate="keep", the existing job's id).
+    ) -> JobId:
+        """Enqueue one job; returns its id. With on_duplicate="keep" and an active job of the same
+        task holding `unique_key`, nothing is enqueued and the id is that job's (`.merged` is True).
 
         With `conn`, joins that open transaction (see enqueue_many).
         """
@@ -204,10 +219,11 @@ class Enqueuer(Outbox):
         """Enqueue all jobs or none, in one transaction; returns how many were given.
 
         Every job is validated before anything is written. A unique key already held by an active
-        job (or twice in `jobs`) raises DuplicateJob and writes nothing, or with on_duplicate="keep"
-        leaves the existing job as it is. Without `conn`, duecast commits and wakes the dispatcher.
-        With `conn` (the caller's open transaction), nothing is committed here: the jobs exist only
-        if the caller commits; call `wake()` after that commit to start them at once.
+        job of the same task (or twice in `jobs`) raises DuplicateJob and writes nothing, or with
+        on_duplicate="keep" leaves the existing job as it is. Without `conn`, duecast commits and
+        wakes the dispatcher. With `conn` (the caller's open transaction), nothing is committed
+        here: the jobs exist only if the caller commits; call `wake()` after that commit to start
+        them at once.
         """
         rows = [encode(job, self.jobs, self.tasks) for job in jobs]
         if not rows:
@@ -236,7 +252,7 @@ class Enqueuer(Outbox):
             except DuplicateKey as exc:
                 if on_duplicate != "keep":
                     raise DuplicateJob(
-                        f"a pending or running job already holds this unique key {exc}"
+                        f"a pending or running job of the same task already holds this unique key {exc}"
                     ) from exc
             # InnoDB undid the whole statement: one row at a time now.
             for j, row in enumerate(chunk):
@@ -275,7 +291,7 @@ class Enqueuer(Outbox):
     def _holder(self, cur: Cursor, row: _Row) -> int | None:
         if row.unique_key is not None:
             with translated():
-                cur.execute(self.sql.find_unique_holder, (row.unique_key,))
+                cur.execute(self.sql.find_unique_holder, (row.task, row.unique_key))
             found = cur.fetchone()
             if found is not None:
                 return int(found[0])
@@ -288,17 +304,22 @@ class Enqueuer(Outbox):
         return None
 
 
-def _job_id(written: Written) -> int:
-    return written.merged.get(0, written.last_id)
+def _job_id(written: Written) -> JobId:
+    if 0 in written.merged:
+        return JobId(written.merged[0], merged=True)
+    return JobId(written.last_id)
 
 
 def _check_unique_within(rows: list[_Row], on_duplicate: OnDuplicate) -> None:
-    """Two jobs of one batch with one unique key: an error now (before any write) unless `keep`."""
+    """Two jobs of one task and batch with one unique key: an error now (before any write) unless
+    `keep`."""
     if on_duplicate == "keep":
         return
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     for r in rows:
         if r.unique_key is not None:
-            if r.unique_key in seen:
-                raise DuplicateJob(f"unique key {r.unique_key!r} appears twice in one enqueue_many")
-            seen.add(r.unique_key)
+            if (r.task, r.unique_key) in seen:
+                raise DuplicateJob(
+                    f"unique key {r.unique_key!r} of task {r.task!r} appears twice in one enqueue_many"
+                )
+            seen.add((r.task, r.unique_key))

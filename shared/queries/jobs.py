@@ -126,7 +126,9 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
         # duplicate check's lock keeps the holder from freeing the key meanwhile. Plain INSERT plus
         # this read is what lets an enqueuer merge with no UPDATE privilege at all (MariaDB wants
         # UPDATE on every inserted column for INSERT ... ON DUPLICATE KEY UPDATE).
-        find_unique_holder=f"SELECT `id` FROM {t} WHERE `unique_slot` = %s LOCK IN SHARE MODE",
+        find_unique_holder=(
+            f"SELECT `id` FROM {t} WHERE `task` = %s AND `unique_slot` = %s LOCK IN SHARE MODE"
+        ),
         # ...and the run of a schedule already written for that fire time (dc_schedule_run).
         find_scheduled_holder=(
             f"SELECT `id` FROM {t} WHERE `schedule` = %s AND `scheduled_for` = %s LOCK IN SHARE MODE"
