@@ -220,6 +220,9 @@ def test_the_worker_account_cannot_claim_insert_or_change_schema(granted: Grante
 
 
 def test_the_enqueuer_account_can_only_add_jobs(granted: Granted) -> None:
+    granted.sql.execute("SHOW GRANTS FOR %s@'%%'", (granted.accounts["enqueuer"].user,))
+    for (line,) in granted.sql.fetchall():
+        assert not re.search(r"\b(UPDATE|DELETE|ALL PRIVILEGES)\b", line), line
     enqueuer = Enqueuer(granted.settings("enqueuer"), None)
     try:
         first = enqueuer.enqueue("record", {"n": 1}, unique_key="grants-once")
