@@ -25,6 +25,7 @@ from duecast.shared.states import STATE_NAMES, State
 from duecast.shared.storage.db import Database
 
 FILE_CHUNK = 5000  # rows validated / written per progress step
+MAX_LIST = 10_000  # rows `duecast jobs list` prints at most
 MERGES_SHOWN = 5  # merged lines named in `duecast enqueue --file`'s summary
 
 
@@ -55,6 +56,8 @@ def main(rest: list[str]) -> int:
         return _show(console, admin, args.id)
     flt = _filter(args)
     if args.action == "list":
+        if not 1 <= args.limit <= MAX_LIST:
+            raise EnqueueError(f"--limit must be 1-{MAX_LIST}, not {args.limit}")
         console.print(_table(admin.find(flt, args.limit)))
         return 0
     return _act(console, admin, args, flt, settings)
@@ -193,10 +196,7 @@ def enqueue_main(rest: list[str]) -> int:
         n, merged = enqueue_file(enqueuer, args.file, args.on_duplicate, Console(stderr=True))
         print(f"enqueued {n - len(merged):,} job(s) from {args.file}" + _merged_lines(args.file, merged))
         return 0
-    try:
-        payload = json.loads(args.payload)
-    except json.JSONDecodeError as exc:
-        raise EnqueueError(f"--payload is not JSON: {exc}") from exc
+    payload = _json("--payload", args.payload)
     job_id = enqueuer.enqueue(
         args.task,
         payload,
@@ -229,25 +229,42 @@ def _merged_lines(path: Path, merged: dict[int, int]) -> str:
 _JOB_FIELDS = {"task", "payload", "queue", "delay_s", "priority", "max_attempts", "unique_key"}
 
 
+def _json(what: str, text: str) -> Any:
+    """Parse JSON text from the command line or a file; EnqueueError naming `what` if it is not."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EnqueueError(f"{what}: not JSON: {exc}") from exc
+    except RecursionError as exc:  # the parser recurses per level: thousands of [ or {
+        raise EnqueueError(f"{what}: nested too deeply to parse (a payload may nest 100 levels)") from exc
+
+
 def read_jobs(path: Path) -> Iterator[tuple[int, Job]]:
     """(line number, Job) for each non-blank line; a bad line raises EnqueueError naming it."""
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise EnqueueError(f"{path}:{number}: not JSON: {exc}") from exc
-            if not isinstance(item, dict) or "task" not in item:
-                raise EnqueueError(f'{path}:{number}: expected an object with a "task"')
-            unknown = set(item) - _JOB_FIELDS
-            if unknown:
-                raise EnqueueError(f"{path}:{number}: unknown field(s) {', '.join(sorted(unknown))}")
-            try:
-                yield number, Job(**item)
-            except TypeError as exc:
-                raise EnqueueError(f"{path}:{number}: {exc}") from exc
+    number = 0
+    try:
+        with path.open(encoding="utf-8") as lines:
+            for number, line in enumerate(lines, start=1):
+                job = _line_job(path, number, line)
+                if job is not None:
+                    yield number, job
+    except UnicodeDecodeError as exc:
+        raise EnqueueError(f"{path}:{number + 1}: not UTF-8 text ({exc.reason})") from exc
+
+
+def _line_job(path: Path, number: int, line: str) -> Job | None:
+    if not line.strip():
+        return None
+    item = _json(f"{path}:{number}", line)
+    if not isinstance(item, dict) or "task" not in item:
+        raise EnqueueError(f'{path}:{number}: expected an object with a "task"')
+    unknown = set(item) - _JOB_FIELDS
+    if unknown:
+        raise EnqueueError(f"{path}:{number}: unknown field(s) {', '.join(sorted(unknown))}")
+    try:
+        return Job(**item)
+    except TypeError as exc:
+        raise EnqueueError(f"{path}:{number}: {exc}") from exc
 
 
 def enqueue_file(

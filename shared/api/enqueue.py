@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import redis
@@ -25,6 +25,10 @@ from duecast.shared.storage.outbox import Outbox
 from duecast.shared.storage.units import Connection, Cursor, DuplicateKey, translated
 
 INSERT_CHUNK = 500  # rows per multi-row INSERT: 500 x 64 KiB stays under the default 64 MiB packet
+TEXT_CHARS = 191  # task and unique_key: VARCHAR(191), the most utf8mb4 an index prefix took in 5.6
+SHOWN_CHARS = 60  # of a bad value, in an error message
+MAX_PAYLOAD_DEPTH = 100  # nesting of lists and objects: MySQL's own JSON limit
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MERGE_TRIES = 3  # a duplicate whose holder finished before we could read it: insert again
 OnDuplicate = Literal["error", "keep"]
 
@@ -103,22 +107,21 @@ class Written:
 
 
 def encode(job: Job, jobs: JobsSettings, tasks: frozenset[str] | None) -> _Row:
-    """Validate one job; raises EnqueueError naming what is wrong."""
+    """Validate one job; raises EnqueueError naming the field and what is wrong. Every value is
+    checked for its type too: a JSON Lines file or a caller may pass anything."""
+    _check_text("task", job.task)
     if tasks is not None and job.task not in tasks:
         raise EnqueueError(f"unknown task {job.task!r}; registered: {', '.join(sorted(tasks)) or 'none'}")
-    if not job.task or len(job.task) > 191:
-        raise EnqueueError("a task name must be 1-191 characters")
-    if job.queue not in jobs.queues:
-        raise EnqueueError(f"unknown queue {job.queue!r}; jobs.queues is {', '.join(jobs.queues)}")
-    if not math.isfinite(job.delay_s) or job.delay_s < 0:
-        raise EnqueueError(f"delay_s must be a finite number >= 0, not {job.delay_s!r}")
+    if not isinstance(job.queue, str) or job.queue not in jobs.queues:
+        raise EnqueueError(f"unknown queue {_shown(job.queue)}; jobs.queues is {', '.join(jobs.queues)}")
+    delay_us = _delay_us(job.delay_s, jobs.max_delay_s)
     if type(job.priority) is not int or not 0 <= job.priority <= 9:
-        raise EnqueueError(f"priority must be an int 0-9 (0 runs first), not {job.priority!r}")
+        raise EnqueueError(f"priority must be an int 0-9 (0 runs first), not {_shown(job.priority)}")
     attempts = jobs.max_attempts if job.max_attempts is None else job.max_attempts
     if type(attempts) is not int or not 1 <= attempts <= 10_000:
-        raise EnqueueError(f"max_attempts must be an int 1-10000, not {attempts!r}")
-    if job.unique_key is not None and not 1 <= len(job.unique_key) <= 191:
-        raise EnqueueError("a unique_key must be 1-191 characters")
+        raise EnqueueError(f"max_attempts must be an int 1-10000, not {_shown(attempts)}")
+    if job.unique_key is not None:
+        _check_text("unique_key", job.unique_key)
     return _Row(
         job.queue,
         job.task,
@@ -126,12 +129,42 @@ def encode(job: Job, jobs: JobsSettings, tasks: frozenset[str] | None) -> _Row:
         job.priority,
         attempts,
         job.unique_key,
-        _utc(job.run_at),
-        round(job.delay_s * 1_000_000),
+        _utc(job.run_at, jobs.max_delay_s),
+        delay_us,
     )
 
 
+def _shown(value: object) -> str:
+    """A bad value in an error message: its repr, cut short (it may be huge, or hostile)."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+
+
+def _check_text(field: str, value: object) -> None:
+    """task and unique_key: VARCHAR(191) utf8mb4 columns."""
+    if not isinstance(value, str) or not 1 <= len(value) <= TEXT_CHARS:
+        raise EnqueueError(f"{field} must be a string of 1-{TEXT_CHARS} characters, not {_shown(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise EnqueueError(
+            f"{field} {_shown(value)} holds a lone surrogate, which utf8mb4 cannot store"
+        ) from exc
+
+
+def _delay_us(delay_s: object, max_delay_s: float) -> int:
+    if isinstance(delay_s, bool) or not isinstance(delay_s, int | float):
+        raise EnqueueError(f"delay_s must be a number of seconds, not {_shown(delay_s)}")
+    if isinstance(delay_s, float) and not math.isfinite(delay_s):
+        raise EnqueueError(f"delay_s must be a finite number of seconds, not {delay_s!r}")
+    if not 0 <= delay_s <= max_delay_s:
+        raise EnqueueError(f"delay_s must be 0-{max_delay_s:.0f} s (jobs.max_delay_s), not {_shown(delay_s)}")
+    return round(delay_s * 1_000_000)
+
+
 def _payload_text(job: Job, limit: int) -> str:
+    if not _depth_within(job.payload, MAX_PAYLOAD_DEPTH):
+        raise EnqueueError(f"payload of {job.task!r} is nested deeper than {MAX_PAYLOAD_DEPTH} levels")
     try:
         # allow_nan=False: NaN/Infinity are not JSON. Never pickle: payloads are data, not code.
         text = json.dumps(job.payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
@@ -149,12 +182,42 @@ def _payload_text(job: Job, limit: int) -> str:
     return text
 
 
-def _utc(at: datetime | None) -> datetime | None:
+def _depth_within(value: Any, limit: int) -> bool:
+    """Whether lists and dicts nest at most `limit` deep; a loop, not recursion, so a hostile
+    payload cannot exhaust the stack (a cycle nests without end: refused)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return False
+        stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+def _utc(at: object, max_delay_s: float) -> datetime | None:
+    """run_at as a naive UTC datetime, between 1970 and jobs.max_delay_s ahead. The app clock only
+    bounds it (due-ness is still decided by NOW(6)): a clock off by minutes moves no job."""
     if at is None:
         return None
-    if at.tzinfo is None or at.utcoffset() is None:
-        raise EnqueueError("run_at must be a timezone-aware datetime")
-    return at.astimezone(UTC).replace(tzinfo=None)
+    if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
+        raise EnqueueError(f"run_at must be a timezone-aware datetime, not {_shown(at)}")
+    try:
+        utc = at.astimezone(UTC)
+    except OverflowError as exc:
+        raise EnqueueError(f"run_at {at.isoformat()} is out of range") from exc
+    latest = datetime.now(UTC) + timedelta(seconds=max_delay_s)
+    if not EPOCH <= utc <= latest:
+        raise EnqueueError(
+            f"run_at must be between 1970 and {max_delay_s:.0f} s (jobs.max_delay_s) from now, "
+            f"not {utc.isoformat()}"
+        )
+    return utc.replace(tzinfo=None)
 
 
 class Enqueuer(Outbox):
