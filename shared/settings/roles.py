@@ -60,7 +60,10 @@ class HealthSettings(_Section):
     # 0 = no endpoint. Processes sharing a host (and network namespace) need a port each:
     # `duecast worker --health-port N` overrides this per process.
     port: int = Field(0, ge=0, le=65535)
-    host: str = "0.0.0.0"  # noqa: S104 - probes and scrapers reach the process from outside
+    # Like the dashboard, local only unless asked: the endpoint has no authentication. In a
+    # container the kubelet's probes and a scraper come from outside: set 0.0.0.0 there
+    # (deploy/k8s/configmap.yaml and deploy/compose.yaml do).
+    host: str = "127.0.0.1"
     # /healthz fails once the main loop has not turned for this long. A turn includes one whole
     # batch, and a failing tick's backoff (10 s at most) or a dead server's socket timeout: keep
     # this above the longest batch your handlers take.
