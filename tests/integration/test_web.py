@@ -230,6 +230,27 @@ def test_without_a_token_the_dashboard_changes_nothing(make_web: Callable[..., W
     assert web.state(job_id) == State.DEAD
 
 
+XSS = "<script>alert(1)</script><img src=x onerror=alert(2)>\"'><svg/onload=alert(3)>"
+
+
+def test_hostile_payloads_and_paths_are_escaped_or_refused(web: Web) -> None:
+    """What the probe of issue 17 tried on the dashboard: markup in a job's payload and error, a
+    hostile queue/task filter, path traversal, and a forged action without the token."""
+    job_id = dead_job(web, XSS)  # fail_always puts its payload into the error, so into last_error too
+    for path in (f"/jobs/{job_id}", "/dead", f"/dead?task={XSS}&queue={XSS}", f"/jobs/{job_id}/retry"):
+        html = web.page(path, 200)
+        assert "<script>alert" not in html, path
+        assert "<img src=x" not in html, path
+        assert "<svg/onload" not in html, path
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in web.page(f"/jobs/{job_id}")
+    for path in ("/static/../app.py", "/static/..%2fapp.py", "/static/%2e%2e/%2e%2e/pyproject.toml"):
+        assert web.client.get(path).status_code == 404, path
+    assert web.client.get("/jobs/1%20OR%201=1").status_code == 404
+    forged = web.client.post(f"/jobs/{job_id}/discard", data={"confirm": "yes"})  # a cross-site form
+    assert forged.status_code == 403
+    assert web.state(job_id) == State.DEAD
+
+
 def test_workers_are_seen_through_the_jobs_they_run(web: Web) -> None:
     assert "No worker is running a job now" in web.page("/workers")
     job_id = web.enqueuer.enqueue("record", "r")
