@@ -107,4 +107,7 @@ def test_scripts_dev_the_dockerfile_and_ci_install_with_it() -> None:
     docker = (ROOT / "deploy" / "Dockerfile").read_text()
     assert "COPY pyproject.toml README.md constraints.txt ./" in docker
     assert "pip wheel --no-cache-dir --wheel-dir /wheels --constraint constraints.txt ." in docker
-    assert "bash scripts/dev test" in (ROOT / ".ci" / "run").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash scripts/dev test" in ci
+    assert "scripts/wheel-smoke" in ci  # ...which installs the wheel with the pins too:
+    assert '-c "$ROOT/constraints.txt"' in (ROOT / "scripts" / "wheel-smoke").read_text()
