@@ -15,7 +15,7 @@ from pydantic_settings import SettingsError
 from duecast.admin import migrate
 from duecast.shared.api.enqueue import EnqueueError
 from duecast.shared.api.handlers import AppError
-from duecast.shared.settings import load_settings
+from duecast.shared.settings import SettingsFileError, load_settings
 from duecast.shared.storage.schema import SchemaError
 
 
@@ -116,6 +116,6 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args[0]][0](args[1:])
     except (ValidationError, SettingsError) as exc:
         print(f"duecast: invalid settings:\n{exc}", file=sys.stderr)
-    except (SchemaError, FileNotFoundError, EnqueueError, AppError) as exc:
+    except (SchemaError, FileNotFoundError, SettingsFileError, EnqueueError, AppError) as exc:
         print(f"duecast: {exc}", file=sys.stderr)
     return 2
