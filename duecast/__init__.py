@@ -5,7 +5,7 @@ Wiring only: the behaviour lives in `shared`, `dispatcher` and `worker`.
 """
 
 from duecast.shared.acks import Ack, Row
-from duecast.shared.api.enqueue import DuplicateJob, EnqueueError, Enqueuer, Job
+from duecast.shared.api.enqueue import DuplicateJob, EnqueueError, Enqueuer, Job, JobId
 from duecast.shared.api.handlers import Registry
 from duecast.shared.api.messages import Message
 from duecast.shared.api.publish import Publish, Publisher, PublishError
@@ -17,6 +17,7 @@ __all__ = [
     "EnqueueError",
     "Enqueuer",
     "Job",
+    "JobId",
     "Message",
     "NotConnected",
     "Publish",

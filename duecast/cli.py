@@ -16,7 +16,7 @@ from duecast.admin import migrate
 from duecast.shared.api.enqueue import EnqueueError
 from duecast.shared.api.handlers import AppError
 from duecast.shared.fanout.queue import RedisRefused
-from duecast.shared.settings import load_settings
+from duecast.shared.settings import SettingsFileError, load_settings
 from duecast.shared.storage.schema import SchemaError
 
 
@@ -117,6 +117,6 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args[0]][0](args[1:])
     except (ValidationError, SettingsError) as exc:
         print(f"duecast: invalid settings:\n{exc}", file=sys.stderr)
-    except (SchemaError, FileNotFoundError, EnqueueError, AppError, RedisRefused) as exc:
+    except (SchemaError, FileNotFoundError, SettingsFileError, EnqueueError, AppError, RedisRefused) as exc:
         print(f"duecast: {exc}", file=sys.stderr)
     return 2

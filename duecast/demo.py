@@ -194,7 +194,7 @@ def _table(result: Run, fleet: Fleet, elapsed: float) -> Table:
         ("checked within period + 1s", "-" if snap.db.fresh_share is None else f"{snap.db.fresh_share:.1%}"),
         ("waiting in Redis", f"{snap.list_length:,}"),
         ("oldest-due age (staleness)", "-" if age is None else f"{max(age, 0.0):.2f}s"),
-        ("redeliveries (sweeper)", f"{c.get('requeued', 0):,}"),
+        ("redeliveries", f"{c.get('requeued', 0):,}"),
         ("stale entries / acks", f"{c.get('stale_entries', 0):,} / {c.get('stale_acks', 0):,}"),
         ("bad entries", f"{c.get('bad', 0):,}"),
         ("processes alive", f"{len(fleet.alive())} of {len(fleet.procs)}"),

@@ -25,6 +25,8 @@ from duecast.shared.storage.topic_admin import TopicAdmin, TopicError, position
 
 _MESSAGE_FIELDS = {"topic", "payload", "key"}
 MAX_BAD_LINES = 50  # bad lines of a --file listed one by one; the rest are counted
+MAX_ROWS = 10_000  # rows or buckets a command prints at most
+MAX_BUCKET_S = 366 * 86400.0
 
 
 def main(rest: list[str]) -> int:
@@ -65,6 +67,7 @@ def _main(rest: list[str]) -> int:
     volume.add_argument("--buckets", type=int, default=24)
     volume.add_argument("--bucket-s", type=float, default=3600.0)
     args = parser.parse_args(rest)
+    _check_counts(args)
     settings = load_settings(args.config)
     if not settings.topics.names:
         raise TopicError("no topics are declared (topics.names)")
@@ -84,6 +87,17 @@ def _main(rest: list[str]) -> int:
     if args.action == "volume":
         return _volume(console, TopicMonitor(admin.db, settings.topics), args)
     return _reset(console, admin, settings.topics, args)
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    """Numbers that become LIMITs and intervals in SQL: in range, or one line naming the flag."""
+    if args.action == "find" and not 1 <= args.limit <= MAX_ROWS:
+        raise TopicError(f"--limit must be 1-{MAX_ROWS}, not {args.limit}")
+    if args.action == "volume":
+        if not 1 <= args.buckets <= MAX_ROWS:
+            raise TopicError(f"--buckets must be 1-{MAX_ROWS}, not {args.buckets}")
+        if not 1 <= args.bucket_s <= MAX_BUCKET_S:  # False for NaN too
+            raise TopicError(f"--bucket-s must be 1-{MAX_BUCKET_S:.0f} s, not {args.bucket_s}")
 
 
 def topic_tables(monitor: TopicMonitor) -> list[Table]:

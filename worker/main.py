@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import signal
 import threading
-from collections.abc import Sequence
 from dataclasses import replace
 
 from duecast.shared.api.handlers import load_registry
-from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.process.health import serving, with_port
 from duecast.shared.process.loop import run
 from duecast.shared.process.runtime import (
+    QueueFactory,
     build_queue,
     build_stores,
     is_job_queue,
@@ -31,8 +28,13 @@ from duecast.worker.worker import Worker
 log = logging.getLogger("duecast.worker")
 
 
-def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> Worker:
-    """Run a worker until stopped (or, draining, until the lists are empty); returns it for its counts."""
+def serve(
+    settings: Settings, stop: threading.Event, *, drain: bool = False, make_queue: QueueFactory = build_queue
+) -> Worker:
+    """Run a worker until stopped (or, draining, until the lists are empty); returns it for its counts.
+
+    `make_queue` builds the Redis side from the settings (tests/faults wraps it to stop at an instant).
+    """
     if not settings.worker.app:
         raise SystemExit("worker: no app given; pass --app package.module or set DUECAST_WORKER__APP")
     registry = load_registry(settings.worker.app)
@@ -41,9 +43,7 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     handlers = {name: replace(h, fn=timed(h.fn, name)) for name, h in handlers.items()}  # per source/queue
     stores = {store.src.name: store for store in build_stores(settings, sources)}
     executor = Executor(settings.worker.concurrency)
-    queue = build_queue(settings)
-    if settings.faults.kill_after_pop:
-        queue = _KilledAfterPop(queue.client, queue.keys)
+    queue = make_queue(settings)
     warn_eviction(queue)
     heartbeat = Heartbeat(settings.mysql, settings.worker, list(stores))
     worker = Worker(stores, handlers, queue, settings.worker, executor, process=heartbeat.name)
@@ -65,20 +65,6 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     return worker
 
 
-class _KilledAfterPop(ReadyQueue):
-    """The faults.kill_after_pop hook: this process SIGKILLs itself the moment a pop returns
-    entries, before any SQL (tests/faults/test_fast_crash_recovery.py)."""
-
-    def pop_held(
-        self, worker: str, sources: Sequence[str], count: int | Sequence[int], timeout_s: float
-    ) -> tuple[str, list[bytes]] | None:
-        popped = super().pop_held(worker, sources, count, timeout_s)
-        if popped is not None:
-            log.warning("fault hook: SIGKILL right after popping %d entries", len(popped[1]))
-            os.kill(os.getpid(), signal.SIGKILL)
-        return popped
-
-
 def served_sources(settings: Settings, registered: list[str]) -> list[str]:
     """Source names in pop order: "jobs" becomes its queues (worker.queues order, first = first)."""
     out: list[str] = []
@@ -97,7 +83,7 @@ def served_sources(settings: Settings, registered: list[str]) -> list[str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queue) -> int:
     parser = argparse.ArgumentParser(prog="duecast worker", description=__doc__)
     parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
     parser.add_argument("--app", help="module[:attribute] holding the handler Registry")
@@ -136,5 +122,5 @@ def main(argv: list[str] | None = None) -> int:
     if args.member:
         topics = settings.topics.model_validate({**settings.topics.model_dump(), "member": args.member})
         settings = settings.model_copy(update={"topics": topics})
-    serve(settings, stop, drain=args.drain)
+    serve(settings, stop, drain=args.drain, make_queue=make_queue)
     return 0

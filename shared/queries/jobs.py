@@ -51,7 +51,10 @@ SHOW_COLUMNS = (
 class JobSQL:
     insert: str
     insert_values: str
-    on_duplicate_keep: str
+    insert_scheduled: str
+    insert_scheduled_values: str
+    find_unique_holder: str
+    find_scheduled_holder: str
     claim_due: str
     mark_dispatched: str
     lock_dispatched: str
@@ -97,19 +100,39 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
     # Leaving RUNNING for good frees the unique key for a new job and ends the lease.
     finished = "`finished_at` = NOW(6), `run_at` = NOW(6), `unique_slot` = NULL, `lease_until` = NULL"
     return JobSQL(
+        # An application's job: only the columns an enqueuer is granted INSERT on (sql/grants.sql);
+        # the state, counters, lease and schedule columns keep their defaults.
         insert=(
             f"INSERT INTO {t} (`queue`, `task`, `payload`, `priority`, `max_attempts`, `unique_key`, "
-            "`unique_slot`, `schedule`, `scheduled_for`, `run_at`) VALUES "
+            "`unique_slot`, `run_at`) VALUES "
         ),
         # run_at: NOW(6) + delay, or a UTC time converted to the session's zone (NOW(6)'s zone).
         insert_values=(
-            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, "
+            "(%s, %s, %s, %s, %s, %s, %s, "
             "COALESCE(CONVERT_TZ(%s, '+00:00', @@session.time_zone), NOW(6) + INTERVAL %s MICROSECOND))"
         ),
-        # unique jobs, on_duplicate="keep", and schedule runs: a duplicate of an active unique key
-        # or of a (schedule, scheduled_for) pair leaves the existing row alone. LAST_INSERT_ID(id)
-        # makes a one-row insert report the existing job's id.
-        on_duplicate_keep=" ON DUPLICATE KEY UPDATE `id` = LAST_INSERT_ID(`id`)",
+        # A recurring schedule's run (the dispatcher): also keyed by (schedule, scheduled_for).
+        insert_scheduled=(
+            f"INSERT INTO {t} (`queue`, `task`, `payload`, `priority`, `max_attempts`, `unique_key`, "
+            "`unique_slot`, `run_at`, `schedule`, `scheduled_for`) VALUES "
+        ),
+        insert_scheduled_values=(
+            "(%s, %s, %s, %s, %s, %s, %s, "
+            "COALESCE(CONVERT_TZ(%s, '+00:00', @@session.time_zone), NOW(6) + INTERVAL %s MICROSECOND), "
+            "%s, %s)"
+        ),
+        # on_duplicate="keep": after a duplicate-key error, the active job holding the key (dc_unique).
+        # A locking read: it sees the latest commit, whatever the transaction's snapshot, and the
+        # duplicate check's lock keeps the holder from freeing the key meanwhile. Plain INSERT plus
+        # this read is what lets an enqueuer merge with no UPDATE privilege at all (MariaDB wants
+        # UPDATE on every inserted column for INSERT ... ON DUPLICATE KEY UPDATE).
+        find_unique_holder=(
+            f"SELECT `id` FROM {t} WHERE `task` = %s AND `unique_slot` = %s LOCK IN SHARE MODE"
+        ),
+        # ...and the run of a schedule already written for that fire time (dc_schedule_run).
+        find_scheduled_holder=(
+            f"SELECT `id` FROM {t} WHERE `schedule` = %s AND `scheduled_for` = %s LOCK IN SHARE MODE"
+        ),
         # Claim step 1, per queue: the highest-priority, oldest due jobs. dc_due (state, queue,
         # priority, run_at): one range per priority, read in index order, so no filesort and only
         # due rows are read, however many jobs are scheduled for later.

@@ -30,7 +30,6 @@ class SourceSQL:
     """The statements for one source, rendered once at start-up from its validated names."""
 
     id_column: str  # quoted
-    attempt_column: str  # quoted
     claim_due: str
     due_visible: str
     mark_dispatched: str
@@ -49,24 +48,6 @@ class SourceSQL:
     oldest_due_age: str
     check_schema: str
 
-    def fence(self, entries: Iterable[Entry]) -> str:
-        """The compare-and-set of a batch: `(id IN (...) AND attempt = n) OR ...`, one group per attempt.
-
-        Grouping by attempt keeps it to plain PRIMARY range lookups with a scalar compare (a
-        row-constructor IN costs a materialised subquery). Ids and attempts are Python ints
-        rendered by int_list, so no value text from outside ever reaches SQL.
-        """
-        groups: dict[int, list[int]] = defaultdict(list)
-        for e in entries:
-            groups[e.attempt].append(e.id)
-        if not groups:
-            raise ValueError("a fence needs at least one entry")
-        parts = [
-            f"({in_list(self.id_column, ids)} AND {self.attempt_column} = {int_list([attempt])})"
-            for attempt, ids in sorted(groups.items())
-        ]
-        return "(" + " OR ".join(parts) + ")"
-
 
 def render(src: SourceSettings) -> SourceSQL:
     t, pk, due = quote(src.table), quote(src.id_column), quote(src.due_column)
@@ -78,11 +59,10 @@ def render(src: SourceSettings) -> SourceSQL:
     )
     # A row is due when due <= NOW(6) - period; the parameter is the period in microseconds.
     due_now = f"{st} = {IDLE} AND {due} <= NOW(6) - INTERVAL %s MICROSECOND"
-    # Fenced statements carry a `{fence}` placeholder: see SourceSQL.fence().
+    # Fenced statements carry a `{fence}` placeholder: see fence().
     fenced = f"{{fence}} AND {st} = {DISPATCHED}"
     return SourceSQL(
         id_column=pk,
-        attempt_column=att,
         # Claim step 1: the oldest due rows, locked. Walks dc_due (state, due, id) from its
         # start, so it reads only due rows whatever the table size; SKIP LOCKED lets a second
         # dispatcher pass over rows the first is claiming instead of waiting or double-claiming.
@@ -129,17 +109,19 @@ def render(src: SourceSettings) -> SourceSQL:
         # A failed row stays DISPATCHED for the sweeper (its visibility timeout is the retry
         # delay) but its attempt moves on, so a copy of its entry can never run it again.
         burn_attempt=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {att} = {att} + 1 WHERE {fenced}",
-        # Dispatcher, when the RPUSH after a claim fails (Redis down): the claimed rows go back
-        # to IDLE at once rather than waiting out the visibility timeout; fenced, PRIMARY.
+        # Redelivery, when the RPUSH after a claim fails (Redis down), or for a dead worker's
+        # popped batch: the rows go back to IDLE at once rather than waiting out the visibility
+        # timeout; fenced, PRIMARY.
         release_unpushed=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {IDLE} WHERE {fenced}",
-        # Sweeper step 1: dispatched rows not acked within the visibility timeout. Reads the
-        # DISPATCHED prefix of dc_due (bounded by the high-water mark); SKIP LOCKED passes over
-        # rows a live worker holds, so only abandoned rows are requeued.
+        # Requeue step 1 (redelivery's sweep; its "lost" cause with no timeout): dispatched rows
+        # not acked within the visibility timeout. Reads the DISPATCHED prefix of dc_due (bounded
+        # by the high-water mark); SKIP LOCKED passes over rows a live worker holds, so only
+        # abandoned rows are requeued.
         find_expired=(
             f"SELECT {pk} FROM {t} FORCE INDEX ({ix}) WHERE {st} = {DISPATCHED} "
             f"AND {disp} < NOW(6) - INTERVAL %s MICROSECOND LIMIT %s FOR UPDATE SKIP LOCKED"
         ),
-        # Sweeper step 2: DISPATCHED -> IDLE, due unchanged so the row is due at once. The
+        # Requeue step 2: DISPATCHED -> IDLE, due unchanged so the row is due at once. The
         # attempt is not touched here: the next claim bumps it, fencing every older copy.
         requeue=f"UPDATE {t} SET {st} = {IDLE} WHERE {{ids}} AND {st} = {DISPATCHED}",
         # Demo/tests start-up only, with no dispatcher or worker running: every DISPATCHED row
@@ -191,6 +173,29 @@ def in_list(column: str, values: Iterable[int]) -> str:
         raise ValueError("an IN list needs at least one value")
     parts = [f"{column} IN ({','.join(ids[i : i + IN_CHUNK])})" for i in range(0, len(ids), IN_CHUNK)]
     return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
+
+
+ATTEMPT = quote(ATTEMPT_COLUMN)
+
+
+def fence(entries: Iterable[Entry], id_column: str) -> str:
+    """The compare-and-set of a batch: `(id IN (...) AND attempt = n) OR ...`, one group per attempt.
+
+    Every store's fenced statements take it as `{fence}` (`id_column` quoted: the source's key, a
+    job's `id`, a delivery's `seq`). Grouping by attempt keeps it to plain PRIMARY range lookups with
+    a scalar compare (a row-constructor IN costs a materialised subquery). Ids and attempts are
+    Python ints rendered by int_list, so no value text from outside ever reaches SQL.
+    """
+    groups: dict[int, list[int]] = defaultdict(list)
+    for e in entries:
+        groups[e.attempt].append(e.id)
+    if not groups:
+        raise ValueError("a fence needs at least one entry")
+    parts = [
+        f"({in_list(id_column, ids)} AND {ATTEMPT} = {int_list([attempt])})"
+        for attempt, ids in sorted(groups.items())
+    ]
+    return "(" + " OR ".join(parts) + ")"
 
 
 def column_list(columns: Iterable[str]) -> str:

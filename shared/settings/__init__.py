@@ -5,10 +5,9 @@ Sources: `DUECAST_*` environment variables (nested with `__`) over an optional T
 """
 
 from duecast.shared.settings.base import Identifier
-from duecast.shared.settings.model import Settings, load_settings
+from duecast.shared.settings.model import Settings, SettingsFileError, load_settings
 from duecast.shared.settings.roles import (
     DispatcherSettings,
-    FaultSettings,
     HealthSettings,
     WebSettings,
     WorkerSettings,
@@ -36,7 +35,6 @@ __all__ = [
     "RETRY_STEPS_S",
     "TOPICS_SOURCE",
     "DispatcherSettings",
-    "FaultSettings",
     "GroupSettings",
     "HealthSettings",
     "Identifier",
@@ -46,6 +44,7 @@ __all__ = [
     "RedisSettings",
     "ScheduleSettings",
     "Settings",
+    "SettingsFileError",
     "SourceSettings",
     "StartAt",
     "TopicName",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tomllib
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Literal, Self
@@ -18,7 +19,6 @@ from pydantic_settings import (
 from duecast.shared.policy import keeper_fits, lease_timing, shortest_lease_s
 from duecast.shared.settings.roles import (
     DispatcherSettings,
-    FaultSettings,
     HealthSettings,
     WebSettings,
     WorkerSettings,
@@ -52,7 +52,6 @@ class Settings(BaseSettings):
     worker: WorkerSettings = WorkerSettings()
     health: HealthSettings = HealthSettings()
     web: WebSettings = WebSettings()
-    faults: FaultSettings = FaultSettings()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     # "json": one object per line with a stable `event` name (docs/observability.md#logs).
     log_format: Literal["human", "json"] = "human"
@@ -140,14 +139,34 @@ class Settings(BaseSettings):
         return tuple(chain)
 
 
+class SettingsFileError(ValueError):
+    """The settings file cannot be read as TOML; the message names the file and where it is wrong."""
+
+
 def load_settings(config: str | Path | None = None) -> Settings:
     """Build settings from the environment over the TOML file named by `config` or DUECAST_CONFIG."""
     raw = config if config is not None else os.environ.get("DUECAST_CONFIG")
     path = Path(raw) if raw else None
     if path is not None and not path.is_file():
         raise FileNotFoundError(f"settings file {path} does not exist")
+    if path is not None:
+        _check_toml(path)
     token = _toml_path.set(path)
     try:
         return Settings()
     finally:
         _toml_path.reset(token)
+
+
+def _check_toml(path: Path) -> None:
+    """Read the file once before pydantic-settings does, so a broken one is one line, not a traceback."""
+    try:
+        tomllib.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise SettingsFileError(f"settings file {path} cannot be read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise SettingsFileError(
+            f"settings file {path} is not UTF-8 text (byte {exc.start}); TOML files are UTF-8"
+        ) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsFileError(f"settings file {path} is not valid TOML: {exc}") from exc

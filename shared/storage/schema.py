@@ -40,8 +40,8 @@ JOB_COLUMNS: dict[str, str] = {
     "errors": "SMALLINT UNSIGNED NOT NULL DEFAULT 0",  # runs that raised
     "interruptions": "SMALLINT UNSIGNED NOT NULL DEFAULT 0",  # runs whose worker died
     "unique_key": "VARCHAR(191) NULL",
-    # = unique_key while pending or running, NULL once finished: the unique index on it makes
-    # "one active job per key" race-free.
+    # = unique_key while pending or running, NULL once finished: the unique index on (task, it)
+    # makes "one active job per task and key" race-free.
     "unique_slot": "VARCHAR(191) NULL",
     "schedule": "VARCHAR(64) NULL",  # the recurring schedule that made it
     "scheduled_for": "DATETIME(6) NULL",  # ...and for which fire time (UTC)
@@ -55,7 +55,9 @@ JOB_COLUMNS: dict[str, str] = {
 # name -> (kind, columns)
 JOB_INDEXES: dict[str, tuple[str, tuple[str, ...]]] = {
     DUE_INDEX: ("KEY", (STATE_COLUMN, "queue", "priority", "run_at")),
-    "dc_unique": ("UNIQUE KEY", ("unique_slot",)),
+    # Unique keys are scoped per task (docs/jobs.md); a table of duecast <= 0.1 had them global:
+    # `duecast migrate` rebuilds the index (a wider unique key cannot fail on existing rows).
+    "dc_unique": ("UNIQUE KEY", ("task", "unique_slot")),
     "dc_schedule_run": ("UNIQUE KEY", ("schedule", "scheduled_for")),
 }
 

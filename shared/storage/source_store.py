@@ -1,7 +1,7 @@
 """The only class that runs SQL against a source table; one method per state transition.
 
 claim_due (IDLE -> DISPATCHED), started (lock a batch for work), Batch.ack (DISPATCHED -> IDLE or
-deleted, fenced), requeue_expired (abandoned DISPATCHED -> IDLE). Callers never see a cursor.
+deleted, fenced), requeue_* (DISPATCHED -> IDLE, one method per cause). Callers never see a cursor.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
-from duecast.shared.queries.source import SourceSQL, assignments, column_list, in_list, render
+from duecast.shared.queries.source import SourceSQL, assignments, column_list, fence, in_list, render
 from duecast.shared.settings import SourceSettings
 from duecast.shared.states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
 from duecast.shared.storage.db import Database
@@ -115,9 +115,12 @@ class Store(Protocol):
         self, entries: Sequence[Entry], columns: Sequence[str] = ()
     ) -> AbstractContextManager[WorkBatch]: ...
     def group_key(self, ack: Ack) -> Any: ...
-    def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int: ...
-    def requeue_unstarted(self, limit: int) -> int: ...  # Redis lost its entries: all, now
-    def release(self, entries: Sequence[Entry]) -> int: ...  # claimed but never pushed
+    # Redelivery, one method per cause (dispatcher/redelivery.py runs them; shared/policy.py: CAUSES).
+    def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int: ...  # not acked in time
+    def requeue_lost(self, limit: int) -> int: ...  # Redis lost its entries: every unstarted one, now
+    def requeue_interrupted(self, limit: int) -> int: ...  # a running lease ran out (jobs, groups)
+    def requeue_held(self, entries: Sequence[Entry]) -> int: ...  # popped by a worker now dead
+    def release_unpushed(self, entries: Sequence[Entry]) -> int: ...  # claimed, push refused
     def reset_dispatched(self) -> int: ...
     def status(self) -> SourceStatus: ...
 
@@ -225,7 +228,7 @@ class SourceStore:
         if not entries:
             raise ValueError("started() needs at least one entry")
         wanted = list(dict.fromkeys([self.src.id_column, ATTEMPT_COLUMN, *columns])) if columns else []
-        args = {"columns": column_list(wanted), "fence": self.sql.fence(entries)}
+        args = {"columns": column_list(wanted), "fence": fence(entries, self.sql.id_column)}
         with self.db.transaction(check=True) as cur:
             skipping: list[bool] = []
 
@@ -257,16 +260,19 @@ class SourceStore:
 
     def run_ack(self, cur: Cursor, key: Any, rows: list[Row]) -> int:
         """Run one fenced ack statement for `rows`; returns how many rows it really changed."""
-        fence = self.sql.fence(Entry(int(r[self.src.id_column]), int(r[ATTEMPT_COLUMN])) for r in rows)
+        where = self._fence(rows)
         if key[0] == "delete":
-            return int(cur.execute(self.sql.ack_delete.format(fence=fence)))
+            return int(cur.execute(self.sql.ack_delete.format(fence=where)))
         values = key[2]
-        stmt = self.sql.ack_touch.format(set=assignments([n for n, _ in values]), fence=fence)
+        stmt = self.sql.ack_touch.format(set=assignments([n for n, _ in values]), fence=where)
         return int(cur.execute(stmt, (_us(key[1]), *(v for _, v in values))))
 
     def burn_attempts(self, cur: Cursor, rows: Sequence[Row]) -> None:
-        fence = self.sql.fence(Entry(int(r[self.src.id_column]), int(r[ATTEMPT_COLUMN])) for r in rows)
-        cur.execute(self.sql.burn_attempt.format(fence=fence))
+        cur.execute(self.sql.burn_attempt.format(fence=self._fence(rows)))
+
+    def _fence(self, rows: Sequence[Row]) -> str:
+        key = self.src.id_column
+        return fence((Entry(int(r[key]), int(r[ATTEMPT_COLUMN])) for r in rows), self.sql.id_column)
 
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
         """Abandoned DISPATCHED rows (not acked in time, not locked by a worker) -> IDLE."""
@@ -277,14 +283,23 @@ class SourceStore:
                 return 0
             return int(cur.execute(self.sql.requeue.format(ids=in_list(self.sql.id_column, ids))))
 
-    def requeue_unstarted(self, limit: int) -> int:
+    def requeue_lost(self, limit: int) -> int:
         """Every DISPATCHED row no worker holds -> IDLE now: their entries were lost with Redis."""
         return self.requeue_expired(0.0, limit)
 
-    def release(self, entries: Sequence[Entry]) -> int:
+    def requeue_interrupted(self, limit: int) -> int:
+        """Nothing: a row is never leased; a worker holds it by its row lock, which dies with it."""
+        return 0
+
+    def requeue_held(self, entries: Sequence[Entry]) -> int:
+        """Rows a dead worker had popped -> IDLE now (fenced on the attempt it held)."""
+        return self.release_unpushed(entries)
+
+    def release_unpushed(self, entries: Sequence[Entry]) -> int:
         """Rows this dispatcher claimed but could not push -> IDLE (fenced on their new attempt)."""
         with self.db.transaction() as cur:
-            return int(cur.execute(self.sql.release_unpushed.format(fence=self.sql.fence(entries))))
+            stmt = self.sql.release_unpushed.format(fence=fence(entries, self.sql.id_column))
+            return int(cur.execute(stmt))
 
     def reset_dispatched(self) -> int:
         """Every DISPATCHED row -> IDLE. Only when no dispatcher or worker runs (demo start-up)."""

@@ -13,10 +13,15 @@ from datetime import datetime
 from duecast.shared.queries.source import WorkerSQL, render_workers
 from duecast.shared.settings import MySQLSettings, WorkerSettings
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.job_store import worker_name
 from duecast.shared.storage.units import MYSQL_ERRORS
 
 log = logging.getLogger("duecast.workers")
+
+
+def worker_name() -> str:
+    """Who a worker process is: host and pid, as the registry names it and as started jobs and
+    messages record it in `worker`."""
+    return f"{socket.gethostname()[:100]}:{os.getpid()}"
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,11 @@ def test_enqueue_many_writes_10000_jobs_in_one_transaction(
         (Job("no-such-task", {}), "unknown task"),
         (Job("record", "\ud800"), "lone surrogate"),
         (Job("record", {}, delay_s=-1), "delay_s"),
+        # Each reached MySQL (or the driver) before issue 17 and failed there with a traceback.
+        (Job("record", {}, delay_s=1e300), "delay_s must be 0-"),  # OperationalError 1916
+        (Job("record", {}, delay_s=1e12), "delay_s must be 0-"),  # DataError 1441
+        (Job("record", {}, delay_s="5"), "delay_s must be a number"),  # type: ignore[arg-type]
+        (Job("record", {}, unique_key="\ud800"), "unique_key .* lone surrogate"),  # UnicodeEncodeError
     ],
 )
 def test_one_bad_job_at_9999_leaves_nothing_written(

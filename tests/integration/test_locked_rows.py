@@ -15,12 +15,14 @@ import pytest
 
 from duecast.admin import migrate
 from duecast.dispatcher.dispatcher import Dispatcher
+from duecast.dispatcher.redelivery import Redelivery
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import ReadyQueue, connect_redis
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import DispatcherSettings, MySQLSettings, RedisSettings, Settings, WorkerSettings
 from duecast.shared.storage.db import connect
+from duecast.shared.storage.source_store import Store
 from duecast.shared.telemetry import metrics
 from duecast.worker import main as worker_main
 from tests.integration import apps, range_app
@@ -40,6 +42,12 @@ def holder(mysql_settings: MySQLSettings) -> Iterator[pymysql.cursors.Cursor]:
     conn.close()
 
 
+def claimer(stores: list[Store], queue: ReadyQueue) -> Dispatcher:
+    """A dispatcher that only claims and pushes (its redelivery is not run here)."""
+    settings = DispatcherSettings()
+    return Dispatcher(stores, queue, settings, Redelivery(stores, queue, {"lost": 1.0}, settings.sweep_batch))
+
+
 def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage() for r in caplog.records if getattr(r, "event", None) == "dispatcher.locked_skipped"
@@ -56,7 +64,7 @@ def test_row_mode_counts_and_logs_rows_held_by_another_session(
     env = make_env("rescan", rows=50)
     name = env.source.name
     holder.execute(f"SELECT user_id FROM `{env.table}` WHERE user_id <= 10 FOR UPDATE")
-    dispatcher = Dispatcher([env.store], env.queue, DispatcherSettings())
+    dispatcher = claimer([env.store], env.queue)
     before = metric(name)
     with caplog.at_level(logging.WARNING, "duecast.dispatcher"):
         dispatcher.tick()  # claims the 40 free rows, passes over the 10 held
@@ -75,7 +83,7 @@ def test_row_mode_counts_and_logs_rows_held_by_another_session(
 
 def test_a_claim_with_nothing_held_counts_nothing(make_env: Callable[..., Env]) -> None:
     env = make_env("rescan", rows=30)
-    Dispatcher([env.store], env.queue, DispatcherSettings()).tick()
+    claimer([env.store], env.queue).tick()
     assert env.queue.length(env.source.name) == 30
     assert "locked_skipped" not in env.queue.stats(env.source.name)
 
@@ -105,7 +113,7 @@ def test_range_mode_counts_ranges_held_by_another_session(
     src = ranged.sources[0]
     holder.execute(f"SELECT lo FROM `{ranges_table(src)}` WHERE lo < 300 FOR UPDATE")  # 3 spans of 100
     queue = ReadyQueue(connect_redis(ranged.redis), Keys(ranged.redis.key_prefix))
-    dispatcher = Dispatcher([store], queue, DispatcherSettings())
+    dispatcher = claimer([store], queue)
     name = store.src.name
     with caplog.at_level(logging.WARNING, "duecast.dispatcher"):
         for _ in range(4):  # 3 ranges per claim (claim_batch 300 / range_size 100): 3, 3, 2, 0
@@ -128,7 +136,7 @@ def test_a_worker_counts_dispatched_rows_held_by_another_session(
     not as a stale entry, and logged."""
     env = make_env("rescan", rows=20, name=apps.RESCAN)
     settings = role_settings(env)
-    Dispatcher([env.store], env.queue, DispatcherSettings()).tick()
+    claimer([env.store], env.queue).tick()
     holder.execute(f"SELECT user_id FROM `{env.table}` WHERE user_id <= 5 FOR UPDATE")
     with caplog.at_level(logging.WARNING, "duecast.worker"):
         work(settings)
@@ -150,7 +158,7 @@ def test_a_range_worker_counts_ranges_held_by_another_session(
     (store,) = build_stores(settings, settings.sources)
     store.discover(full=True)  # type: ignore[attr-defined]
     queue = ReadyQueue(connect_redis(settings.redis), Keys(settings.redis.key_prefix))
-    dispatcher = Dispatcher([store], queue, DispatcherSettings())
+    dispatcher = claimer([store], queue)
     for _ in range(4):
         dispatcher.tick()  # every span dispatched
     holder.execute(f"SELECT lo FROM `{ranges_table(settings.sources[0])}` WHERE lo < 200 FOR UPDATE")
