@@ -16,6 +16,7 @@ from collections.abc import Iterable
 import pytest
 
 from duecast.shared.process.loop import Tick, run, stop_on_signals
+from duecast.shared.storage.units import TransientError
 
 BUSY = Tick(0.0, idle=False)
 
@@ -157,6 +158,24 @@ def test_exceptions_are_counted_backed_off_and_reset(caplog: pytest.LogCaptureFi
         "1 in a row",
     ]
     assert all(r.exc_info is not None for r in caplog.records if "tick failed" in r.getMessage())
+
+
+def test_a_transient_mysql_error_is_one_warning_line_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A killed session or a restarting server fails a tick once; the next tick reconnects. That is
+    one warning line naming the error, not an ERROR traceback (issue 16.10); a bug still is one."""
+    stop = RecordingStop()
+    lost = TransientError("(2013, 'Lost connection to server during query')", 2013)
+    role = ScriptedRole(stop, [lost, RuntimeError("a bug"), Stop()])
+    with caplog.at_level(logging.WARNING, logger="duecast.loop"):
+        run(role, stop)
+    first, second = (r for r in caplog.records if "tick failed" in r.getMessage())
+    assert first.levelno == logging.WARNING
+    assert not first.exc_info
+    assert "Lost connection" in first.getMessage()
+    assert second.levelno == logging.ERROR
+    assert second.exc_info is not None
 
 
 def test_backoff_respects_the_cap() -> None:
