@@ -260,8 +260,10 @@ class ReadyQueue:
         self.client.delete(self.keys.inflight(worker))
 
     def held_by(self, worker: str) -> tuple[str, list[bytes]] | None:
-        """(source, raw entries) `worker` was holding, or None."""
-        value = self.client.get(self.keys.inflight(worker))
+        """(source, raw entries) `worker` was holding, or None (also for a hold of the wrong type,
+        which is moved aside: the other workers' holds are still read)."""
+        key = self.keys.inflight(worker)
+        value = self._retype.call([(NO_SOURCE, key, "string")], lambda: self.client.get(key))
         if not value:
             return None
         source, _, entries = _b(value).partition(b"\n")

@@ -158,3 +158,14 @@ def test_entries_lost_with_an_overwritten_ready_list_are_requeued_at_once(
     took = time.monotonic() - started
     handled_once(recorder, apps.RESCAN, range(1, 301))
     assert took < 10, f"recovered in {took:.1f}s"
+
+
+def test_a_hold_of_the_wrong_type_is_moved_aside_and_reads_as_none(queue: ReadyQueue) -> None:
+    """Redelivery reads every dead worker's hold: one that is not a string must not stop the rest."""
+    queue.client.rpush(queue.keys.inflight("w1"), b"x")
+    queue.push(SOURCE, [Entry(1, 1)])
+    assert queue.pop_held("w2", [SOURCE], 10, 1.0) == (SOURCE, [b"1:1"])
+    assert queue.held_by("w1") is None
+    assert queue.held_by("w2") == (SOURCE, [b"1:1"])
+    (aside,) = queue.client.scan_iter(match=queue.keys.wrong_type(queue.keys.inflight("w1"), "*"))
+    assert queue.client.lrange(aside, 0, -1) == [b"x"]
