@@ -23,7 +23,7 @@ from duecast.shared.api.handlers import load_registry
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.process.health import serving, with_port
 from duecast.shared.process.loop import run
-from duecast.shared.process.runtime import build_queue, build_stores, start_process, warn_eviction
+from duecast.shared.process.runtime import build_queue, build_stores, check_redis, start_process
 from duecast.shared.settings import Settings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.job_store import JobStore
@@ -38,7 +38,7 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     """Run the dispatcher and its singleton duties until stopped (or, draining, until idle)."""
     sources = settings.all_sources()
     queue = build_queue(settings)
-    warn_eviction(queue)
+    check_redis(queue, wait=bool(settings.health.port))
     dispatcher = Dispatcher(build_stores(settings, sources), queue, settings.dispatcher, settings.faults)
     # Duties run in scheduler threads, on their own connections (PyMySQL is not thread-safe).
     keeper = RangeKeeper(_range_stores(build_stores(settings, sources)), settings.dispatcher)

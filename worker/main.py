@@ -11,15 +11,16 @@ from collections.abc import Sequence
 
 from duecast.shared.api.handlers import load_registry
 from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.process.failures import StartupError
 from duecast.shared.process.health import serving, with_port
 from duecast.shared.process.loop import run
 from duecast.shared.process.observe import timed_handler
 from duecast.shared.process.runtime import (
     build_queue,
     build_stores,
+    check_redis,
     is_job_queue,
     start_process,
-    warn_eviction,
 )
 from duecast.shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
 from duecast.shared.storage.worker_registry import Heartbeat
@@ -33,7 +34,7 @@ log = logging.getLogger("duecast.worker")
 def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> Worker:
     """Run a worker until stopped (or, draining, until the lists are empty); returns it for its counts."""
     if not settings.worker.app:
-        raise SystemExit("worker: no app given; pass --app package.module or set DUECAST_WORKER__APP")
+        raise StartupError("no app given; pass --app package.module or set worker.app (DUECAST_WORKER__APP)")
     registry = load_registry(settings.worker.app)
     sources = [settings.source(name) for name in served_sources(settings, registry.sources)]
     handlers = {s.name: registry.handler(JOBS_SOURCE if is_job_queue(s.name) else s.name) for s in sources}
@@ -43,7 +44,7 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     queue = build_queue(settings)
     if settings.faults.kill_after_pop:
         queue = _KilledAfterPop(queue.client, queue.keys)
-    warn_eviction(queue)
+    check_redis(queue, wait=bool(settings.health.port))
     heartbeat = Heartbeat(settings.mysql, settings.worker, list(stores))
     worker = Worker(stores, handlers, queue, settings.worker, executor, process=heartbeat.name)
     members = broadcast_members(settings, registry, settings.worker.sources or registry.sources)
@@ -79,20 +80,36 @@ class _KilledAfterPop(ReadyQueue):
 
 
 def served_sources(settings: Settings, registered: list[str]) -> list[str]:
-    """Source names in pop order: "jobs" becomes its queues (worker.queues order, first = first)."""
+    """Source names in pop order: "jobs" becomes its queues (worker.queues order, first = first).
+    A name that is not configured, or has no handler, ends the start with one line naming it."""
     out: list[str] = []
     unknown = [q for q in settings.worker.queues if q not in settings.jobs.queues]
     if unknown:
-        raise SystemExit(
-            f"worker: queue(s) {', '.join(unknown)} not in jobs.queues ({', '.join(settings.jobs.queues)})"
+        raise StartupError(
+            f"worker.queues names {', '.join(unknown)}, "
+            f"not in jobs.queues ({', '.join(settings.jobs.queues)})"
         )
+    configured = {s.name for s in settings.sources}
     for name in settings.worker.sources or registered:
+        if name not in registered:
+            raise StartupError(
+                f"--source / worker.sources names {name!r}, but the app registers no handler for it "
+                f"(it has: {', '.join(registered) or 'none'})"
+            )
         if name == JOBS_SOURCE:
+            if not settings.jobs.enabled:
+                raise StartupError("the app registers tasks, but jobs.enabled is false; set it to true")
             out.extend(f"{JOBS_SOURCE}.{q}" for q in settings.worker.queues or settings.jobs.queues)
         elif name.startswith(f"{TOPICS_SOURCE}."):
             out.extend(served_topic_sources(settings, name))
-        else:
+        elif name in configured:
             out.append(name)
+        else:
+            raise StartupError(
+                f"the app registers a handler for source {name!r}, which is not configured "
+                f"(sources: {', '.join(sorted(configured)) or 'none'}); fix the name in "
+                "@registry.row/batch(...) or add a [[sources]] entry named so"
+            )
     return out
 
 

@@ -129,6 +129,18 @@ def _path(path: Path | None) -> str | None:
 REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, redis.exceptions.RedisClusterException)
 
 
+def redis_problem(exc: BaseException) -> tuple[str, bool] | None:
+    """A Redis error at start-up as (one line naming the setting and what to do, server unavailable?),
+    or None when it is not about reaching the server. redis-py's messages name host and port, never
+    the password."""
+    said = " ".join(str(exc).split())
+    if isinstance(exc, redis.AuthenticationError | redis.exceptions.AuthorizationError):
+        return f"Redis refused the credentials ({said}); check the password or user in redis.url", False
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | redis.exceptions.RedisClusterException):
+        return f"Redis: {said}; start Redis, or fix redis.url (DUECAST_REDIS__URL)", True
+    return None
+
+
 class ReadyQueue:
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.client = client

@@ -9,7 +9,7 @@ import logging
 import threading
 
 from duecast.shared.fanout.keys import Keys
-from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue, connect_redis
+from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue, connect_redis, redis_problem
 from duecast.shared.process import logs
 from duecast.shared.process.logs import LogFormat
 from duecast.shared.process.loop import stop_on_signals
@@ -36,6 +36,25 @@ def start_process(config: str | None) -> tuple[Settings, threading.Event]:
 
 def build_queue(settings: Settings) -> ReadyQueue:
     return ReadyQueue(connect_redis(settings.redis), Keys(settings.redis.key_prefix))
+
+
+def check_redis(queue: ReadyQueue, *, wait: bool = False) -> None:
+    """Start-up check that Redis answers, then warn if it may evict keys.
+
+    Unreachable: the error ends the start with one line naming redis.url (shared/process/failures.py),
+    unless `wait` (health probes on: the role stays up, not ready, and its loop retries; an
+    orchestrator restarting it would not bring Redis back)."""
+    try:
+        queue.client.ping()
+    except REDIS_ERRORS as exc:
+        if not wait:
+            raise
+        found = redis_problem(exc)
+        logging.getLogger("duecast").warning(
+            "%s; not ready until it answers", found[0] if found else exc, extra={"event": "redis.unreachable"}
+        )
+        return
+    warn_eviction(queue)
 
 
 def warn_eviction(queue: ReadyQueue) -> None:

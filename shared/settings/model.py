@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tomllib
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Literal, Self
@@ -140,6 +141,10 @@ class Settings(BaseSettings):
         return tuple(chain)
 
 
+class SettingsFileError(ValueError):
+    """The settings file cannot be read as TOML; the message names the file and the spot."""
+
+
 def load_settings(config: str | Path | None = None) -> Settings:
     """Build settings from the environment over the TOML file named by `config` or DUECAST_CONFIG."""
     raw = config if config is not None else os.environ.get("DUECAST_CONFIG")
@@ -149,5 +154,7 @@ def load_settings(config: str | Path | None = None) -> Settings:
     token = _toml_path.set(path)
     try:
         return Settings()
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsFileError(f"settings file {path} is not valid TOML: {exc}") from exc
     finally:
         _toml_path.reset(token)

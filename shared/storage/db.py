@@ -33,22 +33,26 @@ def connect(settings: MySQLSettings, database: bool = True) -> pymysql.Connectio
 
     Errors name the user and host, never the password (PyMySQL's messages, and ours, below).
     """
-    conn = pymysql.connect(
-        host=settings.host,
-        port=settings.port,
-        user=settings.user,
-        password=settings.password.get_secret_value(),
-        database=settings.database if database else None,
-        unix_socket=settings.unix_socket,
-        connect_timeout=settings.connect_timeout_s,
-        read_timeout=settings.read_timeout_s,
-        write_timeout=settings.read_timeout_s,
-        charset="utf8mb4",
-        autocommit=False,
-        # FOUND_ROWS: an UPDATE reports rows matched, so a fenced ack's rowcount is exact.
-        client_flag=CLIENT.FOUND_ROWS,
-        ssl=tls_context(settings) if settings.tls else None,
-    )
+    try:
+        conn = pymysql.connect(
+            host=settings.host,
+            port=settings.port,
+            user=settings.user,
+            password=settings.password.get_secret_value(),
+            database=settings.database if database else None,
+            unix_socket=settings.unix_socket,
+            connect_timeout=settings.connect_timeout_s,
+            read_timeout=settings.read_timeout_s,
+            write_timeout=settings.read_timeout_s,
+            charset="utf8mb4",
+            autocommit=False,
+            # FOUND_ROWS: an UPDATE reports rows matched, so a fenced ack's rowcount is exact.
+            client_flag=CLIENT.FOUND_ROWS,
+            ssl=tls_context(settings) if settings.tls else None,
+        )
+    except pymysql.err.MySQLError as exc:
+        exc.add_note(server_note(settings))  # which server, for mysql_problem's one line
+        raise
     # PyMySQL before 1.2 went on in plaintext when the server offered no TLS: check the socket.
     if settings.tls and not isinstance(getattr(conn, "_sock", None), ssl.SSLSocket):
         conn.close()
@@ -157,3 +161,42 @@ class Database:
                 conn.close()
             except Exception:
                 log.debug("closing a broken connection failed", exc_info=True)
+
+
+# ------------------------------------------------------------- start-up failures, one line each
+
+_NOTE = "duecast: MySQL "
+_ACCESS_DENIED, _DB_ACCESS_DENIED, _UNKNOWN_DATABASE, _TOO_MANY_CONNECTIONS = 1045, 1044, 1049, 1040
+_UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 1927, 4031}
+
+
+def server_note(settings: MySQLSettings) -> str:
+    where = settings.unix_socket or f"{settings.host}:{settings.port}"
+    return f"{_NOTE}{where}, user {settings.user!r}, database {settings.database!r}"
+
+
+def mysql_problem(exc: BaseException) -> tuple[str, bool] | None:
+    """A driver error as (one line naming the server and setting and what to do, server unavailable?),
+    or None when it is not about reaching or using the server (a bug, or a query's own error)."""
+    if not isinstance(exc, pymysql.err.MySQLError):
+        return None
+    notes = [n for n in getattr(exc, "__notes__", []) if n.startswith(_NOTE)]
+    where = notes[0].removeprefix("duecast: ") if notes else "MySQL"
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    said = " ".join(str(exc.args[1]).split()) if len(exc.args) > 1 else type(exc).__name__
+    if code == _UNKNOWN_DATABASE:
+        return (
+            f"{where}: the database does not exist ({said}); set mysql.database (settings file given by "
+            "--config or DUECAST_CONFIG, or DUECAST_MYSQL__DATABASE), or run `duecast migrate` to create it",
+            False,
+        )
+    if code in (_ACCESS_DENIED, _DB_ACCESS_DENIED):
+        return f"{where}: access denied ({said}); check mysql.user and mysql.password", False
+    if code == _TOO_MANY_CONNECTIONS:
+        return (
+            f"{where}: too many connections ({code}); retry later, or raise the server's max_connections",
+            True,
+        )
+    if code in _UNREACHABLE or isinstance(exc, pymysql.err.InterfaceError):
+        return f"{where}: no connection ({said}); start MySQL, or fix mysql.host / mysql.port", True
+    return None
