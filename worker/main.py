@@ -7,9 +7,9 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from duecast.shared.api.handlers import load_registry
+from duecast.shared.api.handlers import Registry, load_registry
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.process.failures import StartupError
 from duecast.shared.process.health import serving, with_port
@@ -23,6 +23,7 @@ from duecast.shared.process.runtime import (
     start_process,
 )
 from duecast.shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
+from duecast.shared.storage.source_store import Store
 from duecast.shared.storage.worker_registry import Heartbeat
 from duecast.worker.broadcast import broadcast_members, running, served_topic_sources
 from duecast.worker.executor import Executor
@@ -40,6 +41,7 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     handlers = {s.name: registry.handler(JOBS_SOURCE if is_job_queue(s.name) else s.name) for s in sources}
     handlers = {name: timed_handler(h, name) for name, h in handlers.items()}  # per source/queue
     stores = {store.src.name: store for store in build_stores(settings, sources)}
+    check_columns(registry, stores)
     executor = Executor(settings.worker.concurrency)
     queue = build_queue(settings)
     if settings.faults.kill_after_pop:
@@ -77,6 +79,21 @@ class _KilledAfterPop(ReadyQueue):
             log.warning("fault hook: SIGKILL right after popping %d entries", len(popped[1]))
             os.kill(os.getpid(), signal.SIGKILL)
         return popped
+
+
+def check_columns(registry: Registry, stores: Mapping[str, Store]) -> None:
+    """Start-up check: every column a row/batch handler names (`columns=`) is in its table, which the
+    store read from information_schema; a typo would otherwise fail every batch until the sweeper."""
+    for name, store in stores.items():
+        if is_job_queue(name) or name.startswith(f"{TOPICS_SOURCE}."):
+            continue  # duecast's own tables and handlers
+        table_columns: frozenset[str] = getattr(store, "columns", frozenset())
+        missing = [c for c in registry.handler(name).columns if c not in table_columns]
+        if missing and table_columns:
+            raise StartupError(
+                f"the handler for source {name!r} reads column(s) {', '.join(missing)}, which table "
+                f"{store.src.table} does not have; fix columns=[...] in @registry.row/batch({name!r}, ...)"
+            )
 
 
 def served_sources(settings: Settings, registered: list[str]) -> list[str]:

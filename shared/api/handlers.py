@@ -149,7 +149,8 @@ class Registry:
         """Register `fn(row) -> Ack | None` for `source`.
 
         `columns`: the columns the handler reads (the id and `dc_attempt` always come). Naming
-        them is the cheapest speed-up there is: the worker reads and parses nothing else.
+        them is the cheapest speed-up there is: the worker reads and parses nothing else. The worker
+        checks them against the table when it starts (a missing one stops it, naming source and column).
         """
         return self._register(source, batch=False, columns=columns)
 

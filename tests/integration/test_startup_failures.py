@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pymysql
@@ -19,7 +19,8 @@ import pytest
 from duecast.admin import migrate
 from duecast.shared.process.failures import EXIT_CONFIG, EXIT_UNAVAILABLE
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
-from tests.integration.test_cli import ROOT
+from tests.integration.conftest import Env
+from tests.integration.test_cli import ROOT, sources_json
 
 pytestmark = pytest.mark.integration
 
@@ -170,3 +171,29 @@ def test_invalid_settings_are_one_line_naming_every_field(command: str, tmp_path
     done = run(COMMANDS[command], env, cwd=tmp_path)
 
     assert_one_line(done, EXIT_CONFIG, "invalid settings", "mysql.port", "redis.key_prefix")
+
+
+def test_a_handler_column_the_table_lacks_names_source_and_column(
+    make_env: Callable[..., Env], tmp_path: Path
+) -> None:
+    env = make_env("rescan", rows=3)
+    (tmp_path / "columns_app.py").write_text(
+        "from duecast import Registry\n"
+        "handlers = Registry()\n"
+        f"@handlers.row({env.source.name!r}, columns=['status', 'statuz'])\n"
+        "def check(row):\n"
+        "    return None\n"
+    )
+    settings = {
+        "DUECAST_MYSQL__DATABASE": env.settings.mysql.database,
+        "DUECAST_REDIS__KEY_PREFIX": env.settings.redis.key_prefix,
+        "DUECAST_SOURCES": sources_json(env.source),
+        "DUECAST_JOBS__ENABLED": "false",
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}",
+    }
+
+    done = run(["-m", "duecast", "worker", "--app", "columns_app", "--drain"], settings)
+
+    assert_one_line(
+        done, EXIT_CONFIG, f"source {env.source.name!r}", "column(s) statuz,", env.table, "columns="
+    )
