@@ -20,9 +20,10 @@ from duecast.admin.job_admin import STATES_BY_NAME, Filter, JobAdmin, Outcome
 from duecast.shared.api.enqueue import EnqueueError, Enqueuer, Job, OnDuplicate, encode
 from duecast.shared.api.handlers import load_registry
 from duecast.shared.fanout.queue import connect_redis
-from duecast.shared.settings import Settings, load_settings
+from duecast.shared.settings import JOBS_SOURCE, Settings, load_settings
 from duecast.shared.states import STATE_NAMES, State
 from duecast.shared.storage.db import Database
+from duecast.shared.storage.worker_registry import WorkerRegistry
 
 FILE_CHUNK = 5000  # rows validated / written per progress step
 
@@ -180,13 +181,20 @@ def enqueue_main(rest: list[str]) -> int:
         help='JSON Lines, one job per line: {"task": ..., "payload": ..., "queue": ..., "delay_s": ..., '
         '"priority": ..., "max_attempts": ..., "unique_key": ...}; all are enqueued or none',
     )
-    parser.add_argument("--app", help="module[:attr] of the task Registry: refuse unknown task names")
-    parser.add_argument("--config")
+    parser.add_argument(
+        "--app",
+        help="module[:attr] of the task Registry to check task names against (default: worker.app, "
+        "else the tasks the queue's live workers serve)",
+    )
+    parser.add_argument(
+        "--no-check", action="store_true", help="enqueue task names no live worker or --app knows"
+    )
+    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
     args = parser.parse_args(rest)
     if (args.task is None) == (args.file is None):
         parser.error("give a TASK or --file, not both")
     settings = load_settings(args.config)
-    tasks = load_registry(args.app).task_names if args.app else None
+    tasks = known_tasks(settings, args.app, None if args.file else args.queue, check=not args.no_check)
     enqueuer = Enqueuer(settings, connect_redis(settings.redis), tasks)
     if args.file is not None:
         n = enqueue_file(enqueuer, args.file, args.on_duplicate, Console(stderr=True))
@@ -208,6 +216,32 @@ def enqueue_main(rest: list[str]) -> int:
     )
     print(f"enqueued job {job_id} ({args.task})")
     return 0
+
+
+def known_tasks(
+    settings: Settings, app: str | None, queue: str | None, *, check: bool
+) -> frozenset[str] | None:
+    """The task names an enqueue may use: those of --app, else of worker.app when set, else those the
+    live workers serving `queue` (any queue, for a file) registered. None: not checked. Refuses when
+    no live worker can say, rather than let a misspelled task fail max_attempts times."""
+    app = app or settings.worker.app
+    if app:
+        return load_registry(app).task_names
+    if not check or (queue is not None and queue not in settings.jobs.queues):
+        return None  # unchecked; an unknown queue is the Enqueuer's to refuse
+    served = WorkerRegistry(Database(settings.mysql), settings.worker).served_tasks()
+    if queue is not None:
+        tasks = served.get(f"{JOBS_SOURCE}.{queue}")
+        where = f"queue {queue!r}"
+    else:
+        tasks = frozenset().union(*served.values()) if served else None
+        where = "any queue"
+    if tasks is None:
+        raise EnqueueError(
+            f"no live worker serves {where}, so the task name cannot be checked: start a worker, "
+            "pass --app module[:attr] to check it against the app, or --no-check"
+        )
+    return tasks
 
 
 _JOB_FIELDS = {"task", "payload", "queue", "delay_s", "priority", "max_attempts", "unique_key"}

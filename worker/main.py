@@ -47,7 +47,8 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     if settings.faults.kill_after_pop:
         queue = _KilledAfterPop(queue.client, queue.keys)
     check_redis(queue, wait=bool(settings.health.port))
-    heartbeat = Heartbeat(settings.mysql, settings.worker, list(stores))
+    tasks = registry.task_names if any(is_job_queue(name) for name in stores) else frozenset()
+    heartbeat = Heartbeat(settings.mysql, settings.worker, list(stores), tasks)
     worker = Worker(stores, handlers, queue, settings.worker, executor, process=heartbeat.name)
     members = broadcast_members(settings, registry, settings.worker.sources or registry.sources)
     log.info("working on %s with %d thread(s)", ", ".join(stores), settings.worker.concurrency)

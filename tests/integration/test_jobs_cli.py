@@ -20,6 +20,8 @@ from duecast.admin import migrate
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
+from duecast.shared.storage.db import Database
+from duecast.shared.storage.worker_registry import WorkerRegistry
 from duecast.worker.main import serve as serve_worker
 from tests.integration import jobs_app
 
@@ -197,3 +199,39 @@ def test_the_readme_jobs_example_runs(mysql_settings: MySQLSettings, redis_setti
     assert "audited sign-up checked" in out
     assert "flaky: dead, 2 error(s) RuntimeError: the mail server said no" in out
     assert "maybe_later: pending" in out
+
+
+def test_enqueue_without_an_app_checks_the_task_against_what_live_workers_serve(
+    table: str,
+    sql: pymysql.cursors.Cursor,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    workers = f"{table}_w"
+    monkeypatch.delenv("DUECAST_WORKER__APP")
+    monkeypatch.setenv("DUECAST_WORKER__REGISTRY_TABLE", workers)
+    migrate.apply(Settings())
+    registry = WorkerRegistry(Database(Settings().mysql), Settings().worker)
+    try:
+        # Nobody can say yet: refused, naming the ways out.
+        assert cli.main(["enqueue", "record"]) == 2
+        assert "no live worker serves queue 'default'" in capsys.readouterr().err
+
+        registry.register("w1", ["jobs.default"], {"record", "send"})
+        registry.register("w2", ["jobs.mail"], None)  # a worker too old to list its tasks
+        assert cli.main(["enqueue", "recrod"]) == 2
+        assert "unknown task 'recrod'" in capsys.readouterr().err
+        assert cli.main(["enqueue", "record"]) == 0
+        assert cli.main(["enqueue", "send", "--queue", "mail"]) == 2
+        assert "no live worker serves queue 'mail'" in capsys.readouterr().err
+        assert cli.main(["enqueue", "anything", "--queue", "mail", "--no-check"]) == 0
+
+        # A worker silent past worker.dead_after_s no longer counts.
+        sql.execute(f"UPDATE `{workers}` SET heartbeat_at = NOW(6) - INTERVAL 1 HOUR WHERE name = 'w1'")
+        assert cli.main(["enqueue", "record"]) == 2
+
+        sql.execute(f"SELECT task, queue FROM `{table}` ORDER BY id")
+        assert sql.fetchall() == (("record", "default"), ("anything", "mail"))
+    finally:
+        registry.db.close()
+        sql.execute(f"DROP TABLE IF EXISTS `{workers}`")
