@@ -12,6 +12,7 @@ import secrets
 import socket
 import time
 
+from duecast.shared.process.failures import log_failure
 from duecast.shared.process.loop import Tick
 from duecast.shared.queries.source import LeaseSQL, render_leases
 from duecast.shared.storage.db import Database
@@ -71,14 +72,18 @@ class Leadership:
         started = time.monotonic()
         try:
             granted = self.store.acquire(LEADER, self.holder, self.lease_s)
-        except Exception:
-            log.exception("could not renew the leader lease; acting as a standby until it works")
+        except Exception as exc:
+            log_failure(log, exc, "could not renew the leader lease; acting as a standby until it works")
             granted = 0.0
         self._until = started + granted * _SAFETY if granted > 0 else 0.0
         if self.held() != self.was_leader:
             self.was_leader = self.held()
-            log.warning(
-                "%s the dispatcher leader (%s)", "now" if self.was_leader else "no longer", self.holder
+            # Becoming leader is the normal start; losing the lease is worth a look.
+            log.log(
+                logging.INFO if self.was_leader else logging.WARNING,
+                "%s the dispatcher leader (%s)",
+                "now" if self.was_leader else "no longer",
+                self.holder,
             )
         return Tick(self.lease_s / 3, idle=True)
 

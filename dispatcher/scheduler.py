@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from duecast.shared.process.failures import log_failure
+
 log = logging.getLogger("duecast.scheduler")
 
 
@@ -36,7 +38,9 @@ def _guarded(name: str, fn: Callable[[], object], stop: threading.Event) -> Call
             return
         try:
             fn()
-        except Exception:
-            log.exception("%s failed; will retry at the next interval", name)
+        except Exception as exc:
+            log_failure(
+                log, exc, "%s failed; will retry at the next interval", name, event="scheduler.duty_failed"
+            )
 
     return job

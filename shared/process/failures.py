@@ -5,10 +5,12 @@ nobody explained) prints a traceback.
 
 from __future__ import annotations
 
+import logging
 import sys
 import tomllib
 import traceback
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
@@ -18,7 +20,7 @@ from duecast.shared.api.handlers import AppError
 from duecast.shared.api.publish import PublishError
 from duecast.shared.fanout.queue import redis_problem
 from duecast.shared.settings.model import SettingsFileError
-from duecast.shared.storage.db import mysql_problem
+from duecast.shared.storage.db import is_transient, mysql_problem
 from duecast.shared.storage.schema import SchemaError
 from duecast.shared.storage.topic_admin import TopicError
 
@@ -101,3 +103,23 @@ def run_command(prog: str, fn: Callable[[list[str]], int], argv: Sequence[str]) 
             return EXIT_BUG
         print(f"{prog}: {problem}", file=sys.stderr)
         return problem.code
+
+
+def transient_cause(exc: BaseException) -> str | None:
+    """One line for an error a running role simply retries (a server restarting, refusing, a lost
+    connection, a deadlock), or None for anything else: an unexpected error, whose traceback matters."""
+    found = mysql_problem(exc) or redis_problem(exc)
+    if is_transient(exc) or (found is not None and found[1]):
+        return f"{type(exc).__name__}: {_one_line(str(exc))}"
+    return None
+
+
+def log_failure(logger: logging.Logger, exc: BaseException, msg: str, *args: object, **extra: Any) -> None:
+    """Log a failed step that will be retried, its cause on the line: a transient one as one WARNING,
+    anything else as an ERROR with its traceback (a bug, or a problem nobody expected)."""
+    cause = transient_cause(exc)
+    if cause is None:
+        said = f"{type(exc).__name__}: {_one_line(str(exc))}"
+        logger.error(f"{msg}: %s", *args, said, exc_info=exc, extra={**extra, "cause": said})
+    else:
+        logger.warning(f"{msg}: %s", *args, cause, extra={**extra, "cause": cause})

@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Protocol
 
 from duecast.shared.policy import error_backoff_s
+from duecast.shared.process.failures import log_failure
 
 log = logging.getLogger("duecast.loop")
 
@@ -56,15 +57,18 @@ def run(
         try:
             result = role.tick()
             failures = 0
-        except Exception:
+        except Exception as exc:
             failures += 1
             delay = error_backoff_s(failures, error_base_s, error_cap_s, rng)
-            log.exception(
+            log_failure(
+                log,
+                exc,
                 "%s: tick failed (%d in a row); retrying in %.2fs",
                 role.name,
                 failures,
                 delay,
-                extra={"event": "loop.tick_failed", "role": role.name},
+                event="loop.tick_failed",
+                role=role.name,
             )
             result = Tick(delay, idle=False)
         if drain and result.idle:

@@ -6,12 +6,15 @@ are a second or so, so the watchdog's deadlines pass in real time; waits poll wi
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 
+import pymysql
 import pytest
 
+from duecast.dispatcher.leader import Leadership
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.policy import fence_reason, keeper_fits, lease_timing, renewal_outcome, shortest_lease_s
 from duecast.shared.settings import MySQLSettings
@@ -224,3 +227,38 @@ def test_a_batch_that_ended_is_never_fenced() -> None:
     with keep.holding(ENTRIES, time.monotonic()):  # a later batch is watched as before
         assert stops.done.wait(5)
     assert [code for code, _ in stops.codes] == [EXIT_FENCED]
+
+
+class ScriptedLeases:
+    """A LeaseStore whose acquire() grants what the script says, or raises it."""
+
+    def __init__(self, script: list[float | Exception]) -> None:
+        self.script = script
+
+    def acquire(self, name: str, holder: str, lease_s: float) -> float:
+        step = self.script.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+    def resign(self, name: str, holder: str) -> None:
+        pass
+
+
+def test_becoming_leader_is_info_and_a_lost_lease_one_warning_line(caplog: pytest.LogCaptureFixture) -> None:
+    down = pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+    leadership = Leadership(ScriptedLeases([15.0, down]), lease_s=15, holder="me")  # type: ignore[arg-type]
+    with caplog.at_level(logging.DEBUG, logger="duecast"):
+        leadership.tick()
+        leadership.tick()
+    got = [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records]
+    assert got == [
+        ("INFO", "now the dispatcher leader (me)", None),
+        (
+            "WARNING",
+            "could not renew the leader lease; acting as a standby until it works: "
+            "OperationalError: (2013, 'Lost connection to MySQL server during query')",
+            None,
+        ),
+        ("WARNING", "no longer the dispatcher leader (me)", None),
+    ]

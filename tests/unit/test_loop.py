@@ -13,7 +13,9 @@ import threading
 import time
 from collections.abc import Iterable
 
+import pymysql
 import pytest
+import redis
 
 from duecast.shared.process.loop import Tick, run, stop_on_signals
 
@@ -199,3 +201,29 @@ def test_stop_on_signals_sets_the_event() -> None:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@pytest.mark.parametrize(
+    "transient",
+    [
+        pymysql.err.OperationalError(2003, "Can't connect to MySQL server on '127.0.0.1' ([Errno 111])"),
+        pymysql.err.OperationalError(1040, "Too many connections"),
+        pymysql.err.InterfaceError(0, ""),
+        redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused."),
+    ],
+    ids=["mysql-down", "too-many-connections", "connection-gone", "redis-down"],
+)
+def test_a_transient_failure_is_one_warning_line_with_its_cause_and_no_traceback(
+    transient: Exception, caplog: pytest.LogCaptureFixture
+) -> None:
+    stop = RecordingStop()
+    with caplog.at_level(logging.DEBUG, logger="duecast.loop"):
+        run(ScriptedRole(stop, [transient, RuntimeError("a bug"), Stop()]), stop)
+
+    (server, bug) = [r for r in caplog.records if "tick failed" in r.getMessage()]
+    assert (server.levelname, server.exc_info) == ("WARNING", None)
+    assert server.getMessage().endswith(f"{type(transient).__name__}: {' '.join(str(transient).split())}")
+    assert "\n" not in server.getMessage()
+    # Anything else is unexpected: an ERROR with its traceback.
+    assert bug.levelname == "ERROR"
+    assert bug.exc_info is not None
