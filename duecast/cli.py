@@ -75,7 +75,7 @@ def _cmd_topics(rest: list[str]) -> int:
 
 
 def _cmd_status(rest: list[str]) -> int:
-    from duecast.status_view import main  # noqa: PLC0415
+    from duecast.status_cli import main  # noqa: PLC0415
 
     return main(rest)
 
