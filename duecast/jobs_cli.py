@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -20,6 +21,7 @@ from duecast.admin.job_admin import STATES_BY_NAME, Filter, JobAdmin, Outcome
 from duecast.shared.api.enqueue import EnqueueError, Enqueuer, Job, OnDuplicate, encode
 from duecast.shared.api.handlers import load_registry
 from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.process.failures import EXIT_NO, EXIT_UNCONFIRMED, StartupError
 from duecast.shared.settings import JOBS_SOURCE, Settings, load_settings
 from duecast.shared.states import STATE_NAMES, State
 from duecast.shared.storage.db import Database
@@ -98,9 +100,9 @@ def _act(console: Console, admin: JobAdmin, args: argparse.Namespace, flt: Filte
     if total == 0:
         console.print(f"{args.action}: no job matches")
         return 0
-    if not args.yes and not _confirm(console, f"{args.action} {total:,} job(s)?"):
+    if not _confirmed(console, args, flt, f"{args.action} {total:,} job(s)"):
         console.print("nothing changed")
-        return 1
+        return EXIT_NO
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(args.action, total=total)
         step = lambda n: bar.advance(task, n)  # noqa: E731
@@ -111,9 +113,18 @@ def _act(console: Console, admin: JobAdmin, args: argparse.Namespace, flt: Filte
     return 0
 
 
-def _confirm(console: Console, question: str) -> bool:
+def _confirmed(console: Console, args: argparse.Namespace, flt: Filter, what: str) -> bool:
+    """Ids named one by one are confirmation enough (they bound the set); a filter or --all asks,
+    unless --yes. Without a terminal to ask on, it refuses in one line (exit 4) rather than take
+    an answer from a pipe."""
+    if args.yes or flt.ids:
+        return True
+    if not sys.stdin.isatty():
+        raise StartupError(
+            f"{what} needs confirmation and there is no terminal to ask on; pass --yes", EXIT_UNCONFIRMED
+        )
     try:
-        return console.input(f"{question} [y/N] ").strip().lower() in {"y", "yes"}
+        return console.input(f"{what}? [y/N] ").strip().lower() in {"y", "yes"}
     except EOFError:
         return False
 

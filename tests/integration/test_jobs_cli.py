@@ -3,6 +3,7 @@ per-queue `duecast status`, against the test database through duecast.cli.main."
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 from duecast import cli
 from duecast.admin import migrate
 from duecast.dispatcher.main import serve as serve_dispatcher
+from duecast.shared.process.failures import EXIT_NO, EXIT_UNCONFIRMED
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
@@ -148,17 +150,43 @@ def test_show_list_retry_replay_and_discard(
     assert 4 not in states(sql, table)
 
 
-def test_a_bulk_action_asks_first_and_does_nothing_without_a_yes(
+class Terminal(io.StringIO):
+    """stdin at a terminal, where the operator types `answer`."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_bulk_action_asks_at_a_terminal_and_refuses_in_a_script_without_yes(
     table: str,
     sql: pymysql.cursors.Cursor,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert cli.main(["enqueue", "record"]) == 0
+    capsys.readouterr()
+    # A script (no terminal): one line, exit 4, nothing changed.
     monkeypatch.setattr("sys.stdin", open("/dev/null"))  # noqa: SIM115 - closed with the test
-    assert cli.main(["jobs", "discard", "--all"]) == 1
+    assert cli.main(["jobs", "discard", "--all"]) == EXIT_UNCONFIRMED
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "duecast jobs: discard 1 job(s) needs confirmation and there is no terminal to ask on; pass --yes"
+    ]
+    assert states(sql, table) == {1: State.IDLE}
+    # At a terminal it asks: no changes nothing (exit 1), yes does it.
+    monkeypatch.setattr("sys.stdin", Terminal("n\n"))
+    assert cli.main(["jobs", "discard", "--all"]) == EXIT_NO
     assert "nothing changed" in capsys.readouterr().out
     assert states(sql, table) == {1: State.IDLE}
+    monkeypatch.setattr("sys.stdin", Terminal("y\n"))
+    assert cli.main(["jobs", "discard", "--all"]) == 0
+    assert states(sql, table) == {}
+    # Ids named one by one need no question, terminal or not: `duecast jobs discard 2` in a script.
+    assert cli.main(["enqueue", "record"]) == 0
+    monkeypatch.setattr("sys.stdin", open("/dev/null"))  # noqa: SIM115
+    assert cli.main(["jobs", "discard", "2"]) == 0
+    assert "discard: 1 of 1 job(s)" in capsys.readouterr().out
+    assert states(sql, table) == {}
 
 
 def test_status_shows_each_queue_by_state(table: str, capsys: pytest.CaptureFixture[str]) -> None:
