@@ -1,9 +1,10 @@
-"""duecast's public API and command line: `from duecast import Registry, Ack, Enqueuer, Job`, and for
-topics `Publisher, Publish, Message`.
+"""duecast's public API and command line: `from duecast import Registry, Ack, Enqueuer, Job`,
+`current_job` (inside a task), and for topics `Publisher, Publish, Message`.
 
 Wiring only: the behaviour lives in `shared`, `dispatcher` and `worker`.
 """
 
+from duecast.shared.api.context import JobContext, current_job
 from duecast.shared.api.enqueue import DuplicateJob, EnqueueError, Enqueuer, Job
 from duecast.shared.api.handlers import Ack, Registry, Row
 from duecast.shared.api.messages import Message
@@ -15,10 +16,12 @@ __all__ = [
     "EnqueueError",
     "Enqueuer",
     "Job",
+    "JobContext",
     "Message",
     "Publish",
     "PublishError",
     "Publisher",
     "Registry",
     "Row",
+    "current_job",
 ]

@@ -148,6 +148,7 @@ class Enqueuer(Outbox):
         self.keys = Keys(settings.redis.key_prefix)
         self.tasks = frozenset(tasks) if tasks is not None else None
         self.sql = render_jobs(self.jobs.table)
+        self._ids_how: str | None = None  # how write_ids learns the new ids on this server
 
     @classmethod
     def connect(cls, config: str | None = None, tasks: Iterable[str] | None = None) -> Enqueuer:
@@ -193,8 +194,9 @@ class Enqueuer(Outbox):
         *,
         on_duplicate: OnDuplicate = "error",
         conn: pymysql.Connection[pymysql.cursors.Cursor] | None = None,
-    ) -> int:
-        """Enqueue all jobs or none, in one transaction; returns how many were given.
+    ) -> list[int]:
+        """Enqueue all jobs or none, in one transaction; returns the jobs' ids, in the order given
+        (with on_duplicate="keep", a duplicate's is the existing job's id).
 
         Every job is validated before anything is written. A unique key already held by an active
         job (or twice in `jobs`) raises DuplicateJob and writes nothing, or with on_duplicate="keep"
@@ -204,33 +206,78 @@ class Enqueuer(Outbox):
         """
         rows = [encode(job, self.jobs, self.tasks) for job in jobs]
         if not rows:
-            return 0
+            return []
         _check_unique_within(rows, on_duplicate)
         if conn is not None:
             with conn.cursor() as cur:
-                self.write(cur, rows, on_duplicate)
-            return len(rows)
+                return self.write_ids(cur, rows, on_duplicate)
         with self.db.transaction() as cur:
-            self.write(cur, rows, on_duplicate)
+            ids = self.write_ids(cur, rows, on_duplicate)
         self.wake()
-        return len(rows)
+        return ids
 
     def write(self, cur: pymysql.cursors.Cursor, rows: Sequence[_Row], on_duplicate: OnDuplicate) -> int:
         """Multi-row INSERTs of INSERT_CHUNK rows on `cur` (no commit); returns the id of the last
         statement's first row. A duplicate unique key raises DuplicateJob unless `keep`."""
         tail = self.sql.on_duplicate_keep if on_duplicate == "keep" else ""
         for i in range(0, len(rows), INSERT_CHUNK):
-            chunk = rows[i : i + INSERT_CHUNK]
-            params = [p for r in chunk for p in r.params()]
-            try:
-                cur.execute(self.sql.insert + ",".join([self.sql.insert_values] * len(chunk)) + tail, params)
-            except pymysql.err.IntegrityError as exc:
-                if exc.args[0] != DUPLICATE_KEY:
-                    raise
-                raise DuplicateJob(
-                    f"a pending or running job already holds this unique key ({exc.args[1]})"
-                ) from exc
+            self._insert(cur, rows[i : i + INSERT_CHUNK], tail)
         return int(cur.lastrowid or 0)
+
+    def write_ids(
+        self, cur: pymysql.cursors.Cursor, rows: Sequence[_Row], on_duplicate: OnDuplicate
+    ) -> list[int]:
+        """As write(), returning every row's job id in order: from RETURNING where the server has
+        it (MariaDB), else consecutive from LAST_INSERT_ID() where the auto-increment lock mode
+        guarantees it, else one INSERT per row (exact, slower)."""
+        keep = on_duplicate == "keep"
+        tail = self.sql.on_duplicate_keep if keep else ""
+        how = self._ids_by(cur)
+        ids: list[int] = []
+        for i in range(0, len(rows), INSERT_CHUNK):
+            chunk = rows[i : i + INSERT_CHUNK]
+            if how == "returning":
+                self._insert(cur, chunk, tail + self.sql.returning_ids)
+                ids.extend(int(r[0]) for r in cur.fetchall())
+            elif how == "consecutive" and not keep:
+                self._insert(cur, chunk, tail)
+                first = int(cur.lastrowid or 0)
+                ids.extend(range(first, first + len(chunk)))
+            else:
+                for row in chunk:
+                    self._insert(cur, [row], tail)
+                    ids.append(int(cur.lastrowid or 0))
+        return ids
+
+    def _ids_by(self, cur: pymysql.cursors.Cursor) -> str:
+        if self._ids_how is None:
+            cur.execute(self.sql.id_facts)
+            version, lock_mode = cur.fetchone() or ("", 2)
+            if "mariadb" in str(version).lower() and _version(str(version)) >= (10, 5):
+                self._ids_how = "returning"
+            else:
+                self._ids_how = "consecutive" if int(lock_mode) <= 1 else "one_by_one"
+        return self._ids_how
+
+    def _insert(self, cur: pymysql.cursors.Cursor, chunk: Sequence[_Row], tail: str) -> None:
+        params = [p for r in chunk for p in r.params()]
+        try:
+            cur.execute(self.sql.insert + ",".join([self.sql.insert_values] * len(chunk)) + tail, params)
+        except pymysql.err.IntegrityError as exc:
+            if exc.args[0] != DUPLICATE_KEY:
+                raise
+            raise DuplicateJob(
+                f"a pending or running job already holds this unique key ({exc.args[1]})"
+            ) from exc
+
+
+def _version(text: str) -> tuple[int, int]:
+    """(major, minor) of a VERSION() string such as `10.11.19-MariaDB-0+deb12u1`."""
+    parts = text.split("-", 1)[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return 0, 0
 
 
 def _check_unique_within(rows: list[_Row], on_duplicate: OnDuplicate) -> None:

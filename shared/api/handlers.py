@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from duecast.shared.api.context import call_as, job_context
 from duecast.shared.api.messages import Message
 from duecast.shared.queries.identifiers import check_identifier
 from duecast.shared.settings import JOBS_SOURCE, ScheduleSettings, topic_source
@@ -160,6 +161,7 @@ class Registry:
 
     def task(self, name: str, *, transactional: bool = False) -> Callable[[TaskFunction], TaskFunction]:
         """Register a one-off job task: `fn(payload)`, where payload is the job's decoded JSON.
+        Inside it, `duecast.current_job()` gives its id, attempt, queue, task and enqueued_at.
 
         It returns None (done), `Ack.retry(...)` or `Ack.discard(...)`, or raises (a failure: retried
         with backoff, dead after max_attempts). `transactional=True`: `fn(payload, cursor)` runs in
@@ -181,7 +183,10 @@ class Registry:
                 self._transactional.add(name)
             if JOBS_SOURCE not in self._handlers:
                 self._handlers[JOBS_SOURCE] = Handler(
-                    JOBS_SOURCE, self._run_job, batch=False, columns=("task", "payload")
+                    JOBS_SOURCE,
+                    self._run_job,
+                    batch=False,
+                    columns=("task", "payload"),
                 )
             return fn
 
@@ -232,9 +237,11 @@ class Registry:
         if fn is None:
             raise LookupError(f"no task named {name!r} is registered")
         payload = json.loads(row["payload"])
+        job = job_context(row)  # what duecast.current_job() returns while fn runs
         if name in self._transactional:
-            return Ack("transaction", work=lambda cursor: fn(payload, cursor))
-        return fn(payload)
+            return Ack("transaction", work=lambda cursor: call_as(job, fn, payload, cursor))
+        result: Ack | None = call_as(job, fn, payload)
+        return result
 
     def schedule(
         self,

@@ -22,7 +22,17 @@ IDLE, DISPATCHED, RUNNING, DONE, DEAD = (
 PRIORITIES = range(10)  # 0 runs first
 _PRIO = f"`priority` IN ({int_list(PRIORITIES)})"
 # What a worker reads of a job it starts.
-JOB_COLUMNS = ("id", "dc_attempt", "task", "payload", "errors", "max_attempts", "interruptions")
+JOB_COLUMNS = (
+    "id",
+    "dc_attempt",
+    "task",
+    "payload",
+    "errors",
+    "max_attempts",
+    "interruptions",
+    "queue",  # with created_at: a task's JobContext (shared/api/context.py)
+    "created_at",
+)
 # Columns of `duecast jobs show/list`.
 SHOW_COLUMNS = (
     "id",
@@ -52,6 +62,8 @@ class JobSQL:
     insert: str
     insert_values: str
     on_duplicate_keep: str
+    returning_ids: str
+    id_facts: str
     claim_due: str
     mark_dispatched: str
     lock_dispatched: str
@@ -110,6 +122,12 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
         # or of a (schedule, scheduled_for) pair leaves the existing row alone. LAST_INSERT_ID(id)
         # makes a one-row insert report the existing job's id.
         on_duplicate_keep=" ON DUPLICATE KEY UPDATE `id` = LAST_INSERT_ID(`id`)",
+        # enqueue_many's ids, exactly, on MariaDB 10.5+: one row per VALUES tuple, in order (a kept
+        # duplicate's row is the existing job's).
+        returning_ids=" RETURNING `id`",
+        # Where RETURNING is missing (MySQL): a multi-row INSERT's ids are consecutive from
+        # LAST_INSERT_ID() only under innodb_autoinc_lock_mode 0 or 1.
+        id_facts="SELECT VERSION(), @@innodb_autoinc_lock_mode",
         # Claim step 1, per queue: the highest-priority, oldest due jobs. dc_due (state, queue,
         # priority, run_at): one range per priority, read in index order, so no filesort and only
         # due rows are read, however many jobs are scheduled for later.
