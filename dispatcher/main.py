@@ -7,6 +7,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from duecast.dispatcher.coverage import Coverage
 from duecast.dispatcher.dispatcher import Dispatcher
 from duecast.dispatcher.gauges import SystemGauges
 from duecast.dispatcher.leader import Leadership, LeaseStore
@@ -67,6 +68,12 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
         renew = ("duecast-leader", leadership.renew, settings.dispatcher.leader_lease_s / 3)
         if gauges is not None:
             duties.append(("duecast-gauges", gauges.duty(leadership.held), settings.health.gauges_interval_s))
+        coverage = Coverage(
+            WorkerRegistry(Database(settings.mysql), settings.worker),
+            [s.name for s in sources],
+            settings.worker.dead_after_s,
+        )
+        duties.append(("duecast-coverage", coverage.duty(leadership.held), settings.worker.heartbeat_s))
         scheduler = scheduler_start(stop, [renew, *duties])
     log.info("dispatching %s", ", ".join(s.name for s in sources))
     try:

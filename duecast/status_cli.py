@@ -22,6 +22,7 @@ from duecast.admin.dashboard_store import DashboardStore, WorkerRow
 from duecast.history import History, Reading
 from duecast.sampler import Sampler
 from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.monitor.coverage import unserved, unserved_line
 from duecast.shared.process.failures import EXIT_OK, EXIT_UNAVAILABLE, explain
 from duecast.shared.process.runtime import build_queue
 from duecast.shared.settings import Settings, load_settings
@@ -45,6 +46,7 @@ class Frame:
     redis_lengths: dict[str, int] = field(default_factory=dict)  # when MySQL cannot be read
     redis_counters: dict[str, dict[str, int]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # one line per server that did not answer
+    unserved: list[str] | None = None  # sources and queues no live worker serves (None: unknown)
 
 
 class StatusReader:
@@ -68,6 +70,8 @@ class StatusReader:
                 self._attempt(out, lambda: self._redis_only(out))
         out.workers = self._attempt(out, self.dashboard.workers)
         out.live = self._attempt(out, self.registry.alive)
+        if out.live is not None:
+            out.unserved = unserved([s.name for s in self.settings.all_sources()], out.live)
         return out
 
     def _read(self) -> Reading:
@@ -110,6 +114,7 @@ def view(
     if frame.stale_since is not None:
         shown = time.strftime("%H:%M:%S", time.localtime(frame.stale_since))
         parts.insert(0, Text(f"sources and queues as read at {shown}", style="yellow"))
+    parts.extend(Text(unserved_line(s), style="red") for s in frame.unserved or ())
     if problems:
         parts.extend(Text(f"cannot read: {p}", style="red") for p in frame.problems)
     return Group(*(piece for part in parts for piece in fit(part, console)))
@@ -147,6 +152,7 @@ def as_json(frame: Frame, history: History) -> dict[str, Any]:
         "sources": sources,
         "workers_running_jobs": None if frame.workers is None else [asdict(w) for w in frame.workers],
         "workers_alive": None if frame.live is None else [_live(w) for w in frame.live],
+        "unserved": frame.unserved,
         "unavailable": frame.problems,
     }
 

@@ -134,7 +134,12 @@ def served_sources(settings: Settings, registered: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="duecast worker", description=__doc__)
     parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
-    parser.add_argument("--app", help="module[:attribute] holding the handler Registry")
+    parser.add_argument(
+        "--app",
+        action="append",
+        default=[],
+        help="module[:attribute] holding a handler Registry (repeat to serve several apps)",
+    )
     parser.add_argument("--source", action="append", default=[], help="serve only these sources")
     parser.add_argument("--concurrency", type=int, help="handler threads per process")
     parser.add_argument(
@@ -156,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {
         k: v
         for k, v in (
-            ("app", args.app),
+            ("app", ",".join(args.app)),
             ("sources", args.source or None),
             ("concurrency", args.concurrency),
             ("queues", args.queue or None),

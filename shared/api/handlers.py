@@ -276,6 +276,19 @@ class Registry:
     def sources(self) -> list[str]:
         return sorted(self._handlers)
 
+    def include(self, other: Registry) -> None:
+        """Add `other`'s handlers, tasks and schedules to this one: a worker serving two apps
+        (`--app a --app b`). A source, task or schedule both declare is an error, never a silent pick."""
+        for source, handler in other._handlers.items():
+            if source != JOBS_SOURCE:
+                self._register(source, handler.batch, handler.columns)(handler.fn)
+        for name, fn in other._tasks.items():
+            self.task(name, transactional=name in other._transactional)(fn)
+        for sched in other._schedules:
+            if any(s.name == sched.name for s in self._schedules):
+                raise ValueError(f"schedule {sched.name!r} is declared twice")
+            self._schedules.append(sched)
+
     def handler(self, source: str) -> Handler:
         try:
             return self._handlers[source]
@@ -288,12 +301,22 @@ class AppError(ValueError):
 
 
 def load_registry(spec: str) -> Registry:
-    """Import "package.module[:attribute]" (attribute defaults to `handlers`) and return its Registry.
+    """Import "package.module[:attribute]" (attribute defaults to `handlers`) and return its Registry;
+    several specs, comma-separated, give one Registry holding all of theirs (Registry.include).
 
     The current directory is importable, as with `python -m duecast.worker`, so `duecast worker --app
     myapp.handlers` finds a project's own modules.
     """
-    module_name, _, attr = spec.partition(":")
+    specs = [s.strip() for s in spec.split(",") if s.strip()]
+    if len(specs) > 1:
+        combined = Registry()
+        for one in specs:
+            try:
+                combined.include(load_registry(one))
+            except ValueError as exc:
+                raise AppError(f"--app {', '.join(specs)}: {exc}") from exc
+        return combined
+    module_name, _, attr = spec.strip().partition(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:

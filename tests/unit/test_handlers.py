@@ -389,3 +389,28 @@ def test_a_task_sees_its_own_job_through_current_job() -> None:
     ]
     with pytest.raises(LookupError, match="only known inside a task"):
         current_job()  # outside a task
+
+
+def test_one_registry_can_include_another_and_conflicts_are_errors() -> None:
+    a, b = Registry(), Registry()
+    a.row("users", columns=["status"])(lambda row: None)
+    a.task("mail")(lambda p: None)
+    a.schedule("nightly", "mail", cron="0 3 * * *")
+    b.batch("orders")(lambda rows: None)
+    b.task("bill", transactional=True)(lambda p, cursor: None)
+
+    both = Registry()
+    both.include(a)
+    both.include(b)
+
+    assert both.sources == ["jobs", "orders", "users"]
+    assert both.task_names == {"mail", "bill"}
+    assert both.handler("users").columns == ("status",)
+    assert both.handler("orders").batch
+    assert [s.name for s in both.schedules] == ["nightly"]
+    with pytest.raises(ValueError, match="source 'users' already has a handler"):
+        both.include(a)
+    clash = Registry()
+    clash.task("bill")(lambda p: None)
+    with pytest.raises(ValueError, match="task 'bill' is registered twice"):
+        both.include(clash)
