@@ -89,9 +89,11 @@ def test_migrate_print_shows_the_sql_and_changes_nothing_then_migrate_applies_it
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     table = tables("rescan", rows=3)
+    assert cli.main(["migrate"]) == 0  # the session's shared tables (leases, workers), if first to run
     monkeypatch.setenv(
         "DUECAST_SOURCES", sources_json({"name": "cli", "table": table, **source_fields("rescan")})
     )
+    capsys.readouterr()
 
     assert cli.main(["migrate", "--print"]) == 0
     out = capsys.readouterr().out
