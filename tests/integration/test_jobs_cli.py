@@ -232,6 +232,7 @@ def test_the_readme_jobs_example_runs(mysql_settings: MySQLSettings, redis_setti
 def test_enqueue_without_an_app_checks_the_task_against_what_live_workers_serve(
     table: str,
     sql: pymysql.cursors.Cursor,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -253,6 +254,11 @@ def test_enqueue_without_an_app_checks_the_task_against_what_live_workers_serve(
         assert cli.main(["enqueue", "send", "--queue", "mail"]) == 2
         assert "no live worker serves queue 'mail'" in capsys.readouterr().err
         assert cli.main(["enqueue", "anything", "--queue", "mail", "--no-check"]) == 0
+        # A file: checked against every live worker's tasks, every line before any is written.
+        path = tmp_path / "jobs.jsonl"
+        path.write_text('{"task": "send", "queue": "mail"}\n{"task": "sned"}\n')
+        assert cli.main(["enqueue", "--file", str(path)]) == 2
+        assert f"{path}:2: unknown task 'sned'" in capsys.readouterr().err
 
         # A worker silent past worker.dead_after_s no longer counts.
         sql.execute(f"UPDATE `{workers}` SET heartbeat_at = NOW(6) - INTERVAL 1 HOUR WHERE name = 'w1'")

@@ -35,6 +35,13 @@ COMMANDS = {
     "jobs": ["-m", "duecast", "jobs", "list"],
     "web": ["-m", "duecast", "web", "--port", "0"],
     "migrate": ["-m", "duecast", "migrate"],
+    "sweeper": ["-m", "duecast", "sweeper", "--once"],
+}
+# Commands that stop on their own settings before any server: checked for settings errors only.
+# (The demo creates its database, so it never runs here against an unknown one.)
+SETTINGS_ONLY = {
+    "topics": ["-m", "duecast", "topics", "status"],
+    "demo": ["-m", "duecast", "demo", "--seconds", "1"],
 }
 # Commands that need Redis at start-up. web keeps serving while Redis is down, enqueue's wake-up is a
 # hint (MySQL holds the job), migrate never uses it.
@@ -154,21 +161,21 @@ def test_the_worker_without_an_app_names_the_setting(source_env: dict[str, str])
     assert_one_line(done, EXIT_CONFIG, "--app", "worker.app")
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", [*COMMANDS, *SETTINGS_ONLY])
 def test_a_broken_toml_file_names_the_file_and_the_spot(command: str, tmp_path: Path) -> None:
     config = tmp_path / "duecast.toml"
     config.write_text("[mysql\nport = 3306\n")
 
-    done = run(COMMANDS[command], {"DUECAST_CONFIG": str(config)}, cwd=tmp_path)
+    done = run({**COMMANDS, **SETTINGS_ONLY}[command], {"DUECAST_CONFIG": str(config)}, cwd=tmp_path)
 
     assert_one_line(done, EXIT_CONFIG, str(config), "not valid TOML", "line 1")
 
 
-@pytest.mark.parametrize("command", ["status", "dispatcher", "worker", "migrate"])
+@pytest.mark.parametrize("command", ["status", "dispatcher", "worker", "migrate", "topics", "demo"])
 def test_invalid_settings_are_one_line_naming_every_field(command: str, tmp_path: Path) -> None:
     env = {"DUECAST_MYSQL__PORT": "three", "DUECAST_REDIS__KEY_PREFIX": "has spaces"}
 
-    done = run(COMMANDS[command], env, cwd=tmp_path)
+    done = run({**COMMANDS, **SETTINGS_ONLY}[command], env, cwd=tmp_path)
 
     assert_one_line(done, EXIT_CONFIG, "invalid settings", "mysql.port", "redis.key_prefix")
 

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from duecast import cli
-from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.process.failures import EXIT_UNAVAILABLE
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
@@ -211,3 +211,21 @@ def test_a_watch_keeps_its_last_reading_when_mysql_stops_answering(busy_source: 
     assert "sources and queues as read at" in text
     assert f"cannot read: {problem[:40]}" in text
     assert "user_block_status_eu_west" in text
+
+
+def test_job_queues_at_80_columns_cut_no_cell(
+    jobs_env: Enqueuer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs_env.enqueue_many(Job("anything", i) for i in range(2_345))
+    monkeypatch.setenv("COLUMNS", "80")
+    capsys.readouterr()
+
+    assert cli.main(["status"]) == 0
+
+    out = capsys.readouterr().out
+    assert "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "job queues (1/2)" in out
+    for header in ("queue", "pending", "scheduled", "dispatched", "oldest due age", "finished/s"):
+        assert header in out
+    assert out.count("2,345") == 2  # pending and due, whole
