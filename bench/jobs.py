@@ -31,7 +31,7 @@ from duecast.admin import migrate
 from duecast.fleet import Fleet, cpu_seconds
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.fanout.queue import connect_redis
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.settings import JOBS_SOURCE, Settings, load_settings
 from duecast.shared.storage.db import connect
 

@@ -3,7 +3,7 @@
 (a) scan: the claim's cost at 1M vs 10M rows with the same number due (target: flat). Builds
     user_block_status-shaped tables bench_scan_<rows> (rows mode: migrated with the dc_* columns and
     the dc_due index), `--due` rows of each due and scattered evenly over the ids, every other row
-    recent. Then it runs the claim of shared/sql.py (render(src).claim_due: SELECT ... FOR UPDATE
+    recent. Then it runs the claim of shared/queries/source.py (render(src).claim_due: SELECT ... FOR UPDATE
     SKIP LOCKED, then mark_dispatched) on each table in turn, rolled back every time so nothing
     changes, and reports median / p99 ms per claim, the EXPLAIN plan and the rows the server
     really read (Handler_read_* counters). The tables are kept for the next run (reused when their
@@ -39,7 +39,7 @@ from rich.table import Table
 
 from duecast import demo
 from duecast.admin import migrate
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.queries.source import SourceSQL, in_list, render
 from duecast.shared.settings import JobsSettings, Settings, SourceSettings, load_settings
 from duecast.shared.storage.db import connect

@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 
 from duecast.shared.monitor.coverage import label, serving, unserved_line
-from duecast.shared.process import metrics
 from duecast.shared.storage.worker_registry import WorkerRegistry
+from duecast.shared.telemetry import metrics
 
 log = logging.getLogger("duecast.coverage")
 

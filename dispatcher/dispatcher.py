@@ -1,6 +1,6 @@
 """Dispatcher: per tick, for each source, claim due rows (commit), then RPUSH their entries.
 
-Owns pacing and backpressure; owns no SQL (the store) and no key names (shared.keys).
+Owns pacing and backpressure; owns no SQL (the store) and no key names (shared.fanout.keys).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections import Counter
 
 from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue
 from duecast.shared.policy import claim_room, dispatch_delay_s
-from duecast.shared.process import observe
 from duecast.shared.process.loop import Tick
 from duecast.shared.settings import DispatcherSettings, FaultSettings
 from duecast.shared.storage.source_store import Store
+from duecast.shared.telemetry import observe
 
 log = logging.getLogger("duecast.dispatcher")
 

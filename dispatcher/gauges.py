@@ -12,8 +12,8 @@ from prometheus_client import Gauge
 
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.monitor.status import SourceSnapshot, source_snapshot
-from duecast.shared.process import metrics
 from duecast.shared.storage.source_store import Store
+from duecast.shared.telemetry import metrics
 
 log = logging.getLogger("duecast.gauges")
 

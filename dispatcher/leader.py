@@ -14,7 +14,7 @@ import time
 
 from duecast.shared.process.failures import log_failure
 from duecast.shared.process.loop import Tick
-from duecast.shared.queries.source import LeaseSQL, render_leases
+from duecast.shared.queries.source import LeaderSQL, render_leases
 from duecast.shared.storage.db import Database
 
 log = logging.getLogger("duecast.leader")
@@ -31,7 +31,7 @@ def holder_name() -> str:
 class LeaseStore:
     def __init__(self, db: Database, table: str) -> None:
         self.db = db
-        self.sql: LeaseSQL = render_leases(table)
+        self.sql: LeaderSQL = render_leases(table)
 
     def acquire(self, name: str, holder: str, lease_s: float) -> float:
         """Take or renew `name` for `holder`; returns the seconds it is ours for (0: someone else's)."""

@@ -1,6 +1,7 @@
 """Reaper: the leader's duty that requeues what a dead worker had popped, as soon as it is silent.
 
-A worker records its current batch in Redis (ReadyQueue.hold) and beats in MySQL (shared.workers);
+A worker records its current batch in Redis (ReadyQueue.hold) and beats in MySQL
+(shared.storage.worker_registry);
 one silent for worker.dead_after_s is dead, and its batch's rows go back to pending now (fenced on
 their attempt) instead of after the visibility timeout. Without the record (Redis lost it), the
 canary or the sweeper covers them.

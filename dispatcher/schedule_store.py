@@ -1,6 +1,6 @@
 """Materialises recurring schedules into jobs: one transaction per schedule and tick, under its row lock.
 
-Runs shared.sql_jobs.ScheduleSQL; the decision of which fire times to run is shared.schedules.due_runs.
+Runs shared.queries.jobs.ScheduleSQL; the decision of which fire times to run is shared.schedules.due_runs.
 """
 
 from __future__ import annotations

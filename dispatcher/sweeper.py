@@ -9,10 +9,10 @@ import logging
 import time
 
 from duecast.shared.fanout.queue import ReadyQueue
-from duecast.shared.process import observe
 from duecast.shared.process.loop import Tick
 from duecast.shared.settings import DispatcherSettings
 from duecast.shared.storage.source_store import Store
+from duecast.shared.telemetry import observe
 
 log = logging.getLogger("duecast.sweeper")
 

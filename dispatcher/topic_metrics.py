@@ -1,7 +1,7 @@
 """Prometheus gauges for topics, set by the dispatcher's topics duty only (so a sum over processes never
 counts them twice), and served by /metrics from prometheus-client's process-wide registry.
 
-Kept apart from shared/metrics.py so topics add metrics without touching the per-source ones.
+Kept apart from shared/telemetry/metrics.py so topics add metrics without touching the per-source ones.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 
 from duecast.dispatcher import topic_metrics
+from duecast.shared.monitor.topic_status import TopicMonitor
 from duecast.shared.process.loop import Tick
 from duecast.shared.settings import Settings, TopicsSettings
 from duecast.shared.storage.db import Database
@@ -19,8 +20,9 @@ log = logging.getLogger("duecast.topics")
 class TopicKeeper:
     name = "topics"
 
-    def __init__(self, admin: TopicAdmin, settings: TopicsSettings) -> None:
+    def __init__(self, admin: TopicAdmin, monitor: TopicMonitor, settings: TopicsSettings) -> None:
         self.admin = admin
+        self.monitor = monitor
         self.settings = settings
         self.pruned = 0
 
@@ -34,7 +36,7 @@ class TopicKeeper:
 
     def check(self) -> None:
         """Alerts in the log and gauges for /metrics, from one read of every group."""
-        statuses = self.admin.monitor.groups()
+        statuses = self.monitor.groups()
         topic_metrics.publish(statuses)
         for s in statuses:
             if s.timeouts:
@@ -68,5 +70,5 @@ def topic_duties(settings: Settings) -> list[tuple[str, Callable[[], object], fl
         return []
     admin = TopicAdmin(Database(settings.mysql), settings.topics)
     admin.ensure_groups()
-    keeper = TopicKeeper(admin, settings.topics)
+    keeper = TopicKeeper(admin, TopicMonitor(admin.db, settings.topics), settings.topics)
     return [("duecast-topics", keeper.maintain, settings.topics.maintain_interval_s)]

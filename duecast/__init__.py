@@ -4,9 +4,10 @@
 Wiring only: the behaviour lives in `shared`, `dispatcher` and `worker`.
 """
 
+from duecast.shared.acks import Ack, Row
 from duecast.shared.api.context import JobContext, current_job
-from duecast.shared.api.enqueue import DuplicateJob, EnqueueError, Enqueuer, Job
-from duecast.shared.api.handlers import Ack, Registry, Row
+from duecast.shared.api.enqueue import DuplicateJob, EnqueueError, Enqueuer, Job, JobId
+from duecast.shared.api.handlers import Registry
 from duecast.shared.api.messages import Message
 from duecast.shared.api.publish import Publish, Publisher, PublishError
 
@@ -17,6 +18,7 @@ __all__ = [
     "Enqueuer",
     "Job",
     "JobContext",
+    "JobId",
     "Message",
     "Publish",
     "PublishError",

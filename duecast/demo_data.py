@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pymysql
-
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.settings import MySQLSettings, SourceSettings
 from duecast.shared.storage.db import connect
+from duecast.shared.storage.units import Cursor
 
 TABLE = "user_block_status"
 CHUNK = 100_000  # rows per INSERT ... SELECT: 10^5 = five digit tables joined
@@ -78,7 +77,7 @@ def prepare(mysql: MySQLSettings, users: int, period_s: float, progress: Callabl
         conn.close()
 
 
-def _row_count(cur: pymysql.cursors.Cursor) -> int | None:
+def _row_count(cur: Cursor) -> int | None:
     cur.execute(
         "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
         (TABLE,),

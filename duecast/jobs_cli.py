@@ -1,6 +1,6 @@
 """`duecast jobs ...` and `duecast enqueue --file`: the operator's view of and hands on the jobs table.
 
-Parsing and printing only; every statement runs in shared.job_admin / shared.jobs.
+Parsing and printing only; every statement runs in admin.job_admin / shared.api.enqueue.
 """
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from duecast.admin.job_admin import STATES_BY_NAME, Filter, JobAdmin, Outcome
-from duecast.shared.api.enqueue import EnqueueError, Enqueuer, Job, OnDuplicate, encode
+from duecast.shared.api.enqueue import EnqueueError, Enqueuer, Job, JobRow, OnDuplicate, encode
 from duecast.shared.api.handlers import load_registry
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.process.failures import EXIT_NO, EXIT_UNCONFIRMED, StartupError
@@ -28,6 +29,8 @@ from duecast.shared.storage.db import Database
 from duecast.shared.storage.worker_registry import WorkerRegistry
 
 FILE_CHUNK = 5000  # rows validated / written per progress step
+MAX_LIST = 10_000  # rows `duecast jobs list` prints at most
+MERGES_SHOWN = 5  # merged lines named in `duecast enqueue --file`'s summary
 
 
 def main(rest: list[str]) -> int:
@@ -57,6 +60,8 @@ def main(rest: list[str]) -> int:
         return _show(console, admin, args.id)
     flt = _filter(args)
     if args.action == "list":
+        if not 1 <= args.limit <= MAX_LIST:
+            raise EnqueueError(f"--limit must be 1-{MAX_LIST}, not {args.limit}")
         console.print(_table(admin.find(flt, args.limit)))
         return 0
     return _act(console, admin, args, flt, settings)
@@ -205,16 +210,20 @@ def enqueue_main(rest: list[str]) -> int:
     if (args.task is None) == (args.file is None):
         parser.error("give a TASK or --file, not both")
     settings = load_settings(args.config)
-    tasks = known_tasks(settings, args.app, None if args.file else args.queue, check=not args.no_check)
-    enqueuer = Enqueuer(settings, connect_redis(settings.redis), tasks)
+    # Every value is checked before the task name, whose check may read the workers table.
+    queue = None if args.file else args.queue
+    tasks = partial(known_tasks, settings, args.app, queue, check=not args.no_check)
     if args.file is not None:
-        n = enqueue_file(enqueuer, args.file, args.on_duplicate, Console(stderr=True))
-        print(f"enqueued {n:,} job(s) from {args.file}")
+        enqueuer = Enqueuer(settings, connect_redis(settings.redis))
+        n, merged = enqueue_file(enqueuer, args.file, args.on_duplicate, Console(stderr=True), tasks)
+        print(f"enqueued {n - len(merged):,} job(s) from {args.file}" + _merged_lines(args.file, merged))
         return 0
-    try:
-        payload = json.loads(args.payload)
-    except json.JSONDecodeError as exc:
-        raise EnqueueError(f"--payload is not JSON: {exc}") from exc
+    payload = _json("--payload", args.payload)
+    job = Job(
+        args.task, payload, args.queue, args.delay, None, args.priority, args.max_attempts, args.unique_key
+    )
+    encode(job, settings.jobs, None)
+    enqueuer = Enqueuer(settings, connect_redis(settings.redis), tasks())
     job_id = enqueuer.enqueue(
         args.task,
         payload,
@@ -225,7 +234,13 @@ def enqueue_main(rest: list[str]) -> int:
         unique_key=args.unique_key,
         on_duplicate=args.on_duplicate,
     )
-    print(f"enqueued job {job_id} ({args.task})")
+    if job_id.merged:
+        print(
+            f"merged into job {job_id} ({args.task}), which holds unique key {args.unique_key!r}; "
+            "nothing enqueued"
+        )
+    else:
+        print(f"enqueued job {job_id} ({args.task})")
     return 0
 
 
@@ -255,49 +270,97 @@ def known_tasks(
     return tasks
 
 
+def _merged_lines(path: Path, merged: dict[int, int]) -> str:
+    """`; N merged into active jobs: line L -> job J, ...` (the first few), or nothing."""
+    if not merged:
+        return ""
+    shown = ", ".join(f"line {line} -> job {job}" for line, job in list(merged.items())[:MERGES_SHOWN])
+    more = f", and {len(merged) - MERGES_SHOWN:,} more" if len(merged) > MERGES_SHOWN else ""
+    return f"; {len(merged):,} merged into active jobs of their task holding their unique key: {shown}{more}"
+
+
 _JOB_FIELDS = {"task", "payload", "queue", "delay_s", "priority", "max_attempts", "unique_key"}
+
+
+def _json(what: str, text: str) -> Any:
+    """Parse JSON text from the command line or a file; EnqueueError naming `what` if it is not."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EnqueueError(f"{what}: not JSON: {exc}") from exc
+    except RecursionError as exc:  # the parser recurses per level: thousands of [ or {
+        raise EnqueueError(f"{what}: nested too deeply to parse (a payload may nest 100 levels)") from exc
 
 
 def read_jobs(path: Path) -> Iterator[tuple[int, Job]]:
     """(line number, Job) for each non-blank line; a bad line raises EnqueueError naming it."""
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise EnqueueError(f"{path}:{number}: not JSON: {exc}") from exc
-            if not isinstance(item, dict) or "task" not in item:
-                raise EnqueueError(f'{path}:{number}: expected an object with a "task"')
-            unknown = set(item) - _JOB_FIELDS
-            if unknown:
-                raise EnqueueError(f"{path}:{number}: unknown field(s) {', '.join(sorted(unknown))}")
-            try:
-                yield number, Job(**item)
-            except TypeError as exc:
-                raise EnqueueError(f"{path}:{number}: {exc}") from exc
+    number = 0
+    try:
+        with path.open(encoding="utf-8") as lines:
+            for number, line in enumerate(lines, start=1):
+                job = _line_job(path, number, line)
+                if job is not None:
+                    yield number, job
+    except UnicodeDecodeError as exc:
+        raise EnqueueError(f"{path}:{number + 1}: not UTF-8 text ({exc.reason})") from exc
 
 
-def enqueue_file(enqueuer: Enqueuer, path: Path, on_duplicate: OnDuplicate, console: Console) -> int:
-    """Validate every line first (nothing written if one is bad), then write all in one transaction."""
+def _line_job(path: Path, number: int, line: str) -> Job | None:
+    if not line.strip():
+        return None
+    item = _json(f"{path}:{number}", line)
+    if not isinstance(item, dict) or "task" not in item:
+        raise EnqueueError(f'{path}:{number}: expected an object with a "task"')
+    unknown = set(item) - _JOB_FIELDS
+    if unknown:
+        raise EnqueueError(f"{path}:{number}: unknown field(s) {', '.join(sorted(unknown))}")
+    try:
+        return Job(**item)
+    except TypeError as exc:
+        raise EnqueueError(f"{path}:{number}: {exc}") from exc
+
+
+def _check_tasks(path: Path, rows: list[JobRow], numbers: list[int], tasks: frozenset[str] | None) -> None:
+    if tasks is None:
+        return
+    for row, number in zip(rows, numbers, strict=True):
+        if row.task not in tasks:
+            known = ", ".join(sorted(tasks)) or "none"
+            raise EnqueueError(f"{path}:{number}: unknown task {row.task!r}; registered: {known}")
+
+
+def enqueue_file(
+    enqueuer: Enqueuer,
+    path: Path,
+    on_duplicate: OnDuplicate,
+    console: Console,
+    known: Callable[[], frozenset[str] | None] = lambda: None,
+) -> tuple[int, dict[int, int]]:
+    """Validate every line first (nothing written if one is bad), then its task against `known()`
+    (None: unchecked), then write all in one transaction. Returns how many lines held a job, and for
+    each merged one (`keep`) its line -> the job kept."""
     if not path.is_file():
         raise EnqueueError(f"{path}: no such file")
     rows = []
+    numbers = []
+    merged: dict[int, int] = {}
     with Progress(console=console, transient=True) as bar:
         check = bar.add_task("validating", total=path.stat().st_size)
         for number, job in read_jobs(path):
             try:
                 rows.append(encode(job, enqueuer.jobs, enqueuer.tasks))
+                numbers.append(number)
             except EnqueueError as exc:
                 raise EnqueueError(f"{path}:{number}: {exc}") from exc
             if number % FILE_CHUNK == 0:
                 bar.update(check, completed=min(path.stat().st_size, number * 100))
         bar.update(check, completed=path.stat().st_size)
+        _check_tasks(path, rows, numbers, known())
         write = bar.add_task("enqueueing", total=len(rows))
         with enqueuer.db.transaction() as cur:
             for i in range(0, len(rows), FILE_CHUNK):
-                enqueuer.write(cur, rows[i : i + FILE_CHUNK], on_duplicate)
+                written = enqueuer.write(cur, rows[i : i + FILE_CHUNK], on_duplicate)
+                merged.update({numbers[i + j]: job for j, job in written.merged.items()})
                 bar.advance(write, len(rows[i : i + FILE_CHUNK]))
     enqueuer.wake()
-    return len(rows)
+    return len(rows), merged

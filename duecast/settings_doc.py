@@ -1,7 +1,7 @@
 """docs/settings.md, generated from the settings model so it cannot drift (a unit test compares them).
 
 Names, types, defaults and limits come from the pydantic model; the meaning of each setting is the
-comment written beside (or just above) its field in shared/settings.py.
+comment written beside (or just above) its field in shared/settings/.
 
     scripts/dev shell python -m duecast.settings_doc > docs/settings.md
 """
@@ -25,7 +25,7 @@ from duecast.shared.settings import Settings
 
 HEADER = """# Settings
 
-Generated from `shared/settings.py` by `python -m duecast.settings_doc`; do not edit by hand.
+Generated from `shared/settings/` by `python -m duecast.settings_doc`; do not edit by hand.
 
 Every setting can be given in the TOML file named by `--config` or `DUECAST_CONFIG`, or as an
 environment variable: `DUECAST_` and the path in capitals, nested with `__` (`[worker]
@@ -82,7 +82,7 @@ def _default(field: FieldInfo) -> str:
     else:
         value = field.default
     if isinstance(value, SecretStr):
-        return '`""`' if not value.get_secret_value() else "(secret; see shared/settings.py)"
+        return '`""`' if not value.get_secret_value() else "(secret; see shared/settings/)"
     if isinstance(value, BaseModel):
         return "(section)"
     return f"`{value!r}`" if value not in (None, [], "") else ("none" if value is None else f"`{value!r}`")

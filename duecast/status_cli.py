@@ -23,11 +23,11 @@ from duecast.history import History, Reading
 from duecast.sampler import Sampler
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.monitor.coverage import unserved, unserved_line
+from duecast.shared.monitor.topic_status import TopicMonitor
 from duecast.shared.process.failures import EXIT_OK, EXIT_UNAVAILABLE, explain
 from duecast.shared.process.runtime import build_queue
 from duecast.shared.settings import Settings, load_settings
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.topic_admin import TopicAdmin
 from duecast.shared.storage.worker_registry import LiveWorker, WorkerRegistry
 from duecast.status_view import fit, redis_table, render
 from duecast.topics_cli import topic_tables
@@ -103,7 +103,7 @@ class StatusReader:
 
 
 def view(
-    frame: Frame, history: History, console: Console, topics: TopicAdmin | None, *, problems: bool = True
+    frame: Frame, history: History, console: Console, topics: TopicMonitor | None, *, problems: bool = True
 ) -> RenderableType:
     """The frame's tables, each fitted to the console; `problems`: end with a line per unread server."""
     parts = render(frame.reading, history, frame.workers, frame.live)
@@ -180,7 +180,7 @@ def main(rest: list[str]) -> int:
     settings = load_settings(args.config)
     reader = StatusReader(settings)
     console = Console()
-    topics = TopicAdmin(Database(settings.mysql), settings.topics) if settings.topics.names else None
+    topics = TopicMonitor(Database(settings.mysql), settings.topics) if settings.topics.names else None
     if not args.watch:
         frame = reader.frame()
         if args.json:
@@ -194,7 +194,7 @@ def main(rest: list[str]) -> int:
 
 
 def _watch(
-    reader: StatusReader, console: Console, topics: TopicAdmin | None, interval_s: float, count: int
+    reader: StatusReader, console: Console, topics: TopicMonitor | None, interval_s: float, count: int
 ) -> int:
     def screen() -> RenderableType:
         return view(reader.frame(), reader.history, console, topics)

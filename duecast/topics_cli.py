@@ -1,6 +1,7 @@
 """`duecast topics ...`: the operator's view of and hands on topics and consumer groups.
 
-Parsing and printing only; every statement runs in shared.topic_admin / shared.topic_status / shared.topics.
+Parsing and printing only; every statement runs in shared.storage.topic_admin,
+shared.monitor.topic_status or shared.api.publish.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from rich.table import Table
 
 from duecast.shared.api.publish import Publish, Publisher, PublishError
 from duecast.shared.fanout.queue import connect_redis
-from duecast.shared.monitor.topic_status import GroupStatus
+from duecast.shared.monitor.topic_status import GroupStatus, TopicMonitor
 from duecast.shared.settings import Settings, TopicsSettings, load_settings
 from duecast.shared.states import STATE_NAMES, State
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.topic_admin import TopicAdmin, TopicError
 
 _MESSAGE_FIELDS = {"topic", "payload", "key"}
+MAX_ROWS = 10_000  # rows or buckets a command prints at most
+MAX_BUCKET_S = 366 * 86400.0
 
 
 def main(rest: list[str]) -> int:
@@ -63,6 +66,7 @@ def _main(rest: list[str]) -> int:
     volume.add_argument("--buckets", type=int, default=24)
     volume.add_argument("--bucket-s", type=float, default=3600.0)
     args = parser.parse_args(rest)
+    _check_counts(args)
     settings = load_settings(args.config)
     if not settings.topics.names:
         raise TopicError("no topics are declared (topics.names)")
@@ -71,7 +75,7 @@ def _main(rest: list[str]) -> int:
     if args.action == "publish":
         return _publish(console, settings, args)
     if args.action == "status":
-        for table in topic_tables(admin):
+        for table in topic_tables(TopicMonitor(admin.db, settings.topics)):
             console.print(table)
         return 0
     if args.action == "show":
@@ -80,13 +84,24 @@ def _main(rest: list[str]) -> int:
         console.print(_messages(admin.find(args.topic, args.key, args.limit), f"key {args.key!r}"))
         return 0
     if args.action == "volume":
-        return _volume(console, admin, args)
+        return _volume(console, TopicMonitor(admin.db, settings.topics), args)
     return _reset(console, admin, settings.topics, args)
 
 
-def topic_tables(admin: TopicAdmin) -> list[Table]:
+def _check_counts(args: argparse.Namespace) -> None:
+    """Numbers that become LIMITs and intervals in SQL: in range, or one line naming the flag."""
+    if args.action == "find" and not 1 <= args.limit <= MAX_ROWS:
+        raise TopicError(f"--limit must be 1-{MAX_ROWS}, not {args.limit}")
+    if args.action == "volume":
+        if not 1 <= args.buckets <= MAX_ROWS:
+            raise TopicError(f"--buckets must be 1-{MAX_ROWS}, not {args.buckets}")
+        if not 1 <= args.bucket_s <= MAX_BUCKET_S:  # False for NaN too
+            raise TopicError(f"--bucket-s must be 1-{MAX_BUCKET_S:.0f} s, not {args.bucket_s}")
+
+
+def topic_tables(monitor: TopicMonitor) -> list[Table]:
     """The topics part of a status screen: consumer groups, then topics ranked by volume."""
-    return [group_table(admin.monitor.groups()), volume_table(admin.monitor.volumes())]
+    return [group_table(monitor.groups()), volume_table(monitor.volumes())]
 
 
 def group_table(statuses: list[GroupStatus]) -> Table:
@@ -222,8 +237,8 @@ def _trace_table(group: str, trace: dict[str, Any]) -> Table:
     return table
 
 
-def _volume(console: Console, admin: TopicAdmin, args: argparse.Namespace) -> int:
-    counts = admin.monitor.series(args.topic, args.buckets, args.bucket_s)
+def _volume(console: Console, monitor: TopicMonitor, args: argparse.Namespace) -> int:
+    counts = monitor.series(args.topic, args.buckets, args.bucket_s)
     table = Table(title=f"{args.topic}: messages per {args.bucket_s:g} s, oldest first")
     table.add_column("ago")
     table.add_column("published", justify="right")

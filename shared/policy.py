@@ -100,7 +100,7 @@ def blame_interruptions(
 
 # -- leases: when a lease keeper renews, and when its process must stop ----------------------------
 
-FENCE_SHARE = 0.8  # as the leader lease (shared/leader.py): act on at most this share of a lease
+FENCE_SHARE = 0.8  # as the leader lease (dispatcher/leader.py): act on at most this share of a lease
 
 
 @dataclass(frozen=True)

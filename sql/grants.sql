@@ -40,12 +40,13 @@ GRANT SELECT, INSERT, UPDATE ON `app`.`duecast_leases` TO 'duecast_dispatcher'@'
 GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`duecast_workers` TO 'duecast_worker'@'%';
 GRANT SELECT, DELETE ON `app`.`duecast_workers` TO 'duecast_dispatcher'@'%';
 
--- Applications that enqueue jobs (Enqueuer, `duecast enqueue`): INSERT. The column grants serve
--- unique jobs kept on a duplicate (INSERT ... ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)):
--- MariaDB wants UPDATE on every inserted column, though only `id` is set. The dc_* state columns,
--- errors and leases stay out of reach. If you never pass on_duplicate="keep", INSERT is enough.
-GRANT INSERT, SELECT (`id`), UPDATE (`id`, `queue`, `task`, `payload`, `priority`, `max_attempts`,
-  `unique_key`, `unique_slot`, `schedule`, `scheduled_for`, `run_at`)
+-- Applications that enqueue jobs (Enqueuer, `duecast enqueue`): INSERT of the columns a job is
+-- made of, and nothing else: no UPDATE or DELETE, so an enqueuer cannot change a queued job (its
+-- task, payload, run_at) or set the dc_* state, errors, leases or a schedule's columns.
+-- on_duplicate="keep" merges with a plain INSERT and, after a duplicate-key error, a read of the
+-- id of the active job holding the key: SELECT on those columns only (never payloads).
+GRANT INSERT (`queue`, `task`, `payload`, `priority`, `max_attempts`, `unique_key`, `unique_slot`, `run_at`),
+  SELECT (`id`, `task`, `unique_slot`)
   ON `app`.`duecast_jobs` TO 'duecast_enqueuer'@'%';
 
 -- A row-mode source (mode = "rows"). Dispatcher: claims (SELECT ... FOR UPDATE, UPDATE of the

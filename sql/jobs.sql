@@ -1,4 +1,4 @@
--- Generated from shared/schema.py (jobs_table_ddl, schedules_table_ddl); do not edit by hand.
+-- Generated from shared/storage/schema.py (jobs_table_ddl, schedules_table_ddl); do not edit by hand.
 CREATE TABLE IF NOT EXISTS `duecast_jobs` (
   `id` BIGINT NOT NULL AUTO_INCREMENT,
   `queue` VARCHAR(48) NOT NULL DEFAULT 'default',
@@ -24,7 +24,7 @@ CREATE TABLE IF NOT EXISTS `duecast_jobs` (
   `dc_dispatched_at` DATETIME(6) NULL,
   PRIMARY KEY (`id`),
   KEY `dc_due` (`dc_state`, `queue`, `priority`, `run_at`),
-  UNIQUE KEY `dc_unique` (`unique_slot`),
+  UNIQUE KEY `dc_unique` (`task`, `unique_slot`),
   UNIQUE KEY `dc_schedule_run` (`schedule`, `scheduled_for`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 

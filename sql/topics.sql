@@ -1,4 +1,4 @@
--- Generated from shared/topic_schema.py (topic_table_ddl); do not edit by hand.
+-- Generated from shared/storage/topic_schema.py (topic_table_ddl); do not edit by hand.
 CREATE TABLE IF NOT EXISTS `duecast_topics` (
   `id` INT UNSIGNED NOT NULL AUTO_INCREMENT,
   `name` VARCHAR(32) NOT NULL,

@@ -5,6 +5,6 @@ CREATE TABLE IF NOT EXISTS `user_block_status` (
   `updated_time` DATETIME(6) NOT NULL        -- last check; due when older than the period
 ) ENGINE=InnoDB;
 
--- Generated from shared/schema.py (source_migration); what `duecast migrate` applies to it.
+-- Generated from shared/storage/schema.py (source_migration); what `duecast migrate` applies to it.
 ALTER TABLE `user_block_status` ADD COLUMN `dc_state` TINYINT UNSIGNED NOT NULL DEFAULT 0, ADD COLUMN `dc_attempt` INT UNSIGNED NOT NULL DEFAULT 0, ADD COLUMN `dc_dispatched_at` DATETIME(6) NULL;
 ALTER TABLE `user_block_status` ADD INDEX `dc_due` (`dc_state`, `updated_time`);

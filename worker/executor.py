@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from duecast.shared.api.handlers import Ack, Handler, Row
+from duecast.shared.acks import Ack, Row
+from duecast.shared.api.handlers import Handler
 
 _SLICES_PER_THREAD = 4  # more slices than threads keeps threads busy when rows differ in cost
 

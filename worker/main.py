@@ -8,13 +8,13 @@ import os
 import signal
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from duecast.shared.api.handlers import Registry, load_registry
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.process.failures import StartupError
 from duecast.shared.process.health import serving, with_port
 from duecast.shared.process.loop import run
-from duecast.shared.process.observe import timed_handler
 from duecast.shared.process.runtime import (
     build_queue,
     build_stores,
@@ -25,6 +25,7 @@ from duecast.shared.process.runtime import (
 from duecast.shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
 from duecast.shared.storage.source_store import Store
 from duecast.shared.storage.worker_registry import Heartbeat
+from duecast.shared.telemetry.observe import timed
 from duecast.worker.broadcast import broadcast_members, running, served_topic_sources
 from duecast.worker.executor import Executor
 from duecast.worker.worker import Worker
@@ -39,7 +40,7 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     registry = load_registry(settings.worker.app)
     sources = [settings.source(name) for name in served_sources(settings, registry.sources)]
     handlers = {s.name: registry.handler(JOBS_SOURCE if is_job_queue(s.name) else s.name) for s in sources}
-    handlers = {name: timed_handler(h, name) for name, h in handlers.items()}  # per source/queue
+    handlers = {name: replace(h, fn=timed(h.fn, name)) for name, h in handlers.items()}  # per source/queue
     stores = {store.src.name: store for store in build_stores(settings, sources)}
     check_columns(registry, stores)
     executor = Executor(settings.worker.concurrency)

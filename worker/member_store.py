@@ -12,15 +12,14 @@ import os
 import socket
 from collections.abc import Sequence
 
-import pymysql.cursors
-
-from duecast.shared.api.handlers import Ack, Row
+from duecast.shared.acks import Ack, Row
 from duecast.shared.queries.topics import MESSAGE_COLUMNS, render_topics
 from duecast.shared.settings import GroupSettings, TopicsSettings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.source_store import _us
 from duecast.shared.storage.topic_ids import group_id, start_position, topic_id
 from duecast.shared.storage.topic_schema import check_topic_tables
+from duecast.shared.storage.units import Cursor, is_transient, savepoint
 
 log = logging.getLogger("duecast.topics")
 
@@ -104,7 +103,7 @@ class MemberStore:
         with self.db.transaction() as cur:
             cur.execute(self.sql.member_leave, (self.group_id, self.member, self.owner))
 
-    def _read_position(self, cur: pymysql.cursors.Cursor) -> None:
+    def _read_position(self, cur: Cursor) -> None:
         cur.execute(self.sql.member_row, (self.group_id, self.member))
         row = cur.fetchone()
         if row is None or row[1] != self.owner:
@@ -112,18 +111,19 @@ class MemberStore:
         self.position = int(row[0])
 
 
-def _applied(cur: pymysql.cursors.Cursor, outcome: Ack | BaseException) -> bool:
+def _applied(cur: Cursor, outcome: Ack | BaseException) -> bool:
     """Whether a message was handled: a plain success, or a transactional consumer's work that ran
     without raising (its writes kept). Retries and discards mean nothing without acks."""
     if not isinstance(outcome, Ack):
         return False
     if outcome.action != "transaction" or outcome.work is None:
         return True
-    cur.execute("SAVEPOINT dc_member")
     try:
-        outcome.work(cur)
-    except Exception:
+        with savepoint(cur, "dc_member"):
+            outcome.work(cur)
+    except Exception as exc:
+        if is_transient(exc):
+            raise  # the whole transaction is gone: the member reads again
         log.exception("transactional consumer failed; its writes were rolled back")
-        cur.execute("ROLLBACK TO SAVEPOINT dc_member")
         return False
     return True

@@ -12,17 +12,15 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pymysql
-
-from duecast.shared.api.handlers import Ack, Handler, Row
+from duecast.shared.acks import Ack, Row
+from duecast.shared.api.handlers import Handler
 from duecast.shared.fanout.keys import BadEntry, Entry, decode_entry
 from duecast.shared.fanout.queue import ReadyQueue
-from duecast.shared.policy import error_backoff_s
-from duecast.shared.process import observe
 from duecast.shared.process.loop import Tick
 from duecast.shared.settings import WorkerSettings
-from duecast.shared.storage.db import is_transient
 from duecast.shared.storage.source_store import StaleAck, Store, WorkBatch
+from duecast.shared.storage.units import retry_transient
+from duecast.shared.telemetry import observe
 from duecast.worker.executor import Executor
 
 log = logging.getLogger("duecast.worker")
@@ -122,31 +120,26 @@ class Worker:
         shows as rows no longer matching, and rows already handled are acked with the outcome
         they had, never run twice."""
         known: dict[Any, Ack | BaseException] = {}
-        for attempt in range(1, UNIT_RETRIES + 2):
+
+        def unit() -> Counter[str]:
             counts: Counter[str] = Counter()
-            try:
-                with store.started(entries, handler.columns) as batch:
-                    # Entries whose row is not locked here are stale, deleted, or held elsewhere.
-                    counts["stale_entries"] += batch.skipped
-                    counts["started"] += len(batch.rows)
-                    for rows in batch.phases():  # one, except for jobs with a suspect (last, alone)
-                        counts.update(self._run_phase(store, handler, batch, rows, known))
-                return counts
-            except pymysql.err.MySQLError as exc:
-                if attempt > UNIT_RETRIES or not is_transient(exc):
-                    raise
-                delay = error_backoff_s(attempt, 0.05, 2.0, self._rng)
-                log.warning(
-                    "batch of %s hit %r; retrying the unit (%d of %d) in %.2fs",
-                    store.src.name,
-                    exc,
-                    attempt,
-                    UNIT_RETRIES,
-                    delay,
-                    extra={"event": "worker.unit_retried", "source": store.src.name},
-                )
-                time.sleep(delay)
-        raise AssertionError("unreachable")
+            with store.started(entries, handler.columns) as batch:
+                # Entries whose row is not locked here are stale, deleted, or held elsewhere.
+                counts["stale_entries"] += batch.skipped
+                counts["started"] += len(batch.rows)
+                for rows in batch.phases():  # one, except for jobs with a suspect (last, alone)
+                    counts.update(self._run_phase(store, handler, batch, rows, known))
+            return counts
+
+        return retry_transient(
+            unit,
+            what=f"batch of {store.src.name}",
+            redo="the unit",
+            retries=UNIT_RETRIES,
+            log=log,
+            rng=self._rng,
+            event="worker.unit_retried",
+        )
 
     def _run_phase(
         self,

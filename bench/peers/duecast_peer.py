@@ -25,12 +25,12 @@ from harness import (
 )
 
 from duecast.admin import migrate
+from duecast.shared.identifiers import quote
 from duecast.shared.process.runtime import build_queue
-from duecast.shared.queries.identifiers import quote
 from duecast.shared.settings import JOBS_SOURCE, Settings, load_settings
 from duecast.shared.storage.db import connect
 
-try:  # duecast's enqueue API (shared/jobs.py); trees without it get the plain INSERT it wraps
+try:  # duecast's enqueue API (shared/api/enqueue.py); trees without it get the plain INSERT it wraps
     from duecast.shared.api.enqueue import Enqueuer, Job
 except ImportError:
     Enqueuer = None
@@ -41,7 +41,7 @@ ENQUEUE_BATCH = 10_000  # rows per INSERT, one transaction each (the seeds' batc
 def enqueue(settings: Settings, jobs: int) -> tuple[float, str]:
     """Seconds to enqueue `jobs` no-op jobs, ENQUEUE_BATCH per transaction, and how it was done.
 
-    With duecast's enqueue API (shared/jobs.py) when this tree has it, else the plain multi-row
+    With duecast's enqueue API (shared/api/enqueue.py) when this tree has it, else the plain multi-row
     INSERT (task, payload '{}', run_at NOW(6)) that API replaces.
     """
     with closing(connect(settings.mysql)) as conn, conn.cursor() as cur:

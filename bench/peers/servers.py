@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis
 
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.settings import MySQLSettings
 from duecast.shared.storage.db import connect
 

@@ -1,5 +1,5 @@
 """Read-only views for `duecast status` and `duecast web`: the workers running jobs now, and recurring
-schedules with their last and next fire times. Runs shared.sql_dashboard; never writes.
+schedules with their last and next fire times. Runs shared.queries.dashboard; never writes.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Operator actions on the jobs table (`duecast jobs`): show, list, retry, replay and discard by filter.
 
-Runs shared.sql_jobs statements; a Filter renders its WHERE from fixed column names, values as
+Runs shared.queries.jobs statements; a Filter renders its WHERE from fixed column names, values as
 parameters. Bulk actions walk the matching ids in keyset pages, one short transaction per page.
 """
 
@@ -11,16 +11,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import pymysql
-
 from duecast.shared.queries.jobs import SHOW_COLUMNS, JobSQL, render_jobs
 from duecast.shared.queries.source import in_list
 from duecast.shared.settings import JobsSettings
 from duecast.shared.states import STATE_NAMES, State
 from duecast.shared.storage.db import Database
+from duecast.shared.storage.units import DuplicateKey, savepoint, translated
 
 PAGE = 1000
-DUPLICATE_KEY = 1062
 STATES_BY_NAME = {name: state for state, name in STATE_NAMES.items()}
 
 
@@ -99,12 +97,11 @@ class JobAdmin:
                 unique = [int(r[0]) for r in cur.fetchall()]
                 for job_id in unique:  # one by one: each takes its key back, or stays if it is taken
                     try:
-                        cur.execute("SAVEPOINT dc_revive")
-                        changed += int(cur.execute(self.sql.revive_unique.format(states=states), (job_id,)))
-                    except pymysql.err.IntegrityError as exc:
-                        if exc.args[0] != DUPLICATE_KEY:
-                            raise
-                        cur.execute("ROLLBACK TO SAVEPOINT dc_revive")
+                        with translated(), savepoint(cur, "dc_revive"):
+                            changed += int(
+                                cur.execute(self.sql.revive_unique.format(states=states), (job_id,))
+                            )
+                    except DuplicateKey:
                         skipped += 1
             progress(len(ids))
         return Outcome(matched, changed, skipped)

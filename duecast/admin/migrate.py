@@ -7,10 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pymysql
-import pymysql.cursors
-
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.queries.ranges import ranges_table, ranges_table_ddl
 from duecast.shared.settings import Settings, SourceSettings
 from duecast.shared.storage.db import connect
@@ -27,6 +24,7 @@ from duecast.shared.storage.schema import (
     workers_table_ddl,
 )
 from duecast.shared.storage.topic_schema import topic_steps
+from duecast.shared.storage.units import Cursor, StorageError, translated
 
 _UNKNOWN_DATABASE = 1049
 
@@ -35,9 +33,10 @@ def plan(settings: Settings) -> list[str]:
     """The statements `migrate` would run now, in order (empty when up to date)."""
     steps: list[str] = []
     try:
-        conn = connect(settings.mysql)
-    except pymysql.err.OperationalError as exc:
-        if exc.args[0] != _UNKNOWN_DATABASE:
+        with translated():
+            conn = connect(settings.mysql)
+    except StorageError as exc:
+        if exc.code != _UNKNOWN_DATABASE:
             raise
         steps.append(f"CREATE DATABASE IF NOT EXISTS {quote(settings.mysql.database)} CHARACTER SET utf8mb4")
         steps.append(leases_table_ddl(settings.dispatcher.leases_table))
@@ -65,7 +64,7 @@ def plan(settings: Settings) -> list[str]:
     return steps
 
 
-def _jobs_steps(cur: pymysql.cursors.Cursor, settings: Settings) -> list[str]:
+def _jobs_steps(cur: Cursor, settings: Settings) -> list[str]:
     jobs = settings.jobs
     steps = []
     info = describe(cur, jobs.table)
@@ -78,7 +77,7 @@ def _jobs_steps(cur: pymysql.cursors.Cursor, settings: Settings) -> list[str]:
     return steps
 
 
-def _source_steps(cur: pymysql.cursors.Cursor, src: SourceSettings) -> list[str]:
+def _source_steps(cur: Cursor, src: SourceSettings) -> list[str]:
     business = describe(cur, src.table)
     if src.mode == "rows":
         return source_migration(src, business)

@@ -1,4 +1,4 @@
-"""The dashboard's only writes: retry or discard one dead job, through shared.job_admin.JobAdmin.
+"""The dashboard's only writes: retry or discard one dead job, through admin.job_admin.JobAdmin.
 
 Each is a GET confirmation page, then a POST that must carry web.token (typed by the operator, so a
 forged cross-site POST cannot know it) and the confirmation flag. Every action is logged.

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 from waitress import create_server
 
@@ -22,7 +23,27 @@ from duecast.web.app import create_app
 from duecast.web.context import WebContext
 
 log = logging.getLogger("duecast.web")
-THREADS = 4  # request threads: a dashboard has few viewers, and readings come from the sampler
+MAX_HEADER_BYTES = 65_536  # request line and headers (waitress's default: 256 KiB)
+
+
+def make_server(app: Any, web: WebSettings) -> Any:
+    """waitress with every limit set from web.* (docs/observability.md, "Dashboard limits")."""
+    return create_server(
+        app,
+        host=web.host,
+        port=web.port,
+        ident="duecast",
+        threads=web.threads,
+        connection_limit=web.connection_limit,
+        channel_timeout=web.channel_timeout_s,
+        # Idle connections are looked for this often: one lives channel_timeout_s to 4/3 of it.
+        cleanup_interval=max(1, web.channel_timeout_s // 3),
+        max_request_body_size=web.max_request_body_bytes,
+        max_request_header_size=MAX_HEADER_BYTES,
+        # poll(), not select(): select() cannot watch a socket numbered 1024 or more, which
+        # connection_limit allows, and waitress's loop would stop on it.
+        asyncore_use_poll=True,
+    )
 
 
 def build_context(settings: Settings, sampler: Sampler, app: str | None = None) -> WebContext:
@@ -38,7 +59,7 @@ def running(ctx: WebContext, sampler: Sampler) -> Iterator[int]:
     """Sample and serve in background threads for the block; yields the port (web.port 0: a free one)."""
     web = ctx.settings.web
     sampler_thread = SamplerThread(sampler, ctx.history, web.sample_interval_s)
-    server = create_server(create_app(ctx), host=web.host, port=web.port, threads=THREADS, ident="duecast")
+    server = make_server(create_app(ctx), web)
     port = int(server.effective_port)
     thread = threading.Thread(target=server.run, name="duecast-web", daemon=True)
     sampler_thread.start()

@@ -1,6 +1,6 @@
 """The dashboard's topics page: consumer groups (backlog, lag, in flight, dead letters, consumption
 timeouts, retention trouble, broadcast members) and topics ranked by volume. Queried on request, on the
-request thread's connection, through shared.topic_status (bounded index reads, no scans).
+request thread's connection, through shared.monitor.topic_status (bounded index reads, no scans).
 """
 
 from __future__ import annotations

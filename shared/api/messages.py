@@ -1,6 +1,6 @@
 """What a topic consumer receives: one Message, built from the row a worker or broadcast member read.
 
-Data only: no connection, no settings. Registry.consumer (shared.handlers) wraps the user's function.
+Data only: no connection, no settings. Registry.consumer (shared.api.handlers) wraps the user's function.
 """
 
 from __future__ import annotations

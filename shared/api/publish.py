@@ -11,8 +11,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pymysql
-import pymysql.cursors
 import redis
 
 from duecast.shared.fanout.keys import Keys
@@ -22,6 +20,7 @@ from duecast.shared.settings import Settings, TopicsSettings, load_settings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.outbox import Outbox
 from duecast.shared.storage.topic_ids import topic_id
+from duecast.shared.storage.units import Connection, Cursor
 
 INSERT_CHUNK = 500  # rows per multi-row INSERT: 500 x 64 KiB stays under the default 64 MiB packet
 
@@ -89,7 +88,7 @@ class Publisher(Outbox):
         payload: Any = None,
         *,
         key: str | None = None,
-        conn: pymysql.Connection[pymysql.cursors.Cursor] | None = None,
+        conn: Connection | None = None,
     ) -> int:
         """Publish one message; returns its id within the topic. With `conn`, joins that open
         transaction (see publish_many)."""
@@ -99,7 +98,7 @@ class Publisher(Outbox):
         self,
         messages: Iterable[Publish],
         *,
-        conn: pymysql.Connection[pymysql.cursors.Cursor] | None = None,
+        conn: Connection | None = None,
     ) -> list[int]:
         """Publish all messages or none, in one transaction; returns their ids, in the order given.
 
@@ -120,7 +119,7 @@ class Publisher(Outbox):
         self.wake()
         return ids
 
-    def write(self, cur: pymysql.cursors.Cursor, rows: Sequence[tuple[str, str | None, str]]) -> list[int]:
+    def write(self, cur: Cursor, rows: Sequence[tuple[str, str | None, str]]) -> list[int]:
         """Reserve each topic's next ids and INSERT the messages on `cur` (no commit). Topics are
         taken in name order, so two publishers of the same topics never deadlock."""
         by_topic: dict[str, list[int]] = defaultdict(list)

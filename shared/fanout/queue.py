@@ -20,8 +20,8 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from duecast.shared.fanout.keys import Entry, Keys, encode_entry
-from duecast.shared.process import observe
 from duecast.shared.settings import RedisSettings
+from duecast.shared.telemetry import observe
 
 QUARANTINE_CAP = 1000  # newest bad entries kept for inspection
 QUARANTINE_ITEM_BYTES = 256  # a 10 MB bad entry is kept as its first bytes only

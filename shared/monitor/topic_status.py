@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import pymysql.cursors
-
 from duecast.shared.queries.topics import DEAD, DISPATCHED, IDLE, RUNNING, TopicSQL, render_topics
 from duecast.shared.settings import GroupSettings, TopicsSettings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.source_store import STATUS_COUNT_CAP, _scalar, _us
+from duecast.shared.storage.topic_ids import all_ids, finished_through
+from duecast.shared.storage.units import Cursor
 
 VOLUME_WINDOWS_S = {"minute": 60, "hour": 3600, "day": 86400}
 
@@ -58,7 +58,7 @@ class TopicMonitor:
         with self.db.transaction() as cur:
             return [s for g in self.topics.groups if (s := self.group(cur, g)) is not None]
 
-    def group(self, cur: pymysql.cursors.Cursor, group: GroupSettings) -> GroupStatus | None:
+    def group(self, cur: Cursor, group: GroupSettings) -> GroupStatus | None:
         ids = self.ids(cur)
         key = (group.topic, group.name)
         if key not in ids:
@@ -68,29 +68,13 @@ class TopicMonitor:
             return self._broadcast(cur, group, tid, gid)
         return self._cluster(cur, group, tid, gid)
 
-    def finished_through(self, cur: pymysql.cursors.Cursor, group: GroupSettings, gid: int) -> int | None:
-        """The id up to which `group` has finished every message (None: it holds nothing back).
-        Cheaper than a whole status: the pruner asks this of every group on every run."""
-        if group.mode == "broadcast":
-            cur.execute(self.sql.members_of, (_us(self.topics.member_ttl_s), gid))
-            live = [int(p) for _, p, _, is_live, *_ in cur.fetchall() if is_live]
-            return min(live) if live else None
-        cur.execute(self.sql.group_head, (gid,))
-        position = int((cur.fetchone() or (0,))[0])
-        cur.execute(self.sql.oldest_unfinished, (gid,))
-        oldest = _scalar(cur)
-        return position if oldest is None else min(int(oldest) - 1, position)
+    def finished_through(self, cur: Cursor, group: GroupSettings, gid: int) -> int | None:
+        return finished_through(cur, self.sql, self.topics, group, gid)
 
-    def ids(self, cur: pymysql.cursors.Cursor) -> dict[tuple[str, str], tuple[int, int]]:
-        """(topic, group) -> (topic id, group id), for every group row."""
-        cur.execute(self.sql.topics_all)
-        names = {int(i): str(n) for i, n, _ in cur.fetchall()}
-        cur.execute(self.sql.groups_all)
-        return {
-            (names[int(t)], str(n)): (int(t), int(i)) for i, t, n, *_ in cur.fetchall() if int(t) in names
-        }
+    def ids(self, cur: Cursor) -> dict[tuple[str, str], tuple[int, int]]:
+        return all_ids(cur, self.sql)
 
-    def _cluster(self, cur: pymysql.cursors.Cursor, group: GroupSettings, tid: int, gid: int) -> GroupStatus:
+    def _cluster(self, cur: Cursor, group: GroupSettings, tid: int, gid: int) -> GroupStatus:
         counts = {}
         for state in (IDLE, DISPATCHED, RUNNING, DEAD):
             cur.execute(self.sql.count_state, (state, gid, STATUS_COUNT_CAP))
@@ -121,9 +105,7 @@ class TopicMonitor:
             behind_retention=lag is not None and lag > self.topics.retention_s > 0,
         )
 
-    def _broadcast(
-        self, cur: pymysql.cursors.Cursor, group: GroupSettings, tid: int, gid: int
-    ) -> GroupStatus:
+    def _broadcast(self, cur: Cursor, group: GroupSettings, tid: int, gid: int) -> GroupStatus:
         cur.execute(self.sql.group_head, (gid,))
         _, last, _ = (int(v) for v in cur.fetchone() or (0, 0, 0))
         cur.execute(self.sql.members_of, (_us(self.topics.member_ttl_s), gid))
@@ -148,7 +130,7 @@ class TopicMonitor:
             members=members,
         )
 
-    def _age(self, cur: pymysql.cursors.Cursor, tid: int, first: int, last: int) -> float | None:
+    def _age(self, cur: Cursor, tid: int, first: int, last: int) -> float | None:
         """Seconds since message `first` (or the next one kept) was published; None if past the end."""
         if first > last:
             return None
@@ -178,7 +160,7 @@ class TopicMonitor:
         # since[k] counts the last k buckets; one bucket is the difference of two neighbours.
         return [since[k + 1] - since[k] for k in reversed(range(buckets))]
 
-    def _since(self, cur: pymysql.cursors.Cursor, tid: int, last: int, seconds: float) -> int:
+    def _since(self, cur: Cursor, tid: int, last: int, seconds: float) -> int:
         """Messages published in the last `seconds`: ids are gap-free, so newest id - first id + 1."""
         if seconds <= 0:
             return 0

@@ -20,9 +20,10 @@ from duecast.shared.api.handlers import AppError
 from duecast.shared.api.publish import PublishError
 from duecast.shared.fanout.queue import redis_problem
 from duecast.shared.settings.model import SettingsFileError
-from duecast.shared.storage.db import is_transient, mysql_problem
+from duecast.shared.storage.db import mysql_problem
 from duecast.shared.storage.schema import SchemaError
 from duecast.shared.storage.topic_admin import TopicError
+from duecast.shared.storage.units import is_transient
 
 # duecast's own "cannot do that" errors: each message already says what to run or fix.
 _REFUSALS = (SchemaError, AppError, EnqueueError, TopicError, PublishError, SettingsFileError)

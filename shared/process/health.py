@@ -1,6 +1,7 @@
 """The per-process HTTP endpoint: /healthz (the main loop turns), /readyz (MySQL and Redis answer) and
 /metrics (Prometheus text), served from daemon threads. It never uses a role's own clients: readiness
-makes its own round trips, so a probe can neither block nor break a unit of work.
+makes its own round trips, so a probe can neither block nor break a unit of work. The endpoint is
+unauthenticated: why a dependency fails goes to the log, never into a response.
 """
 
 from __future__ import annotations
@@ -18,20 +19,21 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-import pymysql
 import redis
 from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app
 
 from duecast.shared.fanout.queue import connect_redis
-from duecast.shared.process import metrics
 from duecast.shared.settings import HealthSettings, MySQLSettings, Settings
 from duecast.shared.storage.db import connect
+from duecast.shared.storage.units import Connection
+from duecast.shared.telemetry import metrics
 
 log = logging.getLogger("duecast.health")
 
 Clock = Callable[[], float]
 Probe = Callable[[], None]  # one round trip to a dependency; raises when it fails
-_ERROR_CHARS = 300  # a reason is for a human reading a probe's output, not a stack trace
+_ERROR_CHARS = 300  # a reason is for a human reading the log, not a stack trace
+FAILING = "failing"  # what /readyz says of a dependency whose last round trip failed (the log says why)
 
 
 class Liveness:
@@ -80,10 +82,12 @@ class Readiness:
                 outcome = Outcome(False, self._clock(), f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS])
             metrics.DEPENDENCY_UP.labels(dependency=name).set(1 if outcome.ok else 0)
             with self._lock:
+                before = self._outcomes.get(name)
                 self._outcomes[name] = outcome
+            _log_change(name, before, outcome)
 
     def report(self) -> dict[str, str]:
-        """Per dependency: "ok", or why it is not."""
+        """Per dependency: "ok", "failing" (the log says why), or how long no round trip completed."""
         now = self._clock()
         with self._lock:
             outcomes = dict(self._outcomes)
@@ -95,8 +99,23 @@ class Readiness:
             elif now - outcome.at > self.max_age_s:
                 report[name] = f"no round trip completed for {now - outcome.at:.0f}s"
             else:
-                report[name] = "ok" if outcome.ok else outcome.error
+                report[name] = "ok" if outcome.ok else FAILING
         return report
+
+
+def _log_change(name: str, before: Outcome | None, now: Outcome) -> None:
+    """A line when a dependency starts failing, fails differently, or recovers: not one per check."""
+    if not now.ok and (before is None or before.ok or before.error != now.error):
+        log.warning(
+            "readiness: %s round trip failed: %s",
+            name,
+            now.error,
+            extra={"event": "health.dependency_failed", "dependency": name},
+        )
+    elif now.ok and before is not None and not before.ok:
+        log.info(
+            "readiness: %s answers again", name, extra={"event": "health.dependency_ok", "dependency": name}
+        )
 
 
 class HealthApp:
@@ -223,7 +242,7 @@ class MySQLPing:
 
     def __init__(self, settings: MySQLSettings) -> None:
         self._settings = settings
-        self._conn: pymysql.Connection[pymysql.cursors.Cursor] | None = None
+        self._conn: Connection | None = None
 
     def __call__(self) -> None:
         if self._conn is None:

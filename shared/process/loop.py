@@ -47,7 +47,7 @@ def run(
 
     `pause(delay_s)` replaces the idle sleep when given (the dispatcher waits for a wake-up there);
     it must return within delay_s, and if it fails the loop sleeps instead. `on_turn()` is called
-    at the start of every turn, failed ticks included (shared/health.py's liveness).
+    at the start of every turn, failed ticks included (shared/process/health.py's liveness).
     """
     rng = random.Random()
     failures = 0

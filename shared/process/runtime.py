@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Literal
 
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue, connect_redis, redis_problem
 from duecast.shared.process import logs
 from duecast.shared.process.logs import LogFormat
 from duecast.shared.process.loop import stop_on_signals
-from duecast.shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings, SourceSettings, load_settings
+from duecast.shared.settings import JOBS_SOURCE, Settings, SourceSettings, load_settings
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.group_store import TopicStore
+from duecast.shared.storage.group_store import GroupStore
 from duecast.shared.storage.job_store import JobStore
 from duecast.shared.storage.range_store import RangeStore
 from duecast.shared.storage.source_store import SourceStore, Store
+
+Leased = Literal["jobs", "group"]  # the LeasedStore kinds: JobStore, GroupStore
 
 
 def setup_logging(level: str, fmt: LogFormat = "human") -> None:
@@ -72,12 +75,21 @@ def warn_eviction(queue: ReadyQueue) -> None:
         )
 
 
-def _store(db: Database, settings: Settings, src: SourceSettings) -> Store:
-    if is_job_queue(src.name):
+def _store(db: Database, settings: Settings, src: SourceSettings, kinds: dict[str, Leased]) -> Store:
+    kind = kinds.get(src.name)
+    if kind == "jobs":
         return JobStore(db, src, settings.jobs, settings.mysql)
-    if src.name.startswith(f"{TOPICS_SOURCE}."):  # a cluster consumer group's deliveries
-        return TopicStore(db, src, settings.topics, settings.mysql)
+    if kind == "group":
+        return GroupStore(db, src, settings.topics, settings.mysql)
     return SourceStore(db, src) if src.mode == "rows" else RangeStore(db, src)
+
+
+def store_kinds(settings: Settings) -> dict[str, Leased]:
+    """The leased sources by the settings section that declares them: each job queue of [jobs], each
+    cluster group of [topics]. Any other source is a table of the [[sources]] list."""
+    kinds: dict[str, Leased] = {src.name: "jobs" for src in settings.jobs.queue_sources()}
+    kinds.update((src.name, "group") for src in settings.topics.group_sources())
+    return kinds
 
 
 def is_job_queue(source: str) -> bool:
@@ -87,7 +99,8 @@ def is_job_queue(source: str) -> bool:
 def build_stores(settings: Settings, sources: list[SourceSettings]) -> list[Store]:
     """One store per source on one fresh connection, each verified against information_schema."""
     db = Database(settings.mysql)
-    stores: list[Store] = [_store(db, settings, src) for src in sources]
+    kinds = store_kinds(settings)
+    stores: list[Store] = [_store(db, settings, src, kinds) for src in sources]
     for store in stores:
         store.verify()
     return stores

@@ -1,14 +1,14 @@
 """The SQL of row-mode freshness: how many rows of a re-scan source were not checked within their period.
 
 Every statement reads a bounded number of index entries (a LIMIT inside a derived table), so its cost
-does not grow with the table. Range mode's freshness is one aggregate over its ranges (shared.sql).
+does not grow with the table. Range mode's freshness is one aggregate over its ranges (shared.queries.source).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.settings import SourceSettings
 from duecast.shared.states import DUE_INDEX, STATE_COLUMN, State
 

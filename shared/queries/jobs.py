@@ -1,6 +1,6 @@
 """Every SQL statement on duecast's jobs and schedules tables, each named, with the index it relies on.
 
-The jobs half of shared.sql (which holds the generic source statements and the IN-list renderers).
+The jobs half of shared.queries.source (which holds the generic source statements and the IN-list renderers).
 Table names come from validated settings; values are parameters; times are NOW(6) on the server.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.queries.source import int_list
 from duecast.shared.states import State
 
@@ -61,8 +61,10 @@ SHOW_COLUMNS = (
 class JobSQL:
     insert: str
     insert_values: str
-    on_duplicate_keep: str
-    returning_ids: str
+    insert_scheduled: str
+    insert_scheduled_values: str
+    find_unique_holder: str
+    find_scheduled_holder: str
     id_facts: str
     claim_due: str
     mark_dispatched: str
@@ -109,25 +111,42 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
     # Leaving RUNNING for good frees the unique key for a new job and ends the lease.
     finished = "`finished_at` = NOW(6), `run_at` = NOW(6), `unique_slot` = NULL, `lease_until` = NULL"
     return JobSQL(
+        # An application's job: only the columns an enqueuer is granted INSERT on (sql/grants.sql);
+        # the state, counters, lease and schedule columns keep their defaults.
         insert=(
             f"INSERT INTO {t} (`queue`, `task`, `payload`, `priority`, `max_attempts`, `unique_key`, "
-            "`unique_slot`, `schedule`, `scheduled_for`, `run_at`) VALUES "
+            "`unique_slot`, `run_at`) VALUES "
         ),
         # run_at: NOW(6) + delay, or a UTC time converted to the session's zone (NOW(6)'s zone).
         insert_values=(
-            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, "
+            "(%s, %s, %s, %s, %s, %s, %s, "
             "COALESCE(CONVERT_TZ(%s, '+00:00', @@session.time_zone), NOW(6) + INTERVAL %s MICROSECOND))"
         ),
-        # unique jobs, on_duplicate="keep", and schedule runs: a duplicate of an active unique key
-        # or of a (schedule, scheduled_for) pair leaves the existing row alone. LAST_INSERT_ID(id)
-        # makes a one-row insert report the existing job's id.
-        on_duplicate_keep=" ON DUPLICATE KEY UPDATE `id` = LAST_INSERT_ID(`id`)",
-        # enqueue_many's ids, exactly, on MariaDB 10.5+: one row per VALUES tuple, in order (a kept
-        # duplicate's row is the existing job's).
-        returning_ids=" RETURNING `id`",
-        # Where RETURNING is missing (MySQL): a multi-row INSERT's ids are consecutive from
-        # LAST_INSERT_ID() only under innodb_autoinc_lock_mode 0 or 1.
-        id_facts="SELECT VERSION(), @@innodb_autoinc_lock_mode",
+        # A recurring schedule's run (the dispatcher): also keyed by (schedule, scheduled_for).
+        insert_scheduled=(
+            f"INSERT INTO {t} (`queue`, `task`, `payload`, `priority`, `max_attempts`, `unique_key`, "
+            "`unique_slot`, `run_at`, `schedule`, `scheduled_for`) VALUES "
+        ),
+        insert_scheduled_values=(
+            "(%s, %s, %s, %s, %s, %s, %s, "
+            "COALESCE(CONVERT_TZ(%s, '+00:00', @@session.time_zone), NOW(6) + INTERVAL %s MICROSECOND), "
+            "%s, %s)"
+        ),
+        # on_duplicate="keep": after a duplicate-key error, the active job holding the key (dc_unique).
+        # A locking read: it sees the latest commit, whatever the transaction's snapshot, and the
+        # duplicate check's lock keeps the holder from freeing the key meanwhile. Plain INSERT plus
+        # this read is what lets an enqueuer merge with no UPDATE privilege at all (MariaDB wants
+        # UPDATE on every inserted column for INSERT ... ON DUPLICATE KEY UPDATE).
+        find_unique_holder=(
+            f"SELECT `id` FROM {t} WHERE `task` = %s AND `unique_slot` = %s LOCK IN SHARE MODE"
+        ),
+        # ...and the run of a schedule already written for that fire time (dc_schedule_run).
+        find_scheduled_holder=(
+            f"SELECT `id` FROM {t} WHERE `schedule` = %s AND `scheduled_for` = %s LOCK IN SHARE MODE"
+        ),
+        # enqueue_many's ids: a multi-row INSERT's are consecutive from LAST_INSERT_ID() only under
+        # innodb_autoinc_lock_mode 0 or 1 (MariaDB's default; MySQL 8's is 2).
+        id_facts="SELECT @@innodb_autoinc_lock_mode",
         # Claim step 1, per queue: the highest-priority, oldest due jobs. dc_due (state, queue,
         # priority, run_at): one range per priority, read in index order, so no filesort and only
         # due rows are read, however many jobs are scheduled for later.
@@ -147,7 +166,7 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
             + fenced.replace("{state}", str(DISPATCHED))
             + " FOR UPDATE"
         ),
-        # The same lock, its rows returned as one packed value (shared.packed: parsing a packet
+        # The same lock, its rows returned as one packed value (shared.storage.packed: parsing a packet
         # per row was most of a worker's time per job). Every lock column is an integer or text,
         # and payload is a plain LONGTEXT, so JSON carries each value unchanged.
         lock_dispatched_packed=(
@@ -286,7 +305,7 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
             + ") AS heads"
         ),
         # Operator commands (`duecast jobs`): `{where}` is built from fixed column names with
-        # every value a parameter (shared.job_admin.Filter).
+        # every value a parameter (admin.job_admin.Filter).
         show=(
             f"SELECT {', '.join(quote(c) for c in SHOW_COLUMNS)} FROM {t} WHERE {{where}} "
             "ORDER BY `id` {order} LIMIT %s"

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from duecast.shared.fanout.keys import Entry
+from duecast.shared.identifiers import quote
 from duecast.shared.policy import catch_up_s
-from duecast.shared.queries.identifiers import quote
 from duecast.shared.settings import SourceSettings
 from duecast.shared.states import (
     ATTEMPT_COLUMN,
@@ -30,7 +30,6 @@ class SourceSQL:
     """The statements for one source, rendered once at start-up from its validated names."""
 
     id_column: str  # quoted
-    attempt_column: str  # quoted
     claim_due: str
     mark_dispatched: str
     lock_dispatched: str
@@ -47,24 +46,6 @@ class SourceSQL:
     oldest_due_age: str
     check_schema: str
 
-    def fence(self, entries: Iterable[Entry]) -> str:
-        """The compare-and-set of a batch: `(id IN (...) AND attempt = n) OR ...`, one group per attempt.
-
-        Grouping by attempt keeps it to plain PRIMARY range lookups with a scalar compare (a
-        row-constructor IN costs a materialised subquery). Ids and attempts are Python ints
-        rendered by int_list, so no value text from outside ever reaches SQL.
-        """
-        groups: dict[int, list[int]] = defaultdict(list)
-        for e in entries:
-            groups[e.attempt].append(e.id)
-        if not groups:
-            raise ValueError("a fence needs at least one entry")
-        parts = [
-            f"({in_list(self.id_column, ids)} AND {self.attempt_column} = {int_list([attempt])})"
-            for attempt, ids in sorted(groups.items())
-        ]
-        return "(" + " OR ".join(parts) + ")"
-
 
 def render(src: SourceSettings) -> SourceSQL:
     t, pk, due = quote(src.table), quote(src.id_column), quote(src.due_column)
@@ -76,11 +57,10 @@ def render(src: SourceSettings) -> SourceSQL:
     )
     # A row is due when due <= NOW(6) - period; the parameter is the period in microseconds.
     due_now = f"{st} = {IDLE} AND {due} <= NOW(6) - INTERVAL %s MICROSECOND"
-    # Fenced statements carry a `{fence}` placeholder: see SourceSQL.fence().
+    # Fenced statements carry a `{fence}` placeholder: see fence().
     fenced = f"{{fence}} AND {st} = {DISPATCHED}"
     return SourceSQL(
         id_column=pk,
-        attempt_column=att,
         # Claim step 1: the oldest due rows, locked. Walks dc_due (state, due, id) from its
         # start, so it reads only due rows whatever the table size; SKIP LOCKED lets a second
         # dispatcher pass over rows the first is claiming instead of waiting or double-claiming.
@@ -180,6 +160,29 @@ def in_list(column: str, values: Iterable[int]) -> str:
     return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
 
 
+ATTEMPT = quote(ATTEMPT_COLUMN)
+
+
+def fence(entries: Iterable[Entry], id_column: str) -> str:
+    """The compare-and-set of a batch: `(id IN (...) AND attempt = n) OR ...`, one group per attempt.
+
+    Every store's fenced statements take it as `{fence}` (`id_column` quoted: the source's key, a
+    job's `id`, a delivery's `seq`). Grouping by attempt keeps it to plain PRIMARY range lookups with
+    a scalar compare (a row-constructor IN costs a materialised subquery). Ids and attempts are
+    Python ints rendered by int_list, so no value text from outside ever reaches SQL.
+    """
+    groups: dict[int, list[int]] = defaultdict(list)
+    for e in entries:
+        groups[e.attempt].append(e.id)
+    if not groups:
+        raise ValueError("a fence needs at least one entry")
+    parts = [
+        f"({in_list(id_column, ids)} AND {ATTEMPT} = {int_list([attempt])})"
+        for attempt, ids in sorted(groups.items())
+    ]
+    return "(" + " OR ".join(parts) + ")"
+
+
 def column_list(columns: Iterable[str]) -> str:
     """`*` or a quoted, validated column list for a locking read."""
     cols = list(columns)
@@ -192,7 +195,7 @@ def assignments(columns: list[str]) -> str:
 
 
 @dataclass(frozen=True)
-class LeaseSQL:
+class LeaderSQL:
     """A named lease (leader election) in duecast's leases table: one row per name."""
 
     acquire: str
@@ -200,9 +203,9 @@ class LeaseSQL:
     resign: str
 
 
-def render_leases(table: str) -> LeaseSQL:
+def render_leases(table: str) -> LeaderSQL:
     t = quote(table)
-    return LeaseSQL(
+    return LeaderSQL(
         # Take the lease if it is free or expired, renew it if it is ours; otherwise change
         # nothing. ON DUPLICATE KEY UPDATE assigns left to right, so the second IF already sees
         # the new holder. PRIMARY; one row lock, held for this statement's transaction only.

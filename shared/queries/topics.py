@@ -1,14 +1,15 @@
 """Every SQL statement on the topics tables, each named, with the index it relies on.
 
 Table names come from validated settings; values are parameters; `{ids}` / `{fence}` placeholders are
-rendered from Python ints only (shared.sql). Times are NOW(6) on the server, shifted by microseconds.
+rendered from Python ints only (shared.queries.source). Times are NOW(6) on the server, shifted by
+microseconds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.settings import TopicsSettings
 from duecast.shared.states import State
 

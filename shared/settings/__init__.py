@@ -5,7 +5,7 @@ Sources: `DUECAST_*` environment variables (nested with `__`) over an optional T
 """
 
 from duecast.shared.settings.base import Identifier
-from duecast.shared.settings.model import Settings, load_settings
+from duecast.shared.settings.model import Settings, SettingsFileError, load_settings
 from duecast.shared.settings.roles import (
     DispatcherSettings,
     FaultSettings,
@@ -46,6 +46,7 @@ __all__ = [
     "RedisSettings",
     "ScheduleSettings",
     "Settings",
+    "SettingsFileError",
     "SourceSettings",
     "StartAt",
     "TopicName",

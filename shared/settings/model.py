@@ -93,7 +93,7 @@ class Settings(BaseSettings):
         return self
 
     def _lease_problem(self) -> str | None:
-        """A lease its keeper could not renew in time (shared/leases.py). Renewals run every lease/3
+        """A lease its keeper could not renew in time (shared/storage/leases.py). Renewals run every lease/3
         and the worker stops itself at 0.8 of the lease without one, so the first renewal, even if
         its connection stalls once connecting and once reading, must end before that."""
         used = [("jobs.lease_s", self.jobs.lease_s)] if self.jobs.enabled else []
@@ -142,7 +142,7 @@ class Settings(BaseSettings):
 
 
 class SettingsFileError(ValueError):
-    """The settings file cannot be read as TOML; the message names the file and the spot."""
+    """The settings file cannot be read as TOML; the message names the file and where it is wrong."""
 
 
 def load_settings(config: str | Path | None = None) -> Settings:
@@ -151,10 +151,24 @@ def load_settings(config: str | Path | None = None) -> Settings:
     path = Path(raw) if raw else None
     if path is not None and not path.is_file():
         raise FileNotFoundError(f"settings file {path} does not exist")
+    if path is not None:
+        _check_toml(path)
     token = _toml_path.set(path)
     try:
         return Settings()
-    except tomllib.TOMLDecodeError as exc:
-        raise SettingsFileError(f"settings file {path} is not valid TOML: {exc}") from exc
     finally:
         _toml_path.reset(token)
+
+
+def _check_toml(path: Path) -> None:
+    """Read the file once before pydantic-settings does, so a broken one is one line, not a traceback."""
+    try:
+        tomllib.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise SettingsFileError(f"settings file {path} cannot be read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise SettingsFileError(
+            f"settings file {path} is not UTF-8 text (byte {exc.start}); TOML files are UTF-8"
+        ) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsFileError(f"settings file {path} is not valid TOML: {exc}") from exc

@@ -57,12 +57,15 @@ class WorkerSettings(_Section):
 
 
 class HealthSettings(_Section):
-    """The per-process HTTP endpoint: /healthz, /readyz and /metrics (shared/health.py)."""
+    """The per-process HTTP endpoint: /healthz, /readyz and /metrics (shared/process/health.py)."""
 
     # 0 = no endpoint. Processes sharing a host (and network namespace) need a port each:
     # `duecast worker --health-port N` overrides this per process.
     port: int = Field(0, ge=0, le=65535)
-    host: str = "0.0.0.0"  # noqa: S104 - probes and scrapers reach the process from outside
+    # Like the dashboard, local only unless asked: the endpoint has no authentication. In a
+    # container the kubelet's probes and a scraper come from outside: set 0.0.0.0 there
+    # (deploy/k8s/configmap.yaml and deploy/compose.yaml do).
+    host: str = "127.0.0.1"
     # /healthz fails once the main loop has not turned for this long. A turn includes one whole
     # batch, and a failing tick's backoff (10 s at most) or a dead server's socket timeout: keep
     # this above the longest batch your handlers take.
@@ -84,6 +87,14 @@ class WebSettings(_Section):
     sample_interval_s: float = Field(5.0, ge=0.1, le=3600)  # how often the charts get a point
     history_points: int = Field(720, ge=10, le=100_000)  # points kept in memory (1 h at 5 s)
     refresh_s: float = Field(5.0, ge=0, le=3600)  # open pages update themselves this often; 0 = never
+    # The HTTP server (waitress), limited on purpose: readings come from the sampler, so a few
+    # request threads serve many viewers. Open connections beyond connection_limit wait unaccepted,
+    # and a connection idle for channel_timeout_s is closed, so idle or half-sent requests cannot
+    # hold the dashboard for long (waitress's defaults: 100 connections, 120 s).
+    threads: int = Field(4, ge=1, le=64)
+    connection_limit: int = Field(500, ge=10, le=10_000)
+    channel_timeout_s: int = Field(30, ge=1, le=3600)
+    max_request_body_bytes: int = Field(65_536, ge=1024, le=16 * 1024 * 1024)  # forms: a token and ids
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:

@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator, Field, model_validator
 
-from duecast.shared.queries.identifiers import check_identifier
+from duecast.shared.identifiers import check_identifier
 from duecast.shared.settings.base import Identifier, _Section
 from duecast.shared.settings.sources import (
     SourceSettings,

@@ -16,6 +16,7 @@ import pymysql.cursors
 from pymysql.constants import CLIENT
 
 from duecast.shared.settings import MySQLSettings
+from duecast.shared.storage.units import Connection, Cursor, StorageError, translate
 
 log = logging.getLogger("duecast.db")
 
@@ -28,7 +29,7 @@ _CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 GROUP_CONCAT_MAX_LEN = 64 * 1024 * 1024
 
 
-def connect(settings: MySQLSettings, database: bool = True) -> pymysql.Connection[pymysql.cursors.Cursor]:
+def connect(settings: MySQLSettings, database: bool = True) -> Connection:
     """Open a connection: autocommit off, READ COMMITTED, utf8mb4, rowcount = rows matched.
 
     Errors name the user and host, never the password (PyMySQL's messages, and ours, below).
@@ -100,32 +101,19 @@ def tls_context(settings: MySQLSettings) -> ssl.SSLContext:
     return ctx
 
 
-# Errors after which the whole unit of work may simply run again: a deadlock or lock wait timeout
-# (InnoDB rolled the statement or transaction back), or a connection lost (the server restarted,
-# KILL, a network cut; the transaction is gone). An outcome-unknown COMMIT is among the latter:
-# callers re-read under their fence instead of guessing.
-DEADLOCK, LOCK_WAIT_TIMEOUT = 1213, 1205
-_TRANSIENT_CODES = {DEADLOCK, LOCK_WAIT_TIMEOUT, 2003, 2006, 2013, 1927, 4031}  # 1927/4031: killed
-
-
-def is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, pymysql.err.InterfaceError):
-        return True
-    if isinstance(exc, pymysql.err.OperationalError | pymysql.err.InternalError):
-        return bool(exc.args) and exc.args[0] in _TRANSIENT_CODES
-    return isinstance(exc, ConnectionError | BrokenPipeError)
-
-
 class Database:
     """Holds one lazily opened connection; `transaction()` is the only way to use it."""
 
     def __init__(self, settings: MySQLSettings) -> None:
         self._settings = settings
-        self._conn: pymysql.Connection[pymysql.cursors.Cursor] | None = None
+        self._conn: Connection | None = None
 
     @contextmanager
-    def transaction(self, *, check: bool = False) -> Iterator[pymysql.cursors.Cursor]:
+    def transaction(self, *, check: bool = False) -> Iterator[Cursor]:
         """Run a unit of work: commit on success, roll back on error, drop a broken connection.
+
+        A driver error that leaves the block (or the COMMIT) comes out as duecast's own
+        (`TransientError`, `DuplicateKey`, `ValueRefused`; storage.units), so callers never need the driver.
 
         `check=True` pings first and replaces a dead connection (server restart, KILL,
         wait_timeout) before the unit starts: for units whose input would be lost if their
@@ -144,15 +132,21 @@ class Database:
             with conn.cursor() as cur:
                 yield cur
             conn.commit()
-        except _CONNECTION_ERRORS:
+        except _CONNECTION_ERRORS as exc:
             self.close()
-            raise
-        except BaseException:
+            mine = translate(exc)
+            if mine is exc:
+                raise
+            raise mine from exc
+        except BaseException as exc:
             try:
                 conn.rollback()
             except _CONNECTION_ERRORS:
                 self.close()
-            raise
+            mine = translate(exc)
+            if mine is exc:
+                raise
+            raise mine from exc
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -176,8 +170,11 @@ def server_note(settings: MySQLSettings) -> str:
 
 
 def mysql_problem(exc: BaseException) -> tuple[str, bool] | None:
-    """A driver error as (one line naming the server and setting and what to do, server unavailable?),
-    or None when it is not about reaching or using the server (a bug, or a query's own error)."""
+    """A driver error (or duecast's for one) as (one line naming the server and setting and what to
+    do, server unavailable?), or None when it is not about reaching or using the server (a bug, or a
+    query's own error)."""
+    if isinstance(exc, StorageError) and isinstance(exc.__cause__, pymysql.err.MySQLError):
+        exc = exc.__cause__  # what the driver said, with the server connect() noted on it
     if not isinstance(exc, pymysql.err.MySQLError):
         return None
     notes = [n for n in getattr(exc, "__notes__", []) if n.startswith(_NOTE)]

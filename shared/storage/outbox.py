@@ -6,12 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import pymysql
-import pymysql.cursors
 import redis
 
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import REDIS_ERRORS
+from duecast.shared.storage.units import Connection
 
 
 class Outbox:
@@ -21,7 +20,7 @@ class Outbox:
     keys: Keys
 
     @contextmanager
-    def transaction(self, conn: pymysql.Connection[pymysql.cursors.Cursor]) -> Iterator[None]:
+    def transaction(self, conn: Connection) -> Iterator[None]:
         """`with writer.transaction(conn): ...(..., conn=conn)...`: commits the caller's connection on
         success (rolls back on error), then wakes the dispatcher."""
         try:

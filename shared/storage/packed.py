@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
-import pymysql.cursors
+from duecast.shared.storage.units import Cursor
 
 log = logging.getLogger("duecast.packed")
 
@@ -23,7 +23,7 @@ PACKABLE_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint",
 
 
 def read_packed(
-    cur: pymysql.cursors.Cursor, stmt: str, args: Sequence[Any] | None = None, *, what: str
+    cur: Cursor, stmt: str, args: Sequence[Any] | None = None, *, what: str
 ) -> list[list[Any]] | None:
     """Run `SELECT COUNT(*), JSON_ARRAYAGG(JSON_ARRAY(id, ...)) ...`: the rows as value lists
     sorted by their first value (MySQL's JSON_ARRAYAGG takes no ORDER BY), or None when the value

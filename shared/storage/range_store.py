@@ -2,7 +2,7 @@
 
 Claims, locks, fenced acks and requeues of ranges are the row-mode SourceStore on the ranges table;
 this class adds what happens to the business rows inside a locked range. It runs all of range
-mode's SQL (text in shared.sql).
+mode's SQL (text in shared.queries.source).
 """
 
 from __future__ import annotations
@@ -15,11 +15,9 @@ from functools import partial
 from operator import itemgetter
 from typing import Any
 
-import pymysql.cursors
-
-from duecast.shared.api.handlers import Ack, Row
+from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.queries.ranges import range_source, ranges_table
 from duecast.shared.queries.source import assignments, column_list, in_list, render_ranges, spans
 from duecast.shared.settings import SourceSettings
@@ -28,6 +26,7 @@ from duecast.shared.storage.db import Database
 from duecast.shared.storage.packed import PACKABLE_TYPES, read_packed
 from duecast.shared.storage.schema import check_business_columns, describe
 from duecast.shared.storage.source_store import AckCounts, Batch, SourceStatus, SourceStore, StaleAck, guarded
+from duecast.shared.storage.units import Cursor
 
 RANGE_KEY = "dc_range"  # each business row handed to a handler carries its span's first id
 FRESH_SLACK_S = 1.0  # "checked within period + 1 s" is what freshness counts
@@ -39,7 +38,7 @@ class RangeBatch:
     def __init__(
         self,
         store: RangeStore,
-        cur: pymysql.cursors.Cursor,
+        cur: Cursor,
         ranges: Batch,
         rows: list[Row],
         skipped: int,
@@ -146,7 +145,7 @@ class RangeStore:
             rows = self._rows(cur, locked.rows, columns) if locked.rows else []
             yield RangeBatch(self, cur, locked, rows, locked.skipped)
 
-    def _rows(self, cur: pymysql.cursors.Cursor, ranges: list[Row], columns: Sequence[str]) -> list[Row]:
+    def _rows(self, cur: Cursor, ranges: list[Row], columns: Sequence[str]) -> list[Row]:
         pk = self.business.id_column
         wanted = list(dict.fromkeys([pk, *columns])) if columns else []
         bounds = [(int(r["lo"]), int(r["hi"])) for r in ranges]
@@ -177,7 +176,7 @@ class RangeStore:
         take the plain read; so does a handler that reads every column."""
         return bool(columns) and all(self.column_types.get(c) in PACKABLE_TYPES for c in columns)
 
-    def _packed_rows(self, cur: pymysql.cursors.Cursor, columns: list[str], where: str) -> list[Any] | None:
+    def _packed_rows(self, cur: Cursor, columns: list[str], where: str) -> list[Any] | None:
         stmt = self.sql.rows_in_ranges_packed.format(columns=column_list(columns), spans=where)
         return read_packed(cur, stmt, what=self.business.table)
 
@@ -195,7 +194,7 @@ class RangeStore:
         except TypeError:
             return ("touch", ack.values, id(ack))
 
-    def write_changes(self, cur: pymysql.cursors.Cursor, acks: Sequence[tuple[Row, Ack]]) -> list[Row]:
+    def write_changes(self, cur: Cursor, acks: Sequence[tuple[Row, Ack]]) -> list[Row]:
         """Write only rows whose ack changes something (a plain success costs no row write).
 
         Returns the rows whose values the database refused.
@@ -214,7 +213,7 @@ class RangeStore:
             refused.extend(bad)
         return refused
 
-    def _write(self, cur: pymysql.cursors.Cursor, key: Any, rows: list[Row]) -> int:
+    def _write(self, cur: Cursor, key: Any, rows: list[Row]) -> int:
         ids = in_list(self._pk, (int(r[self.business.id_column]) for r in rows))
         if key[0] == "delete":
             return int(cur.execute(self.sql.delete_ids.format(ids=ids)))

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pymysql.cursors
-
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.settings import JobsSettings, SourceSettings
 from duecast.shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN
+from duecast.shared.storage.units import Cursor
 
 DISPATCH_COLUMNS: dict[str, str] = {
     STATE_COLUMN: "TINYINT UNSIGNED NOT NULL DEFAULT 0",
@@ -41,8 +40,8 @@ JOB_COLUMNS: dict[str, str] = {
     "errors": "SMALLINT UNSIGNED NOT NULL DEFAULT 0",  # runs that raised
     "interruptions": "SMALLINT UNSIGNED NOT NULL DEFAULT 0",  # runs whose worker died
     "unique_key": "VARCHAR(191) NULL",
-    # = unique_key while pending or running, NULL once finished: the unique index on it makes
-    # "one active job per key" race-free.
+    # = unique_key while pending or running, NULL once finished: the unique index on (task, it)
+    # makes "one active job per task and key" race-free.
     "unique_slot": "VARCHAR(191) NULL",
     "schedule": "VARCHAR(64) NULL",  # the recurring schedule that made it
     "scheduled_for": "DATETIME(6) NULL",  # ...and for which fire time (UTC)
@@ -56,7 +55,9 @@ JOB_COLUMNS: dict[str, str] = {
 # name -> (kind, columns)
 JOB_INDEXES: dict[str, tuple[str, tuple[str, ...]]] = {
     DUE_INDEX: ("KEY", (STATE_COLUMN, "queue", "priority", "run_at")),
-    "dc_unique": ("UNIQUE KEY", ("unique_slot",)),
+    # Unique keys are scoped per task (docs/jobs.md); a table of duecast <= 0.1 had them global:
+    # `duecast migrate` rebuilds the index (a wider unique key cannot fail on existing rows).
+    "dc_unique": ("UNIQUE KEY", ("task", "unique_slot")),
     "dc_schedule_run": ("UNIQUE KEY", ("schedule", "scheduled_for")),
 }
 
@@ -130,7 +131,7 @@ def jobs_migration(jobs: JobsSettings, info: TableInfo, indexes: dict[str, list[
     return steps
 
 
-def index_columns(cur: pymysql.cursors.Cursor, table: str) -> dict[str, list[str]]:
+def index_columns(cur: Cursor, table: str) -> dict[str, list[str]]:
     """Every index of `table`: name -> its columns in order."""
     cur.execute(
         "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
@@ -143,7 +144,7 @@ def index_columns(cur: pymysql.cursors.Cursor, table: str) -> dict[str, list[str
     return out
 
 
-def check_jobs_table(cur: pymysql.cursors.Cursor, jobs: JobsSettings) -> None:
+def check_jobs_table(cur: Cursor, jobs: JobsSettings) -> None:
     """Raise SchemaError unless the jobs and schedules tables are as this version needs them."""
     info = describe(cur, jobs.table)
     if not info.columns or jobs_migration(jobs, info, index_columns(cur, jobs.table)):
@@ -161,7 +162,7 @@ class TableInfo:
     primary: list[str] | None = None  # PRIMARY KEY columns; None when not read
 
 
-def describe(cur: pymysql.cursors.Cursor, table: str) -> TableInfo:
+def describe(cur: Cursor, table: str) -> TableInfo:
     cur.execute(
         "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
         "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",

@@ -13,17 +13,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-import pymysql.cursors
-
-from duecast.shared.api.handlers import Ack, Row
+from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
-from duecast.shared.queries.source import SourceSQL, assignments, column_list, in_list, render
+from duecast.shared.queries.source import SourceSQL, assignments, column_list, fence, in_list, render
 from duecast.shared.settings import SourceSettings
 from duecast.shared.states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.schema import check_source, describe
+from duecast.shared.storage.units import VALUE_ERRORS, Cursor, lock_or_skip, savepoint
 
-LOCK_WAIT_TIMEOUT = 1205  # ER_LOCK_WAIT_TIMEOUT
 STATUS_COUNT_CAP = 100_000  # due-backlog counts stop here: a bounded index read per status call
 
 
@@ -38,13 +36,7 @@ class AckCounts:
     refused: int = 0  # acks whose values the database refused: those rows failed
 
 
-# Errors that mean "this statement's values are wrong", not "the connection or lock is".
-DATA_ERRORS = (pymysql.err.DataError, pymysql.err.IntegrityError)
-
-
-def guarded(
-    cur: pymysql.cursors.Cursor, rows: list[Row], run: Callable[[list[Row]], int]
-) -> tuple[int, list[Row]]:
+def guarded(cur: Cursor, rows: list[Row], run: Callable[[list[Row]], int]) -> tuple[int, list[Row]]:
     """Run `run(rows)` under a savepoint; if the database refuses a value, undo just that statement
     and run the rows one by one, so one bad value cannot roll back a whole batch.
 
@@ -52,25 +44,21 @@ def guarded(
     """
     try:
         return _saved(cur, rows, run), []
-    except DATA_ERRORS:
+    except VALUE_ERRORS:
         if len(rows) == 1:
             return 0, rows
     done, refused = 0, []
     for row in rows:
         try:
             done += _saved(cur, [row], run)
-        except DATA_ERRORS:
+        except VALUE_ERRORS:
             refused.append(row)
     return done, refused
 
 
-def _saved(cur: pymysql.cursors.Cursor, rows: list[Row], run: Callable[[list[Row]], int]) -> int:
-    cur.execute("SAVEPOINT dc_ack")  # a savepoint of the same name replaces the last one
-    try:
+def _saved(cur: Cursor, rows: list[Row], run: Callable[[list[Row]], int]) -> int:
+    with savepoint(cur, "dc_ack"):
         return run(rows)
-    except DATA_ERRORS:
-        cur.execute("ROLLBACK TO SAVEPOINT dc_ack")
-        raise
 
 
 class StaleAck(RuntimeError):
@@ -126,9 +114,7 @@ class Store(Protocol):
 class Batch:
     """Rows locked for one worker batch, inside an open transaction; `ack` runs in that transaction."""
 
-    def __init__(
-        self, store: SourceStore, cur: pymysql.cursors.Cursor, rows: list[Row], skipped: int
-    ) -> None:
+    def __init__(self, store: SourceStore, cur: Cursor, rows: list[Row], skipped: int) -> None:
         self._store = store
         self.cursor = cur  # range mode reads business rows in this same transaction
         self.rows = rows
@@ -205,15 +191,13 @@ class SourceStore:
         if not entries:
             raise ValueError("started() needs at least one entry")
         wanted = list(dict.fromkeys([self.src.id_column, ATTEMPT_COLUMN, *columns])) if columns else []
-        args = {"columns": column_list(wanted), "fence": self.sql.fence(entries)}
+        args = {"columns": column_list(wanted), "fence": fence(entries, self.sql.id_column)}
         with self.db.transaction(check=True) as cur:
-            try:
-                cur.execute(self.sql.lock_dispatched.format(**args))
-            except pymysql.err.OperationalError as exc:
-                if exc.args[0] != LOCK_WAIT_TIMEOUT:
-                    raise
-                # Only the statement was rolled back; take what is free, leave what is held.
-                cur.execute(self.sql.lock_dispatched_skip.format(**args))
+            # Rows another live worker holds are left to it: take what is free.
+            lock_or_skip(
+                lambda: cur.execute(self.sql.lock_dispatched.format(**args)),
+                lambda: cur.execute(self.sql.lock_dispatched_skip.format(**args)),
+            )
             names = [d[0] for d in cur.description or ()]
             rows = [dict(zip(names, values, strict=True)) for values in cur.fetchall()]
             yield Batch(self, cur, rows, len(entries) - len(rows))
@@ -233,18 +217,21 @@ class SourceStore:
         except TypeError:  # unhashable values (lists...): this row gets its own statement
             return ("touch", ack.delay_s, ack.values, id(ack))
 
-    def run_ack(self, cur: pymysql.cursors.Cursor, key: Any, rows: list[Row]) -> int:
+    def run_ack(self, cur: Cursor, key: Any, rows: list[Row]) -> int:
         """Run one fenced ack statement for `rows`; returns how many rows it really changed."""
-        fence = self.sql.fence(Entry(int(r[self.src.id_column]), int(r[ATTEMPT_COLUMN])) for r in rows)
+        where = self._fence(rows)
         if key[0] == "delete":
-            return int(cur.execute(self.sql.ack_delete.format(fence=fence)))
+            return int(cur.execute(self.sql.ack_delete.format(fence=where)))
         values = key[2]
-        stmt = self.sql.ack_touch.format(set=assignments([n for n, _ in values]), fence=fence)
+        stmt = self.sql.ack_touch.format(set=assignments([n for n, _ in values]), fence=where)
         return int(cur.execute(stmt, (_us(key[1]), *(v for _, v in values))))
 
-    def burn_attempts(self, cur: pymysql.cursors.Cursor, rows: Sequence[Row]) -> None:
-        fence = self.sql.fence(Entry(int(r[self.src.id_column]), int(r[ATTEMPT_COLUMN])) for r in rows)
-        cur.execute(self.sql.burn_attempt.format(fence=fence))
+    def burn_attempts(self, cur: Cursor, rows: Sequence[Row]) -> None:
+        cur.execute(self.sql.burn_attempt.format(fence=self._fence(rows)))
+
+    def _fence(self, rows: Sequence[Row]) -> str:
+        key = self.src.id_column
+        return fence((Entry(int(r[key]), int(r[ATTEMPT_COLUMN])) for r in rows), self.sql.id_column)
 
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
         """Abandoned DISPATCHED rows (not acked in time, not locked by a worker) -> IDLE."""
@@ -262,7 +249,8 @@ class SourceStore:
     def release(self, entries: Sequence[Entry]) -> int:
         """Rows this dispatcher claimed but could not push -> IDLE (fenced on their new attempt)."""
         with self.db.transaction() as cur:
-            return int(cur.execute(self.sql.release_unpushed.format(fence=self.sql.fence(entries))))
+            stmt = self.sql.release_unpushed.format(fence=fence(entries, self.sql.id_column))
+            return int(cur.execute(stmt))
 
     def reset_dispatched(self) -> int:
         """Every DISPATCHED row -> IDLE. Only when no dispatcher or worker runs (demo start-up)."""
@@ -281,6 +269,6 @@ class SourceStore:
         return SourceStatus(int(due or 0), int(in_flight or 0), age)
 
 
-def _scalar(cur: pymysql.cursors.Cursor) -> Any:
+def _scalar(cur: Cursor) -> Any:
     row = cur.fetchone()
     return None if row is None else row[0]

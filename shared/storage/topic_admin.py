@@ -1,7 +1,7 @@
 """Operator actions on topics (`duecast topics`) and retention: find a message by id or key, trace it
 through every group, replay or skip a group from a position, and prune what every group finished.
 
-Runs shared.sql_topics statements; pages bulk work in short transactions.
+Runs shared.queries.topics statements; pages bulk work in short transactions.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from duecast.shared.monitor.topic_status import TopicMonitor
-from duecast.shared.queries.topics import ATTEMPT_COLUMNS, MESSAGE_COLUMNS, TRACE_COLUMNS
+from duecast.shared.queries.topics import ATTEMPT_COLUMNS, MESSAGE_COLUMNS, TRACE_COLUMNS, render_topics
 from duecast.shared.settings import GroupSettings, StartAt, TopicsSettings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.source_store import _scalar, _us
-from duecast.shared.storage.topic_ids import group_id, start_position, topic_id
+from duecast.shared.storage.topic_ids import all_ids, finished_through, group_id, start_position, topic_id
 
 log = logging.getLogger("duecast.topics")
 REPLAY_PAGE = 5000  # message ids per replay transaction
@@ -41,8 +40,7 @@ class TopicAdmin:
     def __init__(self, db: Database, topics: TopicsSettings) -> None:
         self.db = db
         self.topics = topics
-        self.monitor = TopicMonitor(db, topics)
-        self.sql = self.monitor.sql
+        self.sql = render_topics(topics)
 
     def ensure_groups(self) -> None:
         """Make the rows of every declared topic and group now (dispatcher start), so status shows
@@ -54,7 +52,7 @@ class TopicAdmin:
 
     def _ids(self, topic: str, group: str | None = None) -> tuple[int, int]:
         with self.db.transaction() as cur:
-            ids = self.monitor.ids(cur)
+            ids = all_ids(cur, self.sql)
             cur.execute(self.sql.topics_all)
             topic_ids = {str(n): int(i) for i, n, _ in cur.fetchall()}
         if topic not in topic_ids:
@@ -86,7 +84,7 @@ class TopicAdmin:
         every earlier attempt's outcome and error; for broadcast groups, which members read it."""
         out: dict[str, dict[str, Any]] = {}
         with self.db.transaction() as cur:
-            ids = self.monitor.ids(cur)
+            ids = all_ids(cur, self.sql)
             for (t, name), (_, gid) in sorted(ids.items()):
                 if t != topic:
                     continue
@@ -149,11 +147,11 @@ class TopicAdmin:
             with self.db.transaction() as cur:
                 cur.execute(self.sql.lock_groups_shared, (tid,))
                 group_ids = [int(r[0]) for r in cur.fetchall()]
-                ids = self.monitor.ids(cur)
+                ids = all_ids(cur, self.sql)
                 safe = last
                 for g in self.topics.groups:
                     if g.topic == name and (name, g.name) in ids:
-                        through = self.monitor.finished_through(cur, g, ids[(name, g.name)][1])
+                        through = finished_through(cur, self.sql, self.topics, g, ids[(name, g.name)][1])
                         safe = safe if through is None else min(safe, through)
                 cur.execute(self.sql.prune_scan, (_us(self.topics.retention_s), tid, safe, limit))
                 # The expired prefix, in id order (ids follow publishing time).

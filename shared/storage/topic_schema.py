@@ -5,12 +5,11 @@ Names come from topics.table_prefix; every table is InnoDB, utf8mb4. Nothing her
 
 from __future__ import annotations
 
-import pymysql.cursors
-
-from duecast.shared.queries.identifiers import quote
+from duecast.shared.identifiers import quote
 from duecast.shared.settings import TopicsSettings
 from duecast.shared.states import DUE_INDEX, STATE_COLUMN
 from duecast.shared.storage.schema import DISPATCH_COLUMNS, SchemaError, describe
+from duecast.shared.storage.units import Cursor
 
 # name -> (columns, keys). The first key is the PRIMARY KEY.
 _TABLES: dict[str, tuple[dict[str, str], list[str]]] = {
@@ -117,7 +116,7 @@ def topic_table_ddl(topics: TopicsSettings, kind: str) -> str:
     )
 
 
-def topic_steps(cur: pymysql.cursors.Cursor | None, topics: TopicsSettings) -> list[str]:
+def topic_steps(cur: Cursor | None, topics: TopicsSettings) -> list[str]:
     """The CREATE TABLEs `duecast migrate` needs to run (all of them when `cur` is None: no database)."""
     if not topics.names:
         return []
@@ -128,7 +127,7 @@ def topic_steps(cur: pymysql.cursors.Cursor | None, topics: TopicsSettings) -> l
     ]
 
 
-def check_topic_tables(cur: pymysql.cursors.Cursor, topics: TopicsSettings) -> None:
+def check_topic_tables(cur: Cursor, topics: TopicsSettings) -> None:
     """Raise SchemaError unless every topic table exists with every column this version uses."""
     for kind, (columns, _) in _TABLES.items():
         have = describe(cur, topics.table(kind)).columns

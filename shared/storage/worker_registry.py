@@ -1,5 +1,5 @@
 """The worker registry: each worker process registers, beats on its own thread and connection, and
-leaves on exit; the leader dispatcher finds the silent ones. Runs shared.sql.WorkerSQL."""
+leaves on exit; the leader dispatcher finds the silent ones. Runs shared.queries.source.WorkerSQL."""
 
 from __future__ import annotations
 
@@ -12,15 +12,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-import pymysql
-
 from duecast.shared.queries.source import WorkerSQL, render_workers
 from duecast.shared.settings import JOBS_SOURCE, MySQLSettings, WorkerSettings
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.job_store import worker_name
 from duecast.shared.storage.schema import SchemaError, describe, workers_migration
+from duecast.shared.storage.units import MYSQL_ERRORS
 
 log = logging.getLogger("duecast.workers")
+
+
+def worker_name() -> str:
+    """Who a worker process is: host and pid, as the registry names it and as started jobs and
+    messages record it in `worker`."""
+    return f"{socket.gethostname()[:100]}:{os.getpid()}"
 
 
 def is_job_queue(source: str) -> bool:
@@ -124,7 +128,7 @@ class Heartbeat:
         self.registry.verify()
         try:
             self.registry.register(self.name, self.sources, self.tasks)
-        except pymysql.err.MySQLError as exc:  # the beats retry; a worker does not fail for it
+        except MYSQL_ERRORS as exc:  # the beats retry; a worker does not fail for it
             log.warning("could not register worker %s yet: %s", self.name, exc)
         self._thread.start()
 
@@ -133,7 +137,7 @@ class Heartbeat:
             try:
                 if not self.registry.beat(self.name):
                     self.registry.register(self.name, self.sources, self.tasks)
-            except pymysql.err.MySQLError as exc:
+            except MYSQL_ERRORS as exc:
                 log.warning("heartbeat of worker %s failed: %s", self.name, exc)
 
     def stop(self) -> None:
@@ -141,6 +145,6 @@ class Heartbeat:
         self._thread.join(timeout=10)
         try:
             self.registry.deregister(self.name)
-        except pymysql.err.MySQLError as exc:
+        except MYSQL_ERRORS as exc:
             log.warning("could not deregister worker %s (the leader will): %s", self.name, exc)
         self.registry.db.close()

@@ -23,7 +23,8 @@ import os
 import time
 from pathlib import Path
 
-from duecast.shared.api.handlers import Ack, Registry, Row
+from duecast.shared.acks import Ack, Row
+from duecast.shared.api.handlers import Registry
 
 ONEOFF = "fault_oneoff"  # one-off source: success deletes the row
 RESCAN = "fault_rescan"  # re-scan source: success records the attempt that ran in checked_by_attempt

@@ -47,7 +47,13 @@ KINDS = ["oneoff", "rescan"]
 # Exception class names a process may log when a test takes a server away from it (`allow=`):
 # redis-py's error and its socket-level causes; PyMySQL's errors on a closed session.
 REDIS_DOWN = ("ConnectionError", "ConnectionRefusedError", "ConnectionResetError", "BrokenPipeError")
-SESSION_LOST = ("OperationalError", "InterfaceError", "ConnectionResetError", "BrokenPipeError")
+SESSION_LOST = (
+    "TransientError",
+    "OperationalError",
+    "InterfaceError",
+    "ConnectionResetError",
+    "BrokenPipeError",
+)
 
 
 @dataclass(frozen=True)

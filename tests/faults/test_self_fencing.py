@@ -62,7 +62,10 @@ class Fencing:
         queue = ReadyQueue(connect_redis(self.settings.redis), Keys(self.settings.redis.key_prefix))
         queue.push(self.store.src.name, self.store.claim_due(10))
         worker = self.procs.spawn(
-            "worker", ["-m", "duecast.worker", "--app", "tests.integration.jobs_app"], self.env, allow=SESSION_LOST
+            "worker",
+            ["-m", "duecast.worker", "--app", "tests.integration.jobs_app"],
+            self.env,
+            allow=SESSION_LOST,
         )
         wait_for(
             lambda: self.row(job_id, "dc_state") == (State.RUNNING,),

@@ -1,6 +1,6 @@
 """MySQL sessions lost between units of work (server restart, failover, wait_timeout, a DBA's KILL):
 each role must carry on with a fresh connection, and no work may wait out a visibility timeout
-for it (shared/db.py: "the caller retries the whole unit").
+for it (shared/storage/db.py: "the caller retries the whole unit").
 """
 
 from __future__ import annotations

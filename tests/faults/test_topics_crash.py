@@ -190,7 +190,14 @@ def test_a_sigkilled_broadcast_member_resumes_from_its_last_position_and_the_oth
     )
     members = f"`{settings.topics.table('members')}`"
     marker, gate = tmp_path / "parked.json", tmp_path / "gate"
-    worker_args = ["-m", "duecast.worker", "--app", "tests.faults.topics_app", "--source", "topics.orders-cache"]
+    worker_args = [
+        "-m",
+        "duecast.worker",
+        "--app",
+        "tests.faults.topics_app",
+        "--source",
+        "topics.orders-cache",
+    ]
     for name in ("m1", "m3"):
         procs.spawn(name, worker_args, {**env, "DUECAST_TOPICS__MEMBER": name})
     doomed = procs.spawn(

@@ -21,8 +21,9 @@ import pymysql
 import pytest
 
 from duecast.admin import migrate
+from duecast.shared.acks import Ack, Row
 from duecast.shared.api.enqueue import Enqueuer
-from duecast.shared.api.handlers import Ack, Handler, Registry, Row
+from duecast.shared.api.handlers import Handler, Registry
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import ReadyQueue, connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, WorkerSettings

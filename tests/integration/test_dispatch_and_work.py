@@ -15,7 +15,7 @@ import pytest
 
 from duecast.admin import migrate
 from duecast.dispatcher import main as dispatcher_main
-from duecast.shared.api.handlers import Ack
+from duecast.shared.acks import Ack
 from duecast.shared.fanout.keys import encode_entry
 from duecast.shared.fanout.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES
 from duecast.shared.settings import DispatcherSettings, JobsSettings, Settings, WorkerSettings

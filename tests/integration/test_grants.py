@@ -22,7 +22,7 @@ from pydantic import SecretStr
 
 from duecast.admin import migrate
 from duecast.dispatcher import main as dispatcher_main
-from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
 from duecast.shared.storage.db import Database, connect
 from duecast.shared.storage.source_store import SourceStore
@@ -220,16 +220,37 @@ def test_the_worker_account_cannot_claim_insert_or_change_schema(granted: Grante
 
 
 def test_the_enqueuer_account_can_only_add_jobs(granted: Granted) -> None:
+    granted.sql.execute("SHOW GRANTS FOR %s@'%%'", (granted.accounts["enqueuer"].user,))
+    for (line,) in granted.sql.fetchall():
+        assert not re.search(r"\b(UPDATE|DELETE|ALL PRIVILEGES)\b", line), line
     enqueuer = Enqueuer(granted.settings("enqueuer"), None)
     try:
         first = enqueuer.enqueue("record", {"n": 1}, unique_key="grants-once")
         again = enqueuer.enqueue("record", {"n": 2}, unique_key="grants-once", on_duplicate="keep")
         assert again == first
+        merged, new = enqueuer.enqueue_many(
+            [Job("record", 3, unique_key="grants-once"), Job("record", 4)], on_duplicate="keep"
+        )
+        assert (merged, merged.merged, new.merged) == (first, True, False)
     finally:
         enqueuer.db.close()
-    granted.sql.execute("DELETE FROM duecast_jobs WHERE id = %s", (first,))
+    granted.sql.execute("SELECT payload FROM duecast_jobs WHERE unique_key = 'grants-once' OR payload = '4'")
+    assert sorted(p for (p,) in granted.sql.fetchall()) == ["4", '{"n":1}']
     assert granted.refused("enqueuer", "SELECT payload FROM duecast_jobs") == 1143
     for stmt in (
+        # The probe's hijack (issue 17): rewrite a queued job's task, payload and time.
+        f"UPDATE duecast_jobs SET task = 'fail', payload = '{{\"msg\":\"hijacked\"}}', run_at = NOW(6) "
+        f"WHERE id = {first}",
+        f"UPDATE duecast_jobs SET run_at = NOW(6) + INTERVAL 1 YEAR WHERE id = {first}",
+        f"UPDATE duecast_jobs SET id = id + 1000000 WHERE id = {first}",
+        f"UPDATE duecast_jobs SET unique_slot = NULL WHERE id = {first}",
+        f"INSERT INTO duecast_jobs (id, task, payload) VALUES ({first}, 'x', 'null') "
+        "ON DUPLICATE KEY UPDATE task = 'x'",
+        f"REPLACE INTO duecast_jobs (id, task, payload) VALUES ({first}, 'x', 'null')",
+        # A job born running, dispatched or dead, or posing as a schedule's run.
+        "INSERT INTO duecast_jobs (task, payload, dc_state) VALUES ('x', 'null', 2)",
+        "INSERT INTO duecast_jobs (task, payload, errors) VALUES ('x', 'null', 99)",
+        "INSERT INTO duecast_jobs (task, payload, schedule, scheduled_for) VALUES ('x', 'null', 's', NOW())",
         "UPDATE duecast_jobs SET dc_state = 1",
         "UPDATE duecast_jobs SET errors = 0",
         "DELETE FROM duecast_jobs",
@@ -237,6 +258,11 @@ def test_the_enqueuer_account_can_only_add_jobs(granted: Granted) -> None:
         "SELECT * FROM duecast_schedules",
     ):
         granted.refused("enqueuer", stmt)
+    granted.sql.execute(
+        "SELECT task, payload, run_at > NOW(6) + INTERVAL 1 DAY FROM duecast_jobs WHERE id = %s", (first,)
+    )
+    assert granted.sql.fetchone() == ("record", '{"n":1}', 0)
+    granted.sql.execute("DELETE FROM duecast_jobs WHERE unique_key = 'grants-once' OR payload = '4'")
 
 
 def test_every_role_does_its_whole_job_under_its_grants(roles: Granted) -> None:

@@ -23,8 +23,8 @@ from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.dispatcher.pruner import Pruner
 from duecast.dispatcher.recurring import Recurring
 from duecast.dispatcher.schedule_store import ScheduleStore
+from duecast.shared.acks import Ack
 from duecast.shared.api.enqueue import DuplicateJob, EnqueueError, Enqueuer, Job
-from duecast.shared.api.handlers import Ack
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, ScheduleSettings, Settings
 from duecast.shared.states import State
@@ -331,6 +331,28 @@ def test_a_duplicate_can_be_merged_into_the_active_job(env: JobsEnv) -> None:
     assert sorted(map(str, payloads())) == ["0", "1", "2", "a"]
 
 
+def test_a_unique_key_is_held_per_task_and_a_merge_says_so(env: JobsEnv) -> None:
+    first = env.enqueuer.enqueue("record", "a", unique_key="k")
+    assert first.merged is False
+    other = env.enqueuer.enqueue("fail_always", "b", unique_key="k", queue="default")
+    assert other != first
+    assert other.merged is False
+    kept = env.enqueuer.enqueue("record", "c", unique_key="k", on_duplicate="keep")
+    assert (kept, kept.merged) == (first, True)
+    # One batch may use one key for several tasks, and two jobs of one task may not.
+    ids = env.enqueuer.enqueue_many([Job("record", 1, unique_key="b"), Job("give_up", 2, unique_key="b")])
+    assert len(set(ids)) == 2
+    with pytest.raises(DuplicateJob, match="'b' of task 'record' appears twice"):
+        env.enqueuer.enqueue_many([Job("record", 3, unique_key="b"), Job("record", 4, unique_key="b")])
+    env.sql.execute(f"SELECT task, payload FROM `{env.table}` ORDER BY id")
+    assert env.sql.fetchall() == (
+        ("record", '"a"'),
+        ("fail_always", '"b"'),
+        ("record", "1"),
+        ("give_up", "2"),
+    )
+
+
 def test_a_duplicate_inside_enqueue_many_or_against_an_active_job_writes_nothing(env: JobsEnv) -> None:
     env.enqueuer.enqueue("record", "a", unique_key="taken")
     with pytest.raises(DuplicateJob, match="twice in one enqueue_many"):
@@ -347,11 +369,11 @@ def test_a_unique_key_is_held_while_the_job_runs_and_retries(env: JobsEnv) -> No
     job_id = env.enqueuer.enqueue("fail_always", "f", unique_key="k", max_attempts=2)
     env.run_once()  # failed once: pending again, still holding the key
     with pytest.raises(DuplicateJob):
-        env.enqueuer.enqueue("record", "r", unique_key="k")
+        env.enqueuer.enqueue("fail_always", "r", unique_key="k")
     env.make_due()
     env.run_once()  # dead: the key is free
     assert env.job(job_id, "dc_state") == (State.DEAD,)
-    assert env.enqueuer.enqueue("record", "r", unique_key="k") != job_id
+    assert env.enqueuer.enqueue("fail_always", "r", unique_key="k") != job_id
 
 
 # ---------------------------------------------------------------- queues, priorities, times
@@ -520,10 +542,10 @@ def test_a_schedule_naming_an_unknown_task_or_queue_is_refused_at_start(env: Job
         Recurring(store, [ScheduleSettings(name="x", task="record", cron="61 * * * *")])
 
 
-@pytest.mark.parametrize("how", ["returning", "consecutive", "one_by_one"])
+@pytest.mark.parametrize("how", ["consecutive", "one_by_one"])
 @pytest.mark.parametrize("on_duplicate", ["error", "keep"])
 def test_enqueue_many_returns_each_jobs_id_in_order(env: JobsEnv, how: str, on_duplicate: str) -> None:
-    env.enqueuer._ids_how = how  # each way a server may report them (MariaDB allows all three)
+    env.enqueuer._ids_how = how  # each way a server's lock mode allows (MariaDB's allows both)
     first = env.enqueuer.enqueue_many([Job("record", i) for i in range(3)], on_duplicate=on_duplicate)  # type: ignore[arg-type]
     ids = env.enqueuer.enqueue_many([Job("record", i) for i in range(3, 1203)], on_duplicate=on_duplicate)  # type: ignore[arg-type]
 

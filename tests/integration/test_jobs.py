@@ -15,8 +15,8 @@ import pytest
 
 from duecast.admin import migrate
 from duecast.dispatcher.main import serve as serve_dispatcher
+from duecast.shared.acks import Ack
 from duecast.shared.api.enqueue import EnqueueError, Enqueuer, Job
-from duecast.shared.api.handlers import Ack
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
@@ -78,6 +78,11 @@ def test_enqueue_many_writes_10000_jobs_in_one_transaction(
         (Job("no-such-task", {}), "unknown task"),
         (Job("record", "\ud800"), "lone surrogate"),
         (Job("record", {}, delay_s=-1), "delay_s"),
+        # Each reached MySQL (or the driver) before issue 17 and failed there with a traceback.
+        (Job("record", {}, delay_s=1e300), "delay_s must be 0-"),  # OperationalError 1916
+        (Job("record", {}, delay_s=1e12), "delay_s must be 0-"),  # DataError 1441
+        (Job("record", {}, delay_s="5"), "delay_s must be a number"),  # type: ignore[arg-type]
+        (Job("record", {}, unique_key="\ud800"), "unique_key .* lone surrogate"),  # UnicodeEncodeError
     ],
 )
 def test_one_bad_job_at_9999_leaves_nothing_written(
@@ -173,7 +178,7 @@ ODD_PAYLOADS = [
 def test_a_worker_hands_tasks_their_payload_exactly_as_enqueued(
     enqueuer: Enqueuer, settings: Settings, sql: pymysql.cursors.Cursor
 ) -> None:
-    """The worker's start reads a batch's jobs as one packed JSON value (shared.packed); every
+    """The worker's start reads a batch's jobs as one packed JSON value (shared.storage.packed); every
     payload still reaches its task unchanged."""
     enqueuer.enqueue_many(Job("record", p) for p in ODD_PAYLOADS)
     serve_dispatcher(settings, threading.Event(), drain=True)

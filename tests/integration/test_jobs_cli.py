@@ -84,9 +84,48 @@ def test_enqueue_one_job_with_its_options(
     assert cli.main(["enqueue", "record", "--unique-key", "u1"]) == 2
     assert "already holds this unique key" in capsys.readouterr().err
     assert cli.main(["enqueue", "record", "--unique-key", "u1", "--on-duplicate", "keep"]) == 0
-    assert "enqueued job 1 (record)" in capsys.readouterr().out
+    assert capsys.readouterr().out == (
+        "merged into job 1 (record), which holds unique key 'u1'; nothing enqueued\n"
+    )
     assert cli.main(["enqueue", "nope", "--app", "tests.integration.jobs_app"]) == 2
     assert "unknown task 'nope'" in capsys.readouterr().err
+
+
+def test_a_unique_key_is_per_task_and_a_merge_is_reported_as_one(
+    table: str, sql: pymysql.cursors.Cursor, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The probe's case (issue 17): `fail` with a key a `record` job in another queue holds."""
+    assert cli.main(["enqueue", "record", "--unique-key", "report:42"]) == 0
+    assert capsys.readouterr().out == "enqueued job 1 (record)\n"
+    keep = ["--unique-key", "report:42", "--on-duplicate", "keep"]
+    assert cli.main(["enqueue", "fail_always", "--queue", "mail", *keep]) == 0
+    assert capsys.readouterr().out == "enqueued job 2 (fail_always)\n"
+    assert cli.main(["enqueue", "fail_always", "--payload", "9", *keep]) == 0
+    assert capsys.readouterr().out == (
+        "merged into job 2 (fail_always), which holds unique key 'report:42'; nothing enqueued\n"
+    )
+    sql.execute(f"SELECT id, queue, task, payload FROM `{table}` ORDER BY id")
+    assert sql.fetchall() == ((1, "default", "record", "null"), (2, "mail", "fail_always", "null"))
+
+    path = tmp_path / "jobs.jsonl"
+    lines = [
+        {"task": "record", "payload": 1, "unique_key": "report:42"},  # merged into job 1
+        {"task": "record", "payload": 2, "unique_key": "new"},
+        {"task": "give_up", "payload": 3, "unique_key": "report:42"},
+        {"task": "record", "payload": 4, "unique_key": "new"},  # merged into line 2's job
+    ]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    assert cli.main(["enqueue", "--file", str(path)]) == 2
+    assert "already holds this unique key" in capsys.readouterr().err
+    assert cli.main(["enqueue", "--file", str(path), "--on-duplicate", "keep"]) == 0
+    sql.execute(f"SELECT id FROM `{table}` WHERE unique_key = 'new'")
+    ((new,),) = sql.fetchall()
+    assert capsys.readouterr().out == (
+        f"enqueued 2 job(s) from {path}; 2 merged into active jobs of their task holding their unique "
+        f"key: line 1 -> job 1, line 4 -> job {new}\n"
+    )
+    sql.execute(f"SELECT task, payload FROM `{table}` WHERE id > 2 ORDER BY id")
+    assert sql.fetchall() == (("record", "2"), ("give_up", "3"))
 
 
 def test_enqueue_a_file_is_all_or_nothing_and_names_the_bad_line(

@@ -1,4 +1,4 @@
-"""`duecast migrate` (shared.migrate.plan/apply) and start-up checks against real MariaDB tables."""
+"""`duecast migrate` (admin.migrate.plan/apply) and start-up checks against real MariaDB tables."""
 
 from __future__ import annotations
 
@@ -270,7 +270,7 @@ def test_the_jobs_table_is_created_when_jobs_are_enabled(
     assert {"id", "queue", "task", "payload", "run_at", "priority", "unique_slot", "last_error"} <= set(cols)
     assert {k: cols[k] for k in DISPATCH_COLUMNS} == DISPATCH_COLUMNS
     assert index_columns(sql, jobs_table) == ["dc_state", "queue", "priority", "run_at"]
-    assert index_columns(sql, jobs_table, "dc_unique") == ["unique_slot"]
+    assert index_columns(sql, jobs_table, "dc_unique") == ["task", "unique_slot"]
     assert migrate.plan(settings) == []
     for store in build_stores(settings, settings.all_sources()):  # each verifies its table
         assert store.src.table in (table, jobs_table)
@@ -309,6 +309,43 @@ def test_an_older_jobs_table_is_upgraded_in_place_keeping_its_jobs(
     sql.execute(f"SELECT task, priority, errors, max_attempts FROM `{jobs_table}`")
     assert sql.fetchall() == (("old", 0, 0, 20),)
     assert [e.id for e in store.claim_due(10)] == [1]
+
+
+def test_global_unique_keys_of_an_older_table_become_per_task_keeping_every_job(
+    settings_for: Callable[..., Settings],
+    tables: Callable[..., str],
+    sql: pymysql.cursors.Cursor,
+    jobs_table: str,
+) -> None:
+    settings = settings_for(
+        tables("rescan", rows=1),
+        jobs={"enabled": True, "table": jobs_table, "schedules_table": f"{jobs_table}_schedules"},
+    )
+    migrate.apply(settings)
+    # duecast <= 0.1 held a unique key across every task: its index was on unique_slot alone.
+    sql.execute(f"ALTER TABLE `{jobs_table}` DROP INDEX dc_unique, ADD UNIQUE KEY dc_unique (unique_slot)")
+    sql.execute(
+        f"INSERT INTO `{jobs_table}` (task, payload, unique_key, unique_slot) "
+        "VALUES ('rec', '1', 'report:42', 'report:42'), ('other', '2', 'k', 'k')"
+    )
+    assert migrate.plan(settings) == [
+        f"ALTER TABLE `{jobs_table}` DROP INDEX `dc_unique`, "
+        "ADD UNIQUE KEY `dc_unique` (`task`, `unique_slot`)"
+    ]
+    migrate.apply(settings)
+    assert migrate.plan(settings) == []  # idempotent: a second run has nothing to do
+    assert index_columns(sql, jobs_table, "dc_unique") == ["task", "unique_slot"]
+    sql.execute(f"SELECT task, unique_slot FROM `{jobs_table}` ORDER BY id")
+    assert sql.fetchall() == (("rec", "report:42"), ("other", "k"))
+    sql.execute(
+        f"INSERT INTO `{jobs_table}` (task, payload, unique_key, unique_slot) "
+        "VALUES ('fail', '3', 'report:42', 'report:42')"
+    )  # another task may hold the same key now
+    with pytest.raises(pymysql.err.IntegrityError):
+        sql.execute(
+            f"INSERT INTO `{jobs_table}` (task, payload, unique_key, unique_slot) "
+            "VALUES ('rec', '4', 'report:42', 'report:42')"
+        )
 
 
 def test_no_jobs_table_when_jobs_are_disabled(

@@ -12,7 +12,7 @@ import pytest
 from duecast.admin import migrate
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.dispatcher.sweeper import Sweeper
-from duecast.shared.api.handlers import Ack
+from duecast.shared.acks import Ack
 from duecast.shared.process.runtime import build_queue, build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings

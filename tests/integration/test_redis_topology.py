@@ -80,7 +80,7 @@ def _plain(port: int) -> tuple[str, ...]:
 
 
 def _exercise(queue: ReadyQueue) -> None:
-    """Each call shared/queue.py makes: variadic RPUSH, BLMPOP over several keys, the pop-and-hold
+    """Each call shared/fanout/queue.py makes: variadic RPUSH, BLMPOP over several keys, the pop-and-hold
     script (EVALSHA, reloaded after SCRIPT FLUSH) and its BLPOP on bells, pipelines, SET NX, GET/DEL,
     CONFIG GET (allowed or not) and BLPOP."""
     queue.push("a", [Entry(1, 1), Entry(2, 1)])

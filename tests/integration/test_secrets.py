@@ -1,6 +1,6 @@
 """Secrets never reach a log line or an error, when a connection fails for any reason (issue 4).
 
-Failures run through the production loop (shared.loop.run logs each failed tick with its traceback)
+Failures run through the production loop (shared.process.loop.run logs each failed tick with its traceback)
 and through the `duecast` command's start-up, against the real servers: wrong and missing
 passwords, unreachable servers, a source naming a column that does not exist.
 """

@@ -8,12 +8,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import pymysql
 import pytest
 
-from duecast.shared.api.handlers import Ack
+from duecast.shared.acks import Ack
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.storage.source_store import AckCounts, SourceStatus, SourceStore
+from duecast.shared.storage.units import TransientError
 from tests.integration.conftest import Env
 from tests.integration.polling import wait_until
 
@@ -280,7 +280,7 @@ def test_requeue_skips_rows_a_live_batch_holds_until_its_connection_dies(make_en
     assert env.store.requeue_expired(60, 100) == 2
     assert env.states() == {1: (DISPATCHED, 1), 2: (DISPATCHED, 1), 3: (IDLE, 1), 4: (IDLE, 1)}
     worker.db.close()  # the worker dies mid-batch: no commit, its locks go with the connection
-    with pytest.raises(pymysql.err.InterfaceError):
+    with pytest.raises(TransientError):
         held.__exit__(None, None, None)  # its commit finds no connection
 
     requeued: list[int] = []

@@ -474,7 +474,7 @@ def test_the_topics_duty_prunes_and_sets_the_gauges(make_env: Any) -> None:
     env.publisher.publish_many(Publish("orders", n) for n in range(4))
     env.run_once()
     env.query("UPDATE {messages} SET created_at = created_at - INTERVAL 1 HOUR")
-    keeper = TopicKeeper(env.admin, env.settings.topics)
+    keeper = TopicKeeper(env.admin, TopicMonitor(env.admin.db, env.settings.topics), env.settings.topics)
     keeper.maintain()
     assert keeper.pruned == 4
     assert env.query("SELECT COUNT(*) FROM {messages}") == [(0,)]

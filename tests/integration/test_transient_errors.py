@@ -11,7 +11,8 @@ from typing import cast
 import pymysql
 import pytest
 
-from duecast.shared.api.handlers import Ack, Handler, Row
+from duecast.shared.acks import Ack, Row
+from duecast.shared.api.handlers import Handler
 from duecast.shared.settings import WorkerSettings
 from duecast.shared.storage.source_store import SourceStore, Store
 from duecast.worker.executor import Executor

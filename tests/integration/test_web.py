@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -229,6 +230,27 @@ def test_without_a_token_the_dashboard_changes_nothing(make_web: Callable[..., W
     assert web.state(job_id) == State.DEAD
 
 
+XSS = "<script>alert(1)</script><img src=x onerror=alert(2)>\"'><svg/onload=alert(3)>"
+
+
+def test_hostile_payloads_and_paths_are_escaped_or_refused(web: Web) -> None:
+    """What the probe of issue 17 tried on the dashboard: markup in a job's payload and error, a
+    hostile queue/task filter, path traversal, and a forged action without the token."""
+    job_id = dead_job(web, XSS)  # fail_always puts its payload into the error, so into last_error too
+    for path in (f"/jobs/{job_id}", "/dead", f"/dead?task={XSS}&queue={XSS}", f"/jobs/{job_id}/retry"):
+        html = web.page(path, 200)
+        assert "<script>alert" not in html, path
+        assert "<img src=x" not in html, path
+        assert "<svg/onload" not in html, path
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in web.page(f"/jobs/{job_id}")
+    for path in ("/static/../app.py", "/static/..%2fapp.py", "/static/%2e%2e/%2e%2e/pyproject.toml"):
+        assert web.client.get(path).status_code == 404, path
+    assert web.client.get("/jobs/1%20OR%201=1").status_code == 404
+    forged = web.client.post(f"/jobs/{job_id}/discard", data={"confirm": "yes"})  # a cross-site form
+    assert forged.status_code == 403
+    assert web.state(job_id) == State.DEAD
+
+
 def test_workers_are_seen_through_the_jobs_they_run(web: Web) -> None:
     assert "No worker is running a job now" in web.page("/workers")
     job_id = web.enqueuer.enqueue("record", "r")
@@ -281,6 +303,44 @@ def test_served_over_http_with_a_sampler_thread(make_web: Callable[..., Web]) ->
         assert points(html, "chart-lag") >= 3
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
+
+
+IDLE_CONNECTIONS = 150  # waitress's default connection_limit was 100
+
+
+def test_idle_and_half_sent_connections_cannot_lock_the_dashboard_out(make_web: Callable[..., Web]) -> None:
+    """Issue 17: ~100 idle connections stopped the dashboard answering for minutes."""
+    web = make_web()
+    limits = web.settings.web.model_copy(update={"channel_timeout_s": 2})
+    ctx = WebContext(web.settings.model_copy(update={"web": limits}), History(50), [])
+    with running(ctx, web.sampler) as port:
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(IDLE_CONNECTIONS)]
+        try:
+            for sock in idle[::2]:
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: slow\r\n")  # the headers never end
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+                assert resp.status == 200
+            # ...and each is closed once idle for web.channel_timeout_s.
+            open_ = set(idle)
+
+            def all_closed() -> bool:
+                for sock in list(open_):
+                    sock.setblocking(False)
+                    try:
+                        if sock.recv(1024) == b"":
+                            open_.discard(sock)
+                    except BlockingIOError:
+                        pass
+                    except ConnectionError:
+                        open_.discard(sock)
+                return not open_
+
+            wait_until(all_closed, "the server to close every idle connection", timeout_s=15)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+                assert resp.status == 200
+        finally:
+            for sock in idle:
+                sock.close()
 
 
 def test_the_web_command_serves_until_sigterm(

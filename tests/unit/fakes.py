@@ -1,18 +1,26 @@
-"""Test doubles for the MySQL side: stores with the methods the roles call, scripted per test.
+"""Test doubles for the MySQL side: FakeStore, a small in-memory model of a row-mode SourceStore.
 
-They keep no SQL and no state machine: each answers from a script and records what it was asked.
+It keeps what the table keeps for dispatch (state, attempt, due and dispatch times) and makes the
+same transitions, fenced the same way, so it passes the store contract (tests/unit/store_contract.py,
+run by test_store_fakes.py) the real stores pass. It records what the roles asked, for assertions.
+FakeClaimStore, FakeSweepStore and FakeWorkStore are the same model, arranged for one role's tests.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, cast
 
-from duecast.shared.api.handlers import Ack, Row
+from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.settings import SourceSettings
 from duecast.shared.states import ATTEMPT_COLUMN
 from duecast.shared.storage.source_store import AckCounts, SourceStore
+
+LONG_AGO_S = 1_000_000.0  # arranged "long ago": past any period or visibility timeout
+TICK_S = 1e-6  # the clock moves a microsecond per reading, as NOW(6) does between statements
 
 
 def rescan_source(name: str = "users", **overrides: object) -> SourceSettings:
@@ -29,55 +37,17 @@ def rescan_source(name: str = "users", **overrides: object) -> SourceSettings:
     return SourceSettings.model_validate(fields)
 
 
-class FakeClaimStore:
-    """Stands in for SourceStore.claim_due: returns up to `limit` of the due entries, in order."""
-
-    def __init__(self, src: SourceSettings, due: Iterable[Entry] = ()) -> None:
-        self.src = src
-        self.due = list(due)
-        self.limits: list[int] = []  # the `limit` of every claim_due call
-        self.dispatched = []
-        self.released = []
-
-    def claim_due(self, limit: int) -> list[Entry]:
-        self.limits.append(limit)
-        claimed, self.due = self.due[:limit], self.due[limit:]
-        self.dispatched.extend(claimed)
-        return claimed
-
-    # State the dispatcher's recovery paths act on (a real store keeps it in MySQL).
-    dispatched: list[Entry]
-    released: list[Entry]
-    requeued: int = 0
-
-    def release(self, entries: list[Entry]) -> int:
-        self.released.extend(entries)
-        self.dispatched = [e for e in self.dispatched if e not in entries]
-        return len(entries)
-
-    def requeue_unstarted(self, limit: int) -> int:
-        n = min(limit, len(self.dispatched))
-        self.dispatched = self.dispatched[n:]
-        self.requeued += n
-        return n
-
-
-class FakeSweepStore:
-    """Stands in for SourceStore.requeue_expired: answers a scripted count per call (then 0)."""
-
-    def __init__(self, src: SourceSettings, counts: Iterable[int] = ()) -> None:
-        self.src = src
-        self.counts = list(counts)
-        self.calls: list[tuple[float, int]] = []  # (visibility_timeout_s, limit) per call
-
-    def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
-        self.calls.append((visibility_timeout_s, limit))
-        n = self.counts.pop(0) if self.counts else 0
-        return min(n, limit)
+@dataclass
+class FakeRow:
+    attempt: int  # the last attempt handed out (0: never claimed)
+    due_at: float  # on the store's clock; an IDLE row is due from then, oldest first
+    dispatched_at: float | None = None  # None: IDLE
 
 
 class FakeBatch:
-    def __init__(self, store: FakeWorkStore, rows: list[Row], skipped: int) -> None:
+    """Rows held for one batch; acks are fenced on (id, attempt, dispatched), as in SQL."""
+
+    def __init__(self, store: FakeStore, rows: list[Row], skipped: int) -> None:
         self._store = store
         self.rows = rows
         self.skipped = skipped
@@ -86,44 +56,189 @@ class FakeBatch:
         return [self.rows] if self.rows else []
 
     def fail(self, failures: Sequence[tuple[Row, object]]) -> None:
-        self._store.failed.extend(row for row, _ in failures)
+        """Burn the attempt: the row stays dispatched under one no entry matches (the sweeper's)."""
+        for row, _ in failures:
+            self._store.failed.append(row)
+            if (current := self._store.current(row)) is not None:
+                current.attempt += 1
 
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
-        id_column = self._store.src.id_column
-        done = [(row, ack) for row, ack in acks if row[id_column] not in self._store.stale_on_ack]
-        self._store.acked.extend(done)
-        return AckCounts(len(done), len(acks) - len(done))
+        store = self._store
+        keys = [store.group_key(ack) for _, ack in acks]  # refused before any change, as in SQL
+        done = 0
+        for (row, ack), key in zip(acks, keys, strict=True):
+            current = store.current(row)
+            if current is None:
+                continue  # stale: requeued (and maybe re-claimed) since it was started
+            if key[0] == "delete":
+                del store.rows[int(row[store.id_column])]
+            else:
+                current.dispatched_at = None
+                current.due_at = store.now() + store.src.period_s + key[1]
+            store.acked.append((row, ack))
+            done += 1
+        return AckCounts(done, len(acks) - done)
 
 
-class FakeWorkStore:
-    """Stands in for SourceStore.started/group_key: rows are 'locked' when (id, attempt) is current.
+class FakeStore:
+    """Stands in for SourceStore (row mode): claim_due, started, requeue_expired and the recovery paths.
 
-    `current` maps id -> the attempt the table holds as DISPATCHED; `stale_on_ack` ids lose their
-    fence between the lock and the ack (as if requeued and re-claimed) so their acks count as stale.
     group_key is the real SourceStore.group_key: it is pure given `src` and `columns`.
     """
 
-    group_key = SourceStore.group_key
+    def __init__(self, src: SourceSettings, columns: Iterable[str] = ("status",)) -> None:
+        self.src = src
+        self.id_column = src.id_column
+        self.rows_per_entry = 1
+        self.columns = frozenset({src.id_column, src.due_column, ATTEMPT_COLUMN, *columns})
+        self.rows: dict[int, FakeRow] = {}
+        self.held: set[int] = set()  # ids an open batch holds (locked, in SQL)
+        self._clock = 0.0
+        # What the roles asked, for the unit tests' assertions.
+        self.limits: list[int] = []  # the `limit` of every claim_due call
+        self.calls: list[tuple[float, int]] = []  # (visibility_timeout_s, limit) per requeue_expired
+        self.started_with: list[tuple[list[Entry], tuple[str, ...]]] = []
+        self.acked: list[tuple[Row, Ack]] = []
+        self.failed: list[Row] = []
+        self.released: list[Entry] = []
+        self.requeued = 0  # rows requeue_unstarted put back
+
+    def group_key(self, ack: Ack) -> Any:
+        return SourceStore.group_key(cast(SourceStore, self), ack)
+
+    def now(self) -> float:
+        self._clock += TICK_S
+        return self._clock
+
+    def current(self, row: Row) -> FakeRow | None:
+        """The row if it is dispatched under the attempt `row` carries: what a fence matches."""
+        found = self.rows.get(int(row[self.id_column]))
+        if found is None or found.dispatched_at is None or found.attempt != int(row[ATTEMPT_COLUMN]):
+            return None
+        return found
+
+    # -- arranging -------------------------------------------------------------------------------
+
+    def add_due(self, entries: Iterable[Entry]) -> None:
+        """Idle rows, due in this order; each entry is what the next claim hands out for its row."""
+        for e in entries:
+            self.rows[e.id] = FakeRow(e.attempt - 1, self.now() - LONG_AGO_S)
+
+    def add_dispatched(self, current: dict[int, int]) -> None:
+        """Rows dispatched just now: id -> the attempt their entry carries."""
+        for i, attempt in current.items():
+            self.rows[i] = FakeRow(attempt, self.now() - LONG_AGO_S, self.now())
+
+    def add_expired(self, n: int) -> None:
+        """n more rows dispatched long ago and never acked: the sweeper's work."""
+        first = max(self.rows, default=0) + 1
+        self.add_dispatched({i: 1 for i in range(first, first + n)})
+        self.backdate(range(first, first + n), LONG_AGO_S)
+
+    def backdate(self, ids: Iterable[int], seconds: float) -> None:
+        for i in ids:
+            row = self.rows[i]
+            if row.dispatched_at is not None:
+                row.dispatched_at -= seconds
+
+    def take_over(self, row_id: int) -> None:
+        """Another worker took the row over (a leased kind whose lease ran out mid-batch): the
+        row's attempt moves on, so the holder's ack is stale. Row mode's locks rule this out."""
+        self.rows[row_id].attempt += 1
+
+    # -- the store -------------------------------------------------------------------------------
+
+    def claim_due(self, limit: int) -> list[Entry]:
+        self.limits.append(limit)
+        now = self.now()
+        due = sorted(
+            (r.due_at, i) for i, r in self.rows.items() if r.dispatched_at is None and r.due_at <= now
+        )
+        claimed = []
+        for _, i in due[:limit]:
+            row = self.rows[i]
+            row.attempt += 1
+            row.dispatched_at = now
+            claimed.append(Entry(i, row.attempt))
+        return claimed
+
+    @contextmanager
+    def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[FakeBatch]:
+        if not entries:
+            raise ValueError("started() needs at least one entry")
+        self.started_with.append((list(entries), tuple(columns)))
+        rows: list[Row] = []
+        for e in dict.fromkeys(entries):
+            row = {self.id_column: e.id, ATTEMPT_COLUMN: e.attempt}
+            if e.id not in self.held and self.current(row) is not None:  # held elsewhere: skipped
+                rows.append(row)
+        ids = {int(r[self.id_column]) for r in rows}
+        self.held |= ids
+        try:
+            yield FakeBatch(self, rows, len(entries) - len(rows))
+        finally:
+            self.held -= ids
+
+    def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
+        self.calls.append((visibility_timeout_s, limit))
+        return self._requeue(visibility_timeout_s, limit)
+
+    def requeue_unstarted(self, limit: int) -> int:
+        n = self._requeue(0.0, limit)
+        self.requeued += n
+        return n
+
+    def _requeue(self, after_s: float, limit: int) -> int:
+        """Dispatched rows no batch holds, dispatched before now - after_s -> IDLE, due unchanged."""
+        cutoff = self.now() - after_s
+        expired = sorted(
+            (r.due_at, i)
+            for i, r in self.rows.items()
+            if r.dispatched_at is not None and r.dispatched_at < cutoff and i not in self.held
+        )
+        for _, i in expired[:limit]:
+            self.rows[i].dispatched_at = None
+        return len(expired[:limit])
+
+    def release(self, entries: Sequence[Entry]) -> int:
+        """Claimed but never pushed -> IDLE at once, fenced on the claim's attempt."""
+        self.released.extend(entries)
+        done = [self.current({self.id_column: e.id, ATTEMPT_COLUMN: e.attempt}) for e in entries]
+        for row in done:
+            if row is not None:
+                row.dispatched_at = None
+        return sum(row is not None for row in done)
+
+    @property
+    def dispatched(self) -> list[Entry]:
+        return [Entry(i, r.attempt) for i, r in self.rows.items() if r.dispatched_at is not None]
+
+    def other(self) -> FakeStore:
+        """The same table as another process sees it: one model, no connections."""
+        return self
+
+
+class FakeClaimStore(FakeStore):
+    """For the dispatcher's tests: `due` rows, each claimed as the entry given (in that order)."""
+
+    def __init__(self, src: SourceSettings, due: Iterable[Entry] = ()) -> None:
+        super().__init__(src)
+        self.add_due(due)
+
+
+class FakeSweepStore(FakeStore):
+    """For the sweeper's tests: `expired` rows dispatched long ago and never acked."""
+
+    def __init__(self, src: SourceSettings, expired: int = 0) -> None:
+        super().__init__(src)
+        self.add_expired(expired)
+
+
+class FakeWorkStore(FakeStore):
+    """For the worker's tests: rows dispatched under `current` (id -> attempt)."""
 
     def __init__(
         self, src: SourceSettings, current: dict[int, int], columns: Iterable[str] = ("status",)
     ) -> None:
-        self.src = src
-        self.id_column = src.id_column
-        self.rows_per_entry = 1
-        self.current = dict(current)
-        self.columns = frozenset({src.id_column, src.due_column, ATTEMPT_COLUMN, *columns})
-        self.stale_on_ack: set[int] = set()
-        self.started_with: list[tuple[list[Entry], tuple[str, ...]]] = []
-        self.acked: list[tuple[Row, Ack]] = []
-        self.failed: list[Row] = []
-
-    @contextmanager
-    def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[FakeBatch]:
-        self.started_with.append((list(entries), tuple(columns)))
-        rows = [
-            {self.src.id_column: e.id, ATTEMPT_COLUMN: e.attempt}
-            for e in entries
-            if self.current.get(e.id) == e.attempt
-        ]
-        yield FakeBatch(self, rows, len(entries) - len(rows))
+        super().__init__(src, columns)
+        self.add_dispatched(current)

@@ -10,8 +10,8 @@ import pytest
 
 from duecast.dispatcher.coverage import Coverage
 from duecast.shared.monitor.coverage import label, serving, unserved
-from duecast.shared.process import metrics
 from duecast.shared.storage.worker_registry import LiveWorker
+from duecast.shared.telemetry import metrics
 
 SOURCES = ["user_block_status", "jobs.default", "jobs.mail"]
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from duecast import cli
 from duecast.shared.fanout.keys import Keys
-from duecast.shared.settings import Settings
+from duecast.shared.settings import HealthSettings, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -153,6 +153,21 @@ def test_each_compose_service_environment_is_valid_settings(
     settings = settings_from(duecast_services()[service]["environment"], monkeypatch)
     assert settings.health.port > 0
     assert [s.name for s in settings.sources] == ["user_block_status"]
+
+
+def test_every_container_serving_health_listens_beyond_its_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """duecast's default health.host is 127.0.0.1 (issue 17); a kubelet probe or a published
+    compose port comes from outside the container, so each file must say 0.0.0.0 itself."""
+    assert HealthSettings().host == "127.0.0.1"
+    envs = {f"compose:{n}": s["environment"] for n, s in duecast_services().items()}
+    envs |= {f"k8s:{o['metadata']['name']}": k8s_env(c) for o in workloads() for c in containers(o)}
+    served = 0
+    for where, env in envs.items():
+        health = settings_from(env, monkeypatch).health
+        if health.port:
+            served += 1
+            assert health.host == "0.0.0.0", f"{where} serves /readyz on {health.host} only"  # noqa: S104
+    assert served >= 4  # compose's dispatcher, worker and web, and both k8s Deployments
 
 
 @pytest.mark.parametrize("obj", workloads(), ids=lambda o: o["metadata"]["name"])

@@ -160,8 +160,8 @@ def test_crash_hook_does_nothing_when_nothing_was_claimed(
 
 
 def test_sweeper_passes_each_sources_timeout_and_the_batch(ready_queue: ReadyQueue) -> None:
-    a = FakeSweepStore(rescan_source("users", visibility_timeout_s=30), [3])
-    b = FakeSweepStore(rescan_source("orders", visibility_timeout_s=90), [0])
+    a = FakeSweepStore(rescan_source("users", visibility_timeout_s=30), 3)
+    b = FakeSweepStore(rescan_source("orders", visibility_timeout_s=90))
     tick = _sweeper([a, b], ready_queue).tick()
     assert a.calls == [(30.0, 100)]
     assert b.calls == [(90.0, 100)]
@@ -169,10 +169,12 @@ def test_sweeper_passes_each_sources_timeout_and_the_batch(ready_queue: ReadyQue
 
 
 def test_sweeper_accumulates_counts_and_stats(ready_queue: ReadyQueue) -> None:
-    a = FakeSweepStore(rescan_source("users"), [3, 4])
-    b = FakeSweepStore(rescan_source("orders"), [0, 2])
+    a = FakeSweepStore(rescan_source("users"), 3)
+    b = FakeSweepStore(rescan_source("orders"))
     sweeper = _sweeper([a, b], ready_queue)
     sweeper.tick()
+    a.add_expired(4)  # more rows expire before the next sweep
+    b.add_expired(2)
     sweeper.tick()
     assert sweeper.requeued == 9
     assert ready_queue.stats("users") == {"requeued": 7}
@@ -180,7 +182,7 @@ def test_sweeper_accumulates_counts_and_stats(ready_queue: ReadyQueue) -> None:
 
 
 def test_sweeper_reports_a_full_batch(ready_queue: ReadyQueue) -> None:
-    store = FakeSweepStore(rescan_source(), [100, 99])
+    store = FakeSweepStore(rescan_source(), 199)
     sweeper = _sweeper([store], ready_queue)
     first, second = sweeper.tick(), sweeper.tick()
     assert (first.delay_s, first.idle) == (0.0, False)  # more may have expired: sweep again now
@@ -188,12 +190,12 @@ def test_sweeper_reports_a_full_batch(ready_queue: ReadyQueue) -> None:
 
 
 def test_one_full_source_makes_the_whole_sweep_busy(ready_queue: ReadyQueue) -> None:
-    stores = [FakeSweepStore(rescan_source("users"), [1]), FakeSweepStore(rescan_source("orders"), [100])]
+    stores = [FakeSweepStore(rescan_source("users"), 1), FakeSweepStore(rescan_source("orders"), 100)]
     assert not _sweeper(stores, ready_queue).tick().idle
 
 
 def test_sweep_all_repeats_until_a_partial_batch(ready_queue: ReadyQueue) -> None:
-    store = FakeSweepStore(rescan_source(), [100, 100, 100, 12, 100])
+    store = FakeSweepStore(rescan_source(), 312)
     sweeper = _sweeper([store], ready_queue)
     sweeper.sweep_all()
     assert len(store.calls) == 4

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from duecast.shared.api.handlers import Ack, Handler, Row
+from duecast.shared.acks import Ack, Row
+from duecast.shared.api.handlers import Handler
 from duecast.worker.executor import Executor
 
 

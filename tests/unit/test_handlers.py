@@ -1,4 +1,4 @@
-"""The handler API (shared/handlers.py): registration, Ack validation, and per-row outcomes.
+"""The handler API (shared/api/handlers.py): registration, Ack validation, and per-row outcomes.
 
 A handler's failure is data (that row's outcome), never an exception out of Handler.run: the
 worker acks the good rows of a batch and leaves the failed ones for the sweeper.
@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from duecast import JobContext, current_job
-from duecast.shared.api.handlers import Ack, AppError, Handler, Registry, Row, load_registry
+from duecast.shared.acks import Ack, Row
+from duecast.shared.api.handlers import AppError, Handler, Registry, load_registry
 from duecast.shared.settings import JOBS_SOURCE
 from duecast.shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, STATE_COLUMN
 

@@ -1,4 +1,5 @@
-"""shared/health.py and shared/metrics.py without a socket: liveness and readiness on a fake clock, the
+"""shared/process/health.py and shared/telemetry/metrics.py without a socket: liveness and readiness on a
+fake clock, the
 WSGI app called directly, the loop's turn hook, and the --health-port override.
 
 The real server on a real port, with real MySQL and Redis, is tests/integration/test_health.py.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Iterable
@@ -18,10 +20,10 @@ import pytest
 from prometheus_client import REGISTRY
 from pydantic import ValidationError
 
-from duecast.shared.process import metrics
 from duecast.shared.process.health import HealthApp, Liveness, Readiness, serving, with_port
 from duecast.shared.process.loop import Tick, run
 from duecast.shared.settings import HealthSettings, Settings
+from duecast.shared.telemetry import metrics
 
 
 class FakeClock:
@@ -110,11 +112,14 @@ def test_readiness_is_unknown_until_the_first_round_trip() -> None:
     assert readiness.report() == {"mysql": "ok"}
 
 
-def test_readiness_reports_the_failing_dependency_and_its_error() -> None:
+def test_readiness_reports_the_failing_dependency_and_logs_its_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     name = f"dep_{uuid.uuid4().hex[:6]}"
     readiness = Readiness({"mysql": ok_probe, name: failing_probe("refused")}, max_age_s=10.0)
     readiness.refresh()
-    assert readiness.report() == {"mysql": "ok", name: "ConnectionError: refused"}
+    assert readiness.report() == {"mysql": "ok", name: "failing"}
+    assert f"readiness: {name} round trip failed: ConnectionError: refused" in caplog.messages
     assert REGISTRY.get_sample_value("duecast_dependency_up", {"dependency": name}) == 0.0
     assert REGISTRY.get_sample_value("duecast_dependency_up", {"dependency": "mysql"}) == 1.0
 
@@ -129,10 +134,53 @@ def test_an_old_outcome_means_the_round_trip_hangs() -> None:
     assert readiness.report() == {"redis": "no round trip completed for 12s"}
 
 
-def test_a_long_error_is_cut_short() -> None:
+def test_a_long_error_is_cut_short_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
     readiness = Readiness({"mysql": failing_probe("x" * 5000)}, max_age_s=10.0)
     readiness.refresh()
-    assert len(readiness.report()["mysql"]) == 300
+    (message,) = caplog.messages
+    assert message == "readiness: mysql round trip failed: " + ("ConnectionError: " + "x" * 5000)[:300]
+
+
+class AuthenticationError(Exception):
+    """Stands in for redis-py's, whose text the probe saw in /readyz (issue 17)."""
+
+
+def test_readyz_carries_no_error_text_and_the_log_has_it_once_per_change(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="duecast.health")
+    state = {"error": "invalid username-password pair"}
+
+    def redis_probe() -> None:
+        if state["error"]:
+            raise AuthenticationError(state["error"])
+
+    app, _, readiness = make_app(mysql=ok_probe, redis=redis_probe)
+    for _ in range(3):
+        readiness.refresh()
+    status, _, body = call(app, "/readyz")
+    assert status == 503
+    assert json.loads(body) == {
+        "status": "not ready",
+        "role": "worker",
+        "reason": "redis: failing",
+        "checks": {"mysql": "ok", "redis": "failing"},
+    }
+    for secret_ish in (b"username", b"password", b"AuthenticationError", b"invalid"):
+        assert secret_ish not in body
+    failed = "readiness: redis round trip failed: AuthenticationError: invalid username-password pair"
+    assert caplog.messages == [failed]  # three failed checks, one line
+    state["error"] = "NOAUTH Authentication required."
+    readiness.refresh()
+    state["error"] = ""
+    readiness.refresh()
+    readiness.refresh()
+    assert caplog.messages == [
+        failed,
+        "readiness: redis round trip failed: AuthenticationError: NOAUTH Authentication required.",
+        "readiness: redis answers again",
+    ]
+    assert call(app, "/readyz")[0] == 200
 
 
 # -- the WSGI app -------------------------------------------------------------------------------------
@@ -179,7 +227,8 @@ def test_readyz_is_503_with_a_json_reason_naming_the_dependency() -> None:
     assert status == 503
     doc = json.loads(body)
     assert doc["status"] == "not ready"
-    assert doc["reason"] == "redis: ConnectionError: Error 111 connecting to redis:6379"
+    assert doc["reason"] == "redis: failing"
+    assert b"Error 111" not in body
     assert doc["checks"]["mysql"] == "ok"
 
 
@@ -232,8 +281,10 @@ def test_health_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("DUECAST_HEALTH__PORT", "9180")
     monkeypatch.setenv("DUECAST_HEALTH__STALE_AFTER_S", "300")
     health = Settings().health
-    assert (health.port, health.host, health.stale_after_s) == (9180, "0.0.0.0", 300.0)  # noqa: S104
+    assert (health.port, health.host, health.stale_after_s) == (9180, "127.0.0.1", 300.0)
     assert HealthSettings().port == 0  # off unless asked for
+    monkeypatch.setenv("DUECAST_HEALTH__HOST", "0.0.0.0")  # noqa: S104
+    assert Settings().health.host == "0.0.0.0"  # noqa: S104
 
 
 def test_with_port_overrides_and_validates() -> None:

@@ -1,4 +1,4 @@
-"""Entry codec and key names (shared/keys.py): what a worker will and will not accept from the list.
+"""Entry codec and key names (shared/fanout/keys.py): what a worker will and will not accept from the list.
 
 The property checks here use a seeded RNG so they always run; test_properties_hypothesis.py adds
 shrinking, edge-biased versions when hypothesis is installed.

@@ -1,4 +1,4 @@
-"""The lease keeper's decisions (shared.policy) and its two threads (shared.leases), without MySQL.
+"""The lease keeper's decisions (shared.policy) and its two threads (shared.storage.leases), without MySQL.
 
 The keeper is given a fake `extend` and a `stop` that records instead of ending the process. Leases
 are a second or so, so the watchdog's deadlines pass in real time; waits poll with a timeout.

@@ -1,4 +1,5 @@
-"""shared/logs.py: JSON lines with stable event names, context fields and tracebacks; the human default."""
+"""shared/process/logs.py: JSON lines with stable event names, context fields and tracebacks; the human
+default."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""shared/observe.py: the roles' counts reach the right Prometheus counters, and handler calls are timed."""
+"""shared/telemetry/observe.py: the roles' counts reach the right Prometheus counters, and handler calls are
+timed."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import uuid
 import pytest
 from prometheus_client import REGISTRY
 
-from duecast.shared.api.handlers import Ack, Handler
-from duecast.shared.process import metrics, observe
+from duecast.shared.acks import Ack
+from duecast.shared.api.handlers import Handler
+from duecast.shared.telemetry import metrics, observe
 
 
 def value(name: str, **labels: str) -> float:
@@ -55,7 +57,7 @@ def test_a_timed_handler_observes_each_call_and_keeps_its_outcomes() -> None:
             raise RuntimeError("boom")
         return None
 
-    timed = observe.timed_handler(Handler(src, check, batch=False), src)
+    timed = Handler(src, observe.timed(check, src), batch=False)
     outcomes = timed.run([{"id": 1}, {"id": 2}, {"id": 3}])
 
     assert [type(o) for o in outcomes] == [Ack, RuntimeError, Ack]
@@ -65,7 +67,7 @@ def test_a_timed_handler_observes_each_call_and_keeps_its_outcomes() -> None:
 
 def test_a_batch_handler_is_timed_once_per_call() -> None:
     src = fresh_source()
-    timed = observe.timed_handler(Handler(src, lambda rows: None, batch=True), src)
+    timed = Handler(src, observe.timed(lambda rows: None, src), batch=True)
     assert timed.run([{"id": 1}, {"id": 2}]) == [Ack.default(), Ack.default()]
     assert value("duecast_handler_duration_seconds_count", source=src) == 1
 

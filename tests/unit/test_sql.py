@@ -1,4 +1,5 @@
-"""SQL rendering (shared/sql.py): only backquoted identifiers and rendered ints ever reach SQL text."""
+"""SQL rendering (shared/queries/source.py): only backquoted identifiers and rendered ints ever reach SQL
+text."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from decimal import Decimal
 import pytest
 
 from duecast.shared.fanout.keys import Entry
-from duecast.shared.queries.source import SourceSQL, assignments, column_list, int_list, render
+from duecast.shared.queries.source import SourceSQL, assignments, column_list, fence, int_list, render
 from duecast.shared.settings import SourceSettings
 from duecast.shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN, State
 from tests.unit.fakes import rescan_source
@@ -25,10 +26,11 @@ SQL_WORDS = {
     "due_rows", "heads",
 }  # fmt: skip
 PLACEHOLDERS = {"{fence}", "{ids}", "{columns}", "{set}"}
-STATEMENTS = [f.name for f in dataclasses.fields(SourceSQL) if f.name not in {"id_column", "attempt_column"}]
+STATEMENTS = [f.name for f in dataclasses.fields(SourceSQL) if f.name != "id_column"]
 
 # Names chosen to stand out: any unquoted use of them is easy to spot.
 ODD = rescan_source("odd", table="Odd_Table_7", id_column="Odd_Id_7", due_column="Odd_Due_7", period_s=5.0)
+ODD_ID = render(ODD).id_column
 
 
 def _bare_words(sql: str) -> set[str]:
@@ -72,7 +74,7 @@ def test_statements_name_the_source_table_and_due_index() -> None:
             assert "`Odd_Table_7`" in getattr(sql, name)
     for name in ("claim_due", "find_expired", "count_due", "count_in_flight", "oldest_due_age"):
         assert f"FORCE INDEX (`{DUE_INDEX}`)" in getattr(sql, name)
-    assert (sql.id_column, sql.attempt_column) == ("`Odd_Id_7`", f"`{ATTEMPT_COLUMN}`")
+    assert sql.id_column == "`Odd_Id_7`"
 
 
 def test_state_values_are_the_enum_values() -> None:
@@ -100,7 +102,7 @@ def test_render_refuses_names_that_skipped_validation() -> None:
 
 def test_format_placeholders_take_rendered_values() -> None:
     sql = render(ODD)
-    stmt = sql.ack_delete.format(fence=sql.fence([Entry(3, 2)]))
+    stmt = sql.ack_delete.format(fence=fence([Entry(3, 2)], sql.id_column))
     assert "{" not in stmt
     assert "}" not in stmt
     assert "IN (3)" in stmt
@@ -152,9 +154,8 @@ def test_int_list_renders() -> None:
 
 
 def test_fence_groups_ids_by_attempt() -> None:
-    sql = render(ODD)
-    fence = sql.fence([Entry(5, 2), Entry(1, 1), Entry(7, 2), Entry(3, 9)])
-    assert fence == (
+    where = fence([Entry(5, 2), Entry(1, 1), Entry(7, 2), Entry(3, 9)], ODD_ID)
+    assert where == (
         "((`Odd_Id_7` IN (1) AND `dc_attempt` = 1) OR "
         "(`Odd_Id_7` IN (5,7) AND `dc_attempt` = 2) OR "
         "(`Odd_Id_7` IN (3) AND `dc_attempt` = 9))"
@@ -162,17 +163,17 @@ def test_fence_groups_ids_by_attempt() -> None:
 
 
 def test_fence_of_one_attempt_is_one_range() -> None:
-    fence = render(ODD).fence(Entry(i, 4) for i in range(1, 6))
-    assert fence == "((`Odd_Id_7` IN (1,2,3,4,5) AND `dc_attempt` = 4))"
+    where = fence((Entry(i, 4) for i in range(1, 6)), ODD_ID)
+    assert where == "((`Odd_Id_7` IN (1,2,3,4,5) AND `dc_attempt` = 4))"
 
 
 def test_fence_text_holds_only_digits_and_identifiers() -> None:
     entries = [Entry(i * 7919 % 1000 + 1, i % 5 + 1) for i in range(200)]
-    fence = render(ODD).fence(entries)
-    stripped = re.sub(r"`[A-Za-z0-9_]+`", "", fence)
+    where = fence(entries, ODD_ID)
+    stripped = re.sub(r"`[A-Za-z0-9_]+`", "", where)
     assert re.fullmatch(r"[0-9(),= ]*(?:(?:IN|AND|OR)[0-9(),= ]*)*", stripped)
     # Every (id, attempt) pair is matched by exactly one group, with its own attempt.
-    groups = re.findall(r"IN \(([0-9,]+)\) AND `dc_attempt` = ([0-9]+)", fence)
+    groups = re.findall(r"IN \(([0-9,]+)\) AND `dc_attempt` = ([0-9]+)", where)
     pairs = {(int(i), int(a)) for ids, a in groups for i in ids.split(",")}
     assert pairs == {(e.id, e.attempt) for e in entries}
     assert len({a for _, a in groups}) == len(groups)
@@ -180,9 +181,9 @@ def test_fence_text_holds_only_digits_and_identifiers() -> None:
 
 def test_fence_refuses_non_int_values() -> None:
     with pytest.raises(TypeError):
-        render(ODD).fence([Entry(True, 1)])  # bool is an int subclass: type-checks, yet must not render
+        fence([Entry(True, 1)], ODD_ID)  # bool is an int subclass: type-checks, yet must not render
     with pytest.raises(TypeError):
-        render(ODD).fence([Entry(1, "1 OR 1=1")])  # type: ignore[arg-type]
+        fence([Entry(1, "1 OR 1=1")], ODD_ID)  # type: ignore[arg-type]
 
 
 # --- column_list / assignments ----------------------------------------------------------------------
@@ -215,5 +216,5 @@ def test_assignments_refuse_bad_names(bad: str) -> None:
 def test_ack_touch_placeholders_match_its_parameters() -> None:
     """One %s for the delay plus one per assigned column: what run_ack passes."""
     sql = render(ODD)
-    stmt = sql.ack_touch.format(set=assignments(["a", "b"]), fence=sql.fence([Entry(1, 1)]))
+    stmt = sql.ack_touch.format(set=assignments(["a", "b"]), fence=fence([Entry(1, 1)], sql.id_column))
     assert stmt.count("%s") == 3

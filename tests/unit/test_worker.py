@@ -9,7 +9,8 @@ from typing import cast
 import fakeredis
 import pytest
 
-from duecast.shared.api.handlers import Ack, Handler, Row
+from duecast.shared.acks import Ack, Row
+from duecast.shared.api.handlers import Handler
 from duecast.shared.fanout.keys import Entry, Keys
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import WorkerSettings
@@ -100,9 +101,13 @@ def test_failed_rows_are_not_acked(ready_queue: ReadyQueue, executor: Executor) 
 
 def test_acks_that_lost_their_fence_count_as_stale(ready_queue: ReadyQueue, executor: Executor) -> None:
     store = FakeWorkStore(rescan_source(), {1: 1, 2: 1})
-    store.stale_on_ack = {2}
+
+    def handle(row: Row) -> None:
+        if row["user_id"] == 2:
+            store.take_over(2)  # while its handler runs, another worker takes row 2 over
+
     ready_queue.push("users", [Entry(1, 1), Entry(2, 1)])
-    worker = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue, executor)
+    worker = _worker(store, Handler("users", handle, batch=False), ready_queue, executor)
     worker.tick()
     assert +worker.counts == Counter({"popped": 2, "started": 2, "acked": 1, "stale_acks": 1})
 

@@ -1,4 +1,4 @@
-"""Feeds the Prometheus metrics of shared/metrics.py from what the roles already count; no I/O.
+"""Feeds the Prometheus metrics of shared/telemetry/metrics.py from what the roles already count; no I/O.
 
 Roles report a unit of work's counts once, to ReadyQueue.add_stats; it calls `record` here, so the
 Redis counters (summed over every process) and this process's /metrics never disagree on a name.
@@ -6,17 +6,15 @@ Redis counters (summed over every process) and this process's /metrics never dis
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import Histogram
 
-from duecast.shared.api.handlers import Handler
-from duecast.shared.process import metrics
+from duecast.shared.telemetry import metrics
 
-# Redis stats field -> counter in shared.metrics.COUNTERS. The Redis names came first (and `duecast
+# Redis stats field -> counter in shared.telemetry.metrics.COUNTERS. The Redis names came first (and `duecast
 # status` shows them); the metric names are the ones operators search for.
 STATS_METRICS: dict[str, str] = {
     "claimed": "claimed",
@@ -51,13 +49,13 @@ def batch_done(role: str, source: str, started_s: float) -> None:
     metrics.BATCH_SECONDS.labels(role=role, source=source).observe(time.perf_counter() - started_s)
 
 
-def timed_handler(handler: Handler, source: str) -> Handler:
-    """`handler` with each call of its function timed into handler_duration_seconds{source}.
+def timed(fn: Callable[..., Any], source: str) -> Callable[..., Any]:
+    """`fn` with each call timed into handler_duration_seconds{source}.
 
     A call is one row, one job, or one slice of rows for a batch handler (about 1 us each). A
     transactional task's own work runs later, in the ack transaction, and is not part of its call.
     """
-    return dataclasses.replace(handler, fn=_timed(handler.fn, metrics.HANDLER_SECONDS.labels(source=source)))
+    return _timed(fn, metrics.HANDLER_SECONDS.labels(source=source))
 
 
 def _timed(fn: Callable[..., Any], histogram: Histogram) -> Callable[..., Any]:

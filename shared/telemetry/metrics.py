@@ -1,6 +1,7 @@
 """Every Prometheus metric duecast exports: stable names, labels, units and help text in one place.
 
-Roles only increment or set these; nothing here does I/O or reads settings. /metrics (shared/health.py)
+Roles only increment or set these; nothing here does I/O or reads settings. /metrics
+(shared/process/health.py)
 serves them from prometheus-client's process-wide registry, with the process and GC collectors.
 """
 
@@ -89,7 +90,7 @@ LIVE_WORKERS = Gauge(
     namespace=NAMESPACE,
 )
 
-# Per process, set by shared/health.py.
+# Per process, set by shared/process/health.py.
 LOOP_TURN_AGE = Gauge(
     "loop_turn_age_seconds",
     "Seconds since this process's main loop last turned (/healthz).",

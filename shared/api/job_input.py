@@ -1,0 +1,183 @@
+"""One job, checked before anything is written: every field's type and range, the payload as
+JSON text (no pickle, capped size and depth, storable in utf8mb4). Pure: no I/O, no clock but the
+bound on run_at. `shared/api/enqueue.py` writes what `encode` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from duecast.shared.settings import JobsSettings
+
+TEXT_CHARS = 191  # task and unique_key: VARCHAR(191), the most utf8mb4 an index prefix took in 5.6
+SHOWN_CHARS = 60  # of a bad value, in an error message
+MAX_PAYLOAD_DEPTH = 100  # nesting of lists and objects: MySQL's own JSON limit
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class EnqueueError(ValueError):
+    """A job that cannot be enqueued; nothing was written."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job to enqueue. Times: `delay_s` after the database's NOW(6), or `run_at` (aware)."""
+
+    task: str
+    payload: Any = None
+    queue: str = "default"
+    delay_s: float = 0.0
+    run_at: datetime | None = None
+    priority: int = 0  # 0-9, 0 runs first
+    max_attempts: int | None = None  # None: jobs.max_attempts
+    unique_key: str | None = None  # at most one pending or running job of this task per key
+
+
+@dataclass(frozen=True)
+class JobRow:
+    queue: str
+    task: str
+    payload: str
+    priority: int
+    max_attempts: int
+    unique_key: str | None
+    run_at_utc: datetime | None
+    delay_us: int
+    schedule: str | None = None
+    scheduled_for: datetime | None = None
+
+    """A validated job, as the INSERT takes it."""
+
+    def params(self, scheduled: bool = False) -> tuple[Any, ...]:
+        """The values of one row; `scheduled`: of a statement with the schedule columns."""
+        values = (
+            self.queue,
+            self.task,
+            self.payload,
+            self.priority,
+            self.max_attempts,
+            self.unique_key,
+            self.unique_key,  # unique_slot: the key, held while the job is active
+            self.run_at_utc,
+            self.delay_us,
+        )
+        return (*values, self.schedule, self.scheduled_for) if scheduled else values
+
+
+def encode(job: Job, jobs: JobsSettings, tasks: frozenset[str] | None) -> JobRow:
+    """Validate one job; raises EnqueueError naming the field and what is wrong. Every value is
+    checked for its type too: a JSON Lines file or a caller may pass anything."""
+    _check_text("task", job.task)
+    if tasks is not None and job.task not in tasks:
+        raise EnqueueError(f"unknown task {job.task!r}; registered: {', '.join(sorted(tasks)) or 'none'}")
+    if not isinstance(job.queue, str) or job.queue not in jobs.queues:
+        raise EnqueueError(f"unknown queue {_shown(job.queue)}; jobs.queues is {', '.join(jobs.queues)}")
+    delay_us = _delay_us(job.delay_s, jobs.max_delay_s)
+    if type(job.priority) is not int or not 0 <= job.priority <= 9:
+        raise EnqueueError(f"priority must be an int 0-9 (0 runs first), not {_shown(job.priority)}")
+    attempts = jobs.max_attempts if job.max_attempts is None else job.max_attempts
+    if type(attempts) is not int or not 1 <= attempts <= 10_000:
+        raise EnqueueError(f"max_attempts must be an int 1-10000, not {_shown(attempts)}")
+    if job.unique_key is not None:
+        _check_text("unique_key", job.unique_key)
+    return JobRow(
+        job.queue,
+        job.task,
+        _payload_text(job, jobs.max_payload_bytes),
+        job.priority,
+        attempts,
+        job.unique_key,
+        _utc(job.run_at, jobs.max_delay_s),
+        delay_us,
+    )
+
+
+def _shown(value: object) -> str:
+    """A bad value in an error message: its repr, cut short (it may be huge, or hostile)."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+
+
+def _check_text(field: str, value: object) -> None:
+    """task and unique_key: VARCHAR(191) utf8mb4 columns."""
+    if not isinstance(value, str) or not 1 <= len(value) <= TEXT_CHARS:
+        raise EnqueueError(f"{field} must be a string of 1-{TEXT_CHARS} characters, not {_shown(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise EnqueueError(
+            f"{field} {_shown(value)} holds a lone surrogate, which utf8mb4 cannot store"
+        ) from exc
+
+
+def _delay_us(delay_s: object, max_delay_s: float) -> int:
+    if isinstance(delay_s, bool) or not isinstance(delay_s, int | float):
+        raise EnqueueError(f"delay_s must be a number of seconds, not {_shown(delay_s)}")
+    if isinstance(delay_s, float) and not math.isfinite(delay_s):
+        raise EnqueueError(f"delay_s must be a finite number of seconds, not {delay_s!r}")
+    if not 0 <= delay_s <= max_delay_s:
+        raise EnqueueError(f"delay_s must be 0-{max_delay_s:.0f} s (jobs.max_delay_s), not {_shown(delay_s)}")
+    return round(delay_s * 1_000_000)
+
+
+def _payload_text(job: Job, limit: int) -> str:
+    if not _depth_within(job.payload, MAX_PAYLOAD_DEPTH):
+        raise EnqueueError(f"payload of {job.task!r} is nested deeper than {MAX_PAYLOAD_DEPTH} levels")
+    try:
+        # allow_nan=False: NaN/Infinity are not JSON. Never pickle: payloads are data, not code.
+        text = json.dumps(job.payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise EnqueueError(f"payload of {job.task!r} is not JSON-serialisable: {exc}") from exc
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise EnqueueError(f"payload of {job.task!r} is {size} bytes; the limit is {limit}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise EnqueueError(
+            f"payload of {job.task!r} holds a lone surrogate, which utf8mb4 cannot store"
+        ) from exc
+    return text
+
+
+def _depth_within(value: Any, limit: int) -> bool:
+    """Whether lists and dicts nest at most `limit` deep; a loop, not recursion, so a hostile
+    payload cannot exhaust the stack (a cycle nests without end: refused)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return False
+        stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+def _utc(at: object, max_delay_s: float) -> datetime | None:
+    """run_at as a naive UTC datetime, between 1970 and jobs.max_delay_s ahead. The app clock only
+    bounds it (due-ness is still decided by NOW(6)): a clock off by minutes moves no job."""
+    if at is None:
+        return None
+    if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
+        raise EnqueueError(f"run_at must be a timezone-aware datetime, not {_shown(at)}")
+    try:
+        utc = at.astimezone(UTC)
+    except OverflowError as exc:
+        raise EnqueueError(f"run_at {at.isoformat()} is out of range") from exc
+    latest = datetime.now(UTC) + timedelta(seconds=max_delay_s)
+    if not EPOCH <= utc <= latest:
+        raise EnqueueError(
+            f"run_at must be between 1970 and {max_delay_s:.0f} s (jobs.max_delay_s) from now, "
+            f"not {utc.isoformat()}"
+        )
+    return utc.replace(tzinfo=None)

@@ -1,0 +1,182 @@
+"""How a unit of work runs against MySQL: duecast's own errors, the one savepoint helper, the one
+lock-wait fallback and the one transient-retry loop (paced by policy.error_backoff_s).
+
+Code outside the storage layer catches the names defined here, never a driver error.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeAlias, TypeVar
+
+import pymysql
+import pymysql.cursors
+
+from duecast.shared.policy import error_backoff_s
+
+T = TypeVar("T")
+
+# What storage classes and their callers pass around, so no caller imports the driver for a type.
+Cursor: TypeAlias = pymysql.cursors.Cursor
+Connection: TypeAlias = "pymysql.Connection[pymysql.cursors.Cursor]"  # subscriptable for mypy only
+
+DEADLOCK, LOCK_WAIT_TIMEOUT, DUPLICATE_KEY = 1213, 1205, 1062
+# After these the whole unit may simply run again: InnoDB rolled the statement or transaction back
+# (deadlock, lock wait timeout), or the connection is gone (refused, lost, killed: 1927/4031), and
+# with it the transaction. An outcome-unknown COMMIT is among the latter: callers re-read under
+# their fence instead of guessing.
+_TRANSIENT_CODES = {DEADLOCK, LOCK_WAIT_TIMEOUT, 2003, 2006, 2013, 1927, 4031}
+
+
+class StorageError(Exception):
+    """An error of the storage layer that its callers may handle by name."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class TransientError(StorageError):
+    """A unit of work failed for a reason that passes (deadlock, lock wait timeout, lost or refused
+    connection, killed session): nothing of it was committed unless its COMMIT was cut off, and
+    running the whole unit again is safe because every transition is fenced."""
+
+
+class ValueRefused(StorageError):
+    """The database refused a value (out of range, wrong type, a constraint): the statement did not run."""
+
+
+class DuplicateKey(ValueRefused):
+    """An INSERT or UPDATE met a unique key another row holds."""
+
+
+DRIVER_ERRORS = (pymysql.err.MySQLError,)
+# Errors that mean "this statement's values are wrong", not "the connection or lock is".
+VALUE_ERRORS = (pymysql.err.DataError, pymysql.err.IntegrityError, ValueRefused)
+# Anything MySQL may raise, as the driver's error (inside a unit) or as ours (out of one).
+MYSQL_ERRORS = (pymysql.err.MySQLError, StorageError)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether running the unit again may succeed (see TransientError)."""
+    if isinstance(exc, TransientError):
+        return True
+    if isinstance(exc, pymysql.err.InterfaceError):
+        return True
+    if isinstance(exc, pymysql.err.OperationalError | pymysql.err.InternalError):
+        return bool(exc.args) and exc.args[0] in _TRANSIENT_CODES
+    return isinstance(exc, ConnectionError | BrokenPipeError)
+
+
+def error_code(exc: BaseException) -> int | None:
+    args = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def translate(exc: BaseException) -> BaseException:
+    """duecast's error for a driver error (the same object for anything else)."""
+    if isinstance(exc, StorageError) or not isinstance(exc, (*DRIVER_ERRORS, ConnectionError)):
+        return exc
+    code = error_code(exc)
+    message = str(exc) or type(exc).__name__  # the driver's "(1213, 'Deadlock found ...')"
+    if is_transient(exc):
+        return TransientError(message, code)
+    if isinstance(exc, pymysql.err.IntegrityError) and code == DUPLICATE_KEY:
+        return DuplicateKey(message, code)
+    if isinstance(exc, VALUE_ERRORS):
+        return ValueRefused(message, code)
+    return StorageError(message, code) if isinstance(exc, DRIVER_ERRORS) else exc
+
+
+@contextmanager
+def translated() -> Iterator[None]:
+    """Raise duecast's error in place of a driver error from the block."""
+    try:
+        yield
+    except DRIVER_ERRORS as exc:
+        mine = translate(exc)
+        if mine is exc:
+            raise
+        raise mine from exc
+
+
+@contextmanager
+def savepoint(cur: Cursor, name: str) -> Iterator[None]:
+    """Undo only the block's own statements when it raises, keeping the rest of the transaction.
+
+    A transient error is passed on untouched: the whole transaction is gone, and so is the savepoint.
+    A savepoint of the same name replaces the last one, so a loop may reuse one name.
+    """
+    cur.execute(f"SAVEPOINT {name}")
+    try:
+        yield
+    except BaseException as exc:
+        if not is_transient(exc):
+            cur.execute(f"ROLLBACK TO SAVEPOINT {name}")
+        raise
+
+
+def rollback_to(cur: Cursor, name: str) -> None:
+    """Undo the statements since savepoint `name` (set by `savepoint`), e.g. when a fence found them stale."""
+    cur.execute(f"ROLLBACK TO SAVEPOINT {name}")
+
+
+def lock_or_skip(locking: Callable[[], T], skip_locked: Callable[[], T]) -> T:
+    """Run a locking read; if it waits past the session's lock wait (another live session holds some
+    of its rows), run `skip_locked` instead (the same read with SKIP LOCKED), taking what is free.
+
+    Only the timed-out statement was rolled back, so the transaction goes on. Waiting first, rather
+    than skipping at once, lets a row whose holder is just committing be taken on this pass.
+    """
+    try:
+        return locking()
+    except pymysql.err.OperationalError as exc:
+        if error_code(exc) != LOCK_WAIT_TIMEOUT:
+            raise
+        return skip_locked()
+
+
+def retry_transient(
+    unit: Callable[[], T],
+    *,
+    what: str,
+    redo: str = "",
+    retries: int,
+    log: logging.Logger,
+    rng: random.Random | None = None,
+    base_s: float = 0.05,
+    cap_s: float = 2.0,
+    sleep: Callable[[float], None] = time.sleep,
+    event: str | None = None,
+) -> T:
+    """Run `unit` again after a transient error, up to `retries` more times, with jittered
+    exponential backoff; anything else, or the last failure, is raised. The log line reads
+    "<what> hit <error>; retrying <redo> (1 of 3) in 0.05s".
+
+    Safe only for units whose transitions are fenced, so that running one again after a COMMIT that
+    did land (outcome unknown) changes nothing: the re-read decides, not a guess.
+    """
+    rng = rng or random.Random()
+    for attempt in range(1, retries + 2):
+        try:
+            return unit()
+        except Exception as exc:
+            if attempt > retries or not is_transient(exc):
+                raise
+            delay = error_backoff_s(attempt, base_s, cap_s, rng)
+            log.warning(
+                "%s hit %s; retrying %s(%d of %d) in %.2fs",
+                what,
+                translate(exc),
+                f"{redo} " if redo else "",
+                attempt,
+                retries,
+                delay,
+                extra={"event": event} if event else None,
+            )
+            sleep(delay)
+    raise AssertionError("unreachable")
