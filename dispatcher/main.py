@@ -13,18 +13,24 @@ from duecast.dispatcher.gauges import SystemGauges
 from duecast.dispatcher.leader import Leadership, LeaseStore
 from duecast.dispatcher.pruner import Pruner
 from duecast.dispatcher.ranges import RangeKeeper
-from duecast.dispatcher.reaper import Reaper
 from duecast.dispatcher.recurring import TICK_S, Recurring
+from duecast.dispatcher.redelivery import LEADER, Redelivery, cadence, sweeper
 from duecast.dispatcher.schedule_store import ScheduleStore
 from duecast.dispatcher.scheduler import start as scheduler_start
-from duecast.dispatcher.sweeper import Sweeper
 from duecast.dispatcher.topics import topic_duties
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.api.handlers import load_registry
 from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.policy import Cause
 from duecast.shared.process.health import serving, with_port
 from duecast.shared.process.loop import run
-from duecast.shared.process.runtime import build_queue, build_stores, check_redis, start_process
+from duecast.shared.process.runtime import (
+    QueueFactory,
+    build_queue,
+    build_stores,
+    check_redis,
+    start_process,
+)
 from duecast.shared.settings import Settings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.job_store import JobStore
@@ -35,22 +41,26 @@ from duecast.shared.storage.worker_registry import WorkerRegistry
 log = logging.getLogger("duecast.dispatcher")
 
 
-def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> None:
-    """Run the dispatcher and its singleton duties until stopped (or, draining, until idle)."""
+def serve(
+    settings: Settings, stop: threading.Event, *, drain: bool = False, make_queue: QueueFactory = build_queue
+) -> None:
+    """Run the dispatcher and its singleton duties until stopped (or, draining, until idle).
+
+    `make_queue` builds the Redis side from the settings (tests/faults wraps it to stop at an instant).
+    """
     sources = settings.all_sources()
-    queue = build_queue(settings)
+    queue = make_queue(settings)
     check_redis(queue, wait=bool(settings.health.port))
-    dispatcher = Dispatcher(build_stores(settings, sources), queue, settings.dispatcher, settings.faults)
-    # Duties run in scheduler threads, on their own connections (PyMySQL is not thread-safe).
+    leadership = Leadership(
+        LeaseStore(Database(settings.mysql), settings.dispatcher.leases_table),
+        settings.dispatcher.leader_lease_s,
+    )
+    # Duties run in their own threads, on their own connections (PyMySQL is not thread-safe).
+    redelivery = _redelivery(settings, queue, leadership, drain=drain)
+    dispatcher = Dispatcher(build_stores(settings, sources), queue, settings.dispatcher, redelivery)
     keeper = RangeKeeper(_range_stores(build_stores(settings, sources)), settings.dispatcher)
     keeper.discover(full=True)  # before the first claim, so a new range source is covered at once
     jobs: list[tuple[str, Callable[[], object], float]] = []
-    if settings.dispatcher.run_sweeper:
-        sweeper = Sweeper(build_stores(settings, sources), queue, settings.dispatcher)
-        jobs.append(("duecast-sweeper", sweeper.sweep_all, settings.dispatcher.sweep_interval_s))
-        reaper_stores = {s.src.name: s for s in build_stores(settings, sources)}
-        reaper = Reaper(WorkerRegistry(Database(settings.mysql), settings.worker), reaper_stores, queue)
-        jobs.append(("duecast-reaper", reaper.reap, settings.worker.heartbeat_s))
     if keeper.stores:
         jobs.append(("duecast-ranges", keeper.tick, settings.dispatcher.range_discover_s))
     jobs.extend(_job_duties(settings, queue))
@@ -58,11 +68,7 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     # The system-wide gauges, for /metrics only: the leader sets them, a standby drops them.
     gauges = SystemGauges(build_stores(settings, sources), queue) if settings.health.port else None
     scheduler = None
-    leadership = Leadership(
-        LeaseStore(Database(settings.mysql), settings.dispatcher.leases_table),
-        settings.dispatcher.leader_lease_s,
-    )
-    if (jobs or gauges) and not drain:
+    if not drain and (jobs or gauges or settings.dispatcher.run_sweeper):
         leadership.tick()  # the first dispatcher up leads at once; the others stand by
         duties = [(name, _as_leader(leadership, fn), every) for name, fn, every in jobs]
         renew = ("duecast-leader", leadership.renew, settings.dispatcher.leader_lease_s / 3)
@@ -75,15 +81,56 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
         )
         duties.append(("duecast-coverage", coverage.duty(leadership.held), settings.worker.heartbeat_s))
         scheduler = scheduler_start(stop, [renew, *duties])
+    redelivering = None
     log.info("dispatching %s", ", ".join(s.name for s in sources))
     try:
         with serving(settings, "dispatcher") as liveness:
+            # Before the first claim, in this thread: rows whose entries a fresh or flushed Redis
+            # lost go back first (retried until Redis answers), so no claim is taken for lost.
+            run(redelivery.canary(), stop, drain=True, on_turn=liveness.beat)
+            if not drain:
+                redelivering = _Running(redelivery)
             run(dispatcher, stop, drain=drain, pause=dispatcher.pause, on_turn=liveness.beat)
     finally:
+        if redelivering is not None:
+            redelivering.stop()
         if scheduler is not None:
             scheduler.shutdown(wait=True)
         leadership.resign()  # a standby takes over now, not when the lease runs out
-    log.info("dispatcher stopped; claimed %s", dict(dispatcher.counts))
+    log.info("dispatcher stopped; claimed %s; requeued %s", dict(dispatcher.counts), dict(redelivery.counts))
+
+
+def _redelivery(settings: Settings, queue: ReadyQueue, leadership: Leadership, *, drain: bool) -> Redelivery:
+    """Every dispatcher watches the canary; one hosting the sweeper also sweeps and requeues dead
+    workers' holds while it leads. Draining runs no singleton duty: the canary only."""
+    causes: list[Cause] = ["lost"]
+    registry = None
+    if settings.dispatcher.run_sweeper and not drain:
+        causes.extend(LEADER)
+        registry = WorkerRegistry(Database(settings.mysql), settings.worker)
+    return Redelivery(
+        build_stores(settings, settings.all_sources()),
+        queue,
+        cadence(settings, causes),
+        settings.dispatcher.sweep_batch,
+        registry=registry,
+        leads=leadership.held,
+    )
+
+
+class _Running:
+    """A duty's loop in its own thread, until `stop()`: then it finishes its tick and is joined."""
+
+    def __init__(self, role: Redelivery) -> None:
+        self._done = threading.Event()
+        self._thread = threading.Thread(
+            target=run, args=(role, self._done), name=f"duecast-{role.name}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 def _as_leader(leadership: Leadership, fn: Callable[[], object]) -> Callable[[], object]:
@@ -96,17 +143,13 @@ def _as_leader(leadership: Leadership, fn: Callable[[], object]) -> Callable[[],
 
 
 def serve_sweeper(settings: Settings, stop: threading.Event, *, once: bool = False) -> None:
-    """Run only the sweeper (when dispatchers run with dispatcher.run_sweeper=false)."""
-    sources = settings.all_sources()
-    sweeper = Sweeper(build_stores(settings, sources), build_queue(settings), settings.dispatcher)
+    """Run only the sweep (when dispatchers run with dispatcher.run_sweeper=false): the rows not
+    acked within their visibility timeout, and the runs whose lease ran out."""
+    redelivery = sweeper(settings, build_stores(settings, settings.all_sources()), build_queue(settings))
     if once:
-        sweeper.sweep_all()
+        redelivery.drain()
         return
-    scheduler = scheduler_start(
-        stop, [("duecast-sweeper", sweeper.sweep_all, settings.dispatcher.sweep_interval_s)]
-    )
-    stop.wait()
-    scheduler.shutdown(wait=True)
+    run(redelivery, stop)
 
 
 def _job_duties(settings: Settings, queue: ReadyQueue) -> list[tuple[str, Callable[[], object], float]]:
@@ -134,7 +177,7 @@ def _range_stores(stores: list[Store]) -> list[RangeStore]:
     return [s for s in stores if isinstance(s, RangeStore)]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queue) -> int:
     parser = argparse.ArgumentParser(prog="duecast dispatcher", description=__doc__)
     parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
     parser.add_argument("--drain", action="store_true", help="exit once nothing is due")
@@ -150,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.app:
         dispatcher = settings.dispatcher.model_copy(update={"app": args.app})
         settings = settings.model_copy(update={"dispatcher": dispatcher})
-    serve(settings, stop, drain=args.drain)
+    serve(settings, stop, drain=args.drain, make_queue=make_queue)
     return 0
 
 

@@ -38,7 +38,7 @@ def live_table(result: Run, alive: int, started: int, elapsed: float) -> Table:
         (f"in flight ({snap.db.unit})", f"{snap.db.in_flight:,}"),
         ("waiting in Redis (entries)", f"{snap.list_length:,}"),
         ("lag (how long the oldest due has waited)", lag_text(snap.db.oldest_due_age_s)),
-        ("redeliveries (sweeper)", f"{c.get('requeued', 0):,}"),
+        ("redeliveries", f"{c.get('requeued', 0):,}"),
         ("stale entries / acks", f"{c.get('stale_entries', 0):,} / {c.get('stale_acks', 0):,}"),
         ("bad entries", f"{c.get('bad', 0):,}"),
         ("processes alive", f"{alive} of {started}"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Literal
 
@@ -96,6 +96,71 @@ def blame_interruptions(
     dead = [i for i, n in alone if dead_after_interruption(n, max_interruptions)]
     blamed = [i for i, n in alone if not dead_after_interruption(n, max_interruptions)]
     return flagged, blamed, dead
+
+
+# -- redelivery: which requeue causes run on a tick, and what their counts mean -----------------
+
+# Why dispatched work goes back to pending, in the order a redelivery tick runs them
+# (dispatcher/redelivery.py). "lost": Redis lost its entries (the epoch canary was gone), so every
+# row no worker holds, now; "expired": dispatched and not acked within the visibility timeout;
+# "interrupted": a running job's or delivery's lease ran out; "held": popped by a worker silent
+# for worker.dead_after_s. (Rows whose push Redis refused go back at once, on no tick.)
+Cause = Literal["lost", "expired", "interrupted", "held"]
+CAUSES: tuple[Cause, ...] = ("lost", "expired", "interrupted", "held")
+# Singleton causes run only in the leader; any dispatcher may find the canary gone.
+LEADER_CAUSES: frozenset[Cause] = frozenset({"expired", "interrupted", "held"})
+# Causes that take at most a batch per store and call: a full one means more may be waiting.
+BATCHED_CAUSES: frozenset[Cause] = frozenset({"lost", "expired", "interrupted"})
+
+
+def redelivery_due(
+    now_s: float,
+    last_s: Mapping[Cause, float],
+    every_s: Mapping[Cause, float],
+    backlog: Set[Cause],
+    *,
+    leader: bool,
+) -> tuple[Cause, ...]:
+    """The causes to run now, in CAUSES order: each this process runs (a key of `every_s`) and may
+    run (the leader's only while leading) whose last run (`last_s`, absent: never) is an interval
+    old, or left a backlog."""
+    return tuple(
+        c
+        for c in CAUSES
+        if c in every_s
+        and (leader or c not in LEADER_CAUSES)
+        and (c in backlog or c not in last_s or now_s - last_s[c] >= every_s[c])
+    )
+
+
+def redelivery_delay_s(
+    now_s: float,
+    last_s: Mapping[Cause, float],
+    every_s: Mapping[Cause, float],
+    backlog: Set[Cause],
+    *,
+    leader: bool,
+) -> float:
+    """How long until the next tick: none while a cause it may run has a backlog; else until the
+    first cause falls due. A cause it may not run now (not leading) is looked at again after its
+    interval, so a standby neither spins nor waits long to take over."""
+    if not every_s:
+        raise ValueError("redelivery_delay_s needs at least one cause to pace")
+
+    def wait_s(c: Cause) -> float:
+        if not leader and c in LEADER_CAUSES:
+            return every_s[c]
+        if c in backlog or c not in last_s:
+            return 0.0
+        return max(0.0, last_s[c] + every_s[c] - now_s)
+
+    return min(wait_s(c) for c in every_s)
+
+
+def redelivery_backlog(cause: Cause, counts: Sequence[int], batch: int) -> bool:
+    """Whether `cause` has more waiting: one of its calls (one per store) filled its batch. A dead
+    worker's hold is requeued whole, so "held" never has a backlog."""
+    return cause in BATCHED_CAUSES and any(n >= batch for n in counts)
 
 
 # -- leases: when a lease keeper renews, and when its process must stop ----------------------------

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import signal
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 
 from duecast.shared.api.handlers import Registry, load_registry
-from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.process.failures import StartupError
 from duecast.shared.process.health import serving, with_port
 from duecast.shared.process.loop import run
 from duecast.shared.process.runtime import (
+    QueueFactory,
     build_queue,
     build_stores,
     check_redis,
@@ -33,8 +31,13 @@ from duecast.worker.worker import Worker
 log = logging.getLogger("duecast.worker")
 
 
-def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> Worker:
-    """Run a worker until stopped (or, draining, until the lists are empty); returns it for its counts."""
+def serve(
+    settings: Settings, stop: threading.Event, *, drain: bool = False, make_queue: QueueFactory = build_queue
+) -> Worker:
+    """Run a worker until stopped (or, draining, until the lists are empty); returns it for its counts.
+
+    `make_queue` builds the Redis side from the settings (tests/faults wraps it to stop at an instant).
+    """
     if not settings.worker.app:
         raise StartupError("no app given; pass --app package.module or set worker.app (DUECAST_WORKER__APP)")
     registry = load_registry(settings.worker.app)
@@ -44,9 +47,7 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     stores = {store.src.name: store for store in build_stores(settings, sources)}
     check_columns(registry, stores)
     executor = Executor(settings.worker.concurrency)
-    queue = build_queue(settings)
-    if settings.faults.kill_after_pop:
-        queue = _KilledAfterPop(queue.client, queue.keys)
+    queue = make_queue(settings)
     check_redis(queue, wait=bool(settings.health.port))
     tasks = registry.task_names if any(is_job_queue(name) for name in stores) else frozenset()
     heartbeat = Heartbeat(settings.mysql, settings.worker, list(stores), tasks)
@@ -69,23 +70,9 @@ def serve(settings: Settings, stop: threading.Event, *, drain: bool = False) -> 
     return worker
 
 
-class _KilledAfterPop(ReadyQueue):
-    """The faults.kill_after_pop hook: this process SIGKILLs itself the moment a pop returns
-    entries, before any SQL (tests/faults/test_fast_crash_recovery.py)."""
-
-    def pop_held(
-        self, worker: str, sources: Sequence[str], count: int | Sequence[int], timeout_s: float
-    ) -> tuple[str, list[bytes]] | None:
-        popped = super().pop_held(worker, sources, count, timeout_s)
-        if popped is not None:
-            log.warning("fault hook: SIGKILL right after popping %d entries", len(popped[1]))
-            os.kill(os.getpid(), signal.SIGKILL)
-        return popped
-
-
 def check_columns(registry: Registry, stores: Mapping[str, Store]) -> None:
     """Start-up check: every column a row/batch handler names (`columns=`) is in its table, which the
-    store read from information_schema; a typo would otherwise fail every batch until the sweeper."""
+    store read from information_schema; a typo would otherwise fail every batch until redelivery."""
     for name, store in stores.items():
         if is_job_queue(name) or name.startswith(f"{TOPICS_SOURCE}."):
             continue  # duecast's own tables and handlers
@@ -132,7 +119,7 @@ def served_sources(settings: Settings, registered: list[str]) -> list[str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queue) -> int:
     parser = argparse.ArgumentParser(prog="duecast worker", description=__doc__)
     parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
     parser.add_argument(
@@ -176,5 +163,5 @@ def main(argv: list[str] | None = None) -> int:
     if args.member:
         topics = settings.topics.model_validate({**settings.topics.model_dump(), "member": args.member})
         settings = settings.model_copy(update={"topics": topics})
-    serve(settings, stop, drain=args.drain)
+    serve(settings, stop, drain=args.drain, make_queue=make_queue)
     return 0

@@ -75,7 +75,7 @@ class Worker:
         sources, timeout_s = list(self.stores), self.settings.block_timeout_s
         if self.process is None:
             popped = self.queue.pop(sources, self.pop_count, timeout_s)
-        else:  # held from the pop on: what the reaper requeues at once if this process dies
+        else:  # held from the pop on: what redelivery requeues at once if this process dies
             popped = self.queue.pop_held(self.process, sources, self.pop_counts, timeout_s)
         if popped is None:
             return Tick(0.0, idle=True)  # the pop already waited block_timeout_s

@@ -31,7 +31,7 @@ _PUSH_CHUNK = 5000  # keeps one RPUSH far from Redis' argument limits
 _MIN_WAIT_S = 0.01
 
 # Pop and hold in one step: a worker killed the moment the pop returns has its entries in its
-# hold, for the reaper (dispatcher/reaper.py). Scripts cannot block, hence the bells (Keys.bell).
+# hold, for redelivery (dispatcher/redelivery.py). Scripts cannot block, hence the bells (Keys.bell).
 # KEYS: the worker's hold, its ready lists in pop order, then their bells in the same order.
 # ARGV: how many entries at most from each list, then the source names, both in the same order.
 _POP_HELD = """

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Literal
 
 from duecast.shared.fanout.keys import Keys
@@ -58,6 +59,8 @@ def check_redis(queue: ReadyQueue, *, wait: bool = False) -> None:
         )
         return
     warn_eviction(queue)
+# What a role's serve()/main() builds its ReadyQueue with: build_queue, or a test's wrapper of it.
+QueueFactory = Callable[[Settings], ReadyQueue]
 
 
 def warn_eviction(queue: ReadyQueue) -> None:

@@ -96,17 +96,19 @@ def render(src: SourceSettings) -> SourceSQL:
         # A failed row stays DISPATCHED for the sweeper (its visibility timeout is the retry
         # delay) but its attempt moves on, so a copy of its entry can never run it again.
         burn_attempt=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {att} = {att} + 1 WHERE {fenced}",
-        # Dispatcher, when the RPUSH after a claim fails (Redis down): the claimed rows go back
-        # to IDLE at once rather than waiting out the visibility timeout; fenced, PRIMARY.
+        # Redelivery, when the RPUSH after a claim fails (Redis down), or for a dead worker's
+        # popped batch: the rows go back to IDLE at once rather than waiting out the visibility
+        # timeout; fenced, PRIMARY.
         release_unpushed=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {IDLE} WHERE {fenced}",
-        # Sweeper step 1: dispatched rows not acked within the visibility timeout. Reads the
-        # DISPATCHED prefix of dc_due (bounded by the high-water mark); SKIP LOCKED passes over
-        # rows a live worker holds, so only abandoned rows are requeued.
+        # Requeue step 1 (redelivery's sweep; its "lost" cause with no timeout): dispatched rows
+        # not acked within the visibility timeout. Reads the DISPATCHED prefix of dc_due (bounded
+        # by the high-water mark); SKIP LOCKED passes over rows a live worker holds, so only
+        # abandoned rows are requeued.
         find_expired=(
             f"SELECT {pk} FROM {t} FORCE INDEX ({ix}) WHERE {st} = {DISPATCHED} "
             f"AND {disp} < NOW(6) - INTERVAL %s MICROSECOND LIMIT %s FOR UPDATE SKIP LOCKED"
         ),
-        # Sweeper step 2: DISPATCHED -> IDLE, due unchanged so the row is due at once. The
+        # Requeue step 2: DISPATCHED -> IDLE, due unchanged so the row is due at once. The
         # attempt is not touched here: the next claim bumps it, fencing every older copy.
         requeue=f"UPDATE {t} SET {st} = {IDLE} WHERE {{ids}} AND {st} = {DISPATCHED}",
         # Demo/tests start-up only, with no dispatcher or worker running: every DISPATCHED row

@@ -8,7 +8,6 @@ from duecast.shared.settings.base import Identifier
 from duecast.shared.settings.model import Settings, SettingsFileError, load_settings
 from duecast.shared.settings.roles import (
     DispatcherSettings,
-    FaultSettings,
     HealthSettings,
     WebSettings,
     WorkerSettings,
@@ -36,7 +35,6 @@ __all__ = [
     "RETRY_STEPS_S",
     "TOPICS_SOURCE",
     "DispatcherSettings",
-    "FaultSettings",
     "GroupSettings",
     "HealthSettings",
     "Identifier",

@@ -19,7 +19,6 @@ from pydantic_settings import (
 from duecast.shared.policy import keeper_fits, lease_timing, shortest_lease_s
 from duecast.shared.settings.roles import (
     DispatcherSettings,
-    FaultSettings,
     HealthSettings,
     WebSettings,
     WorkerSettings,
@@ -53,7 +52,6 @@ class Settings(BaseSettings):
     worker: WorkerSettings = WorkerSettings()
     health: HealthSettings = HealthSettings()
     web: WebSettings = WebSettings()
-    faults: FaultSettings = FaultSettings()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     # "json": one object per line with a stable `event` name (docs/observability.md#logs).
     log_format: Literal["human", "json"] = "human"

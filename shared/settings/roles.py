@@ -1,4 +1,4 @@
-"""Per-role settings: the dispatcher, the worker, the health endpoint, the dashboard, fault hooks."""
+"""Per-role settings: the dispatcher, the worker, the health endpoint, the dashboard."""
 
 from __future__ import annotations
 
@@ -101,10 +101,3 @@ class WebSettings(_Section):
         if self.token is not None and len(self.token.get_secret_value()) < 16:
             raise ValueError("web.token must be at least 16 characters (it guards retry and discard)")
         return self
-
-
-class FaultSettings(_Section):
-    """Fault-injection hooks for the fault tests. Never set in production."""
-
-    crash_after_commit: bool = False  # dispatcher: os._exit right after COMMIT, before RPUSH
-    kill_after_pop: bool = False  # worker: SIGKILL itself as soon as a pop returns entries

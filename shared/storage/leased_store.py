@@ -1,7 +1,8 @@
 """One store for leased work, a job queue's or a cluster group's: one method per state transition.
 
 claim_due (pending -> dispatched), started (-> running, committed, its leases kept while handlers run),
-LeasedBatch.ack / fail (fenced finishes), requeue_expired (lost entries, interrupted runs), release.
+LeasedBatch.ack / fail (fenced finishes), requeue_* by cause (expired, lost, interrupted, held), and
+release_unpushed.
 A kind differs only by its Scope and a few hooks, kept in job_store.py and group_store.py.
 """
 
@@ -177,14 +178,21 @@ class LeasedStore(ABC):
 
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
         """Lost entries (dispatched, never started) -> pending; interrupted runs -> pending or dead."""
-        return self.requeue_lost(visibility_timeout_s, limit) + self.interrupt_expired(limit)
+        return self._requeue_dispatched(visibility_timeout_s, limit) + self.interrupt_expired(limit)
 
-    def requeue_unstarted(self, limit: int) -> int:
+    def requeue_lost(self, limit: int) -> int:
         """Every DISPATCHED row no worker started -> pending now: Redis lost its entries.
         RUNNING ones are left to their leases: their workers hold them, entry or not."""
-        return self.requeue_lost(0.0, limit)
+        return self._requeue_dispatched(0.0, limit)
 
-    def requeue_lost(self, after_s: float, limit: int) -> int:
+    def requeue_interrupted(self, limit: int) -> int:
+        return self.interrupt_expired(limit)
+
+    def requeue_held(self, entries: Sequence[Entry]) -> int:
+        """A dead worker's popped rows, never started -> pending now (fenced, as release_unpushed)."""
+        return self.release_unpushed(entries)
+
+    def _requeue_dispatched(self, after_s: float, limit: int) -> int:
         """DISPATCHED for longer than `after_s`, never started -> pending (no interruption: nothing ran)."""
         sql, where = self.scope.sql, self.scope.where
         with self.db.transaction() as cur:
@@ -227,7 +235,7 @@ class LeasedStore(ABC):
         observe.count(self.src.name, "dead", len(dead))
         return len(found)
 
-    def release(self, entries: Sequence[Entry]) -> int:
+    def release_unpushed(self, entries: Sequence[Entry]) -> int:
         """Claimed but never pushed (Redis refused) -> pending now, fenced on the new attempt."""
         with self.db.transaction() as cur:
             stmt = self.scope.sql.release_unpushed.format(fence=self._fence(entries))

@@ -114,11 +114,17 @@ class RangeStore:
     def reset_dispatched(self) -> int:
         return self.ranges.reset_dispatched()
 
-    def requeue_unstarted(self, limit: int) -> int:
-        return self.ranges.requeue_unstarted(limit)
+    def requeue_lost(self, limit: int) -> int:
+        return self.ranges.requeue_lost(limit)
 
-    def release(self, entries: Sequence[Entry]) -> int:
-        return self.ranges.release(entries)
+    def requeue_interrupted(self, limit: int) -> int:
+        return self.ranges.requeue_interrupted(limit)
+
+    def requeue_held(self, entries: Sequence[Entry]) -> int:
+        return self.ranges.requeue_held(entries)
+
+    def release_unpushed(self, entries: Sequence[Entry]) -> int:
+        return self.ranges.release_unpushed(entries)
 
     def discover(self, full: bool = False) -> int:
         """Add a range for every span holding a row: from the highest known span, or from 0."""

@@ -1,7 +1,7 @@
 """The only class that runs SQL against a source table; one method per state transition.
 
 claim_due (IDLE -> DISPATCHED), started (lock a batch for work), Batch.ack (DISPATCHED -> IDLE or
-deleted, fenced), requeue_expired (abandoned DISPATCHED -> IDLE). Callers never see a cursor.
+deleted, fenced), requeue_* (DISPATCHED -> IDLE, one method per cause). Callers never see a cursor.
 """
 
 from __future__ import annotations
@@ -104,9 +104,12 @@ class Store(Protocol):
         self, entries: Sequence[Entry], columns: Sequence[str] = ()
     ) -> AbstractContextManager[WorkBatch]: ...
     def group_key(self, ack: Ack) -> Any: ...
-    def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int: ...
-    def requeue_unstarted(self, limit: int) -> int: ...  # Redis lost its entries: all, now
-    def release(self, entries: Sequence[Entry]) -> int: ...  # claimed but never pushed
+    # Redelivery, one method per cause (dispatcher/redelivery.py runs them; shared/policy.py: CAUSES).
+    def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int: ...  # not acked in time
+    def requeue_lost(self, limit: int) -> int: ...  # Redis lost its entries: every unstarted one, now
+    def requeue_interrupted(self, limit: int) -> int: ...  # a running lease ran out (jobs, groups)
+    def requeue_held(self, entries: Sequence[Entry]) -> int: ...  # popped by a worker now dead
+    def release_unpushed(self, entries: Sequence[Entry]) -> int: ...  # claimed, push refused
     def reset_dispatched(self) -> int: ...
     def status(self) -> SourceStatus: ...
 
@@ -242,11 +245,19 @@ class SourceStore:
                 return 0
             return int(cur.execute(self.sql.requeue.format(ids=in_list(self.sql.id_column, ids))))
 
-    def requeue_unstarted(self, limit: int) -> int:
+    def requeue_lost(self, limit: int) -> int:
         """Every DISPATCHED row no worker holds -> IDLE now: their entries were lost with Redis."""
         return self.requeue_expired(0.0, limit)
 
-    def release(self, entries: Sequence[Entry]) -> int:
+    def requeue_interrupted(self, limit: int) -> int:
+        """Nothing: a row is never leased; a worker holds it by its row lock, which dies with it."""
+        return 0
+
+    def requeue_held(self, entries: Sequence[Entry]) -> int:
+        """Rows a dead worker had popped -> IDLE now (fenced on the attempt it held)."""
+        return self.release_unpushed(entries)
+
+    def release_unpushed(self, entries: Sequence[Entry]) -> int:
         """Rows this dispatcher claimed but could not push -> IDLE (fenced on their new attempt)."""
         with self.db.transaction() as cur:
             stmt = self.sql.release_unpushed.format(fence=fence(entries, self.sql.id_column))

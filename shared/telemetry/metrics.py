@@ -39,7 +39,7 @@ COUNTERS: dict[str, Counter] = {
     "stale_acks": _counter("stale_acks", "Acks that matched no row: the attempt had been taken back."),
     "stale_entries": _counter("stale_entries", "Popped entries whose row no longer matched the fence."),
     "bad_entries": _counter("bad_entries", "Ready-list items that were not valid entries (quarantined)."),
-    "redeliveries": _counter("redeliveries", "Rows the sweeper requeued after the visibility timeout."),
+    "redeliveries": _counter("redeliveries", "Rows requeued (not acked in time, entry lost, worker died)."),
 }
 
 BATCH_SECONDS = Histogram(

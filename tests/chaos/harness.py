@@ -168,10 +168,9 @@ class Chaos:
 
     # ---------------------------------------------------------------- processes
 
-    def dispatcher(self, name: str, **env: str) -> Proc:
-        proc = self.procs.spawn(
-            name, ["-m", "duecast.dispatcher"], {**self.env, **env}, may_exit=True, allow=EXPECTED
-        )
+    def dispatcher(self, name: str, module: str = "duecast.dispatcher", **env: str) -> Proc:
+        """`module`: the real dispatcher, or a test-owned entry that stops it at one instant."""
+        proc = self.procs.spawn(name, ["-m", module], {**self.env, **env}, may_exit=True, allow=EXPECTED)
         self.dispatchers[name] = proc
         return proc
 

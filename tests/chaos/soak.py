@@ -13,6 +13,7 @@ from duecast.shared.fanout.keys import Keys
 from duecast.shared.settings import JOBS_SOURCE
 from tests.chaos.app import RESCAN_RANGES, RESCAN_ROWS
 from tests.chaos.harness import Chaos
+from tests.faults.conftest import CRASH_AFTER_COMMIT
 from tests.faults.procs import Proc, wait_for
 
 # Once the faults are over, every re-scan row must be checked again within this long (a healthy
@@ -66,7 +67,7 @@ def soak(
     per_wave = max(1, jobs // waves)
     chaos.add_rescan(**(rescan or {}))
     chaos.enqueue(per_wave)
-    first = chaos.dispatcher("dispatcher-crash", DUECAST_FAULTS__CRASH_AFTER_COMMIT="true")
+    first = chaos.dispatcher("dispatcher-crash", CRASH_AFTER_COMMIT)
     chaos.procs.wait_exit(first, 60)
     chaos.fault("dispatcher_killed_after_commit", first.pid)
     chaos.dispatcher("dispatcher")

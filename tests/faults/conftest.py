@@ -38,6 +38,9 @@ from tests.faults.private_redis import PrivateRedis
 from tests.faults.procs import Proc, Procs, tail, tcp_peers, wait_for
 
 APP = "tests.faults.app"
+# The real roles, wrapped by a test-owned entry module that stops them at one instant.
+CRASH_AFTER_COMMIT = "tests.faults.crash_after_commit"  # the dispatcher exits (70) before its first push
+KILL_AFTER_POP = "tests.faults.kill_after_pop"  # the worker SIGKILLs itself as its first pop returns
 WAIT_S = 30.0  # generous: only a failing test ever waits this long
 IDLE, DISPATCHED = 0, 1
 SOURCE_NAMES = {"oneoff": app.ONEOFF, "rescan": app.RESCAN}
@@ -92,10 +95,17 @@ class FaultEnv:
         self.redis = server.client
 
     def dispatcher(
-        self, name: str = "dispatcher", *, may_exit: bool = False, allow: Iterable[str] = (), **env: object
+        self,
+        name: str = "dispatcher",
+        *,
+        module: str = "duecast.dispatcher",
+        may_exit: bool = False,
+        allow: Iterable[str] = (),
+        **env: object,
     ) -> Proc:
-        """`allow`: exception class names it may log (any other fails the test at the next wait)."""
-        args = ["-m", "duecast.dispatcher"]
+        """`allow`: exception class names it may log (any other fails the test at the next wait);
+        `module`: what to run, e.g. CRASH_AFTER_COMMIT (the real role, stopped at one instant)."""
+        args = ["-m", module]
         return self.procs.spawn(name, args, self._env(env), may_exit=may_exit, allow=allow)
 
     def sweep_once(self) -> int:
@@ -105,8 +115,16 @@ class FaultEnv:
         )
         return self.procs.wait_exit(proc, WAIT_S)
 
-    def worker(self, name: str, *, may_exit: bool = False, allow: Iterable[str] = (), **env: object) -> Proc:
-        args = ["-m", "duecast.worker", "--app", APP, "--source", self.source.name]
+    def worker(
+        self,
+        name: str,
+        *,
+        module: str = "duecast.worker",
+        may_exit: bool = False,
+        allow: Iterable[str] = (),
+        **env: object,
+    ) -> Proc:
+        args = ["-m", module, "--app", APP, "--source", self.source.name]
         return self.procs.spawn(name, args, self._env(env), may_exit=may_exit, allow=allow)
 
     def _env(self, extra: dict[str, object]) -> dict[str, str]:
@@ -272,7 +290,6 @@ _NOT_INHERITED = (
     "DUECAST_JOBS__",
     "DUECAST_DISPATCHER__",
     "DUECAST_WORKER__",
-    "DUECAST_FAULTS__",
 )
 
 

@@ -1,7 +1,7 @@
-"""(b) A dispatcher that dies between COMMIT and RPUSH (the crash_after_commit fault hook exits 70
-there): its claim is committed, so the rows are DISPATCHED with no entry in Redis. Nothing is lost:
-once past the visibility timeout the sweeper requeues them and a normal dispatcher redelivers them
-under attempt 2.
+"""(b) A dispatcher that dies between COMMIT and RPUSH (tests/faults/crash_after_commit.py runs the
+real one with a queue whose push exits 70): its claim is committed, so the rows are DISPATCHED with
+no entry in Redis. Nothing is lost: once past the visibility timeout the leader's redelivery
+requeues them and a normal dispatcher redelivers them under attempt 2.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.faults.conftest import DISPATCHED, IDLE, KINDS, FaultEnv
+from tests.faults.conftest import CRASH_AFTER_COMMIT, DISPATCHED, IDLE, KINDS, FaultEnv
+from tests.faults.crash_after_commit import EXIT_CODE
 
 pytestmark = pytest.mark.faults
 
 ROWS = 50
 CLAIM = 20
-CRASH_EXIT_CODE = 70
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -26,8 +26,8 @@ def test_dispatcher_killed_between_commit_and_push_loses_nothing(
     env = fault_env(kind, claim_batch=CLAIM)
     ids = env.insert(ROWS)
 
-    crashing = env.dispatcher("crashing", may_exit=True, DUECAST_FAULTS__CRASH_AFTER_COMMIT="true")
-    assert env.procs.wait_exit(crashing, 20) == CRASH_EXIT_CODE
+    crashing = env.dispatcher("crashing", module=CRASH_AFTER_COMMIT, may_exit=True)
+    assert env.procs.wait_exit(crashing, 20) == EXIT_CODE
     rows = env.rows()
     claimed = {i for i, (state, _) in rows.items() if state == DISPATCHED}
     assert len(claimed) == CLAIM
@@ -46,7 +46,7 @@ def test_dispatcher_killed_between_commit_and_push_loses_nothing(
 
     assert env.back_date(claimed, attempt=1) == CLAIM
     env.wait_for(
-        lambda: not env.pending(), "the sweeper to requeue the stranded claim and it to be redelivered"
+        lambda: not env.pending(), "redelivery to requeue the stranded claim and it to be redelivered"
     )
 
     verdict = env.verdict(ids)

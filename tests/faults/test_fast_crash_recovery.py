@@ -1,7 +1,7 @@
 """Fast crash recovery for re-scan rows: a worker SIGKILLed mid-batch, or the moment its pop returns,
-stops beating; once its heartbeat is older than worker.dead_after_s (back-dated in SQL), the leader's
-reaper requeues the batch it had popped at once, well before the visibility timeout (30 s here), and
-a survivor runs it."""
+stops beating; once its heartbeat is older than worker.dead_after_s (back-dated in SQL), the
+leader's redelivery requeues the batch it had popped at once, well before the visibility timeout
+(30 s here), and a survivor runs it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from duecast.shared.fanout.keys import decode_entry
 from duecast.shared.fanout.queue import ReadyQueue
-from tests.faults.conftest import DISPATCHED, KINDS, WAIT_S, FaultEnv
+from tests.faults.conftest import DISPATCHED, KILL_AFTER_POP, KINDS, WAIT_S, FaultEnv
 
 pytestmark = pytest.mark.faults
 
@@ -45,7 +45,7 @@ def test_a_dead_workers_batch_is_requeued_by_its_silence_not_the_visibility_time
         "UPDATE duecast_workers SET heartbeat_at = NOW(6) - INTERVAL 60 SECOND WHERE name LIKE %s",
         (f"%:{victim.pid}",),
     )
-    env.wait_for(lambda: not env.pending(), "the reaper to requeue the dead worker's batch", timeout=10)
+    env.wait_for(lambda: not env.pending(), "redelivery to requeue the dead worker's batch", timeout=10)
     verdict = env.verdict(ids)
     assert not verdict.lost
     assert not verdict.unexpected
@@ -60,15 +60,15 @@ def test_a_worker_killed_the_moment_its_pop_returns_has_held_what_it_popped(
     fault_env: Callable[..., FaultEnv], kind: str
 ) -> None:
     """The pop and the hold are one Redis script: there is no instant at which the entries are
-    neither in the ready list nor in the hold (faults.kill_after_pop SIGKILLs the worker as soon
-    as the pop returns, before any SQL)."""
+    neither in the ready list nor in the hold (tests/faults/kill_after_pop.py runs the real worker
+    with a queue that SIGKILLs it as soon as the pop returns, before any SQL)."""
     env = fault_env(kind)
     ids = env.insert(30)
-    # The reaper runs every heartbeat_s; dead_after_s stays at 15 s, so only the back-dating below
+    # Dead workers are looked for every heartbeat_s; dead_after_s stays at 15 s, so only the back-dating below
     # makes the victim dead.
     dispatcher = env.dispatcher(DUECAST_WORKER__HEARTBEAT_S=0.5)
     env.wait_for(lambda: env.llen() == 30, "every row to be dispatched")
-    victim = env.worker("victim", may_exit=True, DUECAST_FAULTS__KILL_AFTER_POP="true")
+    victim = env.worker("victim", module=KILL_AFTER_POP, may_exit=True)
     assert env.procs.wait_exit(victim, WAIT_S) == -signal.SIGKILL
     (name,) = [
         str(n)
@@ -85,13 +85,13 @@ def test_a_worker_killed_the_moment_its_pop_returns_has_held_what_it_popped(
 
     env.worker("survivor")
     env.wait_for(lambda: env.pending() == popped, "the survivor to run everything else")
-    assert {env.rows()[i] for i in popped} == {(DISPATCHED, 1)}, "stranded until the reaper acts"
+    assert {env.rows()[i] for i in popped} == {(DISPATCHED, 1)}, "stranded until redelivery acts"
 
     # Time passes in SQL: the victim has been silent for a minute. Nothing else is back-dated.
     env.query(
         "UPDATE duecast_workers SET heartbeat_at = NOW(6) - INTERVAL 60 SECOND WHERE name = %s", (name,)
     )
-    env.wait_for(lambda: not env.pending(), "the reaper to requeue the dead worker's pop", timeout=10)
+    env.wait_for(lambda: not env.pending(), "redelivery to requeue the dead worker's pop", timeout=10)
     assert f"worker {name} is silent: requeued the 10 rows" in dispatcher.log.read_text()
     assert env.redis.exists(env.keys.inflight(name)) == 0
     verdict = env.verdict(ids)

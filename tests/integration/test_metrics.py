@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY
 from duecast.admin import migrate
 from duecast.dispatcher import main as dispatcher_main
 from duecast.dispatcher.gauges import SystemGauges
-from duecast.dispatcher.sweeper import Sweeper
+from duecast.dispatcher.redelivery import sweeper
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.process.runtime import build_queue, build_stores
@@ -114,7 +114,7 @@ def test_the_sweeper_counts_redeliveries_and_the_worker_bad_and_stale_entries(
 
     entries = env.store.claim_due(3)  # claimed, never pushed: as if the dispatcher died
     env.backdate_dispatch()
-    Sweeper(build_stores(settings, [env.source]), build_queue(settings), settings.dispatcher).sweep_all()
+    sweeper(settings, build_stores(settings, [env.source]), build_queue(settings)).drain()
     env.queue.push_raw(src, [b"not-an-entry", f"{entries[0].id}:{entries[0].attempt}".encode()])
     worker_main.serve(settings, threading.Event(), drain=True)
 

@@ -11,7 +11,7 @@ import pytest
 
 from duecast.admin import migrate
 from duecast.dispatcher.main import serve as serve_dispatcher
-from duecast.dispatcher.sweeper import Sweeper
+from duecast.dispatcher.redelivery import sweeper
 from duecast.shared.acks import Ack
 from duecast.shared.process.runtime import build_queue, build_stores
 from duecast.shared.queries.ranges import ranges_table
@@ -182,7 +182,9 @@ def test_a_failed_row_leaves_its_whole_span_to_the_sweeper(
     PLAN.fail.clear()
     sql.execute(f"UPDATE `{rt}` SET dc_dispatched_at = NOW(6) - INTERVAL 1 HOUR WHERE dc_state = 1")
     stores = build_stores(settings, settings.sources)
-    assert Sweeper(stores, build_queue(settings), settings.dispatcher).tick().idle
+    redelivery = sweeper(settings, stores, build_queue(settings))
+    assert redelivery.tick().idle
+    assert redelivery.counts == {"expired": 1}
     one_pass(settings)
 
     assert PLAN.attempts[150] == [1, 3]  # redelivered under a fresh claim

@@ -1,6 +1,6 @@
-"""The worker registry and the reaper on real MariaDB + Redis: workers register and beat; one whose
-heartbeat is older than dead_after_s (back-dated in SQL) is dead, and the batch it had popped goes
-back to pending at once, fenced, while a live worker's batch is left alone."""
+"""The worker registry and redelivery's "held" cause on real MariaDB + Redis: workers register and
+beat; one whose heartbeat is older than dead_after_s (back-dated in SQL) is dead, and the batch it
+had popped goes back to pending at once, fenced, while a live worker's batch is left alone."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from duecast.dispatcher.reaper import Reaper
+from duecast.dispatcher.redelivery import Redelivery
 from duecast.shared.fanout.keys import encode_entry
 from duecast.shared.settings import WorkerSettings
 from duecast.shared.storage.db import Database
@@ -31,6 +31,10 @@ def registry(make_env: Callable[..., Env]) -> Iterator[tuple[Env, WorkerRegistry
     env.sql.execute(f"DROP TABLE IF EXISTS `{settings.registry_table}`")
 
 
+def _reaper(env: Env, reg: WorkerRegistry) -> Redelivery:
+    return Redelivery([env.store], env.queue, {"held": reg.settings.heartbeat_s}, 100, registry=reg)
+
+
 def silence(env: Env, reg: WorkerRegistry, name: str, seconds: float) -> None:
     env.sql.execute(
         f"UPDATE `{reg.settings.registry_table}` SET heartbeat_at = NOW(6) - INTERVAL %s MICROSECOND "
@@ -50,17 +54,17 @@ def test_a_silent_workers_held_batch_is_requeued_at_once_and_a_live_ones_is_not(
     env.queue.push(env.source.name, dead_batch + live_batch)
     assert env.queue.pop_held("dead-worker", [env.source.name], 10, 1.0) is not None
     assert env.queue.pop_held("live-worker", [env.source.name], 10, 1.0) is not None
-    reaper = Reaper(reg, {env.source.name: env.store}, env.queue)
-    assert reaper.reap() == 0  # both beat recently
+    reaper = _reaper(env, reg)
+    assert reaper.requeue("held") == 0  # both beat recently
     silence(env, reg, "dead-worker", 16)
 
-    assert reaper.reap() == 10
+    assert reaper.requeue("held") == 10
     states = env.states()
     assert {states[e.id] for e in dead_batch} == {(0, 1)}  # pending again now, no timeout waited
     assert {states[e.id] for e in live_batch} == {(1, 1)}  # still its worker's
     assert env.queue.held_by("dead-worker") is None
     assert [w.name for w in reg.alive()] == ["live-worker"]
-    assert reaper.reap() == 0  # forgotten once reaped
+    assert reaper.requeue("held") == 0  # forgotten once requeued
 
 
 def test_a_reaped_batchs_late_ack_is_fenced_off(registry: tuple[Env, WorkerRegistry]) -> None:
@@ -73,7 +77,7 @@ def test_a_reaped_batchs_late_ack_is_fenced_off(registry: tuple[Env, WorkerRegis
         [encode_entry(e.id, e.attempt) for e in entries],
     )
     silence(env, reg, "w", 60)
-    Reaper(reg, {env.source.name: env.store}, env.queue).reap()
+    _reaper(env, reg).requeue("held")
     again = env.store.claim_due(5)  # re-claimed under attempt 2
     assert {e.attempt for e in again} == {2}
     with env.store.started(entries) as batch:  # the "dead" worker wakes up with attempt 1

@@ -81,7 +81,7 @@ class FakeBatch:
 
 
 class FakeStore:
-    """Stands in for SourceStore (row mode): claim_due, started, requeue_expired and the recovery paths.
+    """Stands in for SourceStore (row mode): claim_due, started and the requeue_* methods, by cause.
 
     group_key is the real SourceStore.group_key: it is pure given `src` and `columns`.
     """
@@ -100,8 +100,9 @@ class FakeStore:
         self.started_with: list[tuple[list[Entry], tuple[str, ...]]] = []
         self.acked: list[tuple[Row, Ack]] = []
         self.failed: list[Row] = []
-        self.released: list[Entry] = []
-        self.requeued = 0  # rows requeue_unstarted put back
+        self.released: list[Entry] = []  # release_unpushed's entries
+        self.requeued = 0  # rows requeue_lost put back
+        self.asked: list[str] = []  # the cause of every requeue_* call, in order
 
     def group_key(self, ack: Ack) -> Any:
         return SourceStore.group_key(cast(SourceStore, self), ack)
@@ -180,13 +181,25 @@ class FakeStore:
             self.held -= ids
 
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
+        self.asked.append("expired")
         self.calls.append((visibility_timeout_s, limit))
         return self._requeue(visibility_timeout_s, limit)
 
-    def requeue_unstarted(self, limit: int) -> int:
+    def requeue_lost(self, limit: int) -> int:
+        self.asked.append("lost")
         n = self._requeue(0.0, limit)
         self.requeued += n
         return n
+
+    def requeue_interrupted(self, limit: int) -> int:
+        """Nothing, as SourceStore: a row is never leased."""
+        self.asked.append("interrupted")
+        return 0
+
+    def requeue_held(self, entries: Sequence[Entry]) -> int:
+        """A dead worker's popped rows -> IDLE at once, fenced on the attempt it held."""
+        self.asked.append("held")
+        return self._give_back(entries)
 
     def _requeue(self, after_s: float, limit: int) -> int:
         """Dispatched rows no batch holds, dispatched before now - after_s -> IDLE, due unchanged."""
@@ -200,9 +213,12 @@ class FakeStore:
             self.rows[i].dispatched_at = None
         return len(expired[:limit])
 
-    def release(self, entries: Sequence[Entry]) -> int:
+    def release_unpushed(self, entries: Sequence[Entry]) -> int:
         """Claimed but never pushed -> IDLE at once, fenced on the claim's attempt."""
         self.released.extend(entries)
+        return self._give_back(entries)
+
+    def _give_back(self, entries: Sequence[Entry]) -> int:
         done = [self.current({self.id_column: e.id, ATTEMPT_COLUMN: e.attempt}) for e in entries]
         for row in done:
             if row is not None:

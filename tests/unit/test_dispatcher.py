@@ -1,33 +1,27 @@
-"""dispatcher.Dispatcher and dispatcher.Sweeper with fake stores and a fakeredis ReadyQueue."""
+"""dispatcher.Dispatcher with fake stores and a fakeredis ReadyQueue."""
 
 from __future__ import annotations
 
-import os
 from typing import cast
 
 import pytest
 import redis
 
 from duecast.dispatcher.dispatcher import Dispatcher
-from duecast.dispatcher.sweeper import Sweeper
+from duecast.dispatcher.redelivery import Redelivery
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.fanout.queue import ReadyQueue
-from duecast.shared.settings import DispatcherSettings, FaultSettings
-from duecast.shared.storage.source_store import SourceStore
-from tests.unit.fakes import FakeClaimStore, FakeSweepStore, rescan_source
+from duecast.shared.settings import DispatcherSettings
+from duecast.shared.storage.source_store import Store
+from tests.unit.fakes import FakeClaimStore, rescan_source
 
 POLL_S = 0.25
 SETTINGS = DispatcherSettings(poll_interval_s=POLL_S, sweep_interval_s=5.0, sweep_batch=100)
 
 
-def _dispatcher(
-    stores: list[FakeClaimStore], queue: ReadyQueue, faults: FaultSettings | None = None
-) -> Dispatcher:
-    return Dispatcher(cast(list[SourceStore], stores), queue, SETTINGS, faults)
-
-
-def _sweeper(stores: list[FakeSweepStore], queue: ReadyQueue) -> Sweeper:
-    return Sweeper(cast(list[SourceStore], stores), queue, SETTINGS)
+def _dispatcher(stores: list[FakeClaimStore], queue: ReadyQueue) -> Dispatcher:
+    redelivery = Redelivery([], queue, {"lost": POLL_S}, SETTINGS.sweep_batch)
+    return Dispatcher(cast(list[Store], stores), queue, SETTINGS, redelivery)
 
 
 def _due(n: int, start: int = 1, attempt: int = 1) -> list[Entry]:
@@ -127,109 +121,35 @@ def test_no_sources_is_idle(ready_queue: ReadyQueue) -> None:
     assert (tick.delay_s, tick.idle) == (POLL_S, True)
 
 
-def test_crash_hook_exits_after_claim_and_before_push(
-    ready_queue: ReadyQueue, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The claim is committed first; the push comes after. A crash in between loses no row."""
+def test_the_claim_is_made_before_the_push(ready_queue: ReadyQueue) -> None:
+    """Claim (committed, in a real store), then push: a process that dies in between leaves rows
+    DISPATCHED with no entry, never an entry for an uncommitted claim (tests/faults kills one there)."""
 
-    class Exited(Exception):
+    class Died(BaseException):
         pass
 
-    def fake_exit(code: int) -> None:
-        raise Exited(code)
-
-    monkeypatch.setattr(os, "_exit", fake_exit)
     store = FakeClaimStore(rescan_source(), _due(3))
-    with pytest.raises(Exited):
-        _dispatcher([store], ready_queue, FaultSettings(crash_after_commit=True)).tick()
-    assert store.limits != []
+    claimed_at_push: list[list[Entry]] = []
+
+    def die(source: str, entries: object) -> None:
+        claimed_at_push.append(list(store.dispatched))
+        raise Died
+
+    dispatcher = _dispatcher([store], ready_queue)
+    dispatcher.queue.push = die  # type: ignore[method-assign]
+    with pytest.raises(Died):
+        dispatcher.tick()
+    assert claimed_at_push == [_due(3)]
+    assert store.released == []  # not a refusal from Redis: nothing is given back
     assert ready_queue.length("users") == 0
 
 
-def test_crash_hook_does_nothing_when_nothing_was_claimed(
-    ready_queue: ReadyQueue, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(os, "_exit", lambda code: pytest.fail("exited with nothing claimed"))
-    tick = _dispatcher(
-        [FakeClaimStore(rescan_source())], ready_queue, FaultSettings(crash_after_commit=True)
-    ).tick()
-    assert tick.idle
-
-
-# --- Sweeper ----------------------------------------------------------------------------------------
-
-
-def test_sweeper_passes_each_sources_timeout_and_the_batch(ready_queue: ReadyQueue) -> None:
-    a = FakeSweepStore(rescan_source("users", visibility_timeout_s=30), 3)
-    b = FakeSweepStore(rescan_source("orders", visibility_timeout_s=90))
-    tick = _sweeper([a, b], ready_queue).tick()
-    assert a.calls == [(30.0, 100)]
-    assert b.calls == [(90.0, 100)]
-    assert (tick.delay_s, tick.idle) == (5.0, True)
-
-
-def test_sweeper_accumulates_counts_and_stats(ready_queue: ReadyQueue) -> None:
-    a = FakeSweepStore(rescan_source("users"), 3)
-    b = FakeSweepStore(rescan_source("orders"))
-    sweeper = _sweeper([a, b], ready_queue)
-    sweeper.tick()
-    a.add_expired(4)  # more rows expire before the next sweep
-    b.add_expired(2)
-    sweeper.tick()
-    assert sweeper.requeued == 9
-    assert ready_queue.stats("users") == {"requeued": 7}
-    assert ready_queue.stats("orders") == {"requeued": 2}
-
-
-def test_sweeper_reports_a_full_batch(ready_queue: ReadyQueue) -> None:
-    store = FakeSweepStore(rescan_source(), 199)
-    sweeper = _sweeper([store], ready_queue)
-    first, second = sweeper.tick(), sweeper.tick()
-    assert (first.delay_s, first.idle) == (0.0, False)  # more may have expired: sweep again now
-    assert (second.delay_s, second.idle) == (5.0, True)
-
-
-def test_one_full_source_makes_the_whole_sweep_busy(ready_queue: ReadyQueue) -> None:
-    stores = [FakeSweepStore(rescan_source("users"), 1), FakeSweepStore(rescan_source("orders"), 100)]
-    assert not _sweeper(stores, ready_queue).tick().idle
-
-
-def test_sweep_all_repeats_until_a_partial_batch(ready_queue: ReadyQueue) -> None:
-    store = FakeSweepStore(rescan_source(), 312)
-    sweeper = _sweeper([store], ready_queue)
-    sweeper.sweep_all()
-    assert len(store.calls) == 4
-    assert sweeper.requeued == 312
-    assert ready_queue.stats("users") == {"requeued": 312}
-
-
-def test_sweeper_with_nothing_expired_writes_nothing(ready_queue: ReadyQueue) -> None:
-    sweeper = _sweeper([FakeSweepStore(rescan_source())], ready_queue)
-    sweeper.sweep_all()
-    assert sweeper.requeued == 0
-    assert ready_queue.stats("users") == {}
-
-
-# --- Redis lost or down -------------------------------------------------------------------------------
-
-
-def test_a_lost_epoch_canary_requeues_every_dispatched_row_at_once(ready_queue: ReadyQueue) -> None:
-    store = FakeClaimStore(rescan_source(claim_batch=10, high_water=100), _due(5))
-    dispatcher = _dispatcher([store], ready_queue)
-    dispatcher.tick()  # first tick: sets the canary (nothing dispatched yet to recover)
-    assert (store.requeued, len(store.dispatched)) == (0, 5)
-    dispatcher.tick()
-    assert store.requeued == 0  # canary present: Redis kept its data
-    ready_queue.client.flushall()
-    dispatcher.tick()
-    assert store.requeued == 5  # every row whose entry went with the flush, without waiting
-    assert dispatcher.counts["recovered"] == 5
+# --- Redis down ------------------------------------------------------------------------------------
 
 
 def test_a_failed_push_releases_the_claimed_rows_and_fails_the_tick(ready_queue: ReadyQueue) -> None:
     store = FakeClaimStore(rescan_source(claim_batch=10, high_water=100), _due(3))
     dispatcher = _dispatcher([store], ready_queue)
-    dispatcher.queue.data_lost()  # canary set: this test is about the push
 
     def refuse(source: str, entries: object) -> None:
         raise redis.ConnectionError("Redis is down")

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Iterator, Sequence
 
 import pytest
 
 from duecast.shared.policy import (
+    CAUSES,
+    LEADER_CAUSES,
+    Cause,
     blame_interruptions,
     catch_up_s,
     claim_room,
@@ -15,6 +19,9 @@ from duecast.shared.policy import (
     dead_after_interruption,
     dispatch_delay_s,
     error_backoff_s,
+    redelivery_backlog,
+    redelivery_delay_s,
+    redelivery_due,
     retry_delay_s,
 )
 
@@ -172,3 +179,70 @@ def test_interruptions_are_blamed_only_on_a_job_that_ran_alone() -> None:
 def test_catch_up_is_a_second_or_a_tenth_of_a_short_period(period: float, expected: float) -> None:
     assert catch_up_s(period) == pytest.approx(expected)
     assert catch_up_s(period) < period  # a late span is never due again at once
+
+
+# --- redelivery: which causes run, how long until the next tick, what a count means ------------------
+
+EVERY_S: dict[Cause, float] = {"lost": 1.0, "expired": 5.0, "interrupted": 5.0, "held": 2.0}
+
+
+def _subsets(causes: Sequence[Cause]) -> list[tuple[Cause, ...]]:
+    return [c for n in range(len(causes) + 1) for c in itertools.combinations(causes, n)]
+
+
+def _cases() -> Iterator[tuple[float, dict[Cause, float], dict[Cause, float], set[Cause], bool]]:
+    """Every combination of: the causes run here, when each last ran (never, or 0-6 s ago), the
+    backlog, and leadership, at one moment."""
+    now = 100.0
+    for runs in _subsets(CAUSES):
+        every = {c: EVERY_S[c] for c in runs}
+        for ages in itertools.product([None, 0.0, 0.5, 1.0, 2.0, 5.0, 6.0], repeat=len(runs)):
+            last = {c: now - age for c, age in zip(runs, ages, strict=True) if age is not None}
+            for backlog in _subsets(runs):
+                for leader in (True, False):
+                    yield now, every, last, set(backlog), leader
+
+
+def test_redelivery_due_exhaustive() -> None:
+    for now, every, last, backlog, leader in _cases():
+        due = redelivery_due(now, last, every, backlog, leader=leader)
+        assert list(due) == [c for c in CAUSES if c in due]  # in the one fixed order
+        for cause in CAUSES:
+            allowed = cause in every and (leader or cause not in LEADER_CAUSES)
+            waited = cause not in last or now - last[cause] >= every.get(cause, 0.0)
+            assert (cause in due) == (allowed and (cause in backlog or waited)), (cause, every, last, backlog)
+
+
+def test_redelivery_delay_exhaustive() -> None:
+    for now, every, last, backlog, leader in _cases():
+        if not every:
+            with pytest.raises(ValueError, match="at least one cause"):
+                redelivery_delay_s(now, last, every, backlog, leader=leader)
+            continue
+        delay = redelivery_delay_s(now, last, every, backlog, leader=leader)
+        due = redelivery_due(now, last, every, backlog, leader=leader)
+        assert 0.0 <= delay <= max(every.values())
+        assert (delay == 0.0) == bool(due)  # no tick is slept through, and none spins
+        # Ticking after `delay` finds a cause due (or, for a standby, a leader's cause to look at).
+        later = redelivery_due(now + delay, last, every, backlog, leader=leader)
+        standby_look = not leader and any(c in LEADER_CAUSES and every[c] == delay for c in every)
+        assert later or standby_look
+
+
+def test_redelivery_delay_examples() -> None:
+    every: dict[Cause, float] = {"lost": 0.2, "expired": 5.0, "held": 1.0}
+    ran: dict[Cause, float] = {"lost": 10.0, "expired": 10.0, "held": 10.0}
+    assert redelivery_delay_s(10.0, ran, every, set(), leader=True) == pytest.approx(0.2)
+    assert redelivery_delay_s(10.0, ran, every, {"expired"}, leader=True) == 0.0
+    assert redelivery_delay_s(10.0, ran, {"expired": 5.0}, set(), leader=False) == 5.0  # look again
+    assert redelivery_due(10.0, ran, {"expired": 5.0}, {"expired"}, leader=False) == ()
+    assert redelivery_due(10.0, {}, every, set(), leader=False) == ("lost",)
+
+
+def test_redelivery_backlog_exhaustive() -> None:
+    for cause in CAUSES:
+        for counts in itertools.product(range(0, 5), repeat=2):
+            for batch in range(1, 5):
+                full = redelivery_backlog(cause, list(counts), batch)
+                assert full == (cause != "held" and max(counts) >= batch)
+        assert not redelivery_backlog(cause, [], 1)  # the canary was there: nothing ran

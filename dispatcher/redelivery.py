@@ -1,0 +1,210 @@
+"""Redelivery: the one duty that puts dispatched work back to pending, whatever the cause.
+
+Each tick runs the causes shared/policy.py says are due (lost, expired, interrupted, held), each
+through the store method named for it; the dispatcher hands it the rows whose push Redis refused.
+Owns no SQL (the stores' requeue_* methods) and no claiming (dispatcher.Dispatcher).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from duecast.shared.fanout.keys import BadEntry, Entry, decode_entry
+from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.policy import (
+    LEADER_CAUSES,
+    Cause,
+    redelivery_backlog,
+    redelivery_delay_s,
+    redelivery_due,
+)
+from duecast.shared.process.loop import Tick
+from duecast.shared.settings import Settings, SourceSettings
+from duecast.shared.storage.source_store import Store
+from duecast.shared.storage.worker_registry import WorkerRegistry
+from duecast.shared.telemetry import observe
+
+log = logging.getLogger("duecast.redelivery")
+
+SWEEP: tuple[Cause, ...] = ("expired", "interrupted")  # what `duecast sweeper` runs
+LEADER: tuple[Cause, ...] = (*SWEEP, "held")  # what a dispatcher hosting the sweeper runs as leader
+
+
+def cadence(settings: Settings, causes: Iterable[Cause]) -> dict[Cause, float]:
+    """How often each cause runs: the canary every dispatcher poll (as often as it claims), the
+    sweep every sweep_interval_s, the look for dead workers every heartbeat."""
+    every: dict[Cause, float] = {
+        "lost": settings.dispatcher.poll_interval_s,
+        "expired": settings.dispatcher.sweep_interval_s,
+        "interrupted": settings.dispatcher.sweep_interval_s,
+        "held": settings.worker.heartbeat_s,
+    }
+    return {cause: every[cause] for cause in causes}
+
+
+def sweeper(settings: Settings, stores: Sequence[Store], queue: ReadyQueue) -> Redelivery:
+    """The sweep alone, as `duecast sweeper` runs it: no canary, no dead workers."""
+    return Redelivery(stores, queue, cadence(settings, SWEEP), settings.dispatcher.sweep_batch)
+
+
+def _always() -> bool:
+    return True
+
+
+class Redelivery:
+    name = "redelivery"
+
+    def __init__(
+        self,
+        stores: Sequence[Store],
+        queue: ReadyQueue,
+        every_s: Mapping[Cause, float],
+        batch: int,
+        *,
+        registry: WorkerRegistry | None = None,
+        leads: Callable[[], bool] = _always,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`every_s`: the causes this process runs and how often (`cadence`); `batch`: rows per
+        store and call; `registry` finds dead workers ("held"); `leads`: whether this process may
+        run the leader's causes now."""
+        if not every_s or ("held" in every_s and registry is None):
+            raise ValueError("redelivery needs a cause to run, and the worker registry for 'held'")
+        self.stores = list(stores)
+        self.queue = queue
+        self.every_s = dict(every_s)
+        self.batch = batch
+        self.registry = registry
+        self.leads = leads
+        self.clock = clock
+        self.last_s: dict[Cause, float] = {}  # when each cause last ran (clock); absent: never
+        self.backlog: set[Cause] = set()  # causes whose last run filled a batch
+        self.counts: Counter[Cause] = Counter()  # rows requeued, by cause
+
+    def canary(self) -> Redelivery:
+        """This duty's "lost" cause alone, on the same stores: the dispatcher runs it in its own
+        thread before its first claim, so nothing it claims is then taken for lost."""
+        alone = Redelivery(self.stores, self.queue, {"lost": self.every_s["lost"]}, self.batch)
+        alone.counts = self.counts  # one tally
+        return alone
+
+    def tick(self) -> Tick:
+        leader = self.leads()
+        if not leader:
+            self.backlog -= LEADER_CAUSES  # the new leader's own runs take over
+        now = self.clock()
+        for cause in redelivery_due(now, self.last_s, self.every_s, self.backlog, leader=leader):
+            counts = self._run(cause)
+            self.last_s[cause] = now
+            if redelivery_backlog(cause, counts, self.batch):
+                self.backlog.add(cause)
+            else:
+                self.backlog.discard(cause)
+        delay = redelivery_delay_s(self.clock(), self.last_s, self.every_s, self.backlog, leader=leader)
+        return Tick(delay, idle=not self.backlog)
+
+    def drain(self) -> None:
+        """Tick until no cause is left with a full batch (`duecast sweeper --once`, tests): a fresh
+        one runs every cause at its first tick."""
+        while not self.tick().idle:
+            pass
+
+    def requeue(self, cause: Cause) -> int:
+        """Run one cause once, due or not; returns the rows requeued."""
+        return sum(self._run(cause))
+
+    def _run(self, cause: Cause) -> list[int]:
+        """One run of `cause`: rows requeued per store (one count in all for "held")."""
+        if cause == "held":
+            return [self._requeue_held()]
+        if cause == "lost" and cause not in self.backlog and not self.queue.data_lost():
+            return []  # the canary is there: Redis kept its entries
+        return [self._requeue(cause, store) for store in self.stores]
+
+    def _requeue(self, cause: Cause, store: Store) -> int:
+        src = store.src
+        started = time.perf_counter()
+        if cause == "expired":
+            # A job's or a group's store also takes its interrupted runs here (until they share
+            # one leased store); "interrupted" then finds only what ran out in between.
+            n = store.requeue_expired(src.visibility_timeout_s, self.batch)
+        elif cause == "lost":
+            n = store.requeue_lost(self.batch)
+        else:
+            n = store.requeue_interrupted(self.batch)
+        if n:
+            observe.batch_done("redelivery", src.name, started)
+            self._said(cause, src, n)
+            self.queue.add_stats(src.name, {"requeued": n})
+            self.counts[cause] += n
+        return n
+
+    def _said(self, cause: Cause, src: SourceSettings, n: int) -> None:
+        fields = {"event": f"redelivery.{cause}", "source": src.name, "count": n}
+        if cause == "expired":
+            fields["event"] = "sweeper.requeued"  # the name operators already alert on
+            msg = "requeued %d rows of %s not acked within %.0fs"
+            log.warning(msg, n, src.name, src.visibility_timeout_s, extra=fields)
+        elif cause == "lost":
+            log.warning(
+                "Redis lost its entries; requeued %d dispatched rows of %s", n, src.name, extra=fields
+            )
+        else:
+            log.warning("requeued %d runs of %s whose lease ran out", n, src.name, extra=fields)
+
+    def _requeue_held(self) -> int:
+        """Requeue the hold of every dead worker and forget the worker; returns rows requeued.
+
+        A worker records its batch in Redis with the pop itself (ReadyQueue.pop_held) and beats in
+        MySQL; one silent for worker.dead_after_s is dead, and its rows go back now (fenced on
+        their attempt) instead of after the visibility timeout. Without the record (Redis lost
+        it), "lost" or "expired" covers them.
+        """
+        assert self.registry is not None  # checked in __init__
+        stores = {store.src.name: store for store in self.stores}
+        total = 0
+        for worker in self.registry.dead():
+            held = self.queue.held_by(worker)
+            if held is not None and held[0] in stores:
+                entries = _entries(held[1])
+                n = stores[held[0]].requeue_held(entries) if entries else 0
+                if n:
+                    log.warning(
+                        "worker %s is silent: requeued the %d rows of %s it held",
+                        worker,
+                        n,
+                        held[0],
+                        extra={"event": "redelivery.held", "source": held[0], "count": n, "worker": worker},
+                    )
+                    self.queue.add_stats(held[0], {"requeued": n})
+                total += n
+            self.queue.release_hold(worker)
+            self.registry.deregister(worker)
+        self.counts["held"] += total
+        return total
+
+    def release_unpushed(self, store: Store, entries: Sequence[Entry]) -> int:
+        """Rows `store` claimed whose push Redis refused (down, OOM) -> pending now, instead of after
+        the visibility timeout; a part that did land is fenced off by the next claim's bump. Runs
+        in the dispatcher's thread, on its store's connection, so it is not in `counts`."""
+        released = store.release_unpushed(entries)
+        log.warning(
+            "push to Redis failed; released %d claimed rows of %s",
+            released,
+            store.src.name,
+            extra={"event": "redelivery.unpushed", "source": store.src.name, "count": released},
+        )
+        return released
+
+
+def _entries(raws: list[bytes]) -> list[Entry]:
+    out = []
+    for raw in raws:
+        try:
+            out.append(decode_entry(raw))
+        except BadEntry:
+            continue  # the record is ours, but Redis is not trusted: skip what does not parse
+    return out
