@@ -59,6 +59,8 @@ def check_redis(queue: ReadyQueue, *, wait: bool = False) -> None:
         )
         return
     warn_eviction(queue)
+
+
 # What a role's serve()/main() builds its ReadyQueue with: build_queue, or a test's wrapper of it.
 QueueFactory = Callable[[Settings], ReadyQueue]
 

@@ -73,7 +73,7 @@ def test_status_names_what_no_worker_serves_until_one_worker_serves_two_apps(
 
 def test_worker_app_can_be_given_several_times(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[Settings] = []
-    monkeypatch.setattr("duecast.worker.main.serve", lambda settings, stop, drain: seen.append(settings))
+    monkeypatch.setattr("duecast.worker.main.serve", lambda settings, *_a, **_kw: seen.append(settings))
 
     assert worker_main(["--app", "tests.integration.apps", "--app", "tests.integration.jobs_app"]) == 0
 
