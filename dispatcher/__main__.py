@@ -3,5 +3,6 @@
 import sys
 
 from duecast.dispatcher.main import main
+from duecast.shared.process.failures import run_command
 
-sys.exit(main())
+sys.exit(run_command("duecast dispatcher", main, sys.argv[1:]))

@@ -12,10 +12,11 @@ import secrets
 import socket
 import time
 
+from duecast.shared.process.failures import log_failure
 from duecast.shared.process.loop import Tick
 from duecast.shared.queries.source import LeaderSQL, render_leases
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.units import MYSQL_ERRORS, retry_transient, translate
+from duecast.shared.storage.units import retry_transient
 
 log = logging.getLogger("duecast.leader")
 
@@ -88,17 +89,22 @@ class Leadership:
             self._until = started + granted * _SAFETY if granted > 0 else 0.0
         except Exception as exc:
             left = max(0.0, self._until - time.monotonic())
-            log.warning(
-                "could not renew the leader lease (%s); %s",
-                translate(exc),
+            # MySQL away: one line; anything else: a traceback. What was granted still holds.
+            log_failure(
+                log,
+                exc,
+                "could not renew the leader lease; %s",
                 f"acting on the last renewal for {left:.1f}s more" if left else "standing by until it works",
-                exc_info=not isinstance(exc, MYSQL_ERRORS),  # MySQL away: one line; anything else: a bug
-                extra={"event": "leader.renew_failed"},
+                event="leader.renew_failed",
             )
         if self.held() != self.was_leader:
             self.was_leader = self.held()
-            log.warning(
-                "%s the dispatcher leader (%s)", "now" if self.was_leader else "no longer", self.holder
+            # Becoming leader is the normal start; losing the lease is worth a look.
+            log.log(
+                logging.INFO if self.was_leader else logging.WARNING,
+                "%s the dispatcher leader (%s)",
+                "now" if self.was_leader else "no longer",
+                self.holder,
             )
         return Tick(self.lease_s / 3, idle=True)
 

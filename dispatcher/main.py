@@ -7,6 +7,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from duecast.dispatcher.coverage import Coverage
 from duecast.dispatcher.dispatcher import Dispatcher
 from duecast.dispatcher.gauges import SystemGauges
 from duecast.dispatcher.leader import Leadership, LeaseStore
@@ -27,8 +28,8 @@ from duecast.shared.process.runtime import (
     QueueFactory,
     build_queue,
     build_stores,
+    check_redis,
     start_process,
-    warn_eviction,
 )
 from duecast.shared.settings import Settings
 from duecast.shared.storage.db import Database
@@ -49,7 +50,7 @@ def serve(
     """
     sources = settings.all_sources()
     queue = make_queue(settings)
-    warn_eviction(queue)
+    check_redis(queue, wait=bool(settings.health.port))
     leadership = Leadership(
         LeaseStore(Database(settings.mysql), settings.dispatcher.leases_table),
         settings.dispatcher.leader_lease_s,
@@ -73,6 +74,12 @@ def serve(
         renew = ("duecast-leader", leadership.renew, settings.dispatcher.leader_lease_s / 3)
         if gauges is not None:
             duties.append(("duecast-gauges", gauges.duty(leadership.held), settings.health.gauges_interval_s))
+        coverage = Coverage(
+            WorkerRegistry(Database(settings.mysql), settings.worker),
+            [s.name for s in sources],
+            settings.worker.dead_after_s,
+        )
+        duties.append(("duecast-coverage", coverage.duty(leadership.held), settings.worker.heartbeat_s))
         scheduler = scheduler_start(stop, [renew, *duties])
     redelivering = None
     log.info("dispatching %s", ", ".join(s.name for s in sources))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from duecast.dispatcher.schedule_store import ScheduleStore
+from duecast.shared.process.failures import log_failure
 from duecast.shared.process.loop import Tick
 from duecast.shared.schedules import Trigger, build_trigger
 from duecast.shared.settings import ScheduleSettings
@@ -36,9 +37,9 @@ class Recurring:
         for schedule, trigger in self.schedules:
             try:
                 n = self.store.fire_due(schedule, trigger)
-            except Exception:
+            except Exception as exc:
                 # One broken schedule (a task renamed, a lock timeout) must not stop the others.
-                log.exception("schedule %s failed; retrying next tick", schedule.name)
+                log_failure(log, exc, "schedule %s failed; retrying next tick", schedule.name)
                 continue
             if n:
                 log.info("schedule %s: enqueued %d run(s)", schedule.name, n)

@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from duecast.shared.storage.units import is_transient, retry_transient, translate
+from duecast.shared.process.failures import log_failure
+from duecast.shared.storage.units import retry_transient
 
 log = logging.getLogger("duecast.scheduler")
 DUTY_RETRIES = 3  # about 0.7-2 s of retries: a reconnect, not a long outage (the next interval is)
@@ -44,14 +45,9 @@ def _guarded(name: str, fn: Callable[[], object], stop: threading.Event) -> Call
                 fn, what=name, redo="the duty", retries=DUTY_RETRIES, log=log, cap_s=1.0, event="duty.retried"
             )
         except Exception as exc:
-            if not is_transient(exc):
-                log.exception("%s failed; will retry at the next interval", name)
-                return
-            log.warning(  # MySQL is away: one line, no traceback
-                "%s failed: %s; will retry at the next interval",
-                name,
-                translate(exc),
-                extra={"event": "duty.failed", "duty": name},
+            # MySQL still away after the retries: one line; anything else: a traceback.
+            log_failure(
+                log, exc, "%s failed; will retry at the next interval", name, event="scheduler.duty_failed"
             )
 
     return job

@@ -1,10 +1,12 @@
-"""duecast's public API and command line: `from duecast import Registry, Ack, Enqueuer, Job`, and for
-topics `Publisher, Publish, Message`; the errors they raise for MySQL (docs/jobs.md#errors).
+"""duecast's public API and command line: `from duecast import Registry, Ack, Enqueuer, Job`,
+`current_job` (inside a task), and for topics `Publisher, Publish, Message`; the errors they raise
+for MySQL (docs/jobs.md#errors).
 
 Wiring only: the behaviour lives in `shared`, `dispatcher` and `worker`.
 """
 
 from duecast.shared.acks import Ack, Row
+from duecast.shared.api.context import JobContext, current_job
 from duecast.shared.api.enqueue import DuplicateJob, EnqueueError, Enqueuer, Job, JobId
 from duecast.shared.api.handlers import Registry
 from duecast.shared.api.messages import Message
@@ -17,6 +19,7 @@ __all__ = [
     "EnqueueError",
     "Enqueuer",
     "Job",
+    "JobContext",
     "JobId",
     "Message",
     "NotConnected",
@@ -27,4 +30,5 @@ __all__ = [
     "Row",
     "StorageError",
     "TransientError",
+    "current_job",
 ]

@@ -9,15 +9,9 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from pydantic import ValidationError
-from pydantic_settings import SettingsError
-
 from duecast.admin import migrate
-from duecast.shared.api.enqueue import EnqueueError
-from duecast.shared.api.handlers import AppError
-from duecast.shared.fanout.queue import RedisRefused
-from duecast.shared.settings import SettingsFileError, load_settings
-from duecast.shared.storage.schema import SchemaError
+from duecast.shared.process.failures import run_command
+from duecast.shared.settings import load_settings
 
 
 def _cmd_dispatcher(rest: list[str]) -> int:
@@ -81,7 +75,7 @@ def _cmd_topics(rest: list[str]) -> int:
 
 
 def _cmd_status(rest: list[str]) -> int:
-    from duecast.status_view import main  # noqa: PLC0415
+    from duecast.status_cli import main  # noqa: PLC0415
 
     return main(rest)
 
@@ -113,10 +107,5 @@ def main(argv: list[str] | None = None) -> int:
         for name, (_, help_) in COMMANDS.items():
             print(f"  {name:<11} {help_}")
         return 0 if args and args[0] in {"-h", "--help"} else 2
-    try:
-        return COMMANDS[args[0]][0](args[1:])
-    except (ValidationError, SettingsError) as exc:
-        print(f"duecast: invalid settings:\n{exc}", file=sys.stderr)
-    except (SchemaError, FileNotFoundError, SettingsFileError, EnqueueError, AppError, RedisRefused) as exc:
-        print(f"duecast: {exc}", file=sys.stderr)
-    return 2
+    # A failure duecast can explain is one line and an exit code (docs/runbook.md#exit-codes).
+    return run_command(f"duecast {args[0]}", COMMANDS[args[0]][0], args[1:])

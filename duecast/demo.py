@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import statistics
 import tempfile
 import threading
 import time
@@ -19,17 +18,17 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 from rich.progress import Progress
-from rich.table import Table
 
 from duecast import demo_data
 from duecast.admin import migrate
+from duecast.demo_view import live_table, summary
 from duecast.fleet import Fleet
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.monitor.status import SourceSnapshot, snapshot
 from duecast.shared.process.loop import stop_on_signals
 from duecast.shared.process.runtime import build_queue, build_stores
 from duecast.shared.settings import Settings, SourceSettings, load_settings
-from duecast.shared.storage.source_store import STATUS_COUNT_CAP, Store
+from duecast.shared.storage.source_store import Store
 
 APP = "duecast.examples.block_check"
 
@@ -48,6 +47,7 @@ class Run:
     users: int
     workers: int
     period_s: float = 10.0
+    mode: str = "ranges"
     samples: list[Sample] = field(default_factory=list)
     exit_codes: dict[str, int] = field(default_factory=dict)
     log_dir: Path | None = None
@@ -75,7 +75,7 @@ class Run:
         return self.samples[-1].snap.counters.get(name, 0) if self.samples else 0
 
 
-def demo_settings(base: Settings, period_s: float, batch: int = 2000, mode: str = "rows") -> Settings:
+def demo_settings(base: Settings, period_s: float, batch: int = 2000, mode: str = "ranges") -> Settings:
     src: SourceSettings = demo_data.source(period_s, batch, mode)
     return base.model_copy(update={"sources": [src]})
 
@@ -121,7 +121,7 @@ def run(
     for key in (queue.keys.ready, queue.keys.bell, queue.keys.stats, queue.keys.quarantine):
         queue.client.delete(key(demo_data.TABLE))  # our own demo keys only
     stores[0].reset_dispatched()
-    result = Run(users, workers, settings.sources[0].period_s)
+    result = Run(users, workers, settings.sources[0].period_s, settings.sources[0].mode)
     # Logs are kept (and named in the summary): a demo that went wrong must say why.
     logs = Path(tempfile.mkdtemp(prefix="duecast-demo-"))
     config = logs / "demo.toml"
@@ -173,62 +173,8 @@ def _watch(
         while not stop.is_set() and time.monotonic() - start < seconds:
             snap = snapshot(stores, queue)[0]
             result.samples.append(Sample(time.monotonic(), snap.counters.get("acked", 0), snap))
-            live.update(_table(result, fleet, time.monotonic() - start))
+            live.update(live_table(result, len(fleet.alive()), len(fleet.procs), time.monotonic() - start))
             stop.wait(1.0)
-
-
-def _table(result: Run, fleet: Fleet, elapsed: float) -> Table:
-    snap = result.samples[-1].snap
-    rates = result.rates()
-    c = snap.counters
-    age = snap.db.oldest_due_age_s
-    table = Table(title=f"duecast demo: {result.users:,} users, re-checked every period", show_header=False)
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    for what, value in (
-        ("elapsed", f"{elapsed:.0f}s"),
-        ("checks/s (last second)", f"{rates[-1]:,.0f}" if rates else "-"),
-        ("checks done", f"{c.get('acked', 0):,}"),
-        (f"due backlog ({snap.db.unit})", due_text(snap.db.due)),
-        (f"in flight ({snap.db.unit})", f"{snap.db.in_flight:,}"),
-        ("checked within period + 1s", "-" if snap.db.fresh_share is None else f"{snap.db.fresh_share:.1%}"),
-        ("waiting in Redis", f"{snap.list_length:,}"),
-        ("oldest-due age (staleness)", "-" if age is None else f"{max(age, 0.0):.2f}s"),
-        ("redeliveries", f"{c.get('requeued', 0):,}"),
-        ("stale entries / acks", f"{c.get('stale_entries', 0):,} / {c.get('stale_acks', 0):,}"),
-        ("bad entries", f"{c.get('bad', 0):,}"),
-        ("processes alive", f"{len(fleet.alive())} of {len(fleet.procs)}"),
-    ):
-        table.add_row(what, value)
-    return table
-
-
-def due_text(due: int) -> str:
-    return f"{due:,}+" if due >= STATUS_COUNT_CAP else f"{due:,}"
-
-
-def summary(result: Run) -> Table:
-    rates = result.rates(skip_s=2.0)
-    # After the first pass only: a reused table starts with rows left stale since the last run.
-    steady = result.steady_samples()
-    ages = [s.snap.db.oldest_due_age_s or 0.0 for s in steady]
-    fresh = [s.snap.db.fresh_share for s in steady if s.snap.db.fresh_share is not None]
-    table = Table(title="duecast demo summary", show_header=False)
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    for what, value in (
-        ("users / worker processes", f"{result.users:,} / {result.workers}"),
-        ("checks done", f"{result.counter('acked'):,}"),
-        ("checks/s (mean after warm-up)", f"{result.mean_rate(skip_s=2.0):,.0f}"),
-        ("checks/s (median second)", f"{statistics.median(rates):,.0f}" if rates else "-"),
-        ("worst oldest-due age (after first pass)", f"{max(ages, default=0.0):.2f}s"),
-        ("checked within period + 1s (median)", f"{statistics.median(fresh):.1%}" if fresh else "-"),
-        ("redeliveries", f"{result.counter('requeued'):,}"),
-        ("stale acks", f"{result.counter('stale_acks'):,}"),
-        ("processes exit codes", ", ".join(f"{k}={v}" for k, v in result.exit_codes.items())),
-    ):
-        table.add_row(what, value)
-    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,9 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=2000, help="rows per claim and per pop")
     parser.add_argument(
         "--mode",
-        choices=["rows", "ranges"],
-        default="rows",
-        help="dispatch state per row or per range of ids",
+        choices=["ranges", "rows"],
+        default="ranges",
+        help="dispatch state per range of ids (default: the fastest) or per row",
     )
     parser.add_argument("--config", help="TOML settings file (connection settings)")
     args = parser.parse_args(argv)
@@ -262,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         console=console,
         stop=stop,
     )
+    console.print()  # the live display leaves the cursor on its last line
     console.print(summary(result))
     for name, tail in result.errors.items():
         console.print(f"[red]{name} logged errors[/red]; last lines:\n{tail}", highlight=False)

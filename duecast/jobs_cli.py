@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +19,14 @@ from rich.progress import Progress
 from rich.table import Table
 
 from duecast.admin.job_admin import STATES_BY_NAME, Filter, JobAdmin, Outcome
-from duecast.shared.api.enqueue import EnqueueError, Enqueuer, Job, OnDuplicate, encode
+from duecast.shared.api.enqueue import EnqueueError, Enqueuer, Job, JobRow, OnDuplicate, encode
 from duecast.shared.api.handlers import load_registry
 from duecast.shared.fanout.queue import connect_redis
-from duecast.shared.settings import Settings, load_settings
+from duecast.shared.process.failures import EXIT_NO, EXIT_UNCONFIRMED, StartupError
+from duecast.shared.settings import JOBS_SOURCE, Settings, load_settings
 from duecast.shared.states import STATE_NAMES, State
 from duecast.shared.storage.db import Database
+from duecast.shared.storage.worker_registry import WorkerRegistry
 
 FILE_CHUNK = 5000  # rows validated / written per progress step
 MAX_LIST = 10_000  # rows `duecast jobs list` prints at most
@@ -101,9 +105,9 @@ def _act(console: Console, admin: JobAdmin, args: argparse.Namespace, flt: Filte
     if total == 0:
         console.print(f"{args.action}: no job matches")
         return 0
-    if not args.yes and not _confirm(console, f"{args.action} {total:,} job(s)?"):
+    if not _confirmed(console, args, flt, f"{args.action} {total:,} job(s)"):
         console.print("nothing changed")
-        return 1
+        return EXIT_NO
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(args.action, total=total)
         step = lambda n: bar.advance(task, n)  # noqa: E731
@@ -114,9 +118,18 @@ def _act(console: Console, admin: JobAdmin, args: argparse.Namespace, flt: Filte
     return 0
 
 
-def _confirm(console: Console, question: str) -> bool:
+def _confirmed(console: Console, args: argparse.Namespace, flt: Filter, what: str) -> bool:
+    """Ids named one by one are confirmation enough (they bound the set); a filter or --all asks,
+    unless --yes. Without a terminal to ask on, it refuses in one line (exit 4) rather than take
+    an answer from a pipe."""
+    if args.yes or flt.ids:
+        return True
+    if not sys.stdin.isatty():
+        raise StartupError(
+            f"{what} needs confirmation and there is no terminal to ask on; pass --yes", EXIT_UNCONFIRMED
+        )
     try:
-        return console.input(f"{question} [y/N] ").strip().lower() in {"y", "yes"}
+        return console.input(f"{what}? [y/N] ").strip().lower() in {"y", "yes"}
     except EOFError:
         return False
 
@@ -184,19 +197,33 @@ def enqueue_main(rest: list[str]) -> int:
         help='JSON Lines, one job per line: {"task": ..., "payload": ..., "queue": ..., "delay_s": ..., '
         '"priority": ..., "max_attempts": ..., "unique_key": ...}; all are enqueued or none',
     )
-    parser.add_argument("--app", help="module[:attr] of the task Registry: refuse unknown task names")
-    parser.add_argument("--config")
+    parser.add_argument(
+        "--app",
+        help="module[:attr] of the task Registry to check task names against (default: worker.app, "
+        "else the tasks the queue's live workers serve)",
+    )
+    parser.add_argument(
+        "--no-check", action="store_true", help="enqueue task names no live worker or --app knows"
+    )
+    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
     args = parser.parse_args(rest)
     if (args.task is None) == (args.file is None):
         parser.error("give a TASK or --file, not both")
     settings = load_settings(args.config)
-    tasks = load_registry(args.app).task_names if args.app else None
-    enqueuer = Enqueuer(settings, connect_redis(settings.redis), tasks)
+    # Every value is checked before the task name, whose check may read the workers table.
+    queue = None if args.file else args.queue
+    tasks = partial(known_tasks, settings, args.app, queue, check=not args.no_check)
     if args.file is not None:
-        n, merged = enqueue_file(enqueuer, args.file, args.on_duplicate, Console(stderr=True))
+        enqueuer = Enqueuer(settings, connect_redis(settings.redis))
+        n, merged = enqueue_file(enqueuer, args.file, args.on_duplicate, Console(stderr=True), tasks)
         print(f"enqueued {n - len(merged):,} job(s) from {args.file}" + _merged_lines(args.file, merged))
         return 0
     payload = _json("--payload", args.payload)
+    job = Job(
+        args.task, payload, args.queue, args.delay, None, args.priority, args.max_attempts, args.unique_key
+    )
+    encode(job, settings.jobs, None)
+    enqueuer = Enqueuer(settings, connect_redis(settings.redis), tasks())
     job_id = enqueuer.enqueue(
         args.task,
         payload,
@@ -215,6 +242,32 @@ def enqueue_main(rest: list[str]) -> int:
     else:
         print(f"enqueued job {job_id} ({args.task})")
     return 0
+
+
+def known_tasks(
+    settings: Settings, app: str | None, queue: str | None, *, check: bool
+) -> frozenset[str] | None:
+    """The task names an enqueue may use: those of --app, else of worker.app when set, else those the
+    live workers serving `queue` (any queue, for a file) registered. None: not checked. Refuses when
+    no live worker can say, rather than let a misspelled task fail max_attempts times."""
+    app = app or settings.worker.app
+    if app:
+        return load_registry(app).task_names
+    if not check or (queue is not None and queue not in settings.jobs.queues):
+        return None  # unchecked; an unknown queue is the Enqueuer's to refuse
+    served = WorkerRegistry(Database(settings.mysql), settings.worker).served_tasks()
+    if queue is not None:
+        tasks = served.get(f"{JOBS_SOURCE}.{queue}")
+        where = f"queue {queue!r}"
+    else:
+        tasks = frozenset().union(*served.values()) if served else None
+        where = "any queue"
+    if tasks is None:
+        raise EnqueueError(
+            f"no live worker serves {where}, so the task name cannot be checked: start a worker, "
+            "pass --app module[:attr] to check it against the app, or --no-check"
+        )
+    return tasks
 
 
 def _merged_lines(path: Path, merged: dict[int, int]) -> str:
@@ -267,11 +320,25 @@ def _line_job(path: Path, number: int, line: str) -> Job | None:
         raise EnqueueError(f"{path}:{number}: {exc}") from exc
 
 
+def _check_tasks(path: Path, rows: list[JobRow], numbers: list[int], tasks: frozenset[str] | None) -> None:
+    if tasks is None:
+        return
+    for row, number in zip(rows, numbers, strict=True):
+        if row.task not in tasks:
+            known = ", ".join(sorted(tasks)) or "none"
+            raise EnqueueError(f"{path}:{number}: unknown task {row.task!r}; registered: {known}")
+
+
 def enqueue_file(
-    enqueuer: Enqueuer, path: Path, on_duplicate: OnDuplicate, console: Console
+    enqueuer: Enqueuer,
+    path: Path,
+    on_duplicate: OnDuplicate,
+    console: Console,
+    known: Callable[[], frozenset[str] | None] = lambda: None,
 ) -> tuple[int, dict[int, int]]:
-    """Validate every line first (nothing written if one is bad), then write all in one transaction.
-    Returns how many lines held a job, and for each merged one (`keep`) its line -> the job kept."""
+    """Validate every line first (nothing written if one is bad), then its task against `known()`
+    (None: unchecked), then write all in one transaction. Returns how many lines held a job, and for
+    each merged one (`keep`) its line -> the job kept."""
     if not path.is_file():
         raise EnqueueError(f"{path}: no such file")
     rows = []
@@ -288,6 +355,7 @@ def enqueue_file(
             if number % FILE_CHUNK == 0:
                 bar.update(check, completed=min(path.stat().st_size, number * 100))
         bar.update(check, completed=path.stat().st_size)
+        _check_tasks(path, rows, numbers, known())
         write = bar.add_task("enqueueing", total=len(rows))
         with enqueuer.db.transaction() as cur:
             for i in range(0, len(rows), FILE_CHUNK):

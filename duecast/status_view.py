@@ -1,28 +1,24 @@
-"""`duecast status [--watch]`: the whole system in the terminal (rich): sources with backlog, lag and
-freshness, job queues by state, workers running jobs, and rates from the Redis counters' deltas.
+"""The tables of `duecast status`: sources with backlog, lag and freshness, job queues by state,
+workers running jobs, and rates from the Redis counters' deltas; `fit` splits a table by columns so
+that no cell is ever cut at the terminal's width (80 columns, or a pipe). Rendering only: reading
+is duecast/status_cli.py's.
 """
 
 from __future__ import annotations
 
-import argparse
-import threading
+from collections.abc import Iterable
 
-from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.table import Table
+from rich.console import Console, RenderableType
+from rich.measure import Measurement
+from rich.table import Column, Table
 from rich.text import Text
 
 from duecast import formats
-from duecast.admin.dashboard_store import DashboardStore, WorkerRow
+from duecast.admin.dashboard_store import WorkerRow
 from duecast.history import History, Reading
-from duecast.sampler import Sampler
 from duecast.shared.monitor.status import SourceSnapshot
-from duecast.shared.monitor.topic_status import TopicMonitor
 from duecast.shared.process.runtime import is_job_queue
-from duecast.shared.settings import load_settings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.worker_registry import LiveWorker, WorkerRegistry
-from duecast.topics_cli import topic_tables
+from duecast.shared.storage.worker_registry import LiveWorker
 
 QUEUE_STATES = ("pending", "due", "scheduled", "dispatched", "running", "done", "dead")
 NO_RATES = "rates need two readings: `duecast status --watch`"
@@ -114,10 +110,27 @@ def live_worker_table(live: list[LiveWorker]) -> Table:
     return table
 
 
+def redis_table(names: Iterable[str], lengths: dict[str, int], counters: dict[str, dict[str, int]]) -> Table:
+    """What Redis alone tells while MySQL cannot be read: each source's list and counters."""
+    table = Table(title="sources and queues (Redis only)")
+    for col in ("source", "in Redis", "acked", "failed", "stale", "bad", "requeued"):
+        table.add_column(col, justify="left" if col == "source" else "right")
+    for name in names:
+        c = counters.get(name, {})
+        stale = c.get("stale_entries", 0) + c.get("stale_acks", 0)
+        cells = (lengths.get(name, 0), c.get("acked", 0), c.get("failed", 0), stale, c.get("bad", 0))
+        table.add_row(name, *(f"{n:,}" for n in cells), f"{c.get('requeued', 0):,}")
+    return table
+
+
 def render(
-    reading: Reading, history: History, workers: list[WorkerRow], live: list[LiveWorker] | None = None
-) -> RenderableType:
-    snaps = list(reading.sources)
+    reading: Reading | None,
+    history: History,
+    workers: list[WorkerRow] | None,
+    live: list[LiveWorker] | None = None,
+) -> list[RenderableType]:
+    """The tables for one reading; None parts (unreadable now) are left out."""
+    snaps = list(reading.sources) if reading is not None else []
     parts: list[RenderableType] = []
     sources = [s for s in snaps if not is_job_queue(s.name)]
     queues = [s for s in snaps if is_job_queue(s.name)]
@@ -125,51 +138,41 @@ def render(
         parts.append(source_table(sources, history))
     if queues:
         parts.append(queue_table(queues, history))
+    if queues and workers is not None:
         parts.append(worker_table(workers))
     if live is not None:
         parts.append(live_worker_table(live))
-    if len(history) < 2:
+    if reading is not None and len(history) < 2:
         parts.append(Text(NO_RATES, style="dim"))
-    return Group(*parts)
+    return parts
 
 
-def main(rest: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="duecast status", description="Show the state of every source.")
-    parser.add_argument("--config")
-    parser.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (--watch)")
-    parser.add_argument("--count", type=int, default=0, help="stop after this many refreshes (0 = never)")
-    args = parser.parse_args(rest)
-    if args.interval <= 0:
-        parser.error("--interval must be > 0")
-    settings = load_settings(args.config)
-    sampler = Sampler.connect(settings)
-    dashboard = DashboardStore(Database(settings.mysql), settings.jobs)
-    registry = WorkerRegistry(Database(settings.mysql), settings.worker)
-    history = History(maxlen=2)  # rates compare the last two readings
-    console = Console()
+def fit(part: RenderableType, console: Console) -> list[RenderableType]:
+    """`part`, or for a table wider than the console, tables of its columns that each fit, the first
+    column (what a row is) repeated in each: rich would otherwise cut cells to `…`."""
+    if not isinstance(part, Table) or _width(part, console) <= console.width:
+        return [part]
+    key, *rest = part.columns
+    groups: list[list[Column]] = [[key]]
+    for col in rest:
+        if len(groups[-1]) > 1 and _width(_table(part, [*groups[-1], col]), console) > console.width:
+            groups.append([key])
+        groups[-1].append(col)
+    return [_table(part, cols, (i, len(groups))) for i, cols in enumerate(groups, start=1)]
 
-    topics = TopicMonitor(Database(settings.mysql), settings.topics) if settings.topics.names else None
 
-    def frame() -> RenderableType:
-        history.add(sampler.read())
-        latest = history.latest()
-        assert latest is not None
-        view = render(latest, history, dashboard.workers(), registry.alive())
-        return view if topics is None else Group(view, *topic_tables(topics))  # groups, then volume
+def _width(table: Table, console: Console) -> int:
+    # Measured against unlimited room: against the console's, rich reports the squeezed width.
+    return Measurement.get(console, console.options.update_width(100_000), table).maximum
 
-    if not args.watch:
-        console.print(frame())
-        return 0
-    stop = threading.Event()
-    shown = 0
-    with Live(frame(), console=console, auto_refresh=False) as live:
-        try:
-            while not stop.wait(args.interval):
-                live.update(frame(), refresh=True)
-                shown += 1
-                if args.count and shown >= args.count:
-                    break
-        except KeyboardInterrupt:
-            pass
-    return 0
+
+def _table(like: Table, columns: list[Column], part: tuple[int, int] | None = None) -> Table:
+    title = like.title if part is None else f"{like.title} ({part[0]}/{part[1]})"
+    last = part is None or part[0] == part[1]
+    table = Table(title=title, caption=like.caption if last else None)
+    for col in columns:
+        # fold: a cell too wide even alone wraps onto a second line instead of losing its end
+        table.add_column(col.header, justify=col.justify, overflow="fold")
+    for cells in zip(*(list(col.cells) for col in columns), strict=True):
+        table.add_row(*cells)
+    return table

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from duecast.shared.api.handlers import Handler, Registry
+from duecast.shared.process.failures import StartupError
 from duecast.shared.process.loop import Tick, run
 from duecast.shared.settings import Settings, TopicsSettings
 from duecast.shared.storage.db import Database
@@ -112,4 +113,7 @@ def served_topic_sources(settings: Settings, name: str) -> list[str]:
         if group.source == name:
             return [name] if group.mode == "cluster" else []
     declared = ", ".join(g.source for g in settings.topics.groups) or "none"
-    raise SystemExit(f"worker: the app consumes {name}, which topics.groups does not declare ({declared})")
+    raise StartupError(
+        f"the app consumes {name}, which topics.groups does not declare ({declared}); "
+        "declare the group in topics.groups or fix the name in @registry.consumer(...)"
+    )

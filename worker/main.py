@@ -5,20 +5,23 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import replace
 
-from duecast.shared.api.handlers import load_registry
+from duecast.shared.api.handlers import Registry, load_registry
+from duecast.shared.process.failures import StartupError
 from duecast.shared.process.health import serving, with_port
 from duecast.shared.process.loop import run
 from duecast.shared.process.runtime import (
     QueueFactory,
     build_queue,
     build_stores,
+    check_redis,
     is_job_queue,
     start_process,
-    warn_eviction,
 )
 from duecast.shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
+from duecast.shared.storage.source_store import Store
 from duecast.shared.storage.worker_registry import Heartbeat
 from duecast.shared.telemetry.observe import timed
 from duecast.worker.broadcast import broadcast_members, running, served_topic_sources
@@ -36,16 +39,18 @@ def serve(
     `make_queue` builds the Redis side from the settings (tests/faults wraps it to stop at an instant).
     """
     if not settings.worker.app:
-        raise SystemExit("worker: no app given; pass --app package.module or set DUECAST_WORKER__APP")
+        raise StartupError("no app given; pass --app package.module or set worker.app (DUECAST_WORKER__APP)")
     registry = load_registry(settings.worker.app)
     sources = [settings.source(name) for name in served_sources(settings, registry.sources)]
     handlers = {s.name: registry.handler(JOBS_SOURCE if is_job_queue(s.name) else s.name) for s in sources}
     handlers = {name: replace(h, fn=timed(h.fn, name)) for name, h in handlers.items()}  # per source/queue
     stores = {store.src.name: store for store in build_stores(settings, sources)}
+    check_columns(registry, stores)
     executor = Executor(settings.worker.concurrency)
     queue = make_queue(settings)
-    warn_eviction(queue)
-    heartbeat = Heartbeat(settings.mysql, settings.worker, list(stores))
+    check_redis(queue, wait=bool(settings.health.port))
+    tasks = registry.task_names if any(is_job_queue(name) for name in stores) else frozenset()
+    heartbeat = Heartbeat(settings.mysql, settings.worker, list(stores), tasks)
     worker = Worker(stores, handlers, queue, settings.worker, executor, process=heartbeat.name)
     members = broadcast_members(settings, registry, settings.worker.sources or registry.sources)
     log.info("working on %s with %d thread(s)", ", ".join(stores), settings.worker.concurrency)
@@ -65,28 +70,64 @@ def serve(
     return worker
 
 
+def check_columns(registry: Registry, stores: Mapping[str, Store]) -> None:
+    """Start-up check: every column a row/batch handler names (`columns=`) is in its table, which the
+    store read from information_schema; a typo would otherwise fail every batch until redelivery."""
+    for name, store in stores.items():
+        if is_job_queue(name) or name.startswith(f"{TOPICS_SOURCE}."):
+            continue  # duecast's own tables and handlers
+        table_columns: frozenset[str] = getattr(store, "columns", frozenset())
+        missing = [c for c in registry.handler(name).columns if c not in table_columns]
+        if missing and table_columns:
+            raise StartupError(
+                f"the handler for source {name!r} reads column(s) {', '.join(missing)}, which table "
+                f"{store.src.table} does not have; fix columns=[...] in @registry.row/batch({name!r}, ...)"
+            )
+
+
 def served_sources(settings: Settings, registered: list[str]) -> list[str]:
-    """Source names in pop order: "jobs" becomes its queues (worker.queues order, first = first)."""
+    """Source names in pop order: "jobs" becomes its queues (worker.queues order, first = first).
+    A name that is not configured, or has no handler, ends the start with one line naming it."""
     out: list[str] = []
     unknown = [q for q in settings.worker.queues if q not in settings.jobs.queues]
     if unknown:
-        raise SystemExit(
-            f"worker: queue(s) {', '.join(unknown)} not in jobs.queues ({', '.join(settings.jobs.queues)})"
+        raise StartupError(
+            f"worker.queues names {', '.join(unknown)}, "
+            f"not in jobs.queues ({', '.join(settings.jobs.queues)})"
         )
+    configured = {s.name for s in settings.sources}
     for name in settings.worker.sources or registered:
+        if name not in registered:
+            raise StartupError(
+                f"--source / worker.sources names {name!r}, but the app registers no handler for it "
+                f"(it has: {', '.join(registered) or 'none'})"
+            )
         if name == JOBS_SOURCE:
+            if not settings.jobs.enabled:
+                raise StartupError("the app registers tasks, but jobs.enabled is false; set it to true")
             out.extend(f"{JOBS_SOURCE}.{q}" for q in settings.worker.queues or settings.jobs.queues)
         elif name.startswith(f"{TOPICS_SOURCE}."):
             out.extend(served_topic_sources(settings, name))
-        else:
+        elif name in configured:
             out.append(name)
+        else:
+            raise StartupError(
+                f"the app registers a handler for source {name!r}, which is not configured "
+                f"(sources: {', '.join(sorted(configured)) or 'none'}); fix the name in "
+                "@registry.row/batch(...) or add a [[sources]] entry named so"
+            )
     return out
 
 
 def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queue) -> int:
     parser = argparse.ArgumentParser(prog="duecast worker", description=__doc__)
     parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
-    parser.add_argument("--app", help="module[:attribute] holding the handler Registry")
+    parser.add_argument(
+        "--app",
+        action="append",
+        default=[],
+        help="module[:attribute] holding a handler Registry (repeat to serve several apps)",
+    )
     parser.add_argument("--source", action="append", default=[], help="serve only these sources")
     parser.add_argument("--concurrency", type=int, help="handler threads per process")
     parser.add_argument(
@@ -108,7 +149,7 @@ def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queu
     overrides = {
         k: v
         for k, v in (
-            ("app", args.app),
+            ("app", ",".join(args.app)),
             ("sources", args.source or None),
             ("concurrency", args.concurrency),
             ("queues", args.queue or None),

@@ -20,6 +20,7 @@ from duecast.shared.storage.schema import (
     leases_table_ddl,
     schedules_table_ddl,
     source_migration,
+    workers_migration,
     workers_table_ddl,
 )
 from duecast.shared.storage.topic_schema import topic_steps
@@ -48,8 +49,11 @@ def plan(settings: Settings) -> list[str]:
         with conn.cursor() as cur:
             if not describe(cur, settings.dispatcher.leases_table).columns:
                 steps.append(leases_table_ddl(settings.dispatcher.leases_table))
-            if not describe(cur, settings.worker.registry_table).columns:
+            workers = describe(cur, settings.worker.registry_table)
+            if not workers.columns:
                 steps.append(workers_table_ddl(settings.worker.registry_table))
+            else:
+                steps.extend(workers_migration(settings.worker.registry_table, workers))
             if settings.jobs.enabled:
                 steps.extend(_jobs_steps(cur, settings))
             steps.extend(topic_steps(cur, settings.topics))

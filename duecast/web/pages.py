@@ -17,6 +17,7 @@ from werkzeug.exceptions import HTTPException
 from duecast import formats
 from duecast.admin.job_admin import Filter
 from duecast.history import History, Point, lag_s
+from duecast.shared.monitor.coverage import unserved, unserved_line
 from duecast.shared.monitor.status import SourceSnapshot
 from duecast.shared.process.runtime import is_job_queue
 from duecast.shared.settings import TOPICS_SOURCE, Settings
@@ -121,8 +122,10 @@ def register(app: Flask, ctx: WebContext) -> None:
     def overview() -> str:
         rows = _rows(ctx)
         names = [r.name for r in rows]
+        live = WorkerRegistry(ctx.db(), ctx.settings.worker).alive()
         return render_template(
             "overview.html",
+            unserved=[unserved_line(s) for s in unserved([s.name for s in ctx.settings.all_sources()], live)],
             sources=[r for r in rows if not is_job_queue(r.name)],
             queues=[r for r in rows if is_job_queue(r.name)],
             charts=overview_charts(ctx.history, names),

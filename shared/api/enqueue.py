@@ -80,6 +80,7 @@ class Enqueuer(Outbox):
         self.keys = Keys(settings.redis.key_prefix)
         self.tasks = frozenset(tasks) if tasks is not None else None
         self.sql = render_jobs(self.jobs.table)
+        self._ids_how: str | None = None  # how write_ids learns the new ids on this server
 
     @classmethod
     def connect(cls, config: str | None = None, tasks: Iterable[str] | None = None) -> Enqueuer:
@@ -125,8 +126,9 @@ class Enqueuer(Outbox):
         *,
         on_duplicate: OnDuplicate = "error",
         conn: Connection | None = None,
-    ) -> int:
-        """Enqueue all jobs or none, in one transaction; returns how many were given.
+    ) -> list[JobId]:
+        """Enqueue all jobs or none, in one transaction; returns the jobs' ids in the order given, a
+        JobId each (`.merged` True for a duplicate kept as the active job holding its key).
 
         Every job is validated before anything is written. A unique key already held by an active
         job of the same task (or twice in `jobs`) raises DuplicateJob and writes nothing, or with
@@ -137,15 +139,14 @@ class Enqueuer(Outbox):
         """
         rows = [encode(job, self.jobs, self.tasks) for job in jobs]
         if not rows:
-            return 0
+            return []
         _check_unique_within(rows, on_duplicate)
         if conn is not None:
             with conn.cursor() as cur:
-                self.write(cur, rows, on_duplicate)
-            return len(rows)
-        self.on_own_connection(lambda cur: self.write(cur, rows, on_duplicate), "enqueue_many")
+                return self.write_ids(cur, rows, on_duplicate)
+        ids = self.on_own_connection(lambda cur: self.write_ids(cur, rows, on_duplicate), "enqueue_many")
         self.wake()
-        return len(rows)
+        return ids
 
     def write(self, cur: Cursor, rows: Sequence[JobRow], on_duplicate: OnDuplicate) -> Written:
         """Multi-row INSERTs of INSERT_CHUNK rows on `cur` (no commit). A duplicate unique key raises
@@ -160,9 +161,7 @@ class Enqueuer(Outbox):
                 continue
             except DuplicateKey as exc:
                 if on_duplicate != "keep":
-                    raise DuplicateJob(
-                        f"a pending or running job of the same task already holds this unique key {exc}"
-                    ) from exc
+                    raise _duplicate(exc) from exc
             # InnoDB undid the whole statement: one row at a time now.
             for j, row in enumerate(chunk):
                 holder = self._insert_or_find(cur, row)
@@ -171,6 +170,49 @@ class Enqueuer(Outbox):
                 else:
                     merged[i + j] = holder
         return Written(last_id, merged)
+
+    def write_ids(self, cur: Cursor, rows: Sequence[JobRow], on_duplicate: OnDuplicate) -> list[JobId]:
+        """As write(), with every row's id in order: consecutive from LAST_INSERT_ID() where the
+        auto-increment lock mode guarantees it (0 or 1: MariaDB's default), else one INSERT per row
+        (exact, slower; MySQL 8's default, 2, may interleave another session's ids). Not RETURNING:
+        MariaDB wants INSERT on `id` for it, which the enqueuer account does not hold."""
+        keep = on_duplicate == "keep"
+        how = self._ids_by(cur)
+        ids: list[JobId] = []
+        for i in range(0, len(rows), INSERT_CHUNK):
+            chunk = rows[i : i + INSERT_CHUNK]
+            if how == "consecutive":
+                try:
+                    first = self._insert(cur, chunk)
+                    ids.extend(JobId(n) for n in range(first, first + len(chunk)))
+                    continue
+                except DuplicateKey as exc:
+                    if not keep:
+                        raise _duplicate(exc) from exc
+            # One row at a time (InnoDB undid the whole statement, if there was one).
+            ids.extend(self._insert_one_by_one(cur, chunk, keep))
+        return ids
+
+    def _insert_one_by_one(self, cur: Cursor, chunk: Sequence[JobRow], keep: bool) -> list[JobId]:
+        ids: list[JobId] = []
+        for row in chunk:
+            if keep:
+                holder = self._insert_or_find(cur, row)
+                ids.append(JobId(int(cur.lastrowid or 0)) if holder is None else JobId(holder, merged=True))
+                continue
+            try:
+                ids.append(JobId(self._insert(cur, [row])))
+            except DuplicateKey as exc:
+                raise _duplicate(exc) from exc
+        return ids
+
+    def _ids_by(self, cur: Cursor) -> str:
+        if self._ids_how is None:
+            with translated():
+                cur.execute(self.sql.id_facts)
+                found = cur.fetchone()
+            self._ids_how = "consecutive" if found is not None and int(found[0]) <= 1 else "one_by_one"
+        return self._ids_how
 
     def _insert(self, cur: Cursor, rows: Sequence[JobRow]) -> int:
         scheduled = any(r.schedule is not None for r in rows)
@@ -211,6 +253,10 @@ class Enqueuer(Outbox):
             if found is not None:
                 return int(found[0])
         return None
+
+
+def _duplicate(exc: DuplicateKey) -> DuplicateJob:
+    return DuplicateJob(f"a pending or running job of the same task already holds this unique key {exc}")
 
 
 def _job_id(written: Written) -> JobId:

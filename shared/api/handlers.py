@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from duecast.shared.acks import Ack, Row
+from duecast.shared.api.context import call_as, job_context
 from duecast.shared.api.messages import Message
 from duecast.shared.identifiers import check_identifier
 from duecast.shared.settings import JOBS_SOURCE, ScheduleSettings, topic_source
@@ -89,7 +90,8 @@ class Registry:
         """Register `fn(row) -> Ack | None` for `source`.
 
         `columns`: the columns the handler reads (the id and `dc_attempt` always come). Naming
-        them is the cheapest speed-up there is: the worker reads and parses nothing else.
+        them is the cheapest speed-up there is: the worker reads and parses nothing else. The worker
+        checks them against the table when it starts (a missing one stops it, naming source and column).
         """
         return self._register(source, batch=False, columns=columns)
 
@@ -99,6 +101,7 @@ class Registry:
 
     def task(self, name: str, *, transactional: bool = False) -> Callable[[TaskFunction], TaskFunction]:
         """Register a one-off job task: `fn(payload)`, where payload is the job's decoded JSON.
+        Inside it, `duecast.current_job()` gives its id, attempt, queue, task and enqueued_at.
 
         It returns None (done), `Ack.retry(...)` or `Ack.discard(...)`, or raises (a failure: retried
         with backoff, dead after max_attempts). `transactional=True`: `fn(payload, cursor)` runs in
@@ -120,7 +123,10 @@ class Registry:
                 self._transactional.add(name)
             if JOBS_SOURCE not in self._handlers:
                 self._handlers[JOBS_SOURCE] = Handler(
-                    JOBS_SOURCE, self._run_job, batch=False, columns=("task", "payload")
+                    JOBS_SOURCE,
+                    self._run_job,
+                    batch=False,
+                    columns=("task", "payload"),
                 )
             return fn
 
@@ -171,9 +177,11 @@ class Registry:
         if fn is None:
             raise LookupError(f"no task named {name!r} is registered")
         payload = json.loads(row["payload"])
+        job = job_context(row)  # what duecast.current_job() returns while fn runs
         if name in self._transactional:
-            return Ack("transaction", work=lambda cursor: fn(payload, cursor))
-        return fn(payload)
+            return Ack("transaction", work=lambda cursor: call_as(job, fn, payload, cursor))
+        result: Ack | None = call_as(job, fn, payload)
+        return result
 
     def schedule(
         self,
@@ -208,6 +216,19 @@ class Registry:
     def sources(self) -> list[str]:
         return sorted(self._handlers)
 
+    def include(self, other: Registry) -> None:
+        """Add `other`'s handlers, tasks and schedules to this one: a worker serving two apps
+        (`--app a --app b`). A source, task or schedule both declare is an error, never a silent pick."""
+        for source, handler in other._handlers.items():
+            if source != JOBS_SOURCE:
+                self._register(source, handler.batch, handler.columns)(handler.fn)
+        for name, fn in other._tasks.items():
+            self.task(name, transactional=name in other._transactional)(fn)
+        for sched in other._schedules:
+            if any(s.name == sched.name for s in self._schedules):
+                raise ValueError(f"schedule {sched.name!r} is declared twice")
+            self._schedules.append(sched)
+
     def handler(self, source: str) -> Handler:
         try:
             return self._handlers[source]
@@ -220,12 +241,22 @@ class AppError(ValueError):
 
 
 def load_registry(spec: str) -> Registry:
-    """Import "package.module[:attribute]" (attribute defaults to `handlers`) and return its Registry.
+    """Import "package.module[:attribute]" (attribute defaults to `handlers`) and return its Registry;
+    several specs, comma-separated, give one Registry holding all of theirs (Registry.include).
 
     The current directory is importable, as with `python -m duecast.worker`, so `duecast worker --app
     myapp.handlers` finds a project's own modules.
     """
-    module_name, _, attr = spec.partition(":")
+    specs = [s.strip() for s in spec.split(",") if s.strip()]
+    if len(specs) > 1:
+        combined = Registry()
+        for one in specs:
+            try:
+                combined.include(load_registry(one))
+            except ValueError as exc:
+                raise AppError(f"--app {', '.join(specs)}: {exc}") from exc
+        return combined
+    module_name, _, attr = spec.strip().partition(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:

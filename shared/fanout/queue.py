@@ -139,26 +139,16 @@ def _path(path: Path | None) -> str | None:
 REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, redis.exceptions.RedisClusterException)
 
 
-class RedisRefused(redis.AuthenticationError):
-    """Redis refused the credentials in redis.url (wrong password or user): retrying cannot help.
-    Still an AuthenticationError, so whoever explains redis-py's errors explains this one too."""
-
-
-def check_credentials(client: redis.Redis, settings: RedisSettings) -> None:
-    """Start-up: a wrong password or user ends the start with one line, as a wrong MySQL password
-    does, instead of failing every tick for ever. Any other error (Redis down, a failover) is left
-    to the loop, which backs off and retries until Redis answers."""
-    try:
-        client.ping()
-    except redis.AuthenticationError as exc:
-        parts: dict[str, Any] = parse_url(settings.url.get_secret_value())  # type: ignore[no-untyped-call]
-        where = f" at {parts['host']}:{parts.get('port', 6379)}" if "host" in parts else ""
-        raise RedisRefused(
-            f"Redis{where} refused the credentials ({' '.join(str(exc).split())}); "
-            "check the password and user in redis.url (DUECAST_REDIS__URL)"
-        ) from exc
-    except REDIS_ERRORS:
-        log.debug("Redis did not answer at start-up; the loop will retry", exc_info=True)
+def redis_problem(exc: BaseException) -> tuple[str, bool] | None:
+    """A Redis error at start-up as (one line naming the setting and what to do, server unavailable?),
+    or None when it is not about reaching the server. redis-py's messages name host and port, never
+    the password."""
+    said = " ".join(str(exc).split())
+    if isinstance(exc, redis.AuthenticationError | redis.exceptions.AuthorizationError):
+        return f"Redis refused the credentials ({said}); check the password or user in redis.url", False
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | redis.exceptions.RedisClusterException):
+        return f"Redis: {said}; start Redis, or fix redis.url (DUECAST_REDIS__URL)", True
+    return None
 
 
 class ReadyQueue:

@@ -73,3 +73,14 @@ def setup(level: str, fmt: LogFormat = "human") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(HUMAN_FORMAT))
     logging.basicConfig(level=level, handlers=[handler])
+    quiet_libraries(level)
+
+
+# Libraries whose INFO lines are chatter (APScheduler: ~6 lines every 5 s, "Running job ...",
+# "executed successfully"); their warnings and errors still show. log_level = DEBUG shows all.
+QUIET_LOGGERS = ("apscheduler",)
+
+
+def quiet_libraries(level: str) -> None:
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)

@@ -16,7 +16,7 @@ from types import FrameType
 from typing import Protocol
 
 from duecast.shared.policy import error_backoff_s
-from duecast.shared.storage.units import is_transient, translate
+from duecast.shared.process.failures import log_failure
 
 log = logging.getLogger("duecast.loop")
 
@@ -60,18 +60,15 @@ def run(
         except Exception as exc:
             failures += 1
             delay = error_backoff_s(failures, error_base_s, error_cap_s, rng)
-            # MySQL away for a moment (a killed session, a restart, a deadlock): one warning line,
-            # and the next tick opens a new connection. Anything else is a traceback.
-            transient = is_transient(exc)
-            log.log(
-                logging.WARNING if transient else logging.ERROR,
-                "%s: tick failed (%d in a row)%s; retrying in %.2fs",
+            log_failure(
+                log,
+                exc,
+                "%s: tick failed (%d in a row); retrying in %.2fs",
                 role.name,
                 failures,
-                f": {translate(exc)}" if transient else "",
                 delay,
-                exc_info=not transient,
-                extra={"event": "loop.tick_failed", "role": role.name},
+                event="loop.tick_failed",
+                role=role.name,
             )
             result = Tick(delay, idle=False)
         if drain and result.idle:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from duecast.shared.fanout.keys import Keys
-from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue, check_credentials, connect_redis
+from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue, connect_redis, redis_problem
 from duecast.shared.process import logs
 from duecast.shared.process.logs import LogFormat
 from duecast.shared.process.loop import stop_on_signals
@@ -39,10 +39,27 @@ def start_process(config: str | None) -> tuple[Settings, threading.Event]:
 
 
 def build_queue(settings: Settings) -> ReadyQueue:
-    """The role's queue; raises RedisRefused (one line) when Redis refuses the credentials."""
-    client = connect_redis(settings.redis)
-    check_credentials(client, settings.redis)
-    return ReadyQueue(client, Keys(settings.redis.key_prefix))
+    return ReadyQueue(connect_redis(settings.redis), Keys(settings.redis.key_prefix))
+
+
+def check_redis(queue: ReadyQueue, *, wait: bool = False) -> None:
+    """Start-up check that Redis answers, then warn if it may evict keys.
+
+    Unreachable: the error ends the start with one line naming redis.url (shared/process/failures.py),
+    unless `wait` (health probes on: the role stays up, not ready, and its loop retries; an
+    orchestrator restarting it would not bring Redis back). Refused credentials end it even then:
+    waiting cannot fix a wrong password, and every tick would fail for ever (issue 16.6)."""
+    try:
+        queue.client.ping()
+    except REDIS_ERRORS as exc:
+        found = redis_problem(exc)
+        if not wait or (found is not None and not found[1]):
+            raise
+        logging.getLogger("duecast").warning(
+            "%s; not ready until it answers", found[0] if found else exc, extra={"event": "redis.unreachable"}
+        )
+        return
+    warn_eviction(queue)
 
 
 # What a role's serve()/main() builds its ReadyQueue with: build_queue, or a test's wrapper of it.

@@ -22,7 +22,17 @@ IDLE, DISPATCHED, RUNNING, DONE, DEAD = (
 PRIORITIES = range(10)  # 0 runs first
 _PRIO = f"`priority` IN ({int_list(PRIORITIES)})"
 # What a worker reads of a job it starts.
-JOB_COLUMNS = ("id", "dc_attempt", "task", "payload", "errors", "max_attempts", "interruptions")
+JOB_COLUMNS = (
+    "id",
+    "dc_attempt",
+    "task",
+    "payload",
+    "errors",
+    "max_attempts",
+    "interruptions",
+    "queue",  # with created_at: a task's JobContext (shared/api/context.py)
+    "created_at",
+)
 # Columns of `duecast jobs show/list`.
 SHOW_COLUMNS = (
     "id",
@@ -55,6 +65,7 @@ class JobSQL:
     insert_scheduled_values: str
     find_unique_holder: str
     find_scheduled_holder: str
+    id_facts: str
     claim_due: str
     mark_dispatched: str
     lock_dispatched: str
@@ -133,6 +144,9 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
         find_scheduled_holder=(
             f"SELECT `id` FROM {t} WHERE `schedule` = %s AND `scheduled_for` = %s LOCK IN SHARE MODE"
         ),
+        # enqueue_many's ids: a multi-row INSERT's are consecutive from LAST_INSERT_ID() only under
+        # innodb_autoinc_lock_mode 0 or 1 (MariaDB's default; MySQL 8's is 2).
+        id_facts="SELECT @@innodb_autoinc_lock_mode",
         # Claim step 1, per queue: the highest-priority, oldest due jobs. dc_due (state, queue,
         # priority, run_at): one range per priority, read in index order, so no filesort and only
         # due rows are read, however many jobs are scheduled for later.

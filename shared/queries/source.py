@@ -255,8 +255,8 @@ def render_workers(table: str) -> WorkerSQL:
     t = quote(table)
     return WorkerSQL(
         register=(
-            f"INSERT INTO {t} (`name`, `host`, `pid`, `sources`, `started_at`, `heartbeat_at`) "
-            "VALUES (%s, %s, %s, %s, NOW(6), NOW(6)) ON DUPLICATE KEY UPDATE `heartbeat_at` = NOW(6)"
+            f"INSERT INTO {t} (`name`, `host`, `pid`, `sources`, `tasks`, `started_at`, `heartbeat_at`) "
+            "VALUES (%s, %s, %s, %s, %s, NOW(6), NOW(6)) ON DUPLICATE KEY UPDATE `heartbeat_at` = NOW(6)"
         ),
         beat=f"UPDATE {t} SET `heartbeat_at` = NOW(6) WHERE `name` = %s",
         deregister=f"DELETE FROM {t} WHERE `name` = %s",
@@ -264,7 +264,7 @@ def render_workers(table: str) -> WorkerSQL:
         # holds one row per live worker.
         dead=f"SELECT `name` FROM {t} WHERE `heartbeat_at` < NOW(6) - INTERVAL %s MICROSECOND",
         alive=(
-            "SELECT `name`, `host`, `pid`, `sources`, `started_at`, "
+            "SELECT `name`, `host`, `pid`, `sources`, `tasks`, `started_at`, "
             f"TIMESTAMPDIFF(MICROSECOND, `heartbeat_at`, NOW(6)) FROM {t} "
             "WHERE `heartbeat_at` >= NOW(6) - INTERVAL %s MICROSECOND ORDER BY `name`"
         ),

@@ -30,7 +30,9 @@ class DispatcherSettings(_Section):
 
 
 class WorkerSettings(_Section):
-    app: str | None = None  # "package.module" or "package.module:attribute" holding a Registry
+    # "package.module" or "package.module:attribute" holding a Registry; several, comma-separated,
+    # serve every one of them (as repeating --app does)
+    app: str | None = None
     sources: list[str] = []  # empty: every source the app has handlers for ("jobs": its queues)
     queues: list[QueueName] = []  # job queues served, first = strictly first; empty: jobs.queues
     pop_batch: int = Field(2000, ge=1, le=10_000)

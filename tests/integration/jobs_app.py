@@ -10,16 +10,25 @@ from typing import Any
 
 import pymysql.cursors
 
-from duecast import Ack, Registry
+from duecast import Ack, JobContext, Registry, current_job
 
 handlers = Registry()
 RUNS: list[tuple[Any, float]] = []
+CONTEXTS: list[JobContext] = []  # what `whoami` saw of its own job
 _lock = threading.Lock()
 
 
 def runs_of(task_payloads: object) -> int:
     with _lock:
         return sum(1 for p, _ in RUNS if p == task_payloads)
+
+
+@handlers.task("whoami")
+def whoami(payload: Any) -> Ack | None:
+    with _lock:
+        CONTEXTS.append(current_job())
+    # The first run of payload "again" asks to run once more: attempt 2 must see itself as such.
+    return Ack.retry(0) if payload == "again" and current_job().attempt == 1 else None
 
 
 @handlers.task("record")

@@ -89,9 +89,11 @@ def test_migrate_print_shows_the_sql_and_changes_nothing_then_migrate_applies_it
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     table = tables("rescan", rows=3)
+    assert cli.main(["migrate"]) == 0  # the session's shared tables (leases, workers), if first to run
     monkeypatch.setenv(
         "DUECAST_SOURCES", sources_json({"name": "cli", "table": table, **source_fields("rescan")})
     )
+    capsys.readouterr()
 
     assert cli.main(["migrate", "--print"]) == 0
     out = capsys.readouterr().out
@@ -168,8 +170,8 @@ def test_worker_without_an_app_exits_with_a_clear_message(
 
     done = run_cli(["worker"], {**cli_env, "DUECAST_SOURCES": sources_json(env.source)})
 
-    assert done.returncode == 1
-    assert "worker: no app given; pass --app package.module or set DUECAST_WORKER__APP" in done.stderr
+    assert done.returncode == 2
+    assert "duecast worker: no app given; pass --app package.module or set worker.app" in done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -214,7 +216,7 @@ def test_invalid_settings_exit_2_naming_the_field_and_never_the_password(
     assert cli.main(command) == 2
 
     out, err = capsys.readouterr()
-    assert "duecast: invalid settings" in err
+    assert "invalid settings" in err
     assert names in err
     assert SENTINEL not in out + err
 
@@ -232,7 +234,7 @@ def test_invalid_settings_end_the_process_with_exit_code_2(
     done = run_cli(command, {**cli_env, **SECRETS, **bad})
 
     assert done.returncode == 2, done.stderr
-    assert "duecast: invalid settings" in done.stderr
+    assert "invalid settings" in done.stderr
     assert names in done.stderr
     assert SENTINEL not in done.stdout + done.stderr
 
@@ -244,7 +246,7 @@ def test_malformed_json_settings_exit_2_with_a_clear_message(cli_env: dict[str, 
 
     assert SENTINEL not in done.stdout + done.stderr
     assert done.returncode == 2
-    assert "duecast: invalid settings" in done.stderr
+    assert "invalid settings" in done.stderr
     assert "sources" in done.stderr
     assert "Traceback" not in done.stderr
 

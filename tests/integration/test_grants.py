@@ -228,12 +228,10 @@ def test_the_enqueuer_account_can_only_add_jobs(granted: Granted) -> None:
         first = enqueuer.enqueue("record", {"n": 1}, unique_key="grants-once")
         again = enqueuer.enqueue("record", {"n": 2}, unique_key="grants-once", on_duplicate="keep")
         assert again == first
-        assert (
-            enqueuer.enqueue_many(
-                [Job("record", 3, unique_key="grants-once"), Job("record", 4)], on_duplicate="keep"
-            )
-            == 2
+        merged, new = enqueuer.enqueue_many(
+            [Job("record", 3, unique_key="grants-once"), Job("record", 4)], on_duplicate="keep"
         )
+        assert (merged, merged.merged, new.merged) == (first, True, False)
     finally:
         enqueuer.db.close()
     granted.sql.execute("SELECT payload FROM duecast_jobs WHERE unique_key = 'grants-once' OR payload = '4'")

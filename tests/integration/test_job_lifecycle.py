@@ -322,9 +322,11 @@ def test_a_duplicate_can_be_merged_into_the_active_job(env: JobsEnv) -> None:
     first = env.enqueuer.enqueue("record", "a", unique_key="k")
     assert env.enqueuer.enqueue("record", "b", unique_key="k", on_duplicate="keep") == first
     jobs = [Job("record", i, unique_key=f"k{i % 3}") for i in range(10)]
-    assert env.enqueuer.enqueue_many(jobs, on_duplicate="keep") == 10
-    env.sql.execute(f"SELECT COUNT(*) FROM `{env.table}`")
-    assert env.sql.fetchone()[0] == 4  # k, k0, k1, k2
+    ids = env.enqueuer.enqueue_many(jobs, on_duplicate="keep")
+    env.sql.execute(f"SELECT unique_key, id FROM `{env.table}`")
+    by_key = dict(env.sql.fetchall())
+    assert len(by_key) == 4  # k, k0, k1, k2
+    assert ids == [by_key[f"k{i % 3}"] for i in range(10)]  # a kept duplicate: the existing job's id
     env.run_once()
     assert sorted(map(str, payloads())) == ["0", "1", "2", "a"]
 
@@ -338,9 +340,8 @@ def test_a_unique_key_is_held_per_task_and_a_merge_says_so(env: JobsEnv) -> None
     kept = env.enqueuer.enqueue("record", "c", unique_key="k", on_duplicate="keep")
     assert (kept, kept.merged) == (first, True)
     # One batch may use one key for several tasks, and two jobs of one task may not.
-    assert (
-        env.enqueuer.enqueue_many([Job("record", 1, unique_key="b"), Job("give_up", 2, unique_key="b")]) == 2
-    )
+    ids = env.enqueuer.enqueue_many([Job("record", 1, unique_key="b"), Job("give_up", 2, unique_key="b")])
+    assert len(set(ids)) == 2
     with pytest.raises(DuplicateJob, match="'b' of task 'record' appears twice"):
         env.enqueuer.enqueue_many([Job("record", 3, unique_key="b"), Job("record", 4, unique_key="b")])
     env.sql.execute(f"SELECT task, payload FROM `{env.table}` ORDER BY id")
@@ -539,3 +540,34 @@ def test_a_schedule_naming_an_unknown_task_or_queue_is_refused_at_start(env: Job
         Recurring(store, [ScheduleSettings(name="x", task="record", every_s=5, queue="bulk")])
     with pytest.raises(ValueError, match="cron"):
         Recurring(store, [ScheduleSettings(name="x", task="record", cron="61 * * * *")])
+
+
+@pytest.mark.parametrize("how", ["consecutive", "one_by_one"])
+@pytest.mark.parametrize("on_duplicate", ["error", "keep"])
+def test_enqueue_many_returns_each_jobs_id_in_order(env: JobsEnv, how: str, on_duplicate: str) -> None:
+    env.enqueuer._ids_how = how  # each way a server's lock mode allows (MariaDB's allows both)
+    first = env.enqueuer.enqueue_many([Job("record", i) for i in range(3)], on_duplicate=on_duplicate)  # type: ignore[arg-type]
+    ids = env.enqueuer.enqueue_many([Job("record", i) for i in range(3, 1203)], on_duplicate=on_duplicate)  # type: ignore[arg-type]
+
+    env.sql.execute(f"SELECT id, payload FROM `{env.table}`")
+    assert dict(env.sql.fetchall()) == {job_id: str(i) for i, job_id in enumerate(first + ids)}
+    assert env.enqueuer.enqueue_many([]) == []
+
+
+def test_a_task_sees_its_own_job(env: JobsEnv) -> None:
+    jobs_app.CONTEXTS.clear()
+    before = env.job(env.enqueuer.enqueue("record", 0), "created_at")[0]
+    once, again = env.enqueuer.enqueue_many([Job("whoami", "once", queue="critical"), Job("whoami", "again")])
+    (created,) = env.job(once, "created_at")  # before it runs: a done job is deleted
+    env.run_once()
+    env.run_once()  # the retry of "again"
+
+    seen = {(c.id, c.attempt): c for c in jobs_app.CONTEXTS}
+    assert sorted(seen) == [(once, 1), (again, 1), (again, 2)]
+    assert (seen[once, 1].queue, seen[once, 1].task, seen[again, 2].queue) == (
+        "critical",
+        "whoami",
+        "default",
+    )
+    assert seen[once, 1].enqueued_at == created >= before
+    assert (seen[again, 2].errors, seen[again, 2].max_attempts) == (0, 5)  # a retry is not an error

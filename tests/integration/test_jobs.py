@@ -60,8 +60,10 @@ def count(sql: pymysql.cursors.Cursor, settings: Settings) -> int:
 def test_enqueue_many_writes_10000_jobs_in_one_transaction(
     enqueuer: Enqueuer, settings: Settings, sql: pymysql.cursors.Cursor
 ) -> None:
-    assert enqueuer.enqueue_many(Job("record", {"n": i}) for i in range(10_000)) == 10_000
+    ids = enqueuer.enqueue_many(Job("record", {"n": i}) for i in range(10_000))
     assert count(sql, settings) == 10_000
+    sql.execute(f"SELECT id, payload FROM `{settings.jobs.table}`")
+    assert dict(sql.fetchall()) == {job_id: f'{{"n":{i}}}' for i, job_id in enumerate(ids)}
     sql.execute(f"SELECT payload FROM `{settings.jobs.table}` ORDER BY id LIMIT 1")
     assert sql.fetchone()[0] == '{"n":0}'
 

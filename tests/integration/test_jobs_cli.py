@@ -3,6 +3,7 @@ per-queue `duecast status`, against the test database through duecast.cli.main."
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -18,8 +19,11 @@ import pytest
 from duecast import cli
 from duecast.admin import migrate
 from duecast.dispatcher.main import serve as serve_dispatcher
+from duecast.shared.process.failures import EXIT_NO, EXIT_UNCONFIRMED
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
+from duecast.shared.storage.db import Database
+from duecast.shared.storage.worker_registry import WorkerRegistry
 from duecast.worker.main import serve as serve_worker
 from tests.integration import jobs_app
 
@@ -185,17 +189,43 @@ def test_show_list_retry_replay_and_discard(
     assert 4 not in states(sql, table)
 
 
-def test_a_bulk_action_asks_first_and_does_nothing_without_a_yes(
+class Terminal(io.StringIO):
+    """stdin at a terminal, where the operator types `answer`."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_bulk_action_asks_at_a_terminal_and_refuses_in_a_script_without_yes(
     table: str,
     sql: pymysql.cursors.Cursor,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert cli.main(["enqueue", "record"]) == 0
+    capsys.readouterr()
+    # A script (no terminal): one line, exit 4, nothing changed.
     monkeypatch.setattr("sys.stdin", open("/dev/null"))  # noqa: SIM115 - closed with the test
-    assert cli.main(["jobs", "discard", "--all"]) == 1
+    assert cli.main(["jobs", "discard", "--all"]) == EXIT_UNCONFIRMED
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "duecast jobs: discard 1 job(s) needs confirmation and there is no terminal to ask on; pass --yes"
+    ]
+    assert states(sql, table) == {1: State.IDLE}
+    # At a terminal it asks: no changes nothing (exit 1), yes does it.
+    monkeypatch.setattr("sys.stdin", Terminal("n\n"))
+    assert cli.main(["jobs", "discard", "--all"]) == EXIT_NO
     assert "nothing changed" in capsys.readouterr().out
     assert states(sql, table) == {1: State.IDLE}
+    monkeypatch.setattr("sys.stdin", Terminal("y\n"))
+    assert cli.main(["jobs", "discard", "--all"]) == 0
+    assert states(sql, table) == {}
+    # Ids named one by one need no question, terminal or not: `duecast jobs discard 2` in a script.
+    assert cli.main(["enqueue", "record"]) == 0
+    monkeypatch.setattr("sys.stdin", open("/dev/null"))  # noqa: SIM115
+    assert cli.main(["jobs", "discard", "2"]) == 0
+    assert "discard: 1 of 1 job(s)" in capsys.readouterr().out
+    assert states(sql, table) == {}
 
 
 def test_status_shows_each_queue_by_state(table: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -236,3 +266,45 @@ def test_the_readme_jobs_example_runs(mysql_settings: MySQLSettings, redis_setti
     assert "audited sign-up checked" in out
     assert "flaky: dead, 2 error(s) RuntimeError: the mail server said no" in out
     assert "maybe_later: pending" in out
+
+
+def test_enqueue_without_an_app_checks_the_task_against_what_live_workers_serve(
+    table: str,
+    sql: pymysql.cursors.Cursor,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    workers = f"{table}_w"
+    monkeypatch.delenv("DUECAST_WORKER__APP")
+    monkeypatch.setenv("DUECAST_WORKER__REGISTRY_TABLE", workers)
+    migrate.apply(Settings())
+    registry = WorkerRegistry(Database(Settings().mysql), Settings().worker)
+    try:
+        # Nobody can say yet: refused, naming the ways out.
+        assert cli.main(["enqueue", "record"]) == 2
+        assert "no live worker serves queue 'default'" in capsys.readouterr().err
+
+        registry.register("w1", ["jobs.default"], {"record", "send"})
+        registry.register("w2", ["jobs.mail"], None)  # a worker too old to list its tasks
+        assert cli.main(["enqueue", "recrod"]) == 2
+        assert "unknown task 'recrod'" in capsys.readouterr().err
+        assert cli.main(["enqueue", "record"]) == 0
+        assert cli.main(["enqueue", "send", "--queue", "mail"]) == 2
+        assert "no live worker serves queue 'mail'" in capsys.readouterr().err
+        assert cli.main(["enqueue", "anything", "--queue", "mail", "--no-check"]) == 0
+        # A file: checked against every live worker's tasks, every line before any is written.
+        path = tmp_path / "jobs.jsonl"
+        path.write_text('{"task": "send", "queue": "mail"}\n{"task": "sned"}\n')
+        assert cli.main(["enqueue", "--file", str(path)]) == 2
+        assert f"{path}:2: unknown task 'sned'" in capsys.readouterr().err
+
+        # A worker silent past worker.dead_after_s no longer counts.
+        sql.execute(f"UPDATE `{workers}` SET heartbeat_at = NOW(6) - INTERVAL 1 HOUR WHERE name = 'w1'")
+        assert cli.main(["enqueue", "record"]) == 2
+
+        sql.execute(f"SELECT task, queue FROM `{table}` ORDER BY id")
+        assert sql.fetchall() == (("record", "default"), ("anything", "mail"))
+    finally:
+        registry.db.close()
+        sql.execute(f"DROP TABLE IF EXISTS `{workers}`")

@@ -158,6 +158,9 @@ def test_the_overview_waits_for_readings_then_charts_throughput_and_lag(web: Web
     assert points(html, "chart-lag") >= 3
     assert "re-scan every 10 s (rows)" in html
     assert "0.0%" in html  # nothing checked within period + 1 s: every user was checked an hour ago
+    # No worker runs here: each source and queue says so.
+    for label in ("source users", "queue default (jobs.default)", "queue mail (jobs.mail)"):
+        assert f'<p class="flash bad unserved">{label}: no live worker serves it;' in html
 
 
 def test_a_source_page_and_a_queue_page(web: Web) -> None:

@@ -87,11 +87,13 @@ def test_a_reaped_batchs_late_ack_is_fenced_off(registry: tuple[Env, WorkerRegis
 
 def test_a_heartbeat_registers_beats_and_leaves(registry: tuple[Env, WorkerRegistry]) -> None:
     env, reg = registry
-    beat = Heartbeat(env.settings.mysql, reg.settings, [env.source.name])
+    beat = Heartbeat(env.settings.mysql, reg.settings, [env.source.name, "jobs.default"], {"b, c", "a"})
     beat.start()
     try:
         (me,) = reg.alive()
-        assert (me.name, me.sources) == (beat.name, env.source.name)
+        assert (me.name, me.sources) == (beat.name, f"{env.source.name},jobs.default")
+        assert me.tasks == {"a", "b, c"}  # names with commas survive
+        assert reg.served_tasks() == {"jobs.default": {"a", "b, c"}}
         silence(env, reg, beat.name, 10)
         assert reg.alive()[0].silent_s >= 10
 

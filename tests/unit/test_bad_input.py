@@ -118,7 +118,7 @@ def test_enqueue_on_the_command_line_refuses_in_one_line(
 ) -> None:
     code, err = run(capsys, "enqueue", "x", *argv)
     assert code == 2
-    assert err.startswith("duecast: ")
+    assert err.startswith("duecast enqueue: ")
     assert message in err
 
 
@@ -146,7 +146,7 @@ def test_enqueue_file_names_the_line_and_field_in_one_line(
     path.write_text('{"task": "x"}\n' + line + "\n", encoding="utf-8")
     code, err = run(capsys, "enqueue", "--file", str(path))
     assert code == 2
-    assert err.startswith(f"duecast: {path}:2: ")
+    assert err.startswith(f"duecast enqueue: {path}:2: ")
     assert message in err
 
 
@@ -164,7 +164,7 @@ def test_enqueue_file_that_is_not_utf8_names_the_line(
 def test_jobs_list_refuses_a_limit_out_of_range(limit: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run(capsys, "jobs", "list", "--limit", limit)
     assert code == 2
-    assert err == f"duecast: --limit must be 1-10000, not {limit}\n"
+    assert err == f"duecast jobs: --limit must be 1-10000, not {limit}\n"
 
 
 @pytest.mark.parametrize(
@@ -206,11 +206,11 @@ def test_a_broken_settings_file_is_one_line_naming_it(
     for argv in (["status"], ["migrate"], ["enqueue", "x"], ["web"], ["dispatcher"], ["worker"]):
         code, err = run(capsys, *argv, "--config", str(path))
         assert code == 2
-        assert err.startswith(f"duecast: settings file {path} is not "), argv
+        assert err.startswith(f"duecast {argv[0]}: settings file {path} is not "), argv
     for argv in (["jobs", "--config", str(path), "list"], ["topics", "--config", str(path), "status"]):
         code, err = run(capsys, *argv)
         assert code == 2
-        assert err.startswith(f"duecast: settings file {path} is not "), argv
+        assert err.startswith(f"duecast {argv[0]}: settings file {path} is not "), argv
 
 
 def test_a_file_of_jobs_at_the_limits_is_accepted_up_to_the_write(
@@ -231,7 +231,7 @@ def test_a_file_of_jobs_at_the_limits_is_accepted_up_to_the_write(
         {"task": "x", "payload": nested(MAX_PAYLOAD_DEPTH)},
     ]
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    assert cli.main(["enqueue", "--file", str(path)]) == 0
+    assert cli.main(["enqueue", "--file", str(path), "--no-check"]) == 0  # no workers to ask here
     assert [r.delay_us for r in rows] == [TEN_YEARS_S * 1_000_000, 0]
 
 

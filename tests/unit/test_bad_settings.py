@@ -230,7 +230,7 @@ def test_the_cli_reports_a_bad_url_as_invalid_settings_without_it(
     monkeypatch.setenv("DUECAST_REDIS__URL", f"redis://duecast:{SECRET}/x@cache:6379/0")
     assert cli.main(["status"]) == 2
     out, err = capsys.readouterr()
-    assert "duecast: invalid settings" in err
+    assert "duecast status: invalid settings" in err
     assert "redis.url" in err
     assert SECRET[:4] not in out + err
 

@@ -183,8 +183,9 @@ def test_each_k8s_container_environment_is_valid_settings(
 # -- commands, files and modules exist ----------------------------------------------------------------
 
 
-class Parsed(Exception):
-    """Raised where a command would start working: its arguments parsed."""
+class Parsed(BaseException):
+    """Raised where a command would start working: its arguments parsed. A BaseException, so it
+    passes through the commands' failure handling (shared/process/failures.py), as Ctrl-C would."""
 
 
 def _stop_after_parsing(*_args: Any, **_kwargs: Any) -> Any:

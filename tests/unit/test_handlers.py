@@ -11,10 +11,12 @@ import math
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from duecast import JobContext, current_job
 from duecast.shared.acks import Ack, Row
 from duecast.shared.api.handlers import AppError, Handler, Registry, load_registry
 from duecast.shared.settings import JOBS_SOURCE
@@ -237,8 +239,20 @@ def test_batch_handler_non_sequence_return_fails_every_row() -> None:
 # --- tasks ------------------------------------------------------------------------------------------
 
 
-def _job(task: str, payload: object) -> Row:
-    return {"id": 1, "dc_attempt": 1, "task": task, "payload": json.dumps(payload)}
+ENQUEUED = datetime(2026, 11, 25, 9, 30, 0, 123456)
+
+
+def _job(task: str, payload: object, **columns: object) -> Row:
+    """A job row as the worker reads it (shared/queries/jobs.py JOB_COLUMNS)."""
+    row = {"id": 1, "dc_attempt": 1, "task": task, "payload": json.dumps(payload), "errors": 0}
+    return {
+        **row,
+        "max_attempts": 20,
+        "interruptions": 0,
+        "queue": "default",
+        "created_at": ENQUEUED,
+        **columns,
+    }
 
 
 def test_task_routing_decodes_payload() -> None:
@@ -272,7 +286,7 @@ def test_unknown_task_is_a_lookup_error_outcome() -> None:
 def test_bad_payload_json_is_that_rows_outcome() -> None:
     reg = Registry()
     reg.task("t")(lambda p: None)
-    row = {"id": 1, "dc_attempt": 1, "task": "t", "payload": "{not json"}
+    row = {**_job("t", None), "payload": "{not json"}
     out = reg.handler(JOBS_SOURCE).run([row, _job("t", 1)])
     assert isinstance(out[0], ValueError)
     assert out[1] == Ack.default()
@@ -344,3 +358,60 @@ def test_load_registry_finds_modules_in_the_current_directory(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     assert load_registry(name).sources == []
+
+
+def test_a_task_sees_its_own_job_through_current_job() -> None:
+    reg = Registry()
+    seen: list[JobContext] = []
+
+    @reg.task("mail")
+    def mail(payload: object) -> None:  # a plain fn(payload): no new parameter needed
+        seen.append(current_job())
+
+    @reg.task("ledger", transactional=True)
+    def ledger(payload: object, cursor: object) -> None:
+        seen.append(current_job())
+
+    rows = [
+        _job("mail", 1, id=41, dc_attempt=3, errors=2, queue="mail"),
+        # the packed read gives created_at as text
+        _job("mail", 2, id=42, created_at="2026-11-25 09:30:00.123456"),
+    ]
+    assert reg.handler(JOBS_SOURCE).run(rows) == [Ack.default(), Ack.default()]
+    (deferred,) = reg.handler(JOBS_SOURCE).run([_job("ledger", 3, id=43)])
+    assert isinstance(deferred, Ack)
+    assert deferred.work is not None
+    deferred.work(object())  # the worker runs it later, in its ack transaction
+
+    assert seen == [
+        JobContext(41, 3, "mail", "mail", ENQUEUED, errors=2, max_attempts=20),
+        JobContext(42, 1, "default", "mail", ENQUEUED, errors=0, max_attempts=20),
+        JobContext(43, 1, "default", "ledger", ENQUEUED, errors=0, max_attempts=20),
+    ]
+    with pytest.raises(LookupError, match="only known inside a task"):
+        current_job()  # outside a task
+
+
+def test_one_registry_can_include_another_and_conflicts_are_errors() -> None:
+    a, b = Registry(), Registry()
+    a.row("users", columns=["status"])(lambda row: None)
+    a.task("mail")(lambda p: None)
+    a.schedule("nightly", "mail", cron="0 3 * * *")
+    b.batch("orders")(lambda rows: None)
+    b.task("bill", transactional=True)(lambda p, cursor: None)
+
+    both = Registry()
+    both.include(a)
+    both.include(b)
+
+    assert both.sources == ["jobs", "orders", "users"]
+    assert both.task_names == {"mail", "bill"}
+    assert both.handler("users").columns == ("status",)
+    assert both.handler("orders").batch
+    assert [s.name for s in both.schedules] == ["nightly"]
+    with pytest.raises(ValueError, match="source 'users' already has a handler"):
+        both.include(a)
+    clash = Registry()
+    clash.task("bill")(lambda p: None)
+    with pytest.raises(ValueError, match="task 'bill' is registered twice"):
+        both.include(clash)

@@ -6,12 +6,16 @@ are a second or so, so the watchdog's deadlines pass in real time; waits poll wi
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
 
+import pymysql
 import pytest
 
+from duecast.dispatcher.leader import Leadership
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.policy import fence_reason, keeper_fits, lease_timing, renewal_outcome, shortest_lease_s
 from duecast.shared.settings import MySQLSettings
@@ -224,3 +228,50 @@ def test_a_batch_that_ended_is_never_fenced() -> None:
     with keep.holding(ENTRIES, time.monotonic()):  # a later batch is watched as before
         assert stops.done.wait(5)
     assert [code for code, _ in stops.codes] == [EXIT_FENCED]
+
+
+class ScriptedLeases:
+    """A LeaseStore whose acquire() grants what the script says, or raises it."""
+
+    def __init__(self, script: list[float | Exception]) -> None:
+        self.script = script
+
+    def acquire(self, name: str, holder: str, lease_s: float) -> float:
+        step = self.script.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+    def resign(self, name: str, holder: str) -> None:
+        pass
+
+
+def test_becoming_leader_is_info_and_a_failed_renewal_one_line_per_try(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A renewal that meets a lost connection is tried again at once (issue 16.10); one that still
+    fails is one warning line, no traceback, and leaves the last grant in force: still the leader."""
+    down = pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+    leadership = Leadership(ScriptedLeases([15.0, down, down, down, down]), lease_s=15, holder="me")  # type: ignore[arg-type]
+    with caplog.at_level(logging.DEBUG, logger="duecast"):
+        leadership.tick()
+        leadership.tick()
+    got = [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records]
+    assert got[0] == ("INFO", "now the dispatcher leader (me)", None)
+    retries = got[1:4]
+    assert [(level, msg.split(";")[0], exc) for level, msg, exc in retries] == [
+        (
+            "WARNING",
+            "the leader lease renewal hit (2013, 'Lost connection to MySQL server during query')",
+            None,
+        )
+    ] * 3
+    assert [m.split("(")[-1].split(")")[0] for _, m, _ in retries] == ["1 of 3", "2 of 3", "3 of 3"]
+    (level, message, exc_info), *after = got[4:]
+    assert (level, exc_info, after) == ("WARNING", None, [])  # not "no longer the dispatcher leader"
+    assert re.fullmatch(
+        r"could not renew the leader lease; acting on the last renewal for \d+\.\ds more: "
+        r"OperationalError: \(2013, 'Lost connection to MySQL server during query'\)",
+        message,
+    ), message
+    assert leadership.held()

@@ -8,6 +8,9 @@ import logging
 import os
 import sys
 
+import pytest
+
+from duecast.shared.process import logs
 from duecast.shared.process.logs import HUMAN_FORMAT, JsonFormatter, event_name, process_id
 
 
@@ -71,3 +74,14 @@ def test_values_json_cannot_encode_become_text() -> None:
 
 def test_the_human_format_is_unchanged() -> None:
     assert HUMAN_FORMAT == "%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s"
+
+
+@pytest.mark.parametrize(("level", "apscheduler"), [("INFO", logging.WARNING), ("DEBUG", logging.DEBUG)])
+def test_apscheduler_chatter_is_quiet_unless_debugging(level: str, apscheduler: int) -> None:
+    before = logging.getLogger("apscheduler").level
+    try:
+        logs.setup(level)
+        assert logging.getLogger("apscheduler").getEffectiveLevel() == apscheduler
+        assert not logging.getLogger("apscheduler.scheduler").isEnabledFor(logging.INFO) or level == "DEBUG"
+    finally:
+        logging.getLogger("apscheduler").setLevel(before)

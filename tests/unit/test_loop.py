@@ -13,10 +13,11 @@ import threading
 import time
 from collections.abc import Iterable
 
+import pymysql
 import pytest
+import redis
 
 from duecast.shared.process.loop import Tick, run, stop_on_signals
-from duecast.shared.storage.units import TransientError
 
 BUSY = Tick(0.0, idle=False)
 
@@ -160,24 +161,6 @@ def test_exceptions_are_counted_backed_off_and_reset(caplog: pytest.LogCaptureFi
     assert all(r.exc_info is not None for r in caplog.records if "tick failed" in r.getMessage())
 
 
-def test_a_transient_mysql_error_is_one_warning_line_without_a_traceback(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """A killed session or a restarting server fails a tick once; the next tick reconnects. That is
-    one warning line naming the error, not an ERROR traceback (issue 16.10); a bug still is one."""
-    stop = RecordingStop()
-    lost = TransientError("(2013, 'Lost connection to server during query')", 2013)
-    role = ScriptedRole(stop, [lost, RuntimeError("a bug"), Stop()])
-    with caplog.at_level(logging.WARNING, logger="duecast.loop"):
-        run(role, stop)
-    first, second = (r for r in caplog.records if "tick failed" in r.getMessage())
-    assert first.levelno == logging.WARNING
-    assert not first.exc_info
-    assert "Lost connection" in first.getMessage()
-    assert second.levelno == logging.ERROR
-    assert second.exc_info is not None
-
-
 def test_backoff_respects_the_cap() -> None:
     stop = RecordingStop()
     role = ScriptedRole(stop, [*[RuntimeError("x") for _ in range(12)], Stop()])
@@ -218,3 +201,29 @@ def test_stop_on_signals_sets_the_event() -> None:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@pytest.mark.parametrize(
+    "transient",
+    [
+        pymysql.err.OperationalError(2003, "Can't connect to MySQL server on '127.0.0.1' ([Errno 111])"),
+        pymysql.err.OperationalError(1040, "Too many connections"),
+        pymysql.err.InterfaceError(0, ""),
+        redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused."),
+    ],
+    ids=["mysql-down", "too-many-connections", "connection-gone", "redis-down"],
+)
+def test_a_transient_failure_is_one_warning_line_with_its_cause_and_no_traceback(
+    transient: Exception, caplog: pytest.LogCaptureFixture
+) -> None:
+    stop = RecordingStop()
+    with caplog.at_level(logging.DEBUG, logger="duecast.loop"):
+        run(ScriptedRole(stop, [transient, RuntimeError("a bug"), Stop()]), stop)
+
+    (server, bug) = [r for r in caplog.records if "tick failed" in r.getMessage()]
+    assert (server.levelname, server.exc_info) == ("WARNING", None)
+    assert server.getMessage().endswith(f"{type(transient).__name__}: {' '.join(str(transient).split())}")
+    assert "\n" not in server.getMessage()
+    # Anything else is unexpected: an ERROR with its traceback.
+    assert bug.levelname == "ERROR"
+    assert bug.exc_info is not None

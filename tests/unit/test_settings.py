@@ -353,12 +353,15 @@ def test_password_of_wrong_type_not_echoed() -> None:
 
 
 def test_a_worker_serves_job_queues_in_its_stated_order() -> None:
+    from duecast.shared.process.failures import StartupError  # noqa: PLC0415
     from duecast.worker.main import served_sources  # noqa: PLC0415 - the worker's wiring, tested pure
 
     s = Settings(jobs={"queues": ["a", "b", "c"]}, worker={"queues": ["c", "a"]})  # type: ignore[arg-type]
-    assert served_sources(s, ["jobs", "users"]) == ["jobs.c", "jobs.a", "users"]
+    assert served_sources(s, ["jobs"]) == ["jobs.c", "jobs.a"]
+    with pytest.raises(StartupError, match=r"handler for source 'users', which is not configured"):
+        served_sources(s, ["jobs", "users"])
     s = Settings(jobs={"queues": ["a", "b"]})  # type: ignore[arg-type]
     assert served_sources(s, ["jobs"]) == ["jobs.a", "jobs.b"]
     bad = s.model_copy(update={"worker": s.worker.model_copy(update={"queues": ["zzz"]})})
-    with pytest.raises(SystemExit, match=r"zzz not in jobs\.queues"):
+    with pytest.raises(StartupError, match=r"worker\.queues names zzz, not in jobs\.queues"):
         served_sources(bad, ["jobs"])

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from duecast.shared.api.publish import Publish, PublishError, encode
 from duecast.shared.policy import dead_after_retries, stepped_delay_s
+from duecast.shared.process.failures import StartupError
 from duecast.shared.settings import RETRY_STEPS_S, Settings, TopicsSettings
 from duecast.shared.storage.topic_schema import KINDS, topic_table_ddl
 from duecast.worker.main import served_sources
@@ -82,7 +83,7 @@ def test_cluster_groups_are_sources_and_broadcast_groups_are_not() -> None:
     # The worker pops a cluster group's list; a broadcast group's members read MySQL instead.
     registered = ["topics.orders-billing", "topics.orders-cache"]
     assert served_sources(settings, registered) == ["topics.orders-billing"]
-    with pytest.raises(SystemExit, match="does not declare"):
+    with pytest.raises(StartupError, match="does not declare"):
         served_sources(settings, ["topics.orders-unknown"])
 
 
