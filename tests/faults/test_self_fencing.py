@@ -26,8 +26,8 @@ from duecast.shared.fanout.queue import ReadyQueue, connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database, connect
-from duecast.shared.storage.job_store import JobStore
-from duecast.shared.storage.leases import EXIT_FENCED
+from duecast.shared.storage.leased.jobs import JobStore
+from duecast.shared.storage.leased.keeper import EXIT_FENCED
 from tests.faults.conftest import _NOT_INHERITED, SESSION_LOST
 from tests.faults.procs import Proc, Procs, tcp_peers, wait_for
 

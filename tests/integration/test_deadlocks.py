@@ -29,7 +29,7 @@ from duecast.shared.fanout.queue import ReadyQueue, connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, WorkerSettings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database, connect
-from duecast.shared.storage.job_store import JobStore
+from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.source_store import Store
 from duecast.worker.executor import Executor
 from duecast.worker.worker import Worker

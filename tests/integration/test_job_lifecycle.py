@@ -29,7 +29,7 @@ from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, ScheduleSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.job_store import JobStore
+from duecast.shared.storage.leased.jobs import JobStore
 from duecast.worker.main import serve as serve_worker
 from tests.integration import jobs_app
 from tests.integration.polling import wait_until

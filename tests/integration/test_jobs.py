@@ -21,7 +21,7 @@ from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.storage.db import connect
-from duecast.shared.storage.job_store import JobStore
+from duecast.shared.storage.leased.jobs import JobStore
 from duecast.worker.main import serve as serve_worker
 from tests.integration import jobs_app
 from tests.integration.polling import wait_until

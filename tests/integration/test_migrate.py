@@ -20,7 +20,7 @@ from duecast.shared.settings import (
     WorkerSettings,
 )
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.job_store import JobStore
+from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.schema import SchemaError, leases_table_ddl, workers_table_ddl
 from duecast.shared.storage.source_store import SourceStore
 from tests.integration.conftest import source_fields

@@ -30,7 +30,7 @@ from duecast.shared.process.runtime import build_stores
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, TopicsSettings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database, connect
-from duecast.shared.storage.leases import Extended
+from duecast.shared.storage.leased.keeper import Extended
 from duecast.shared.storage.topic_admin import TopicAdmin
 from duecast.worker.broadcast import BroadcastMember, running
 from duecast.worker.main import serve as serve_worker

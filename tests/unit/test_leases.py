@@ -1,4 +1,5 @@
-"""The lease keeper's decisions (shared.policy) and its two threads (shared.storage.leases), without MySQL.
+"""The lease keeper's decisions (shared.policy) and its two threads (shared.storage.leased.keeper),
+without MySQL.
 
 The keeper is given a fake `extend` and a `stop` that records instead of ending the process. Leases
 are a second or so, so the watchdog's deadlines pass in real time; waits poll with a timeout.
@@ -19,7 +20,13 @@ from duecast.shared.fanout.keys import Entry
 from duecast.shared.policy import fence_reason, keeper_fits, lease_timing, renewal_outcome, shortest_lease_s
 from duecast.shared.settings import MySQLSettings
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.leases import EXIT_FENCED, EXIT_HUNG, Extended, LeaseKeeper, keeper_settings
+from duecast.shared.storage.leased.keeper import (
+    EXIT_FENCED,
+    EXIT_HUNG,
+    Extended,
+    LeaseKeeper,
+    keeper_settings,
+)
 
 ENTRIES = [Entry(1, 1), Entry(2, 1), Entry(3, 1)]
 LEASE_S = 0.9  # renewals every 0.3 s, fence at 0.72 s without one

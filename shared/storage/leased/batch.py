@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, TypeVar
 
 from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
-from duecast.shared.storage.leases import Hold
+from duecast.shared.storage.leased.keeper import Hold
 from duecast.shared.storage.source_store import AckCounts
 from duecast.shared.storage.units import Cursor, is_transient, retry_transient, rollback_to, savepoint
 from duecast.shared.telemetry import observe
 
 if TYPE_CHECKING:
-    from duecast.shared.storage.leased_store import LeasedStore
+    from duecast.shared.storage.leased.store import LeasedStore
 
 FINISH_RETRIES = 3
 ERROR_TEXT_MAX = 16_000  # characters of message + traceback kept per failure

@@ -3,7 +3,7 @@
 claim_due (pending -> dispatched), started (-> running, committed, its leases kept while handlers run),
 LeasedBatch.ack / fail (fenced finishes), requeue_* by cause (expired, lost, interrupted, held), and
 release_unpushed.
-A kind differs only by its Scope and a few hooks, kept in job_store.py and group_store.py.
+A kind differs only by its Scope and a few hooks, kept in jobs.py and groups.py.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from duecast.shared.queries.topics import TopicSQL
 from duecast.shared.settings import MySQLSettings, SourceSettings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased_batch import LeasedBatch, error_text, isolate_suspects
-from duecast.shared.storage.leases import Extended, LeaseKeeper
+from duecast.shared.storage.leased.batch import LeasedBatch, error_text, isolate_suspects
+from duecast.shared.storage.leased.keeper import Extended, LeaseKeeper
 from duecast.shared.storage.source_store import SourceStatus, _us
 from duecast.shared.storage.units import Cursor, lock_or_skip
 from duecast.shared.storage.worker_registry import worker_name

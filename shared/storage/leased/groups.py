@@ -17,7 +17,7 @@ from duecast.shared.policy import dead_after_interruption, dead_after_retries, s
 from duecast.shared.queries.topics import DISPATCHED, MESSAGE_COLUMNS, RUNNING, TopicSQL, render_topics
 from duecast.shared.settings import MySQLSettings, SourceSettings, TopicsSettings
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased_store import Interrupted, LeasedStore, Scope
+from duecast.shared.storage.leased.store import Interrupted, LeasedStore, Scope
 from duecast.shared.storage.source_store import STATUS_COUNT_CAP, SourceStatus, _scalar
 from duecast.shared.storage.topic_ids import group_id, topic_id
 from duecast.shared.storage.topic_schema import check_topic_tables
