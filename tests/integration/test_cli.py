@@ -1,7 +1,7 @@
 """The `duecast` command line against the test database: migrate, status, and how it fails.
 
 Settings travel as DUECAST_* environment variables, as in production. Commands that install signal
-handlers or must prove an exit code run as real subprocesses; the others call duecast.cli.main.
+handlers or must prove an exit code run as real subprocesses; the others call duecast.cli.commands.main.
 """
 
 from __future__ import annotations

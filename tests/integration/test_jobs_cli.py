@@ -1,5 +1,5 @@
 """`duecast enqueue` (one job and --file), `duecast jobs show/list/retry/replay/discard` and the
-per-queue `duecast status`, against the test database through duecast.cli.main."""
+per-queue `duecast status`, against the test database through duecast.cli.commands.main."""
 
 from __future__ import annotations
 

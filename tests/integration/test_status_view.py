@@ -12,13 +12,13 @@ import pytest
 from rich.console import Console
 
 from duecast import cli
+from duecast.cli.status import StatusReader, view
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.process.failures import EXIT_UNAVAILABLE
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
-from duecast.status_cli import StatusReader, view
 from tests.integration.conftest import Env
 from tests.integration.test_cli import cli_env, run_cli, sources_json, status_row  # noqa: F401 - a fixture
 

@@ -1,5 +1,5 @@
 """`duecast topics publish/status/show/find/reset/volume` against the test database, through
-duecast.cli.main, with the real dispatcher and worker loops run in-process (drain mode)."""
+duecast.cli.commands.main, with the real dispatcher and worker loops run in-process (drain mode)."""
 
 from __future__ import annotations
 

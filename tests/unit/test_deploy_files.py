@@ -21,7 +21,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from duecast import cli
+from duecast.cli import commands as cli
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.settings import HealthSettings, Settings
 
@@ -195,12 +195,12 @@ def _stop_after_parsing(*_args: Any, **_kwargs: Any) -> Any:
 def assert_command_parses(
     argv: list[str], monkeypatch: pytest.MonkeyPatch, *, app_exists: bool = True
 ) -> None:
-    """Run argv through duecast.cli and the role's own argparse parser, stopping before any I/O;
+    """Run argv through duecast.cli.commands and the role's own argparse parser, stopping before any I/O;
     with `app_exists`, an --app module must be importable too."""
     assert argv[0] in cli.COMMANDS, f"`duecast {argv[0]}` is not a subcommand ({', '.join(cli.COMMANDS)})"
     monkeypatch.setattr("duecast.dispatcher.main.start_process", _stop_after_parsing)
     monkeypatch.setattr("duecast.worker.main.start_process", _stop_after_parsing)
-    monkeypatch.setattr("duecast.cli.load_settings", _stop_after_parsing)
+    monkeypatch.setattr("duecast.cli.commands.load_settings", _stop_after_parsing)
     monkeypatch.setattr("duecast.web.serve.load_settings", _stop_after_parsing)
     try:
         cli.main(argv)

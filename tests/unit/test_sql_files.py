@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from duecast.demo_data import source
+from duecast.demo.data import source
 from duecast.shared.settings import JobsSettings
 from duecast.shared.storage.schema import TableInfo, jobs_table_ddl, schedules_table_ddl, source_migration
 

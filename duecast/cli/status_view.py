@@ -1,7 +1,7 @@
 """The tables of `duecast status`: sources with backlog, lag and freshness, job queues by state,
 workers running jobs, and rates from the Redis counters' deltas; `fit` splits a table by columns so
 that no cell is ever cut at the terminal's width (80 columns, or a pipe). Rendering only: reading
-is duecast/status_cli.py's.
+is duecast/cli/status.py's.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from rich.measure import Measurement
 from rich.table import Column, Table
 from rich.text import Text
 
-from duecast import formats
 from duecast.admin.dashboard_store import WorkerRow
+from duecast.cli import formats
 from duecast.history import History, Reading
 from duecast.shared.monitor.status import SourceSnapshot
 from duecast.shared.process.runtime import is_job_queue

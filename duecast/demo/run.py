@@ -19,10 +19,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.progress import Progress
 
-from duecast import demo_data
 from duecast.admin import migrate
-from duecast.demo_view import live_table, summary
-from duecast.fleet import Fleet
+from duecast.demo import data as demo_data
+from duecast.demo.fleet import Fleet
+from duecast.demo.view import live_table, summary
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.monitor.status import SourceSnapshot, snapshot
 from duecast.shared.process.loop import stop_on_signals

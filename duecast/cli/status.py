@@ -1,4 +1,4 @@
-"""`duecast status [--watch] [--json]`: reads the system and shows it (duecast/status_view.py's tables,
+"""`duecast status [--watch] [--json]`: reads the system and shows it (duecast/cli/status_view.py's tables,
 or one JSON document). Keeps answering while a server is down: what it can read, plus one line on
 what it cannot (a one-shot then exits 3, docs/runbook.md#exit-codes).
 """
@@ -19,6 +19,8 @@ from rich.live import Live
 from rich.text import Text
 
 from duecast.admin.dashboard_store import DashboardStore, WorkerRow
+from duecast.cli.status_view import fit, redis_table, render
+from duecast.cli.topics import topic_tables
 from duecast.history import History, Reading
 from duecast.sampler import Sampler
 from duecast.shared.fanout.queue import ReadyQueue
@@ -29,8 +31,6 @@ from duecast.shared.process.runtime import build_queue
 from duecast.shared.settings import Settings, load_settings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.worker_registry import LiveWorker, WorkerRegistry
-from duecast.status_view import fit, redis_table, render
-from duecast.topics_cli import topic_tables
 
 T = TypeVar("T")
 

@@ -27,7 +27,7 @@ def _cmd_worker(rest: list[str]) -> int:
 
 
 def _cmd_demo(rest: list[str]) -> int:
-    from duecast.demo import main  # noqa: PLC0415
+    from duecast.demo.run import main  # noqa: PLC0415
 
     return main(rest)
 
@@ -57,25 +57,25 @@ def _cmd_migrate(rest: list[str]) -> int:
 
 
 def _cmd_enqueue(rest: list[str]) -> int:
-    from duecast.jobs_cli import enqueue_main  # noqa: PLC0415
+    from duecast.cli.jobs import enqueue_main  # noqa: PLC0415
 
     return enqueue_main(rest)
 
 
 def _cmd_jobs(rest: list[str]) -> int:
-    from duecast.jobs_cli import main  # noqa: PLC0415
+    from duecast.cli.jobs import main  # noqa: PLC0415
 
     return main(rest)
 
 
 def _cmd_topics(rest: list[str]) -> int:
-    from duecast.topics_cli import main  # noqa: PLC0415
+    from duecast.cli.topics import main  # noqa: PLC0415
 
     return main(rest)
 
 
 def _cmd_status(rest: list[str]) -> int:
-    from duecast.status_cli import main  # noqa: PLC0415
+    from duecast.cli.status import main  # noqa: PLC0415
 
     return main(rest)
 

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from duecast import formats
+from duecast.cli import formats
 from duecast.shared.monitor.freshness import Freshness
 from duecast.shared.storage.source_store import STATUS_COUNT_CAP
 
 if TYPE_CHECKING:
-    from duecast.demo import Run
+    from duecast.demo.run import Run
 
 
 def live_table(result: Run, alive: int, started: int, elapsed: float) -> Table:
