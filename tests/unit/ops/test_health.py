@@ -2,7 +2,7 @@
 fake clock, the
 WSGI app called directly, the loop's turn hook, and the --health-port override.
 
-The real server on a real port, with real MySQL and Redis, is tests/integration/test_health.py.
+The real server on a real port, with real MySQL and Redis, is tests/integration/ops/test_health.py.
 """
 
 from __future__ import annotations

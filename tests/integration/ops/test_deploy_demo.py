@@ -23,7 +23,7 @@ from duecast.shared.storage.db import connect
 
 pytestmark = pytest.mark.integration
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 
 
 def statements(path: Path) -> list[str]:

@@ -31,7 +31,7 @@ from tests.integration import apps, jobs_app, range_app
 
 pytestmark = pytest.mark.integration
 
-GRANTS = Path(__file__).resolve().parents[2] / "sql" / "grants.sql"
+GRANTS = Path(__file__).resolve().parents[3] / "sql" / "grants.sql"
 ROLES = ("migrate", "dispatcher", "worker", "enqueuer")
 ACCESS_DENIED = {1142, 1143, 1044, 1045}  # table, column, database, login
 ROWS = 50

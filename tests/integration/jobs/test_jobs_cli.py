@@ -243,7 +243,7 @@ def test_status_shows_each_queue_by_state(table: str, capsys: pytest.CaptureFixt
 
 
 def test_the_readme_jobs_example_runs(mysql_settings: MySQLSettings, redis_settings: RedisSettings) -> None:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     env = {
         **{
             k: v

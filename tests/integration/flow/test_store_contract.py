@@ -2,7 +2,7 @@
 
 Row-mode and range-mode sources, a job queue and a cluster consumer group, each built by
 build_stores as the roles build them. The same suite runs against the unit tests' fake
-(tests/unit/test_store_fakes.py). State is arranged in SQL: rows inserted with the due order each
+(tests/unit/storage/test_store_fakes.py). State is arranged in SQL: rows inserted with the due order each
 kind sorts by, and time passed by back-dating the dispatch (and lease) columns.
 """
 

@@ -20,7 +20,7 @@ from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
 from tests.integration.conftest import Env
-from tests.integration.test_cli import cli_env, run_cli, sources_json, status_row  # noqa: F401 - a fixture
+from tests.integration.ops.test_cli import cli_env, run_cli, sources_json, status_row  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ from pathlib import Path
 from duecast.settings_doc import render
 from duecast.shared.settings import Settings
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "settings.md"
 
 
 def test_docs_settings_md_is_generated_from_the_model() -> None:

@@ -22,7 +22,7 @@ from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

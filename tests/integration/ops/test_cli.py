@@ -23,7 +23,7 @@ from tests.integration.conftest import Env, source_fields
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SENTINEL = "pw-SENTINEL-8f3c1e"  # must never appear in any output
 
 

@@ -33,8 +33,8 @@ from duecast.shared.settings import (
 from duecast.worker import main as worker_main
 from tests.integration import apps, jobs_app
 from tests.integration.conftest import Env
+from tests.integration.ops.test_health import free_port, get, running
 from tests.integration.polling import wait_until
-from tests.integration.test_health import free_port, get, running
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ from duecast.worker.main import serve as serve_worker
 from tests.integration import jobs_app
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WALL_CLOCK = re.compile(r"time\.time\(\)|datetime\.now\(|datetime\.utcnow\(|date\.today\(")
 DISPLAY_ONLY = {"duecast/admin/dashboard_store.py"}  # the web dashboard's own chart timestamps
 # Refuses a run_at absurdly far ahead when a job is enqueued; whether it is due is NOW(6)'s call,

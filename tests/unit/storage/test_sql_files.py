@@ -6,7 +6,7 @@ from duecast.demo.data import source
 from duecast.shared.settings import JobsSettings
 from duecast.shared.storage.schema import TableInfo, jobs_table_ddl, schedules_table_ddl, source_migration
 
-SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+SQL_DIR = Path(__file__).resolve().parents[3] / "sql"
 
 
 def _statements(path: Path) -> list[str]:

@@ -31,7 +31,7 @@ from tests.integration.conftest import Env
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SECRET = "pw-SECRET-b7e2c9"
 
 

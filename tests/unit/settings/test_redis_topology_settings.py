@@ -1,6 +1,7 @@
 """redis.sentinels / redis.cluster: what the settings refuse, and which client connect_redis builds.
 
-No server is contacted: redis-py connects lazily. The real servers: tests/integration/test_redis_topology.py.
+No server is contacted: redis-py connects lazily. The real servers:
+tests/integration/servers/test_redis_topology.py.
 """
 
 from __future__ import annotations

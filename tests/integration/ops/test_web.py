@@ -36,13 +36,13 @@ from duecast.web.serve import running
 from duecast.worker.main import serve as serve_worker
 from tests.integration import jobs_app
 from tests.integration.conftest import create_table, source_fields
+from tests.integration.ops.test_health import free_port
 from tests.integration.polling import wait_until
-from tests.integration.test_health import free_port
 
 pytestmark = pytest.mark.integration
 
 TOKEN = "test-token-0123456789"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass

@@ -107,7 +107,7 @@ def test_a_good_message_is_compact_json() -> None:
 
 
 def test_the_reference_sql_matches_the_generated_ddl() -> None:
-    path = Path(__file__).resolve().parents[2] / "sql" / "topics.sql"
+    path = Path(__file__).resolve().parents[3] / "sql" / "topics.sql"
     body = "\n".join(line for line in path.read_text().splitlines() if not line.startswith("--"))
     statements = [s.strip().removesuffix(";") for s in (body + "\n").split(";\n") if s.strip()]
     assert statements == [topic_table_ddl(TopicsSettings(), kind) for kind in KINDS]

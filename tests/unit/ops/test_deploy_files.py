@@ -25,7 +25,7 @@ from duecast.cli import commands as cli
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.settings import HealthSettings, Settings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 YAML_FILES = sorted([*DEPLOY.rglob("*.yaml"), *DEPLOY.rglob("*.yml")])
