@@ -54,7 +54,7 @@ def connect(settings: MySQLSettings, database: bool = True) -> Connection:
             raise
         raise named from exc
     # PyMySQL reads its timeouts from these at every read and write; there is no public setter
-    # (tests/faults/test_unanswered_servers.py fails if a PyMySQL release renames them).
+    # (tests/faults/servers/test_unanswered_servers.py fails if a PyMySQL release renames them).
     for name in _TIMEOUT_ATTRIBUTES:
         setattr(conn, name, settings.read_timeout_s)
     return conn
