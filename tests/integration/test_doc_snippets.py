@@ -28,7 +28,7 @@ import redis
 from duecast.admin import migrate
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.storage.db import connect
-from tests.conftest import TEST_DATABASE
+from tests.conftest import TEST_DATABASE, TEST_PREFIX
 from tests.integration.docblocks import Block, blocks
 
 pytestmark = pytest.mark.integration
@@ -108,7 +108,7 @@ def docs_env(
 ) -> Iterator[dict[str, str]]:
     """The environment the blocks run in: a migrated database and a key prefix of their own."""
     database = f"{TEST_DATABASE}_docs_{uuid.uuid4().hex[:4]}"
-    prefix = f"duecast-test-docs-{uuid.uuid4().hex[:8]}"
+    prefix = f"{TEST_PREFIX}-docs-{uuid.uuid4().hex[:8]}"
     mysql = mysql_settings.model_copy(update={"database": database})
     redis_settings = RedisSettings(**{**Settings().redis.model_dump(), "key_prefix": prefix})
     admin = connect(mysql_settings, database=False)
