@@ -12,8 +12,8 @@ from pathlib import Path
 
 from tests.faults import known_bugs
 
-ROOT = Path(__file__).resolve().parents[2]
-TEST_FILE = "tests/faults/test_duplicate_entries.py"
+ROOT = Path(__file__).resolve().parents[3]
+TEST_FILE = "tests/faults/crashes/test_duplicate_entries.py"
 
 
 def guarantees() -> str:

@@ -33,7 +33,7 @@ from tests.integration.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "blockcheck"
 USERS = 1000  # rows table.sql inserts
 

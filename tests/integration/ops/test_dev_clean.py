@@ -23,7 +23,7 @@ from duecast.shared.storage.db import connect
 
 pytestmark = pytest.mark.integration
 
-DEV = Path(__file__).resolve().parents[2] / "scripts" / "dev"
+DEV = Path(__file__).resolve().parents[3] / "scripts" / "dev"
 
 
 def helper() -> str:

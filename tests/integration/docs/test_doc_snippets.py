@@ -33,7 +33,7 @@ from tests.integration.docblocks import Block, blocks
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = ("python", "sh")
 QUEUES = ["default", "media"]

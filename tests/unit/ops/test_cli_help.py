@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from duecast import cli
+from duecast.cli import commands as cli
 
 COMMANDS = [
     "dispatcher",
