@@ -40,6 +40,7 @@ COUNTERS: dict[str, Counter] = {
     "stale_entries": _counter("stale_entries", "Popped entries whose row no longer matched the fence."),
     "bad_entries": _counter("bad_entries", "Ready-list items that were not valid entries (quarantined)."),
     "redeliveries": _counter("redeliveries", "Rows requeued (not acked in time, entry lost, worker died)."),
+    "bad_holds": _counter("bad_holds", "Dead workers' hold records that did not parse (quarantined)."),
 }
 
 BATCH_SECONDS = Histogram(

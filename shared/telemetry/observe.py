@@ -26,6 +26,7 @@ STATS_METRICS: dict[str, str] = {
     "stale_entries": "stale_entries",
     "bad": "bad_entries",
     "requeued": "redeliveries",
+    "bad_holds": "bad_holds",
 }
 
 
