@@ -28,7 +28,7 @@ import rescan
 from rich.table import Table
 
 from duecast.admin import migrate
-from duecast.fleet import Fleet, cpu_seconds
+from duecast.demo.fleet import Fleet, cpu_seconds
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.identifiers import quote

@@ -50,7 +50,7 @@ from rich.table import Table
 
 from duecast import Enqueuer, Job
 from duecast.admin import migrate
-from duecast.fleet import Fleet
+from duecast.demo.fleet import Fleet
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.identifiers import quote
 from duecast.shared.settings import JOBS_SOURCE, Settings, load_settings

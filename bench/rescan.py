@@ -23,8 +23,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from duecast import demo, demo_data
-from duecast.fleet import cpu_seconds
+from duecast.demo import data as demo_data
+from duecast.demo import run as demo
+from duecast.demo.fleet import cpu_seconds
 from duecast.shared.process.runtime import build_queue
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import Settings, load_settings

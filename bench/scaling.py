@@ -37,8 +37,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from duecast import demo
 from duecast.admin import migrate
+from duecast.demo import run as demo
 from duecast.shared.identifiers import quote
 from duecast.shared.queries.source import SourceSQL, in_list, render
 from duecast.shared.settings import JobsSettings, Settings, SourceSettings, load_settings

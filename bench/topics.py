@@ -31,7 +31,7 @@ from bench_topics_app import CLUSTER
 from rich.table import Table
 
 from duecast.admin import migrate
-from duecast.fleet import Fleet
+from duecast.demo.fleet import Fleet
 from duecast.shared.api.publish import Publish, Publisher
 from duecast.shared.settings import Settings, TopicsSettings, load_settings
 from duecast.shared.storage.db import Database, connect

@@ -33,7 +33,7 @@ from duecast.shared.process.runtime import (
 )
 from duecast.shared.settings import Settings
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.job_store import JobStore
+from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.range_store import RangeStore
 from duecast.shared.storage.source_store import Store
 from duecast.shared.storage.worker_registry import WorkerRegistry

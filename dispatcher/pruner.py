@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from duecast.shared.process.loop import Tick
-from duecast.shared.storage.job_store import JobStore
+from duecast.shared.storage.leased.jobs import JobStore
 
 log = logging.getLogger("duecast.pruner")
 

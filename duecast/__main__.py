@@ -2,6 +2,6 @@
 
 import sys
 
-from duecast.cli import main
+from duecast.cli.commands import main
 
 sys.exit(main())

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from flask import Flask, Response
 
-from duecast import formats
+from duecast.cli import formats
 from duecast.web import actions, pages, topics_page
 from duecast.web.context import WebContext
 

@@ -14,8 +14,8 @@ from flask import Flask, abort, render_template, request
 from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 
-from duecast import formats
 from duecast.admin.job_admin import Filter
+from duecast.cli import formats
 from duecast.history import History, Point, lag_s
 from duecast.shared.monitor.coverage import unserved, unserved_line
 from duecast.shared.monitor.status import SourceSnapshot

@@ -17,8 +17,8 @@ from duecast.shared.process.logs import LogFormat
 from duecast.shared.process.loop import stop_on_signals
 from duecast.shared.settings import JOBS_SOURCE, Settings, SourceSettings, load_settings
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.group_store import GroupStore
-from duecast.shared.storage.job_store import JobStore
+from duecast.shared.storage.leased.groups import GroupStore
+from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.range_store import RangeStore
 from duecast.shared.storage.source_store import SourceStore, Store
 

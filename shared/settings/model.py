@@ -91,9 +91,9 @@ class Settings(BaseSettings):
         return self
 
     def _lease_problem(self) -> str | None:
-        """A lease its keeper could not renew in time (shared/storage/leases.py). Renewals run every lease/3
-        and the worker stops itself at 0.8 of the lease without one, so the first renewal, even if
-        its connection stalls once connecting and once reading, must end before that."""
+        """A lease its keeper could not renew in time (shared/storage/leased/keeper.py). Renewals run
+        every lease/3 and the worker stops itself at 0.8 of the lease without one, so the first renewal,
+        even if its connection stalls once connecting and once reading, must end before that."""
         used = [("jobs.lease_s", self.jobs.lease_s)] if self.jobs.enabled else []
         if self.topics.group_sources():
             used.append(("topics.lease_s", self.topics.lease_s))

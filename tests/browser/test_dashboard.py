@@ -15,11 +15,11 @@ import pytest
 from rich.console import Console
 
 from duecast.admin.dashboard_store import DashboardStore
+from duecast.cli.status_view import render
 from duecast.history import History
 from duecast.sampler import Sampler
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
-from duecast.status_view import render
 from tests.browser import app
 from tests.browser.conftest import SHOTS, TOKEN, LiveSystem, screenshot
 from tests.integration.polling import wait_until

@@ -16,7 +16,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from duecast.fleet import cpu_seconds
+from duecast.demo.fleet import cpu_seconds
 from duecast.shared.settings import MySQLSettings
 from tests.chaos.app import RESCAN_RANGES, RESCAN_ROWS
 from tests.chaos.deadlock import force_deadlock

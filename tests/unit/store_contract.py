@@ -1,7 +1,7 @@
 """The store contract: claiming, starting, acking and sweeping, one suite for every store kind.
 
-Run against the real stores on MariaDB (tests/integration/test_store_contract.py) and against the
-in-memory fake the unit tests use (tests/unit/test_store_fakes.py), so the fake cannot drift from
+Run against the real stores on MariaDB (tests/integration/flow/test_store_contract.py) and against the
+in-memory fake the unit tests use (tests/unit/storage/test_store_fakes.py), so the fake cannot drift from
 what the roles really get. Subclass the behaviour classes (or `StoreContract` for all of them) and
 provide a `kind` fixture: the store under test plus the arrangements only its backend can make:
 

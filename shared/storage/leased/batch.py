@@ -1,0 +1,152 @@
+"""Work a LeasedStore started for one worker batch (jobs, or a cluster group's messages): the order to
+run it in (a suspect last and alone) and its fenced finishes, each a unit retried on transient errors.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+from duecast.shared.acks import Ack, Row
+from duecast.shared.fanout.keys import Entry
+from duecast.shared.storage.leased.keeper import Hold
+from duecast.shared.storage.source_store import AckCounts
+from duecast.shared.storage.units import Cursor, is_transient, retry_transient, rollback_to, savepoint
+from duecast.shared.telemetry import observe
+
+if TYPE_CHECKING:
+    from duecast.shared.storage.leased.store import LeasedStore
+
+FINISH_RETRIES = 3
+ERROR_TEXT_MAX = 16_000  # characters of message + traceback kept per failure
+T = TypeVar("T")
+
+
+def error_text(outcome: object) -> str:
+    """A failure as stored in last_error: the exception and its traceback, capped."""
+    if isinstance(outcome, BaseException):
+        text = "".join(traceback.format_exception(outcome))
+    else:
+        text = f"invalid result from the task: {outcome!r}"
+    return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 20] + "\n...(truncated)"
+
+
+def isolate_suspects(rows: list[Row]) -> tuple[list[Row], list[Row]]:
+    """(rows to run, rows to release). A suspect - work whose worker died while running it - may be
+    what kills workers: a batch takes at most one, and runs it last and alone (see
+    LeasedBatch.phases), so if it kills again no batchmate is interrupted with it."""
+    clean = [r for r in rows if int(r["interruptions"]) == 0]
+    suspects = [r for r in rows if int(r["interruptions"]) > 0]
+    return clean + suspects[:1], suspects[1:]
+
+
+class LeasedBatch:
+    """Work started (RUNNING, committed) for one worker batch. `ack` and `fail` each commit, retried
+    as units on transient errors."""
+
+    def __init__(self, store: LeasedStore, rows: list[Row], skipped: int) -> None:
+        self._store = store
+        self._key = store.scope.key
+        self.rows = rows
+        self.skipped = skipped
+        self.entries = [Entry(int(r[self._key]), int(r["dc_attempt"])) for r in rows]
+        self.hold: Hold | None = None  # the lease keeper's, while the batch runs
+
+    def _finishing(self, rows: Iterable[Row]) -> None:
+        """Tell the lease keeper these rows' ack begins: their leaving RUNNING is not a lost lease."""
+        if self.hold is not None:
+            self.hold.finishing(int(r[self._key]) for r in rows)
+
+    def _retrying(self, unit: Callable[[], T]) -> T:
+        """Run a finishing transaction again after a transient error. Every finish is fenced on
+        (id, attempt) and RUNNING, so running it again after a COMMIT that did land changes nothing."""
+        what = f"finishing {self._store.scope.noun}s"
+        return retry_transient(
+            unit, what=what, redo="the finish", retries=FINISH_RETRIES, log=self._store.scope.log
+        )
+
+    def phases(self) -> list[list[Row]]:
+        """Rows in the order to run and ack them: the clean ones, then the suspect (if any) alone,
+        after the clean ones' ack has committed."""
+        clean = [r for r in self.rows if int(r["interruptions"]) == 0]
+        suspect = [r for r in self.rows if int(r["interruptions"]) > 0]
+        return [p for p in (clean, suspect) if p]
+
+    def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
+        """Finish handled work in one transaction: successes as one fenced statement, explicit
+        retries and discards one by one, transactional tasks each under a savepoint."""
+        if not acks:
+            return AckCounts(0, 0)
+        self._finishing(row for row, _ in acks)
+        (acked, stale), failures = self._retrying(lambda: self._ack_once(acks))
+        self.fail(failures)
+        return AckCounts(acked, stale, len(failures))
+
+    def _ack_once(self, acks: Sequence[tuple[Row, Ack]]) -> tuple[tuple[int, int], list[tuple[Row, object]]]:
+        store = self._store
+        acked = stale = discarded = 0
+        failures: list[tuple[Row, object]] = []
+        with store.db.transaction() as cur:
+            done = [row for row, ack in acks if ack.action in ("default", "delete")]
+            if done:
+                n = store.finish_ok(cur, done)
+                acked += n
+                stale += len(done) - n
+            for row, ack in acks:
+                if ack.action in ("retry", "discard"):
+                    n = store.finish_special(cur, row, ack)
+                    acked += n
+                    stale += 1 - n
+                    discarded += n if ack.action == "discard" else 0
+                elif ack.action == "transaction":
+                    outcome = self._in_transaction(cur, row, ack)
+                    if outcome is None:
+                        acked += 1
+                    elif outcome == "stale":
+                        stale += 1
+                    else:
+                        failures.append((row, outcome))
+        observe.count(store.src.name, "dead", discarded)
+        return (acked, stale), failures
+
+    def _in_transaction(self, cur: Cursor, row: Row, ack: Ack) -> object | None:
+        """Run a transactional task and finish it under one savepoint: its writes stay only if the
+        job really is finished by this attempt. Returns None (done), "stale", or the failure."""
+        assert ack.work is not None
+        try:
+            with savepoint(cur, "dc_job"):
+                result = ack.work(cur)
+                final = Ack.default() if result is None else result
+                if not isinstance(final, Ack) or final.action in ("touch", "transaction"):
+                    raise TypeError(f"a task must return None, Ack.retry or Ack.discard, not {final!r}")
+                if final.action in ("default", "delete"):
+                    n = self._store.finish_ok(cur, [row])
+                else:
+                    n = self._store.finish_special(cur, row, final)
+        except Exception as exc:
+            if is_transient(exc):
+                raise  # the whole transaction is gone: the finish is retried as one unit
+            return exc  # the savepoint undid the task's writes
+        if n == 0:
+            rollback_to(cur, "dc_job")  # another run owns the job now: undo its writes
+            return "stale"
+        return None
+
+    def fail(self, failures: Sequence[tuple[Row, object]]) -> None:
+        """Failed runs: pending again after the kind's delay, or dead once out of attempts."""
+        if not failures:
+            return
+        self._finishing(row for row, _ in failures)
+
+        def once() -> Counter[str]:
+            outcomes: Counter[str] = Counter()
+            with self._store.db.transaction() as cur:
+                for row, outcome in failures:
+                    outcomes[self._store.finish_failed(cur, row, outcome)] += 1
+            return outcomes
+
+        outcomes = self._retrying(once)
+        for name in ("retried", "dead"):  # counted once committed
+            observe.count(self._store.src.name, name, outcomes[name])

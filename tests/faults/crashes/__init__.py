@@ -1,0 +1,1 @@
+"""Fault tests (real processes, signals, restarts) of crashed, killed and stopped processes."""

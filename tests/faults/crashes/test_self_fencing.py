@@ -1,0 +1,181 @@
+"""Self-fencing with a real worker process (issue 4): a worker whose leases cannot be renewed, or
+whose lease was taken from it, exits without acking before another worker can run its job; one whose
+lease keeper merely lost its session renews on a new one and carries on.
+
+The job parks its worker until the test opens a gate file. Leases are 6 s (renewed every 2 s, the
+fence at 4.8 s): the one thing that must take lease time is the fence itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+
+from duecast.admin import migrate
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.states import State
+from duecast.shared.storage.db import Database, connect
+from duecast.shared.storage.leased.jobs import JobStore
+from duecast.shared.storage.leased.keeper import EXIT_FENCED
+from tests.faults.conftest import _NOT_INHERITED, SESSION_LOST
+from tests.faults.procs import Proc, Procs, tcp_peers, wait_for
+
+pytestmark = pytest.mark.faults
+
+LEASE_S = 6.0
+KEEPER_TIMEOUT_S = 0.5  # 6/3 + 2 * 0.5 = 3 s < the fence at 4.8 s (settings validation)
+WAIT_S = 20.0
+
+
+@dataclass
+class Fencing:
+    settings: Settings
+    env: dict[str, str]
+    store: JobStore
+    sql: pymysql.cursors.Cursor
+    procs: Procs
+    gate: Path
+
+    def row(self, job_id: int, *columns: str) -> tuple[Any, ...]:
+        self.sql.execute(
+            f"SELECT {', '.join(columns)} FROM `{self.settings.jobs.table}` WHERE id = %s", (job_id,)
+        )
+        found = self.sql.fetchone()
+        return tuple(found) if found is not None else ()
+
+    def start_parked_job(self) -> tuple[int, Proc]:
+        """A `park` job, claimed and pushed, and a worker running it (RUNNING committed)."""
+        enqueuer = Enqueuer(self.settings, None)
+        job_id = enqueuer.enqueue("park", "p")
+        enqueuer.db.close()
+        queue = ReadyQueue(connect_redis(self.settings.redis), Keys(self.settings.redis.key_prefix))
+        queue.push(self.store.src.name, self.store.claim_due(10))
+        worker = self.procs.spawn(
+            "worker",
+            ["-m", "duecast.worker", "--app", "tests.integration.jobs_app"],
+            self.env,
+            allow=SESSION_LOST,
+        )
+        wait_for(
+            lambda: self.row(job_id, "dc_state") == (State.RUNNING,),
+            WAIT_S,
+            "the job to start",
+            self.procs.check,
+        )
+        return job_id, worker
+
+    def lease_left_s(self, job_id: int) -> float:
+        (left_us,) = self.row(job_id, "TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_until)")
+        return float(left_us) / 1e6
+
+
+@pytest.fixture
+def fencing(
+    mysql_settings: MySQLSettings,
+    redis_settings: RedisSettings,
+    sql: pymysql.cursors.Cursor,
+    procs: Procs,
+    tmp_path: Path,
+) -> Iterator[Fencing]:
+    table = f"jobs_{uuid.uuid4().hex[:8]}"
+    jobs = {"table": table, "schedules_table": f"{table}_s", "lease_s": LEASE_S, "timeout_s": 600}
+    mysql = mysql_settings.model_copy(update={"lease_keeper_timeout_s": KEEPER_TIMEOUT_S})
+    settings = Settings(mysql=mysql, redis=redis_settings, jobs=jobs)  # type: ignore[arg-type]
+    migrate.apply(settings)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED)}
+    env.update(
+        {
+            "DUECAST_MYSQL__DATABASE": mysql_settings.database,
+            "DUECAST_MYSQL__LEASE_KEEPER_TIMEOUT_S": str(KEEPER_TIMEOUT_S),
+            "DUECAST_REDIS__URL": redis_settings.url.get_secret_value(),
+            "DUECAST_REDIS__KEY_PREFIX": redis_settings.key_prefix,
+            "DUECAST_JOBS": json.dumps(jobs),
+            "DUECAST_WORKER__BLOCK_TIMEOUT_S": "0.5",
+            "DUECAST_TEST_GATE": str(tmp_path / "gate"),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    store = JobStore(Database(mysql), settings.source("jobs.default"), settings.jobs, mysql)
+    yield Fencing(settings, env, store, sql, procs, tmp_path / "gate")
+    procs.kill_all()
+    store.db.close()
+    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
+
+
+def test_a_worker_that_cannot_renew_its_lease_exits_unacked_before_the_lease_runs_out(
+    fencing: Fencing, mysql_settings: MySQLSettings
+) -> None:
+    job_id, worker = fencing.start_parked_job()
+    holder = connect(mysql_settings)  # holds the job's row: every renewal skips it, none confirms
+    try:
+        with holder.cursor() as cur:
+            cur.execute(f"SELECT id FROM `{fencing.settings.jobs.table}` WHERE id = %s FOR UPDATE", (job_id,))
+        assert fencing.procs.wait_exit(worker, WAIT_S) == EXIT_FENCED
+        left_s = fencing.lease_left_s(job_id)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert left_s > 0, "the worker was still running when its lease ran out"
+    assert "no confirmed lease renewal" in worker.log.read_text()
+    # Never acked: still RUNNING under its first attempt, for the sweeper once the lease is out.
+    assert fencing.row(job_id, "dc_state", "dc_attempt", "finished_at") == (State.RUNNING, 1, None)
+    fencing.sql.execute(
+        f"UPDATE `{fencing.settings.jobs.table}` SET lease_until = NOW(6) - INTERVAL 1 SECOND"
+    )
+    assert fencing.store.requeue_expired(60, 10) == 1
+    assert fencing.row(job_id, "dc_state", "interruptions") == (State.IDLE, 1)
+
+
+def test_a_worker_whose_lease_was_taken_exits_at_its_next_renewal(fencing: Fencing) -> None:
+    job_id, worker = fencing.start_parked_job()
+    # The lease "ran out" and the sweeper gave the job to the next worker, under the parked handler.
+    fencing.sql.execute(
+        f"UPDATE `{fencing.settings.jobs.table}` SET lease_until = NOW(6) - INTERVAL 1 SECOND"
+    )
+    assert fencing.store.requeue_expired(60, 10) == 1
+    assert fencing.procs.wait_exit(worker, LEASE_S) == EXIT_FENCED  # at the next renewal, every 2 s
+    assert "lost a lease" in worker.log.read_text()
+    assert fencing.row(job_id, "dc_state", "dc_attempt", "interruptions") == (State.IDLE, 1, 1)
+
+
+def test_a_lease_keeper_whose_session_was_killed_renews_on_a_new_one(fencing: Fencing) -> None:
+    job_id, worker = fencing.start_parked_job()
+    fencing.sql.execute(
+        "SELECT ID, HOST FROM information_schema.PROCESSLIST WHERE DB = %s",
+        (fencing.settings.mysql.database,),
+    )
+    ports = {str(local) for local, remote in tcp_peers(worker.pid) if remote == fencing.settings.mysql.port}
+    sessions = [int(i) for i, host in fencing.sql.fetchall() if str(host).rsplit(":", 1)[-1] in ports]
+    (before,) = fencing.row(job_id, "lease_until")
+    for session in sessions:  # the keeper's among them, and the worker's own
+        fencing.sql.execute(f"KILL {session}")
+    wait_for(
+        lambda: fencing.row(job_id, "lease_until")[0] > before,
+        WAIT_S,
+        "a renewal on a new session",
+        fencing.procs.check,
+    )
+    second = fencing.row(job_id, "lease_until")[0]
+    wait_for(
+        lambda: fencing.row(job_id, "lease_until")[0] > second,
+        WAIT_S,
+        "the next renewal",
+        fencing.procs.check,
+    )
+    assert worker.alive()
+    fencing.gate.touch()  # the job ends and is acked on a new session too
+    wait_for(
+        lambda: fencing.row(job_id, "dc_state") == (), WAIT_S, "the job to be acked", fencing.procs.check
+    )
+    assert worker.alive()

@@ -1,0 +1,221 @@
+"""The store contract (tests/unit/store_contract.py) against every real store kind on MariaDB.
+
+Row-mode and range-mode sources, a job queue and a cluster consumer group, each built by
+build_stores as the roles build them. The same suite runs against the unit tests' fake
+(tests/unit/storage/test_store_fakes.py). State is arranged in SQL: rows inserted with the due order each
+kind sorts by, and time passed by back-dating the dispatch (and lease) columns.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, cast
+
+import pymysql
+import pytest
+
+from duecast.admin import migrate
+from duecast.shared.acks import Row
+from duecast.shared.api.publish import Publish, Publisher
+from duecast.shared.process.runtime import build_stores
+from duecast.shared.queries.ranges import ranges_table
+from duecast.shared.settings import MySQLSettings, Settings, SourceSettings
+from duecast.shared.storage.range_store import RANGE_KEY, RangeStore
+from duecast.shared.storage.source_store import Store
+from tests.unit.store_contract import (
+    AckContract,
+    ClaimContract,
+    ContractStore,
+    StartContract,
+    StoreContract,
+    SweepContract,
+)
+
+pytestmark = pytest.mark.integration
+
+RANGE_SIZE = 10
+SPAN_BASE = 2  # range 1 covers id 0; seeded spans start at range 2 (ids 10..19)
+LEASED = ("dc_dispatched_at", "lease_until")  # a RUNNING row's clock is its lease
+
+
+class SqlKind:
+    """A real store kind: its store as the roles get it, plus SQL on its dispatch table.
+
+    `key` is the entry id column of `table` (each test's table holds this store's rows only).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        sources: list[SourceSettings],
+        sql: pymysql.cursors.Cursor,
+        table: str,
+        key: str,
+        *,
+        timed: Sequence[str] = ("dc_dispatched_at",),
+    ) -> None:
+        self.settings = settings
+        self.sources = sources
+        self.sql = sql
+        self.table = table
+        self.key = key
+        self.timed = timed
+        (self.store,) = build_stores(settings, sources)
+        self._other: Store | None = None
+        self.seeded = 0
+
+    def other(self) -> ContractStore:
+        """A second store on its own connection: another process, for calls while a batch is open."""
+        if self._other is None:
+            (self._other,) = build_stores(self.settings, self.sources)
+        return self._other
+
+    def backdate(self, ids: Sequence[int], seconds: float) -> None:
+        moved = ", ".join(f"`{c}` = `{c}` - INTERVAL %s MICROSECOND" for c in self.timed)
+        marks = ",".join(["%s"] * len(ids))
+        self.sql.execute(
+            f"UPDATE `{self.table}` SET {moved} WHERE `{self.key}` IN ({marks})",
+            (*[round(seconds * 1e6)] * len(self.timed), *ids),
+        )
+
+    def entry_id(self, row: Row) -> int:
+        return int(row[self.key])
+
+    def next_ids(self, n: int) -> list[int]:
+        """The next n ids to seed, in the order they are due: the highest id is the oldest, so a
+        kind that claimed by id alone would fail the order checks."""
+        first = self.seeded + 1
+        self.seeded += n
+        return list(range(first + n - 1, first - 1, -1))
+
+    def close(self) -> None:
+        for store in (self.store, self._other):
+            if store is not None:
+                cast(Any, store).db.close()  # every kind keeps its Database as `db`
+
+
+class RowKind(SqlKind):
+    def seed(self, n: int) -> list[int]:
+        ids = self.next_ids(n)
+        self.sql.executemany(
+            f"INSERT INTO `{self.table}` (user_id, status, updated_time) "
+            "VALUES (%s, 1, TIMESTAMP('2020-01-01') - INTERVAL %s SECOND)",
+            [(i, i) for i in ids],
+        )
+        return ids
+
+
+class RangeKind(SqlKind):
+    """Entries are spans of RANGE_SIZE ids: `seed` writes business rows and discovers their spans."""
+
+    def __init__(self, business: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.business = business
+
+    def seed(self, n: int) -> list[int]:
+        spans = [SPAN_BASE + i - 1 for i in self.next_ids(n)]
+        lo, hi = (min(spans) - 1) * RANGE_SIZE, max(spans) * RANGE_SIZE - 1
+        self.sql.execute(f"INSERT INTO `{self.business}` SELECT seq, 1, '2020-01-01' FROM seq_{lo}_to_{hi}")
+        assert isinstance(self.store, RangeStore)
+        self.store.discover(full=True)
+        self.sql.execute(
+            f"UPDATE `{self.table}` SET checked_at = TIMESTAMP('2020-01-01') - INTERVAL range_id SECOND "
+            f"WHERE range_id BETWEEN {min(spans)} AND {max(spans)}"
+        )
+        return spans
+
+    def entry_id(self, row: Row) -> int:
+        return int(row[RANGE_KEY]) // RANGE_SIZE + 1  # a business row's span
+
+
+class JobKind(SqlKind):
+    def seed(self, n: int) -> list[int]:
+        ids = self.next_ids(n)
+        self.sql.executemany(
+            f"INSERT INTO `{self.table}` (id, queue, task, payload, run_at) "
+            "VALUES (%s, 'default', 'contract', '{}', TIMESTAMP('2020-01-01') - INTERVAL %s SECOND)",
+            [(i, i) for i in ids],
+        )
+        return ids
+
+
+class GroupKind(SqlKind):
+    """A cluster group's entries are its topic's messages: published in order, claimed in order."""
+
+    def seed(self, n: int) -> list[int]:
+        publisher = Publisher(self.settings, None)
+        try:
+            return publisher.publish_many(Publish("orders", i) for i in range(n))
+        finally:
+            publisher.db.close()
+
+
+def _settings(mysql: MySQLSettings, **sections: Any) -> Settings:
+    settings = Settings(mysql=mysql, **{"jobs": {"enabled": False}, **sections})
+    migrate.apply(settings)
+    return settings
+
+
+class TestRowStore(StoreContract):
+    @pytest.fixture
+    def kind(self, make_env: Callable[..., Any], sql: pymysql.cursors.Cursor) -> Iterator[SqlKind]:
+        env = make_env("rescan")  # its fixture drops the table
+        kind = RowKind(env.settings, [env.source], sql, env.table, "user_id")
+        yield kind
+        kind.close()
+
+
+# Acks of a range are not fenced per row: a range batch acks the ranges it holds locked (their
+# fence was checked when they were locked, and no sweep can requeue them under that lock), so a
+# row from an earlier batch is never its to ack. StaleAckContract does not apply.
+class TestRangeStore(ClaimContract, StartContract, AckContract, SweepContract):
+    @pytest.fixture
+    def kind(self, mysql_settings: MySQLSettings, sql: pymysql.cursors.Cursor) -> Iterator[SqlKind]:
+        table = f"t_ranged_{uuid.uuid4().hex[:8]}"
+        sql.execute(
+            f"CREATE TABLE `{table}` (user_id BIGINT PRIMARY KEY, status INT NOT NULL DEFAULT 1, "
+            "updated_time DATETIME(6) NOT NULL)"
+        )
+        src = SourceSettings(
+            name=table,
+            table=table,
+            id_column="user_id",
+            due_column="updated_time",
+            period_s=10,
+            mode="ranges",
+            range_size=RANGE_SIZE,
+        )
+        settings = _settings(mysql_settings, sources=[src])
+        kind = RangeKind(table, settings, [src], sql, ranges_table(src), "range_id")
+        yield kind
+        kind.close()
+        sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{ranges_table(src)}`")
+
+
+class TestJobQueueStore(StoreContract):
+    @pytest.fixture
+    def kind(self, mysql_settings: MySQLSettings, sql: pymysql.cursors.Cursor) -> Iterator[SqlKind]:
+        table = f"jobs_{uuid.uuid4().hex[:8]}"
+        settings = _settings(mysql_settings, jobs={"table": table, "schedules_table": f"{table}_s"})
+        kind = JobKind(settings, settings.jobs.queue_sources(), sql, table, "id", timed=LEASED)
+        yield kind
+        kind.close()
+        sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
+
+
+class TestClusterGroupStore(StoreContract):
+    @pytest.fixture
+    def kind(self, mysql_settings: MySQLSettings, sql: pymysql.cursors.Cursor) -> Iterator[SqlKind]:
+        topics = {
+            "table_prefix": f"t{uuid.uuid4().hex[:8]}_",
+            "names": ["orders"],
+            "groups": [{"topic": "orders", "name": "audit", "start": "earliest"}],
+        }
+        settings = _settings(mysql_settings, topics=topics)
+        deliveries = settings.topics.table("deliveries")
+        kind = GroupKind(settings, settings.topics.group_sources(), sql, deliveries, "seq", timed=LEASED)
+        yield kind
+        kind.close()
+        for part in ("topics", "messages", "groups", "deliveries", "attempts", "members"):
+            sql.execute(f"DROP TABLE IF EXISTS `{settings.topics.table(part)}`")

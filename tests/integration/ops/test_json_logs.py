@@ -1,0 +1,83 @@
+"""`log_format = "json"` in real processes: every stderr line is one JSON object with an event name,
+and a failed job's lines carry its id, its task and the worker process (host:pid) that ran it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+
+from duecast.admin import migrate
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def jobs_env(
+    mysql_settings: MySQLSettings, redis_settings: RedisSettings, sql: pymysql.cursors.Cursor
+) -> Iterator[tuple[dict[str, str], Enqueuer, str]]:
+    table = f"jobs_{uuid.uuid4().hex[:8]}"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DUECAST_JOBS", "DUECAST_SOURCES"))},
+        "DUECAST_MYSQL__DATABASE": mysql_settings.database,
+        "DUECAST_REDIS__KEY_PREFIX": redis_settings.key_prefix,
+        "DUECAST_JOBS__TABLE": table,
+        "DUECAST_JOBS__SCHEDULES_TABLE": f"{table}_s",
+        "DUECAST_LOG_FORMAT": "json",
+        "DUECAST_WORKER__BLOCK_TIMEOUT_S": "0.1",
+    }
+    jobs = {"table": table, "schedules_table": f"{table}_s"}
+    settings = Settings(mysql=mysql_settings, redis=redis_settings, jobs=jobs)  # type: ignore[arg-type]
+    migrate.apply(settings)
+    yield env, Enqueuer(settings, connect_redis(redis_settings)), table
+    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
+
+
+def run(env: dict[str, str], *args: str) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "duecast", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines, "the process logged nothing"
+    return [json.loads(line) for line in lines]  # every line is one JSON object
+
+
+def test_a_failed_job_is_logged_as_json_events_with_its_id_and_worker(
+    jobs_env: tuple[dict[str, str], Enqueuer, str], sql: pymysql.cursors.Cursor
+) -> None:
+    env, enqueuer, table = jobs_env
+    job_id = enqueuer.enqueue("fail_always", "json-log", max_attempts=1)
+
+    dispatcher = run(env, "dispatcher", "--drain")
+    worker = run(env, "worker", "--drain", "--app", "tests.integration.jobs_app")
+
+    for doc in dispatcher + worker:
+        assert {"ts", "level", "logger", "event", "message", "process"} <= set(doc)
+    failed = next(d for d in worker if d["event"] == "worker.handler_failed")
+    assert (failed["job_id"], failed["task"], failed["source"]) == (job_id, "fail_always", "jobs.default")
+    assert "RuntimeError: boom json-log" in failed["exception"]
+    dead = next(d for d in worker if d["event"] == "job.dead")
+    assert dead["job_id"] == job_id
+    sql.execute(f"SELECT worker FROM `{table}` WHERE id = %s", (job_id,))
+    assert sql.fetchone() == (failed["process"],)  # the job names the process whose lines these are
+    assert {d["event"] for d in dispatcher} >= {"dispatcher.dispatching"}

@@ -1,0 +1,389 @@
+"""`duecast web` against real MariaDB and Redis, through Flask's test client and once over HTTP: pages
+render what the system holds, charts get data, and retry/discard need the token and a confirmation.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pymysql
+import pytest
+from flask.testing import FlaskClient
+
+from duecast.admin import migrate
+from duecast.dispatcher.main import serve as serve_dispatcher
+from duecast.history import History
+from duecast.sampler import Sampler
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.states import State
+from duecast.web.app import create_app
+from duecast.web.context import WebContext
+from duecast.web.serve import running
+from duecast.worker.main import serve as serve_worker
+from tests.integration import jobs_app
+from tests.integration.conftest import create_table, source_fields
+from tests.integration.ops.test_health import free_port
+from tests.integration.polling import wait_until
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "test-token-0123456789"
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@dataclass
+class Web:
+    settings: Settings
+    ctx: WebContext
+    client: FlaskClient
+    sampler: Sampler
+    sql: pymysql.cursors.Cursor
+    enqueuer: Enqueuer
+    woken: list[int]
+
+    @property
+    def jobs_table(self) -> str:
+        return self.settings.jobs.table
+
+    def read(self, n: int = 1) -> None:
+        for _ in range(n):
+            self.ctx.history.add(self.sampler.read())
+
+    def run_jobs(self) -> None:
+        serve_dispatcher(self.settings, threading.Event(), drain=True)
+        serve_worker(self.settings, threading.Event(), drain=True)
+
+    def state(self, job_id: int) -> int | None:
+        self.sql.execute(f"SELECT dc_state FROM `{self.jobs_table}` WHERE id = %s", (job_id,))
+        row = self.sql.fetchone()
+        return None if row is None else int(row[0])
+
+    def page(self, path: str, status: int = 200) -> str:
+        resp = self.client.get(path)
+        assert resp.status_code == status, resp.get_data(as_text=True)
+        return resp.get_data(as_text=True)
+
+
+def web_settings(
+    mysql: MySQLSettings, redis: RedisSettings, table: str, token: str | None = TOKEN, **web: object
+) -> Settings:
+    jobs_table = f"jobs_{uuid.uuid4().hex[:8]}"
+    return Settings(
+        mysql=mysql,
+        redis=redis,
+        sources=[{"name": "users", "table": table, **source_fields("rescan")}],  # type: ignore[list-item]
+        jobs={  # type: ignore[arg-type]
+            "table": jobs_table,
+            "schedules_table": f"{jobs_table}_s",
+            "queues": ["default", "mail"],
+            "schedules": [{"name": "nightly", "task": "record", "cron": "0 3 * * *"}],
+        },
+        worker={"app": "tests.integration.jobs_app", "block_timeout_s": 0.1},  # type: ignore[arg-type]
+        dispatcher={"poll_interval_s": 0.05},  # type: ignore[arg-type]
+        web={"token": token, "refresh_s": 0, "port": 0, "host": "127.0.0.1", **web},  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+def make_web(
+    mysql_settings: MySQLSettings, redis_settings: RedisSettings, sql: pymysql.cursors.Cursor
+) -> Iterator[Callable[..., Web]]:
+    tables: list[str] = []
+
+    def make(token: str | None = TOKEN) -> Web:
+        table = f"users_{uuid.uuid4().hex[:8]}"
+        create_table(sql, table, "rescan", 50)
+        settings = web_settings(mysql_settings, redis_settings, table, token)
+        tables.extend([table, settings.jobs.table, settings.jobs.schedules_table])
+        migrate.apply(settings)
+        sampler = Sampler.connect(settings)
+        woken: list[int] = []
+        ctx = WebContext(settings, History(100), settings.jobs.schedules, wake=lambda: woken.append(1))
+        enqueuer = Enqueuer(settings, connect_redis(settings.redis), jobs_app.handlers.task_names)
+        jobs_app.RUNS.clear()
+        return Web(settings, ctx, create_app(ctx).test_client(), sampler, sql, enqueuer, woken)
+
+    yield make
+    for table in tables:
+        sql.execute(f"DROP TABLE IF EXISTS `{table}`")
+
+
+@pytest.fixture
+def web(make_web: Callable[..., Web]) -> Web:
+    return make_web()
+
+
+def dead_job(web: Web, payload: str = "x") -> int:
+    job_id = web.enqueuer.enqueue("fail_always", payload, max_attempts=1)
+    web.run_jobs()
+    assert web.state(job_id) == State.DEAD
+    return job_id
+
+
+def points(html: str, chart_id: str) -> int:
+    """The data-points of the chart in figure `chart_id`."""
+    found = re.search(rf'id="{chart_id}".*?data-points="(\d+)"', html, re.S)
+    assert found, f"no chart {chart_id}"
+    return int(found.group(1))
+
+
+def test_the_overview_waits_for_readings_then_charts_throughput_and_lag(web: Web) -> None:
+    html = web.page("/")
+    assert "Taking the first reading" in html
+    assert points(html, "chart-throughput") == 0
+
+    web.read()
+    web.sampler.queue.add_stats("users", {"acked": 500})
+    web.read(2)
+    html = web.page("/")
+
+    assert 'data-source="users"' in html
+    assert 'data-source="jobs.default"' in html
+    assert 'data-source="jobs.mail"' in html
+    assert points(html, "chart-throughput") >= 2  # two intervals, per source
+    assert points(html, "chart-lag") >= 3
+    assert "re-scan every 10 s (rows)" in html
+    assert "0.0%" in html  # nothing checked within period + 1 s: every user was checked an hour ago
+    # No worker runs here: each source and queue says so.
+    for label in ("source users", "queue default (jobs.default)", "queue mail (jobs.mail)"):
+        assert f'<p class="flash bad unserved">{label}: no live worker serves it;' in html
+
+
+def test_a_source_page_and_a_queue_page(web: Web) -> None:
+    web.read(2)
+    html = web.page("/sources/users")
+    assert points(html, "chart-freshness") == 2
+    assert points(html, "chart-backlog") == 4  # due and in flight, two readings each
+    assert ">50<" in html  # 50 rows due
+
+    html = web.page("/sources/jobs.mail")
+    assert "Queue mail" in html
+    assert "chart-freshness" not in html
+    assert "no source or queue named" in web.page("/sources/nope", 404)
+
+
+def test_dead_jobs_show_their_error_and_a_job_its_traceback(web: Web) -> None:
+    job_id = dead_job(web, "boom-payload")
+
+    html = web.page("/dead")
+    assert f'data-job="{job_id}"' in html
+    assert "RuntimeError: boom boom-payload" in html
+    assert web.page("/dead?queue=mail").count("data-job=") == 0
+    assert f'data-job="{job_id}"' in web.page("/dead?task=fail_always")
+
+    html = web.page(f"/jobs/{job_id}")
+    assert "Traceback (most recent call last)" in html
+    assert 'id="retry"' in html
+    assert "boom-payload" in html
+    assert "no job 999999999" in web.page("/jobs/999999999", 404)
+
+
+def test_retrying_a_dead_job_needs_the_token_and_a_confirmation(web: Web) -> None:
+    job_id = dead_job(web)
+    assert "Yes, retry job" in web.page(f"/jobs/{job_id}/retry")
+
+    assert web.client.post(f"/jobs/{job_id}/retry", data={"confirm": "yes"}).status_code == 403
+    wrong = web.client.post(f"/jobs/{job_id}/retry", data={"confirm": "yes", "token": TOKEN + "x"})
+    assert wrong.status_code == 403
+    assert "not the token" in wrong.get_data(as_text=True)
+    assert web.client.post(f"/jobs/{job_id}/retry", data={"token": TOKEN}).status_code == 400
+    assert web.state(job_id) == State.DEAD
+    assert web.woken == []
+
+    done = web.client.post(f"/jobs/{job_id}/retry", data={"confirm": "yes", "token": TOKEN})
+    assert (done.status_code, done.headers["Location"]) == (303, f"/jobs/{job_id}?done=retried")
+    assert web.state(job_id) == State.IDLE
+    assert web.woken == [1]
+    assert "Retried" in web.page(f"/jobs/{job_id}?done=retried")
+    # Pending now, so neither action applies any more.
+    assert "applies to dead jobs only" in web.page(f"/jobs/{job_id}/retry", 409)
+    # If a worker ran it before the redirect arrived, the page says so instead of "not found".
+    web.sql.execute(f"DELETE FROM `{web.jobs_table}` WHERE id = %s", (job_id,))
+    assert "has already run and finished" in web.page(f"/jobs/{job_id}?done=retried")
+    assert "no job" in web.page(f"/jobs/{job_id}", 404)
+
+
+def test_discarding_a_dead_job_deletes_it(web: Web) -> None:
+    job_id = dead_job(web)
+    done = web.client.post(f"/jobs/{job_id}/discard", data={"confirm": "yes", "token": TOKEN})
+    assert (done.status_code, done.headers["Location"]) == (303, f"/dead?discarded={job_id}")
+    assert web.state(job_id) is None
+
+
+def test_without_a_token_the_dashboard_changes_nothing(make_web: Callable[..., Web]) -> None:
+    web = make_web(token=None)
+    job_id = dead_job(web)
+    assert 'id="retry"' not in web.page(f"/jobs/{job_id}")
+    assert "set web.token" in web.page(f"/jobs/{job_id}/retry", 403)
+    assert web.client.post(f"/jobs/{job_id}/retry", data={"confirm": "yes", "token": ""}).status_code == 403
+    assert web.state(job_id) == State.DEAD
+
+
+XSS = "<script>alert(1)</script><img src=x onerror=alert(2)>\"'><svg/onload=alert(3)>"
+
+
+def test_hostile_payloads_and_paths_are_escaped_or_refused(web: Web) -> None:
+    """What the probe of issue 17 tried on the dashboard: markup in a job's payload and error, a
+    hostile queue/task filter, path traversal, and a forged action without the token."""
+    job_id = dead_job(web, XSS)  # fail_always puts its payload into the error, so into last_error too
+    for path in (f"/jobs/{job_id}", "/dead", f"/dead?task={XSS}&queue={XSS}", f"/jobs/{job_id}/retry"):
+        html = web.page(path, 200)
+        assert "<script>alert" not in html, path
+        assert "<img src=x" not in html, path
+        assert "<svg/onload" not in html, path
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in web.page(f"/jobs/{job_id}")
+    for path in ("/static/../app.py", "/static/..%2fapp.py", "/static/%2e%2e/%2e%2e/pyproject.toml"):
+        assert web.client.get(path).status_code == 404, path
+    assert web.client.get("/jobs/1%20OR%201=1").status_code == 404
+    forged = web.client.post(f"/jobs/{job_id}/discard", data={"confirm": "yes"})  # a cross-site form
+    assert forged.status_code == 403
+    assert web.state(job_id) == State.DEAD
+
+
+def test_workers_are_seen_through_the_jobs_they_run(web: Web) -> None:
+    assert "No worker is running a job now" in web.page("/workers")
+    job_id = web.enqueuer.enqueue("record", "r")
+    web.sql.execute(
+        f"UPDATE `{web.jobs_table}` SET dc_state = %s, worker = 'host-a:42', started_at = NOW(6), "
+        "lease_until = NOW(6) + INTERVAL 1 MINUTE WHERE id = %s",
+        (int(State.RUNNING), job_id),
+    )
+    html = web.page("/workers")
+    assert "host-a:42" in html
+    assert "live" in html
+
+
+def test_schedules_show_configured_and_forgotten_ones(web: Web) -> None:
+    web.sql.execute(
+        f"INSERT INTO `{web.settings.jobs.schedules_table}` (name, last_run_at, runs) "
+        "VALUES ('nightly', UTC_TIMESTAMP(6) - INTERVAL 1 DAY, 4), ('gone', '2024-01-01', 9)"
+    )
+    html = web.page("/schedules")
+    nightly = re.search(r'data-schedule="nightly">(.*?)</tr>', html, re.S)
+    assert nightly is not None
+    assert "cron 0 3 * * * (UTC)" in nightly.group(1)
+    assert re.search(r"\d{4}-\d\d-\d\d 03:00:00 UTC", nightly.group(1))  # the next 03:00
+    gone = re.search(r'data-schedule="gone">(.*?)</tr>', html, re.S)
+    assert gone is not None
+    assert ">9<" in gone.group(1)
+
+
+def test_every_response_carries_a_strict_content_security_policy(web: Web) -> None:
+    resp = web.client.get("/")
+    assert "script-src 'self'" in resp.headers["Content-Security-Policy"]
+    assert "frame-ancestors 'none'" in resp.headers["Content-Security-Policy"]
+    assert resp.headers["X-Content-Type-Options"] == "nosniff"
+    assert web.client.get("/static/live.js").status_code == 200
+
+
+def test_served_over_http_with_a_sampler_thread(make_web: Callable[..., Web]) -> None:
+    web = make_web()
+    ctx = WebContext(
+        web.settings.model_copy(
+            update={"web": web.settings.web.model_copy(update={"sample_interval_s": 0.1})}
+        ),
+        History(50),
+        [],
+    )
+    with running(ctx, web.sampler) as port:
+        wait_until(lambda: len(ctx.history) >= 3, "three readings from the sampler thread")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
+            html = resp.read().decode()
+        assert points(html, "chart-lag") >= 3
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
+
+
+IDLE_CONNECTIONS = 150  # waitress's default connection_limit was 100
+
+
+def test_idle_and_half_sent_connections_cannot_lock_the_dashboard_out(make_web: Callable[..., Web]) -> None:
+    """Issue 17: ~100 idle connections stopped the dashboard answering for minutes."""
+    web = make_web()
+    limits = web.settings.web.model_copy(update={"channel_timeout_s": 2})
+    ctx = WebContext(web.settings.model_copy(update={"web": limits}), History(50), [])
+    with running(ctx, web.sampler) as port:
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(IDLE_CONNECTIONS)]
+        try:
+            for sock in idle[::2]:
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: slow\r\n")  # the headers never end
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+                assert resp.status == 200
+            # ...and each is closed once idle for web.channel_timeout_s.
+            open_ = set(idle)
+
+            def all_closed() -> bool:
+                for sock in list(open_):
+                    sock.setblocking(False)
+                    try:
+                        if sock.recv(1024) == b"":
+                            open_.discard(sock)
+                    except BlockingIOError:
+                        pass
+                    except ConnectionError:
+                        open_.discard(sock)
+                return not open_
+
+            wait_until(all_closed, "the server to close every idle connection", timeout_s=15)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+                assert resp.status == 200
+        finally:
+            for sock in idle:
+                sock.close()
+
+
+def test_the_web_command_serves_until_sigterm(
+    make_web: Callable[..., Web], mysql_settings: MySQLSettings, redis_settings: RedisSettings
+) -> None:
+    web = make_web()
+    port = free_port()
+    env = {
+        **os.environ,
+        "DUECAST_MYSQL__DATABASE": mysql_settings.database,
+        "DUECAST_REDIS__KEY_PREFIX": redis_settings.key_prefix,
+        "DUECAST_SOURCES": f'[{{"name": "users", "table": "{web.settings.sources[0].table}", '
+        '"id_column": "user_id", "due_column": "updated_time", "period_s": 10}]',
+        "DUECAST_JOBS__TABLE": web.jobs_table,
+        "DUECAST_JOBS__SCHEDULES_TABLE": web.settings.jobs.schedules_table,
+        "DUECAST_WEB__TOKEN": TOKEN,
+        "DUECAST_LOG_FORMAT": "json",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "duecast", "web", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+
+        def answers() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+                    return resp.status == 200
+            except (urllib.error.URLError, ConnectionError):
+                assert proc.poll() is None, proc.communicate()[1]
+                return False
+
+        wait_until(answers, "duecast web to answer", timeout_s=30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert '"event": "web.started"' in err
+    assert TOKEN not in err

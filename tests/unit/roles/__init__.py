@@ -1,0 +1,1 @@
+"""Unit tests (no network) of the roles' loops and decisions."""

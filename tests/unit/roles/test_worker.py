@@ -1,0 +1,168 @@
+"""worker.Worker.tick with a fake store and a fakeredis queue: what gets acked, counted and quarantined."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import cast
+
+import fakeredis
+import pytest
+
+from duecast.shared.acks import Ack, Row
+from duecast.shared.api.handlers import Handler
+from duecast.shared.fanout.keys import Entry, Keys
+from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.settings import WorkerSettings
+from duecast.shared.storage.source_store import SourceStore
+from duecast.worker.executor import Executor
+from duecast.worker.worker import Worker
+from tests.unit.fakes import FakeWorkStore, rescan_source
+
+SETTINGS = WorkerSettings(pop_batch=100, block_timeout_s=0.1)
+
+
+@pytest.fixture
+def executor() -> Iterator[Executor]:
+    ex = Executor(1)
+    yield ex
+    ex.close()
+
+
+def _worker(store: FakeWorkStore, handler: Handler, queue: ReadyQueue, executor: Executor) -> Worker:
+    stores = cast(dict[str, SourceStore], {store.src.name: store})
+    return Worker(stores, {store.src.name: handler}, queue, SETTINGS, executor)
+
+
+def _acked_ids(store: FakeWorkStore) -> list[int]:
+    return [row["user_id"] for row, _ in store.acked]
+
+
+def test_empty_lists_make_an_idle_tick(ready_queue: ReadyQueue, executor: Executor) -> None:
+    store = FakeWorkStore(rescan_source(), {})
+    tick = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue, executor).tick()
+    assert (tick.delay_s, tick.idle) == (0.0, True)  # BLMPOP already waited; no extra sleep
+    assert store.started_with == []
+
+
+def test_good_entries_are_handled_and_acked(ready_queue: ReadyQueue, executor: Executor) -> None:
+    store = FakeWorkStore(rescan_source(), {1: 1, 2: 3, 3: 1})
+    seen: list[Row] = []
+    handler = Handler("users", seen.append, batch=False, columns=("status",))
+    ready_queue.push("users", [Entry(1, 1), Entry(2, 3), Entry(3, 1)])
+    worker = _worker(store, handler, ready_queue, executor)
+    tick = worker.tick()
+    assert (tick.delay_s, tick.idle) == (0.0, False)
+    assert store.started_with == [([Entry(1, 1), Entry(2, 3), Entry(3, 1)], ("status",))]
+    assert [r["user_id"] for r in seen] == [1, 2, 3]
+    assert _acked_ids(store) == [1, 2, 3]
+    assert +worker.counts == Counter({"popped": 3, "started": 3, "acked": 3})
+    assert ready_queue.stats("users") == {"popped": 3, "started": 3, "acked": 3}
+
+
+def test_bad_and_duplicate_entries(ready_queue: ReadyQueue, executor: Executor) -> None:
+    store = FakeWorkStore(rescan_source(), {5: 2})
+    ready_queue.push_raw("users", [b"5:2", b"garbage", b"5:2", b"0:1", b"5:1"])
+    worker = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue, executor)
+    worker.tick()
+    assert store.started_with[0][0] == [Entry(5, 2), Entry(5, 1)]
+    assert _acked_ids(store) == [5]
+    # One exact duplicate dropped before locking, one older attempt not locked (fenced out).
+    assert +worker.counts == Counter({"popped": 5, "bad": 2, "stale_entries": 2, "started": 1, "acked": 1})
+    assert ready_queue.quarantined("users") == [b"malformed 0:1", b"malformed garbage"]
+
+
+def test_only_bad_entries_lock_nothing(ready_queue: ReadyQueue, executor: Executor) -> None:
+    store = FakeWorkStore(rescan_source(), {})
+    ready_queue.push_raw("users", [b"x", b"-1:1"])
+    worker = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue, executor)
+    worker.tick()
+    assert store.started_with == []
+    assert +worker.counts == Counter({"popped": 2, "bad": 2})
+
+
+def test_failed_rows_are_not_acked(ready_queue: ReadyQueue, executor: Executor) -> None:
+    store = FakeWorkStore(rescan_source(), {i: 1 for i in range(1, 5)})
+
+    def fn(row: Row) -> Ack | None:
+        if row["user_id"] == 2:
+            raise RuntimeError("boom")
+        if row["user_id"] == 3:
+            return Ack.touch(no_such_column=1)  # valid name, but not a column of the table
+        return Ack.touch(status=7) if row["user_id"] == 4 else None
+
+    ready_queue.push("users", [Entry(i, 1) for i in range(1, 5)])
+    worker = _worker(store, Handler("users", fn, batch=False), ready_queue, executor)
+    worker.tick()
+    assert _acked_ids(store) == [1, 4]
+    assert [ack for _, ack in store.acked] == [Ack.default(), Ack.touch(status=7)]
+    assert +worker.counts == Counter({"popped": 4, "started": 4, "failed": 2, "acked": 2})
+
+
+def test_acks_that_lost_their_fence_count_as_stale(ready_queue: ReadyQueue, executor: Executor) -> None:
+    store = FakeWorkStore(rescan_source(), {1: 1, 2: 1})
+
+    def handle(row: Row) -> None:
+        if row["user_id"] == 2:
+            store.take_over(2)  # while its handler runs, another worker takes row 2 over
+
+    ready_queue.push("users", [Entry(1, 1), Entry(2, 1)])
+    worker = _worker(store, Handler("users", handle, batch=False), ready_queue, executor)
+    worker.tick()
+    assert +worker.counts == Counter({"popped": 2, "started": 2, "acked": 1, "stale_acks": 1})
+
+
+class _RecordingQueue(ReadyQueue):
+    """pop_held as the worker sees it, without Lua (fakeredis has none here): a plain pop, recorded.
+    The script itself is tested on real Redis (tests/integration/flow/test_pop_held.py)."""
+
+    calls: list[tuple[str, str]]
+    counts: list[int | Sequence[int]]
+
+    def pop_held(
+        self, worker: str, sources: Sequence[str], count: int | Sequence[int], timeout_s: float
+    ) -> tuple[str, list[bytes]] | None:
+        self.calls.append(("pop_held", worker))
+        self.counts.append(count)
+        return self.pop(sources, count if isinstance(count, int) else min(count), timeout_s)
+
+    def release_hold(self, worker: str) -> None:
+        self.calls.append(("release_hold", worker))
+        super().release_hold(worker)
+
+
+@pytest.mark.parametrize("process", [None, "host:123"])
+def test_a_registered_worker_pops_into_its_hold_and_releases_it_after_the_batch(
+    fake_redis: fakeredis.FakeRedis, executor: Executor, process: str | None
+) -> None:
+    queue = _RecordingQueue(fake_redis, Keys("unit"))
+    queue.calls, queue.counts = [], []
+    store = FakeWorkStore(rescan_source(), {1: 1, 2: 1})
+    queue.push("users", [Entry(1, 1), Entry(2, 1)])
+    stores = cast(dict[str, SourceStore], {"users": store})
+    handler = Handler("users", lambda row: None, batch=False)
+    worker = Worker(stores, {"users": handler}, queue, SETTINGS, executor, process=process)
+    worker.tick()
+    assert _acked_ids(store) == [1, 2]
+    # No registry name: the plain BLMPOP and no hold at all.
+    assert queue.calls == ([] if process is None else [("pop_held", process), ("release_hold", process)])
+
+
+def test_a_worker_pops_each_list_by_its_own_count(
+    fake_redis: fakeredis.FakeRedis, executor: Executor
+) -> None:
+    """pop_batch counts rows: 100 rows is 1 entry of a range source (spans of 1,000 ids) but 100
+    entries of a row source. A worker serving both pops each list by its own count."""
+    queue = _RecordingQueue(fake_redis, Keys("unit"))
+    queue.calls, queue.counts = [], []
+    spans = FakeWorkStore(rescan_source(), {})
+    spans.rows_per_entry = 1000
+    rows = FakeWorkStore(rescan_source(), {1: 1})
+    stores = cast(dict[str, SourceStore], {"spans": spans, "users": rows})
+    handler = Handler("users", lambda row: None, batch=False)
+    worker = Worker(stores, {"spans": handler, "users": handler}, queue, SETTINGS, executor, process="h:1")
+    assert worker.pop_counts == [1, 100]
+    assert worker.pop_count == 1  # the plain BLMPOP's one count: never more rows than pop_batch
+    queue.push("users", [Entry(1, 1)])
+    worker.tick()
+    assert queue.counts == [[1, 100]]

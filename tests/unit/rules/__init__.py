@@ -1,0 +1,1 @@
+"""Unit tests (no network) of pure policy, schedules and the handler API."""

@@ -1,0 +1,1 @@
+"""Unit tests (no network) of the settings model and its documentation."""
