@@ -17,7 +17,7 @@ from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.process.runtime import build_queue, build_stores
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
-from duecast.shared.storage.job_store import JobStore
+from duecast.shared.storage.leased.jobs import JobStore
 from tests.integration import jobs_app
 
 pytestmark = pytest.mark.integration
