@@ -15,10 +15,11 @@ from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue
 from duecast.shared.policy import claim_room, dispatch_delay_s
 from duecast.shared.process.loop import Tick
 from duecast.shared.settings import DispatcherSettings
-from duecast.shared.storage.source_store import Store
+from duecast.shared.storage.source_store import SkipsLocked, Store
 from duecast.shared.telemetry import observe
 
 log = logging.getLogger("duecast.dispatcher")
+LOCKED_LOG_EVERY_S = 30.0  # rows held by another session: one log line per source at most this often
 
 
 class Dispatcher:
@@ -32,6 +33,8 @@ class Dispatcher:
         self.settings = settings
         self.redelivery = redelivery
         self.counts: Counter[str] = Counter()
+        self._locked_logged: dict[str, float] = {}  # source -> time.monotonic() of its last line
+        self._locked_since: Counter[str] = Counter()  # rows skipped as locked since that line
 
     def tick(self) -> Tick:
         delays = [self._dispatch(store) for store in self.stores]
@@ -49,6 +52,7 @@ class Dispatcher:
             return self.settings.poll_interval_s  # backpressure: workers are behind
         started = time.perf_counter()
         entries = store.claim_due(room)
+        self._report_locked(store)
         if entries:
             # Committed before pushing: if this push is lost, the rows stay DISPATCHED and
             # redelivery requeues them after the visibility timeout. Never push before commit.
@@ -62,3 +66,27 @@ class Dispatcher:
             self.queue.add_stats(src.name, {"claimed": len(entries)})
             self.counts[src.name] += len(entries)
         return dispatch_delay_s(len(entries), room, self.settings.poll_interval_s)
+
+    def _report_locked(self, store: Store) -> None:
+        """Count due rows the claim passed over because another session (an application's long
+        transaction) held their lock: they go unchecked for as long, so say so, at most once per
+        LOCKED_LOG_EVERY_S per source."""
+        skipped = store.skipped_locked if isinstance(store, SkipsLocked) else 0
+        if not skipped:
+            return
+        name = store.src.name
+        self.queue.add_stats(name, {"locked_skipped": skipped})
+        self._locked_since[name] += skipped
+        now = time.monotonic()
+        if now - self._locked_logged.get(name, -LOCKED_LOG_EVERY_S) >= LOCKED_LOG_EVERY_S:
+            log.warning(
+                "%d due %s of %s held by another session's lock were skipped by the claim "
+                "(%d skips since the last such line); they are claimed once the lock is released",
+                skipped,
+                "rows" if store.rows_per_entry == 1 else "ranges",
+                name,
+                self._locked_since[name],
+                extra={"event": "dispatcher.locked_skipped", "source": name, "count": skipped},
+            )
+            self._locked_logged[name] = now
+            self._locked_since[name] = 0

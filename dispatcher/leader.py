@@ -16,11 +16,15 @@ from duecast.shared.process.failures import log_failure
 from duecast.shared.process.loop import Tick
 from duecast.shared.queries.source import LeaderSQL, render_leases
 from duecast.shared.storage.db import Database
+from duecast.shared.storage.units import retry_transient
 
 log = logging.getLogger("duecast.leader")
 
 LEADER = "dispatcher-duties"
 _SAFETY = 0.8  # act as leader for at most this share of the lease left, by this process' clock
+# A renewal that meets a killed session or a restarting server is tried again on a new connection
+# at once (the acquire is idempotent for its holder): about 0.7 s in all, well inside lease / 3.
+RENEW_RETRIES = 3
 
 
 def holder_name() -> str:
@@ -54,6 +58,8 @@ class Leadership:
     `held()` uses this process' monotonic clock, counting down from what the database granted
     (less a safety margin), so a leader whose renewals fail stops acting before its lease can
     expire and a standby take over: never two leaders acting at once, whatever the wall clocks say.
+    A failed renewal changes nothing of that countdown: what the database granted before still
+    holds, so a reconnect (a killed session, a server restart) does not cost the lease.
     """
 
     name = "leader"
@@ -69,13 +75,28 @@ class Leadership:
         return time.monotonic() < self._until
 
     def tick(self) -> Tick:
-        started = time.monotonic()
+        started = time.monotonic()  # before the first try: a retried renewal counts from here
         try:
-            granted = self.store.acquire(LEADER, self.holder, self.lease_s)
+            granted = retry_transient(
+                lambda: self.store.acquire(LEADER, self.holder, self.lease_s),
+                what="the leader lease renewal",
+                retries=RENEW_RETRIES,
+                log=log,
+                base_s=0.1,
+                cap_s=0.5,
+                event="leader.renew_retried",
+            )
+            self._until = started + granted * _SAFETY if granted > 0 else 0.0
         except Exception as exc:
-            log_failure(log, exc, "could not renew the leader lease; acting as a standby until it works")
-            granted = 0.0
-        self._until = started + granted * _SAFETY if granted > 0 else 0.0
+            left = max(0.0, self._until - time.monotonic())
+            # MySQL away: one line; anything else: a traceback. What was granted still holds.
+            log_failure(
+                log,
+                exc,
+                "could not renew the leader lease; %s",
+                f"acting on the last renewal for {left:.1f}s more" if left else "standing by until it works",
+                event="leader.renew_failed",
+            )
         if self.held() != self.was_leader:
             self.was_leader = self.held()
             # Becoming leader is the normal start; losing the lease is worth a look.

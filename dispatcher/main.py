@@ -178,7 +178,11 @@ def _range_stores(stores: list[Store]) -> list[RangeStore]:
 
 
 def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queue) -> int:
-    parser = argparse.ArgumentParser(prog="duecast dispatcher", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="duecast dispatcher",
+        description="Claim due rows and push their entries to Redis; also redeliver unacked rows, "
+        "run recurring schedules, discover ranges and feed topics' groups.",
+    )
     parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
     parser.add_argument("--drain", action="store_true", help="exit once nothing is due")
     parser.add_argument(

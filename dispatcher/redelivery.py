@@ -12,8 +12,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from duecast.shared.fanout.keys import NO_SOURCE, BadEntry, BadHold, Entry, decode_entry
+from duecast.shared.fanout.keys import BadEntry, BadHold, Entry, decode_entry
 from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.fanout.retype import NO_SOURCE
 from duecast.shared.policy import (
     LEADER_CAUSES,
     Cause,

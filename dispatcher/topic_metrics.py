@@ -31,7 +31,7 @@ IN_FLIGHT = Gauge(
 DEAD = Gauge("group_dead", "Cluster group: dead letters kept.", _GROUP, namespace=NAMESPACE)
 TIMEOUTS = Gauge(
     "group_consumption_timeouts",
-    "Cluster group: messages running longer than the group's timeout_s (alert when > 0).",
+    "Cluster group: messages running longer than the group's timeout_s, one per batch (alert when > 0).",
     _GROUP,
     namespace=NAMESPACE,
 )

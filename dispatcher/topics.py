@@ -41,7 +41,8 @@ class TopicKeeper:
         for s in statuses:
             if s.timeouts:
                 log.warning(
-                    "group %s of %s: %d message(s) running longer than %.0fs (oldest %.0fs)",
+                    "group %s of %s: %d message(s) running longer than %.0fs (oldest %.0fs; one per batch: "
+                    "those waiting behind it in its batch are not counted)",
                     s.group,
                     s.topic,
                     s.timeouts,

@@ -1,5 +1,6 @@
 """duecast's public API and command line: `from duecast import Registry, Ack, Enqueuer, Job`,
-`current_job` (inside a task), and for topics `Publisher, Publish, Message`.
+`current_job` (inside a task), and for topics `Publisher, Publish, Message`; the errors they raise
+for MySQL (docs/jobs.md#errors).
 
 Wiring only: the behaviour lives in `shared`, `dispatcher` and `worker`.
 """
@@ -10,6 +11,7 @@ from duecast.shared.api.enqueue import DuplicateJob, EnqueueError, Enqueuer, Job
 from duecast.shared.api.handlers import Registry
 from duecast.shared.api.messages import Message
 from duecast.shared.api.publish import Publish, Publisher, PublishError
+from duecast.shared.storage.units import NotConnected, StorageError, TransientError
 
 __all__ = [
     "Ack",
@@ -20,10 +22,13 @@ __all__ = [
     "JobContext",
     "JobId",
     "Message",
+    "NotConnected",
     "Publish",
     "PublishError",
     "Publisher",
     "Registry",
     "Row",
+    "StorageError",
+    "TransientError",
     "current_job",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import sys
 import textwrap
 from types import UnionType
@@ -47,14 +48,24 @@ def _comments(cls: type[BaseModel]) -> dict[str, str]:
         if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
             continue
         line = text[node.lineno - 1]
-        trailing = line.split("  # ", 1)[1].strip() if "  # " in line else ""
+        trailing = _prose(line.split("  # ", 1)[1]) if "  # " in line else ""
         above: list[str] = []
         i = node.lineno - 2
         while i >= 0 and text[i].strip().startswith("#"):
-            above.insert(0, text[i].strip().lstrip("#").strip())
+            above.insert(0, _prose(text[i].strip().lstrip("#")))
             i -= 1
-        out[node.target.id] = " ".join([*above, trailing]).strip()
+        out[node.target.id] = " ".join(s for s in [*above, trailing] if s)
     return out
+
+
+# A comment for a linter or type checker (noqa with its codes and reason, type: ignore, pragma),
+# with everything after it: addressed to tools and their readers, never a setting's description.
+_TOOL_NOTE = re.compile(r"(?:^|#)\s*(?:noqa\b|type:\s*ignore\b|pragma:).*$")
+
+
+def _prose(comment: str) -> str:
+    """A source comment as a description: tool notes dropped."""
+    return _TOOL_NOTE.sub("", comment).strip().rstrip("#").strip()
 
 
 def _type(annotation: Any) -> str:

@@ -19,6 +19,8 @@ from duecast.shared.storage.db import connect
 
 # One database per pytest session (dropped at its end): two runs on one server never collide.
 TEST_DATABASE = f"{os.environ.get('DUECAST_MYSQL__DATABASE', 'duecast_test')}_{uuid.uuid4().hex[:6]}"
+# Each test's key prefix starts with this (scripts/dev: duecast-test-<checkout tag>, which its `clean` finds).
+TEST_PREFIX = os.environ.get("DUECAST_REDIS__KEY_PREFIX", "duecast-test")
 
 
 def _mysql_settings() -> MySQLSettings:
@@ -61,7 +63,7 @@ def sql(mysql_settings: MySQLSettings) -> Iterator[pymysql.cursors.Cursor]:
 def redis_settings() -> Iterator[RedisSettings]:
     """The configured Redis under a key prefix unique to this test; its keys are deleted after."""
     base = Settings().redis
-    prefix = f"duecast-test-{uuid.uuid4().hex[:10]}"
+    prefix = f"{TEST_PREFIX}-{uuid.uuid4().hex[:10]}"
     settings = base.model_copy(update={"key_prefix": prefix})
     client = redis.Redis.from_url(settings.url.get_secret_value(), socket_timeout=5)
     try:

@@ -144,7 +144,10 @@ def _pop_names(settings: Settings, name: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queue) -> int:
-    parser = argparse.ArgumentParser(prog="duecast worker", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="duecast worker",
+        description="Pop entries from Redis, run the app's handlers, tasks and consumers, and ack in MySQL.",
+    )
     parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
     parser.add_argument(
         "--app",

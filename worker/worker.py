@@ -18,7 +18,7 @@ from duecast.shared.fanout.keys import BadEntry, Entry, decode_entry
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.process.loop import Tick
 from duecast.shared.settings import WorkerSettings
-from duecast.shared.storage.source_store import StaleAck, Store, WorkBatch
+from duecast.shared.storage.source_store import SkipsLocked, StaleAck, Store, WorkBatch
 from duecast.shared.storage.units import retry_transient
 from duecast.shared.telemetry import observe
 from duecast.worker.executor import Executor
@@ -125,7 +125,11 @@ class Worker:
             counts: Counter[str] = Counter()
             with store.started(entries, handler.columns) as batch:
                 # Entries whose row is not locked here are stale, deleted, or held elsewhere.
-                counts["stale_entries"] += batch.skipped
+                locked = batch.skipped_locked if isinstance(batch, SkipsLocked) else 0
+                counts["stale_entries"] += batch.skipped - locked
+                counts["locked_skipped"] += locked
+                if locked:
+                    _log_locked(store.src.name, locked)
                 counts["started"] += len(batch.rows)
                 for rows in batch.phases():  # one, except for jobs with a suspect (last, alone)
                     counts.update(self._run_phase(store, handler, batch, rows, known))
@@ -207,6 +211,17 @@ class Worker:
                 outcome,
                 extra={"event": "worker.invalid_ack", **fields},
             )
+
+
+def _log_locked(source: str, count: int) -> None:
+    # Each costs the batch a lock wait (mysql.lock_wait_s) first, so this cannot flood the log.
+    log.warning(
+        "%d dispatched rows (or ranges) of %s were held by another session's lock past the lock wait "
+        "and skipped; the sweeper requeues them after the visibility timeout",
+        count,
+        source,
+        extra={"event": "worker.locked_skipped", "source": source, "count": count},
+    )
 
 
 def _log_fields(source: str, row: Row, row_id: object) -> dict[str, object]:

@@ -43,7 +43,7 @@ def _cmd_migrate(rest: list[str]) -> int:
         prog="duecast migrate",
         description="Create the jobs table and add dispatch columns + index to each configured source.",
     )
-    parser.add_argument("--config")
+    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
     parser.add_argument("--print", dest="dry_run", action="store_true", help="print the SQL, change nothing")
     args = parser.parse_args(rest)
     settings = load_settings(args.config)

@@ -15,15 +15,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from duecast.shared.api.publish import Publish, Publisher, PublishError
+from duecast.shared.api.publish import Publish, Publisher, PublishError, encode
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.monitor.topic_status import GroupStatus, TopicMonitor
 from duecast.shared.settings import Settings, TopicsSettings, load_settings
 from duecast.shared.states import STATE_NAMES, State
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.topic_admin import TopicAdmin, TopicError
+from duecast.shared.storage.topic_admin import TopicAdmin, TopicError, position
 
 _MESSAGE_FIELDS = {"topic", "payload", "key"}
+MAX_BAD_LINES = 50  # bad lines of a --file listed one by one; the rest are counted
 MAX_ROWS = 10_000  # rows or buckets a command prints at most
 MAX_BUCKET_S = 366 * 86400.0
 
@@ -150,7 +151,7 @@ def _publish(console: Console, settings: Settings, args: argparse.Namespace) -> 
         raise PublishError("give a TOPIC or --file, not both")
     publisher = Publisher(settings, connect_redis(settings.redis))
     if args.file is not None:
-        messages = list(read_messages(args.file))
+        messages = read_messages(args.file, settings.topics)
         ids = publisher.publish_many(messages)
         console.print(f"published {len(ids):,} message(s) from {args.file}")
         return 0
@@ -163,23 +164,39 @@ def _publish(console: Console, settings: Settings, args: argparse.Namespace) -> 
     return 0
 
 
-def read_messages(path: Path) -> list[Publish]:
-    """Every non-blank line as a message; a bad line raises PublishError naming it."""
+def read_messages(path: Path, topics: TopicsSettings) -> list[Publish]:
+    """Every non-blank line as a message, each checked as publishing would (topic, key, JSON, size)
+    before any is published; PublishError names every bad line (the first MAX_BAD_LINES of them)."""
     if not path.is_file():
         raise PublishError(f"{path}: no such file")
-    out = []
+    out: list[Publish] = []
+    bad: list[str] = []
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise PublishError(f"{path}:{number}: not JSON: {exc}") from exc
-            if not isinstance(item, dict) or "topic" not in item or set(item) - _MESSAGE_FIELDS:
-                raise PublishError(f'{path}:{number}: expected {{"topic": ..., "payload": ..., "key": ...}}')
-            out.append(Publish(item["topic"], item.get("payload"), item.get("key")))
+                message = _message(line)
+                encode(message, topics)
+            except PublishError as exc:
+                bad.append(f"{path}:{number}: {exc}")
+                continue
+            out.append(message)
+    if bad:
+        more = f"\n  ... and {len(bad) - MAX_BAD_LINES} more" if len(bad) > MAX_BAD_LINES else ""
+        listed = "\n  ".join(bad[:MAX_BAD_LINES])
+        raise PublishError(f"{len(bad)} bad line(s), nothing was published:\n  {listed}{more}")
     return out
+
+
+def _message(line: str) -> Publish:
+    try:
+        item = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise PublishError(f"not JSON: {exc}") from exc
+    if not isinstance(item, dict) or "topic" not in item or set(item) - _MESSAGE_FIELDS:
+        raise PublishError('expected {"topic": ..., "payload": ..., "key": ...}')
+    return Publish(item["topic"], item.get("payload"), item.get("key"))
 
 
 def _show(console: Console, admin: TopicAdmin, topic: str, message_id: int) -> int:
@@ -254,6 +271,10 @@ def _reset(console: Console, admin: TopicAdmin, topics: TopicsSettings, args: ar
         group = topics.group(args.topic, args.group)
     except KeyError as exc:
         raise TopicError(str(exc.args[0])) from exc
+    try:
+        position(args.to)  # before asking: a bad --to is refused, not confirmed
+    except TopicError as exc:
+        raise TopicError(f"--to: {exc}") from None
     question = f"move group {args.group} of {args.topic} to {args.to}?"
     if not args.yes and not _confirm(console, question):
         console.print("nothing changed")

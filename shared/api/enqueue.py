@@ -116,8 +116,7 @@ class Enqueuer(Outbox):
         if conn is not None:
             with conn.cursor() as cur:
                 return _job_id(self.write(cur, [row], on_duplicate))
-        with self.db.transaction() as cur:
-            job_id = _job_id(self.write(cur, [row], on_duplicate))
+        job_id = _job_id(self.on_own_connection(lambda cur: self.write(cur, [row], on_duplicate), "enqueue"))
         self.wake()
         return job_id
 
@@ -145,8 +144,7 @@ class Enqueuer(Outbox):
         if conn is not None:
             with conn.cursor() as cur:
                 return self.write_ids(cur, rows, on_duplicate)
-        with self.db.transaction() as cur:
-            ids = self.write_ids(cur, rows, on_duplicate)
+        ids = self.on_own_connection(lambda cur: self.write_ids(cur, rows, on_duplicate), "enqueue_many")
         self.wake()
         return ids
 

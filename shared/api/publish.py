@@ -20,7 +20,7 @@ from duecast.shared.settings import Settings, TopicsSettings, load_settings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.outbox import Outbox
 from duecast.shared.storage.topic_ids import topic_id
-from duecast.shared.storage.units import Connection, Cursor
+from duecast.shared.storage.units import Connection, Cursor, translated
 
 INSERT_CHUNK = 500  # rows per multi-row INSERT: 500 x 64 KiB stays under the default 64 MiB packet
 
@@ -114,8 +114,7 @@ class Publisher(Outbox):
         if conn is not None:
             with conn.cursor() as cur:
                 return self.write(cur, rows)
-        with self.db.transaction() as cur:
-            ids = self.write(cur, rows)
+        ids = self.on_own_connection(lambda cur: self.write(cur, rows), "publish")
         self.wake()
         return ids
 
@@ -126,6 +125,17 @@ class Publisher(Outbox):
         for i, (topic, _, _) in enumerate(rows):
             by_topic[topic].append(i)
         ids = [0] * len(rows)
+        with translated():  # the caller's cursor too: duecast's errors, never the driver's
+            self._insert(cur, rows, by_topic, ids)
+        return ids
+
+    def _insert(
+        self,
+        cur: Cursor,
+        rows: Sequence[tuple[str, str | None, str]],
+        by_topic: dict[str, list[int]],
+        ids: list[int],
+    ) -> None:
         for topic in sorted(by_topic):
             tid, members = self._ids[topic], by_topic[topic]
             cur.execute(self.sql.reserve, (len(members), tid))
@@ -139,12 +149,14 @@ class Publisher(Outbox):
                 chunk = members[lo : lo + INSERT_CHUNK]
                 params = [p for i in chunk for p in (tid, ids[i], rows[i][1], rows[i][2])]
                 cur.execute(self.sql.insert_message + ",".join([self.sql.insert_values] * len(chunk)), params)
-        return ids
 
     def _resolve(self, names: set[str]) -> None:
         """Topic ids, cached; a topic's row is made (on our own connection) at its first use."""
         missing = sorted(names - set(self._ids))
         if missing:
-            with self.db.transaction() as cur:
+
+            def resolve(cur: Cursor) -> None:
                 for name in missing:
                     self._ids[name] = topic_id(cur, self.sql, name)
+
+            self.on_own_connection(resolve, "publish")

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 MAX_ID = 2**63 - 1  # BIGINT
 MAX_ATTEMPT = 2**32 - 1  # INT UNSIGNED
 MAX_ENTRY_BYTES = 30  # 19 digits + ":" + 10 digits
-NO_SOURCE = "-"  # counters' and quarantine's label for what names no source duecast can trust
 # ASCII digits only: a bytes pattern never matches Unicode digits such as "١٢".
 _ENTRY = re.compile(rb"([1-9][0-9]{0,18}):([1-9][0-9]{0,9})")
 # A hold's first line: a source name, as the settings allow them (re-scan, "jobs.<queue>",
@@ -112,6 +111,12 @@ class Keys:
     def wake(self) -> str:
         """List an enqueuer pushes to after commit; a dispatcher BLPOPs it instead of sleeping."""
         return f"{{{self.prefix}}}:wake"
+
+    def wrong_type(self, key: str, token: str) -> str:
+        """Where one of the keys above is moved aside when it holds the wrong type (a string where a
+        list belongs): `{prefix}:wrongtype:<its name after the prefix>:<when and a random part>`.
+        Kept for inspection, with a TTL (queue.WRONG_TYPE_KEEP_S)."""
+        return f"{{{self.prefix}}}:wrongtype:{key.removeprefix(f'{{{self.prefix}}}:')}:{token}"
 
     def source_of_ready(self, key: str | bytes) -> str:
         text = key.decode() if isinstance(key, bytes) else key

@@ -1,6 +1,7 @@
 """The Redis side: ready lists (variadic RPUSH, batched pops), workers' holds, quarantine and counters.
 
-Redis holds only copies of what MySQL already says; anything here may vanish without losing work.
+Redis holds only copies of what MySQL already says; anything here may vanish without losing work,
+and a key of the wrong type (WRONGTYPE) is moved aside (retype.py) rather than left to stall a source.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from duecast.shared.fanout.keys import Entry, Keys, decode_hold, encode_entry
+from duecast.shared.fanout.retype import NO_SOURCE, Retyper, wrong_type
 from duecast.shared.settings import RedisSettings
 from duecast.shared.telemetry import observe
 
@@ -34,8 +36,16 @@ _MIN_WAIT_S = 0.01
 # hold, for redelivery (dispatcher/redelivery.py). Scripts cannot block, hence the bells (Keys.bell).
 # KEYS: the worker's hold, its ready lists in pop order, then their bells in the same order.
 # ARGV: how many entries at most from each list, then the source names, both in the same order.
+# A list or bell of another type would fail the script half-way (a script is not rolled back),
+# so every type is checked before any write: {0, {key indexes}} names those to move aside.
 _POP_HELD = """
 local n = (#KEYS - 1) / 2
+local bad = {}
+for k = 2, #KEYS do
+  local t = redis.call('TYPE', KEYS[k]).ok
+  if t ~= 'list' and t ~= 'none' then bad[#bad + 1] = k end
+end
+if #bad > 0 then return {0, bad} end
 for i = 1, n do
   local items = redis.call('LPOP', KEYS[1 + i], ARGV[i])
   if items then
@@ -148,6 +158,7 @@ class ReadyQueue:
         # EVALSHA; on NOSCRIPT (a restarted server, a failover, another cluster node) redis-py
         # loads the script and runs it then: NOSCRIPT means it did not run, so nothing is doubled.
         self._pop_held = client.register_script(_POP_HELD)
+        self._retype = Retyper(client, keys)
 
     def push(self, source: str, entries: Sequence[Entry]) -> None:
         for i in range(0, len(entries), _PUSH_CHUNK):
@@ -159,23 +170,40 @@ class ReadyQueue:
         """Push arbitrary bytes (fault tests: duplicate and malformed entries)."""
         self._push_and_ring(source, items)
 
-    def _push_and_ring(self, source: str, items: Sequence[bytes]) -> None:
+    def _push_and_ring(self, source: str, items: Sequence[bytes], *, again: bool = True) -> None:
         """RPUSH, then ring the source's bell, in one round trip (in this order: a worker woken
-        before the entries landed would find nothing and sleep again)."""
-        bell = self.keys.bell(source)
+        before the entries landed would find nothing and sleep again).
+
+        A list or bell of the wrong type is moved aside and the push made again, or only the ring
+        when the RPUSH itself landed: never twice the entries."""
+        ready, bell = self.keys.ready(source), self.keys.bell(source)
         pipe = self.client.pipeline(transaction=False)
-        pipe.rpush(self.keys.ready(source), *items)
+        if items:
+            pipe.rpush(ready, *items)
         pipe.lpush(bell, b"1")
         pipe.ltrim(bell, 0, 0)  # one pending token is as good as many
-        pipe.execute()
+        results = pipe.execute(raise_on_error=False)
+        errors = [r for r in results if isinstance(r, Exception)]
+        if not errors:
+            return
+        if not again or not all(wrong_type(e) for e in errors):
+            raise errors[0]
+        self._retype.move_aside(source, ready, "list")
+        self._retype.move_aside(source, bell, "list")
+        landed = bool(items) and not isinstance(results[0], Exception)
+        self._push_and_ring(source, [] if landed else items, again=False)
 
     def length(self, source: str) -> int:
-        return int(self.client.llen(self.keys.ready(source)))
+        ready = self.keys.ready(source)
+        return int(self._retype.call([(source, ready, "list")], lambda: self.client.llen(ready)))
 
     def pop(self, sources: Sequence[str], count: int, timeout_s: float) -> tuple[str, list[bytes]] | None:
         """Pop up to `count` entries from the first non-empty list, blocking at most `timeout_s`."""
         keys = [self.keys.ready(s) for s in sources]
-        reply = self.client.blmpop(timeout_s, len(keys), *keys, direction="LEFT", count=count)
+        reply = self._retype.call(
+            [(s, k, "list") for s, k in zip(sources, keys, strict=True)],
+            lambda: self.client.blmpop(timeout_s, len(keys), *keys, direction="LEFT", count=count),
+        )
         if not reply:
             return None
         key, items = reply
@@ -196,7 +224,7 @@ class ReadyQueue:
         while (popped := self._pop_into_hold(worker, sources, bells, counts)) is None:
             left = deadline - time.monotonic()
             # A token is a hint: one whose entries another worker took wakes this one for nothing.
-            if left < _MIN_WAIT_S or self.client.blpop(bells, timeout=left) is None:
+            if left < _MIN_WAIT_S or self._wait_bells(sources, bells, left) is None:
                 return None
         return popped
 
@@ -205,17 +233,27 @@ class ReadyQueue:
     ) -> tuple[str, list[bytes]] | None:
         keys = [self.keys.inflight(worker), *(self.keys.ready(s) for s in sources), *bells]
         reply = self._pop_held(keys=keys, args=[*counts, *sources])
-        if not reply:
+        if reply and int(reply[0]) == 0:  # nothing popped: move the keys of the wrong type aside
+            for k in reply[1]:
+                self._retype.move_aside(sources[(int(k) - 2) % len(sources)], keys[int(k) - 1], "list")
+            reply = self._pop_held(keys=keys, args=[*counts, *sources])
+        if not reply or int(reply[0]) == 0:
             return None
         index, items = reply
         return sources[int(index) - 1], [_b(i) for i in items]
+
+    def _wait_bells(self, sources: Sequence[str], bells: list[str], timeout_s: float) -> object:
+        checks = [(s, b, "list") for s, b in zip(sources, bells, strict=True)]
+        return self._retype.call(checks, lambda: self.client.blpop(bells, timeout=timeout_s))
 
     def release_hold(self, worker: str) -> None:
         self.client.delete(self.keys.inflight(worker))
 
     def held_by(self, worker: str) -> tuple[str, list[bytes]] | None:
-        """(source, raw entries) `worker` was holding, or None."""
-        value = self.client.get(self.keys.inflight(worker))
+        """(source, raw entries) `worker` was holding, or None (also for a hold of the wrong type,
+        which is moved aside: the other workers' holds are still read)."""
+        key = self.keys.inflight(worker)
+        value = self._retype.call([(NO_SOURCE, key, "string")], lambda: self.client.get(key))
         if not value:
             return None
         return decode_hold(_b(value))  # BadHold when it does not parse: the caller quarantines it
@@ -237,15 +275,22 @@ class ReadyQueue:
 
     def wait_wake(self, timeout_s: float) -> bool:
         """Block until an enqueuer's wake-up or `timeout_s`; True when woken."""
-        return self.client.blpop([self.keys.wake()], timeout=timeout_s) is not None
+        wake = self.keys.wake()
+        checks = [(NO_SOURCE, wake, "list")]
+        return self._retype.call(checks, lambda: self.client.blpop([wake], timeout=timeout_s)) is not None
 
     def quarantine(self, source: str, items: Sequence[tuple[bytes, str]]) -> None:
         key = self.keys.quarantine(source)
-        pipe = self.client.pipeline(transaction=False)
-        for raw, reason in items:
-            pipe.lpush(key, reason.encode() + b" " + raw[:QUARANTINE_ITEM_BYTES])
-        pipe.ltrim(key, 0, QUARANTINE_CAP - 1)
-        pipe.execute()
+
+        def push() -> object:
+            # One LPUSH of many values: it lands whole or not at all, so a retry never doubles it.
+            pipe = self.client.pipeline(transaction=False)
+            pipe.lpush(key, *(reason.encode() + b" " + raw[:QUARANTINE_ITEM_BYTES] for raw, reason in items))
+            pipe.ltrim(key, 0, QUARANTINE_CAP - 1)
+            return pipe.execute()
+
+        if items:
+            self._retype.call([(source, key, "list")], push)
 
     def quarantined(self, source: str) -> list[bytes]:
         return [_b(i) for i in self.client.lrange(self.keys.quarantine(source), 0, -1)]
@@ -254,15 +299,21 @@ class ReadyQueue:
         """Add a unit of work's counts to the shared counters, and to this process's metrics first
         (those still count when Redis is down)."""
         observe.record(source, counts)
-        pipe = self.client.pipeline(transaction=False)
         key = self.keys.stats(source)
-        for field, n in counts.items():
-            if n:
-                pipe.hincrby(key, field, n)
+        fields = {field: n for field, n in counts.items() if n}
+        if fields:
+            self._retype.call([(source, key, "hash")], lambda: self._add_fields(key, fields))
+
+    def _add_fields(self, key: str, fields: Mapping[str, int]) -> None:
+        """HINCRBYs of one key: a hash of the wrong type fails every one, so a retry never doubles one."""
+        pipe = self.client.pipeline(transaction=False)
+        for field, n in fields.items():
+            pipe.hincrby(key, field, n)
         pipe.execute()
 
     def stats(self, source: str) -> dict[str, int]:
-        raw = self.client.hgetall(self.keys.stats(source))
+        key = self.keys.stats(source)
+        raw = self._retype.call([(source, key, "hash")], lambda: self.client.hgetall(key))
         return {_b(k).decode(): int(v) for k, v in raw.items()}
 
 

@@ -21,10 +21,11 @@ class MemberStatus:
     name: str
     position: int
     owner: str | None
-    live: bool
+    live: bool  # a process holds it and heartbeats; a clean stop hands it back: not live at once
     handled: int
     failed: int
     skipped: int
+    holds: bool = False  # heartbeated within member_ttl_s: it holds retention, live or just stopped
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class GroupStatus:
     pending: int = 0  # cluster: waiting to run (retries, replays)
     in_flight: int = 0  # cluster: dispatched or running
     dead: int = 0  # cluster: dead letters kept
-    timeouts: int = 0  # cluster: running longer than the group's timeout_s
+    timeouts: int = 0  # cluster: batches whose first message has run longer than the group's timeout_s
     oldest_running_s: float | None = None
     skipped: int = 0  # messages deleted before the group (or a member) could read them
     finished_through: int | None = None  # every id up to this is finished (None: holds nothing)
@@ -110,10 +111,12 @@ class TopicMonitor:
         _, last, _ = (int(v) for v in cur.fetchone() or (0, 0, 0))
         cur.execute(self.sql.members_of, (_us(self.topics.member_ttl_s), gid))
         members = [
-            MemberStatus(str(n), int(p), o, bool(live), int(h), int(f), int(s))
-            for n, p, o, live, h, f, s in cur.fetchall()
+            MemberStatus(
+                str(n), int(p), o, bool(beats) and o is not None, int(h), int(f), int(s), bool(beats)
+            )
+            for n, p, o, beats, h, f, s in cur.fetchall()
         ]
-        live = [m.position for m in members if m.live]
+        live = [m.position for m in members if m.holds]  # as retention counts them (topic_ids)
         position = min(live) if live else last
         lag = self._age(cur, tid, position + 1, last)
         return GroupStatus(

@@ -47,13 +47,14 @@ def check_redis(queue: ReadyQueue, *, wait: bool = False) -> None:
 
     Unreachable: the error ends the start with one line naming redis.url (shared/process/failures.py),
     unless `wait` (health probes on: the role stays up, not ready, and its loop retries; an
-    orchestrator restarting it would not bring Redis back)."""
+    orchestrator restarting it would not bring Redis back). Refused credentials end it even then:
+    waiting cannot fix a wrong password, and every tick would fail for ever (issue 16.6)."""
     try:
         queue.client.ping()
     except REDIS_ERRORS as exc:
-        if not wait:
-            raise
         found = redis_problem(exc)
+        if not wait or (found is not None and not found[1]):
+            raise
         logging.getLogger("duecast").warning(
             "%s; not ready until it answers", found[0] if found else exc, extra={"event": "redis.unreachable"}
         )

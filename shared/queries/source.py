@@ -31,9 +31,11 @@ class SourceSQL:
 
     id_column: str  # quoted
     claim_due: str
+    due_visible: str
     mark_dispatched: str
     lock_dispatched: str
     lock_dispatched_skip: str
+    count_dispatched: str
     ack_touch: str
     ack_delete: str
     burn_attempt: str
@@ -68,6 +70,14 @@ def render(src: SourceSettings) -> SourceSQL:
             f"SELECT {pk}, {att} FROM {t} FORCE INDEX ({ix}) WHERE {due_now} "
             f"ORDER BY {due}, {pk} LIMIT %s FOR UPDATE SKIP LOCKED"
         ),
+        # After a claim that took fewer rows than it asked for (so it walked every due row): the
+        # due rows a plain (consistent, non-locking) read sees, up to a cap. Those the claim did
+        # not take were passed over by SKIP LOCKED: another session holds them (an application's
+        # transaction, or another dispatcher's claim for those microseconds).
+        due_visible=(
+            f"SELECT COUNT(*) FROM (SELECT 1 FROM {t} FORCE INDEX ({ix}) WHERE {due_now} "
+            f"ORDER BY {due}, {pk} LIMIT %s) AS due_rows"
+        ),
         # Claim step 2: IDLE -> DISPATCHED with a new attempt; PRIMARY range on the locked ids.
         mark_dispatched=(
             f"UPDATE {t} SET {st} = {DISPATCHED}, {att} = {att} + 1, {disp} = NOW(6) WHERE {{ids}}"
@@ -83,6 +93,9 @@ def render(src: SourceSettings) -> SourceSQL:
         lock_dispatched_skip=(
             f"SELECT {{columns}} FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced} FOR UPDATE SKIP LOCKED"
         ),
+        # ...and then how many of them a plain (consistent, non-locking) read sees: those the
+        # skipping read did not lock are held by another session (an application's transaction).
+        count_dispatched=f"SELECT COUNT(*) FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced}",
         # Ack, re-scan: DISPATCHED -> IDLE, due again after period (+ an optional delay).
         # `{set}` is filled with validated column assignments from the handler's Ack.
         ack_touch=(

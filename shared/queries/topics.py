@@ -277,8 +277,13 @@ def render_topics(topics: TopicsSettings) -> TopicSQL:
             f"SELECT `g`.`position`, `t`.`last_seq`, `g`.`skipped` FROM {g} AS `g` "
             f"JOIN {t} AS `t` ON `t`.`id` = `g`.`topic_id` WHERE `g`.`id` = %s"
         ),
+        # Consumption timeouts: messages in flight longer than the group's timeout_s, one per batch.
+        # A worker marks its whole batch running at once (one `started_at`, its `worker`) and runs
+        # the handlers in turn, so only the first of a batch has surely been running that long;
+        # the others may be waiting behind it, or be done and waiting for the batch's ack.
         timeouts=(
-            "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(`started_at`), NOW(6)) "
+            "SELECT COUNT(DISTINCT `worker`, `started_at`), "
+            "TIMESTAMPDIFF(MICROSECOND, MIN(`started_at`), NOW(6)) "
             f"FROM {d} FORCE INDEX (`dc_due`) WHERE `dc_state` = {RUNNING} AND `group_id` = %s "
             "AND `started_at` < NOW(6) - INTERVAL %s MICROSECOND"
         ),
@@ -306,6 +311,8 @@ def render_topics(topics: TopicsSettings) -> TopicSQL:
             f"UPDATE {mb} SET `heartbeat_at` = NOW(6) WHERE `group_id` = %s AND `name` = %s AND `owner` = %s"
         ),
         member_leave=f"UPDATE {mb} SET `owner` = NULL WHERE `group_id` = %s AND `name` = %s AND `owner` = %s",
+        # Each member and whether it heartbeated within member_ttl_s: it holds retention then (a
+        # restarted process resumes it without a gap); it is live only while an owner holds it too.
         members_of=(
             "SELECT `name`, `position`, `owner`, "
             "`heartbeat_at` >= NOW(6) - INTERVAL %s MICROSECOND, `handled`, `failed`, `skipped` "

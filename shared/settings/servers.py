@@ -17,8 +17,10 @@ class MySQLSettings(_Section):
     password: SecretStr = SecretStr("")
     database: Identifier = "duecast"
     unix_socket: str | None = None
+    # Connecting, the handshake and the session set-up (each read): a server that accepts TCP and
+    # never answers holds a role this long, then the error names its host:port.
     connect_timeout_s: float = Field(5.0, gt=0, le=60)
-    read_timeout_s: float = Field(30.0, gt=0, le=3600)
+    read_timeout_s: float = Field(30.0, gt=0, le=3600)  # each statement's reads and writes, once connected
     lock_wait_s: int = Field(2, ge=1, le=60)  # innodb_lock_wait_timeout for duecast's sessions
     # Connect and read timeout of the lease keepers' own connections (jobs, topic messages): a
     # renewal that stalls is cut off and tried again on a new connection, well inside the lease

@@ -16,7 +16,14 @@ import pymysql.cursors
 from pymysql.constants import CLIENT
 
 from duecast.shared.settings import MySQLSettings
-from duecast.shared.storage.units import Connection, Cursor, StorageError, translate
+from duecast.shared.storage.units import (
+    DRIVER_ERRORS,
+    Connection,
+    Cursor,
+    StorageError,
+    translate,
+    translate_connect,
+)
 
 log = logging.getLogger("duecast.db")
 
@@ -27,39 +34,63 @@ _CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 
 
 GROUP_CONCAT_MAX_LEN = 64 * 1024 * 1024
+_TIMEOUT_ATTRIBUTES = ("_read_timeout", "_write_timeout")
 
 
 def connect(settings: MySQLSettings, database: bool = True) -> Connection:
     """Open a connection: autocommit off, READ COMMITTED, utf8mb4, rowcount = rows matched.
 
-    Errors name the user and host, never the password (PyMySQL's messages, and ours, below).
+    Connecting, the handshake and the session settings are bounded by mysql.connect_timeout_s per
+    read (a server that accepts TCP and never answers holds a role that long, not read_timeout_s);
+    statements after that by mysql.read_timeout_s. A failure names the server (host:port or socket)
+    and the user, never the password.
     """
     try:
-        conn = pymysql.connect(
-            host=settings.host,
-            port=settings.port,
-            user=settings.user,
-            password=settings.password.get_secret_value(),
-            database=settings.database if database else None,
-            unix_socket=settings.unix_socket,
-            connect_timeout=settings.connect_timeout_s,
-            read_timeout=settings.read_timeout_s,
-            write_timeout=settings.read_timeout_s,
-            charset="utf8mb4",
-            autocommit=False,
-            # FOUND_ROWS: an UPDATE reports rows matched, so a fenced ack's rowcount is exact.
-            client_flag=CLIENT.FOUND_ROWS,
-            ssl=tls_context(settings) if settings.tls else None,
-        )
+        conn = _open(settings, database)
     except pymysql.err.MySQLError as exc:
-        exc.add_note(server_note(settings))  # which server, for mysql_problem's one line
+        named = _with_timeout(exc, settings)
+        named.add_note(server_note(settings))  # which server, for mysql_problem's one line
+        if named is exc:
+            raise
+        raise named from exc
+    # PyMySQL reads its timeouts from these at every read and write; there is no public setter
+    # (tests/faults/servers/test_unanswered_servers.py fails if a PyMySQL release renames them).
+    for name in _TIMEOUT_ATTRIBUTES:
+        setattr(conn, name, settings.read_timeout_s)
+    return conn
+
+
+def _open(settings: MySQLSettings, database: bool) -> Connection:
+    conn = pymysql.connect(
+        host=settings.host,
+        port=settings.port,
+        user=settings.user,
+        password=settings.password.get_secret_value(),
+        database=settings.database if database else None,
+        unix_socket=settings.unix_socket,
+        connect_timeout=settings.connect_timeout_s,
+        # The handshake's reads: PyMySQL uses read_timeout for them, not connect_timeout.
+        read_timeout=settings.connect_timeout_s,
+        write_timeout=settings.connect_timeout_s,
+        charset="utf8mb4",
+        autocommit=False,
+        # FOUND_ROWS: an UPDATE reports rows matched, so a fenced ack's rowcount is exact.
+        client_flag=CLIENT.FOUND_ROWS,
+        ssl=tls_context(settings) if settings.tls else None,
+    )
+    try:
+        _set_session(conn, settings)
+    except BaseException:
+        conn.close()
         raise
+    return conn
+
+
+def _set_session(conn: Connection, settings: MySQLSettings) -> None:
     # PyMySQL before 1.2 went on in plaintext when the server offered no TLS: check the socket.
     if settings.tls and not isinstance(getattr(conn, "_sock", None), ssl.SSLSocket):
-        conn.close()
         raise pymysql.err.OperationalError(
-            _CR_SSL_CONNECTION_ERROR,
-            f"mysql.tls is true but the server at {settings.host}:{settings.port} did not set up TLS",
+            _CR_SSL_CONNECTION_ERROR, "mysql.tls is true but the server did not set up TLS"
         )
     with conn.cursor() as cur:
         # READ COMMITTED: no gap locks on the claim scan, and rows a locking read does not
@@ -78,7 +109,22 @@ def connect(settings: MySQLSettings, database: bool = True) -> Connection:
         except pymysql.err.OperationalError as exc:
             if exc.args[0] != _UNKNOWN_SYSTEM_VARIABLE:
                 raise
-    return conn
+
+
+def server_name(settings: MySQLSettings) -> str:
+    """How errors name the server: its socket path or host:port."""
+    return settings.unix_socket or f"{settings.host}:{settings.port}"
+
+
+def _with_timeout(exc: pymysql.err.MySQLError, settings: MySQLSettings) -> pymysql.err.MySQLError:
+    """A connect that timed out says which setting cut it off (the same class and code, so
+    is_transient and translate see it as before); any other error is returned as it is."""
+    said = " ".join(str(exc.args[-1] if exc.args else exc).split())
+    if "timed out" not in said:
+        return exc
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+    limit = f"no answer within mysql.connect_timeout_s ({settings.connect_timeout_s:g}s)"
+    return type(exc)(code, f"{said}; {limit}")
 
 
 def tls_context(settings: MySQLSettings) -> ssl.SSLContext:
@@ -113,7 +159,8 @@ class Database:
         """Run a unit of work: commit on success, roll back on error, drop a broken connection.
 
         A driver error that leaves the block (or the COMMIT) comes out as duecast's own
-        (`TransientError`, `DuplicateKey`, `ValueRefused`; storage.units), so callers never need the driver.
+        (`TransientError`, `DuplicateKey`, `ValueRefused`; storage.units), so callers never need the driver;
+        one opening the connection as `NotConnected` (nothing was sent) or `StorageError` (access denied...).
 
         `check=True` pings first and replaces a dead connection (server restart, KILL,
         wait_timeout) before the unit starts: for units whose input would be lost if their
@@ -127,7 +174,10 @@ class Database:
                 self.close()
                 conn = None
         if conn is None:
-            conn = self._conn = connect(self._settings)
+            try:
+                conn = self._conn = connect(self._settings)
+            except DRIVER_ERRORS as exc:
+                raise translate_connect(exc, f"MySQL at {server_name(self._settings)}") from exc
         try:
             with conn.cursor() as cur:
                 yield cur

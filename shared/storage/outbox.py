@@ -1,16 +1,35 @@
-"""What every writer of new work shares (Enqueuer for jobs, Publisher for topic messages): joining
-the caller's transaction (transactional outbox) and waking the dispatcher after a commit."""
+"""What every writer of new work shares (Enqueuer for jobs, Publisher for topic messages): its own
+transaction (retried only when it never started), joining the caller's (transactional outbox), and
+waking the dispatcher after a commit. MySQL errors come out as duecast's (storage.units), never the driver's.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from typing import TypeVar
 
 import redis
 
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import REDIS_ERRORS
-from duecast.shared.storage.units import Connection
+from duecast.shared.storage.db import Database
+from duecast.shared.storage.units import (
+    DRIVER_ERRORS,
+    Connection,
+    Cursor,
+    NotConnected,
+    retry_transient,
+    translated,
+)
+
+T = TypeVar("T")
+log = logging.getLogger("duecast.outbox")
+# Opening a connection that fails (a server restarting, failing over) is tried this many more times,
+# about 2 s in all, before NotConnected reaches the caller. Nothing else is retried: a connection
+# lost later may have lost a COMMIT that landed, and running the writes again would write twice.
+CONNECT_RETRIES = 4
 
 
 class Outbox:
@@ -18,16 +37,42 @@ class Outbox:
 
     client: redis.Redis | None
     keys: Keys
+    db: Database
+
+    def on_own_connection(self, write: Callable[[Cursor], T], what: str) -> T:
+        """Run `write` in a transaction of the writer's own connection and commit. A dead idle
+        connection is replaced before it starts (a ping), and a connection that cannot be opened is
+        tried again (CONNECT_RETRIES): in both cases nothing was sent yet."""
+
+        def unit() -> T:
+            with self.db.transaction(check=True) as cur:
+                return write(cur)
+
+        return retry_transient(
+            unit,
+            what=what,
+            retries=CONNECT_RETRIES,
+            log=log,
+            base_s=0.1,
+            cap_s=1.0,
+            retry_on=lambda exc: isinstance(exc, NotConnected),
+            event="outbox.connect_retried",
+        )
 
     @contextmanager
     def transaction(self, conn: Connection) -> Iterator[None]:
         """`with writer.transaction(conn): ...(..., conn=conn)...`: commits the caller's connection on
-        success (rolls back on error), then wakes the dispatcher."""
+        success (rolls back on error), then wakes the dispatcher. A failed COMMIT raises duecast's
+        error (TransientError: it may or may not have landed)."""
         try:
             yield
-            conn.commit()
+            with translated():
+                conn.commit()
         except BaseException:
-            conn.rollback()
+            # A failed rollback means the connection is gone, and the transaction with it: the
+            # first error says why.
+            with suppress(*DRIVER_ERRORS):
+                conn.rollback()
             raise
         self.wake()
 

@@ -48,6 +48,7 @@ class RangeBatch:
         self._ranges = ranges
         self.rows = rows
         self.skipped = skipped
+        self.skipped_locked = ranges.skipped_locked  # ranges another session held past the lock wait
 
     def phases(self) -> list[list[Row]]:
         return [self.rows] if self.rows else []
@@ -107,6 +108,11 @@ class RangeStore:
 
     def claim_due(self, limit: int) -> list[Entry]:
         return self.ranges.claim_due(limit)
+
+    @property
+    def skipped_locked(self) -> int:
+        """Ranges the last claim passed over because another session held them."""
+        return self.ranges.skipped_locked
 
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
         return self.ranges.requeue_expired(visibility_timeout_s, limit)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
@@ -61,6 +61,9 @@ def _saved(cur: Cursor, rows: list[Row], run: Callable[[list[Row]], int]) -> int
         return run(rows)
 
 
+SKIPPED_LOCKED_CAP = 10_000  # rows held by others a claim counts at most (a bounded index read)
+
+
 class StaleAck(RuntimeError):
     """An ack found rows no longer matching their fence where that cannot be dropped row by row."""
 
@@ -86,6 +89,14 @@ class WorkBatch(Protocol):
     def phases(self) -> list[list[Row]]: ...  # rows grouped in the order to run and ack them
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts: ...
     def fail(self, failures: Sequence[tuple[Row, object]]) -> None: ...
+
+
+@runtime_checkable
+class SkipsLocked(Protocol):
+    """A store whose claims, or a batch whose start, report the rows they passed over because
+    another session held their lock (row mode, and range mode's ranges): counted as `locked_skipped`."""
+
+    skipped_locked: int  # in the last claim, or in this batch's start
 
 
 class Store(Protocol):
@@ -117,11 +128,14 @@ class Store(Protocol):
 class Batch:
     """Rows locked for one worker batch, inside an open transaction; `ack` runs in that transaction."""
 
-    def __init__(self, store: SourceStore, cur: Cursor, rows: list[Row], skipped: int) -> None:
+    def __init__(
+        self, store: SourceStore, cur: Cursor, rows: list[Row], skipped: int, locked: int = 0
+    ) -> None:
         self._store = store
         self.cursor = cur  # range mode reads business rows in this same transaction
         self.rows = rows
         self.skipped = skipped
+        self.skipped_locked = locked  # of `skipped`: current rows another session held past the lock wait
 
     def phases(self) -> list[list[Row]]:
         return [self.rows] if self.rows else []
@@ -163,6 +177,7 @@ class SourceStore:
         self.id_column = src.id_column
         self.rows_per_entry = 1
         self._period_us = _us(src.period_s)
+        self.skipped_locked = 0  # due rows the last claim passed over: another session held them
 
     def verify(self) -> None:
         """Check the table against the settings (start-up); remembers its columns for acks."""
@@ -172,16 +187,35 @@ class SourceStore:
         self.columns = frozenset(info.columns)
 
     def claim_due(self, limit: int) -> list[Entry]:
-        """IDLE -> DISPATCHED for up to `limit` due rows, oldest first; committed on return."""
+        """IDLE -> DISPATCHED for up to `limit` due rows, oldest first; committed on return.
+
+        Sets `skipped_locked`: due rows the claim passed over because another session held them."""
         with self.db.transaction() as cur:
             cur.execute(self.sql.claim_due, (self._period_us, limit))
             found = cur.fetchall()
+            self.skipped_locked = self._skipped_locked(cur, limit, len(found))
             if not found:
                 return []
             cur.execute(
                 self.sql.mark_dispatched.format(ids=in_list(self.sql.id_column, (r[0] for r in found)))
             )
         return [Entry(int(i), int(a) + 1) for i, a in found]
+
+    def _held_elsewhere(self, cur: Cursor, fence: str, locked: int) -> int:
+        """After the skipping read: current rows of the batch that a plain read sees and it could not lock."""
+        cur.execute(self.sql.count_dispatched.format(fence=fence))
+        row = cur.fetchone()
+        return max(0, int(row[0]) - locked) if row else 0
+
+    def _skipped_locked(self, cur: Cursor, limit: int, claimed: int) -> int:
+        """A claim short of its limit walked every due row: each one a plain read sees that it did
+        not take was held by another session. (A full claim's skipped rows show at the next short
+        one.) One indexed count, capped at SKIPPED_LOCKED_CAP."""
+        if claimed >= limit:
+            return 0
+        cur.execute(self.sql.due_visible, (self._period_us, claimed + SKIPPED_LOCKED_CAP))
+        row = cur.fetchone()
+        return max(0, int(row[0]) - claimed) if row else 0
 
     @contextmanager
     def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[Batch]:
@@ -196,14 +230,18 @@ class SourceStore:
         wanted = list(dict.fromkeys([self.src.id_column, ATTEMPT_COLUMN, *columns])) if columns else []
         args = {"columns": column_list(wanted), "fence": fence(entries, self.sql.id_column)}
         with self.db.transaction(check=True) as cur:
+            skipping: list[bool] = []
+
+            def skip_locked() -> int:
+                skipping.append(True)
+                return int(cur.execute(self.sql.lock_dispatched_skip.format(**args)))
+
             # Rows another live worker holds are left to it: take what is free.
-            lock_or_skip(
-                lambda: cur.execute(self.sql.lock_dispatched.format(**args)),
-                lambda: cur.execute(self.sql.lock_dispatched_skip.format(**args)),
-            )
+            lock_or_skip(lambda: cur.execute(self.sql.lock_dispatched.format(**args)), skip_locked)
             names = [d[0] for d in cur.description or ()]
             rows = [dict(zip(names, values, strict=True)) for values in cur.fetchall()]
-            yield Batch(self, cur, rows, len(entries) - len(rows))
+            locked = self._held_elsewhere(cur, args["fence"], len(rows)) if skipping else 0
+            yield Batch(self, cur, rows, len(entries) - len(rows), locked)
 
     def group_key(self, ack: Ack) -> Any:
         action = self.src.on_success if ack.action == "default" else ack.action

@@ -28,6 +28,17 @@ class TopicError(ValueError):
     """An operator asked for a topic, group or position that does not exist; nothing changed."""
 
 
+def position(to: str) -> str:
+    """`to` as a position to move a group to, or TopicError in one line (not pydantic's dump)."""
+    try:
+        return str(_START.validate_python(to))
+    except ValueError:
+        raise TopicError(
+            f'{to!r} is not a position: give "earliest", "latest", a message id, or an ISO time '
+            "with its zone (2026-11-24T09:00:00+00:00)"
+        ) from None
+
+
 @dataclass(frozen=True)
 class Reset:
     group: str
@@ -106,10 +117,7 @@ class TopicAdmin:
         in-flight ones left as they are); broadcast members (all, or `member`) re-read from it.
         Forward (skip): messages not yet handed to the group are skipped.
         """
-        try:
-            spec = _START.validate_python(to)
-        except ValueError as exc:
-            raise TopicError(str(exc)) from exc
+        spec = position(to)
         tid, gid = self._ids(group.topic, group.name)
         with self.db.transaction() as cur:
             cur.execute(self.sql.lock_group_wait, (gid,))

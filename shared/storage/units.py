@@ -46,6 +46,11 @@ class TransientError(StorageError):
     running the whole unit again is safe because every transition is fenced."""
 
 
+class NotConnected(TransientError):
+    """No connection could be opened (refused, timed out, cut off during the handshake): the unit
+    never started and nothing was sent, so running it again is always safe."""
+
+
 class ValueRefused(StorageError):
     """The database refused a value (out of range, wrong type, a constraint): the statement did not run."""
 
@@ -90,6 +95,17 @@ def translate(exc: BaseException) -> BaseException:
     if isinstance(exc, VALUE_ERRORS):
         return ValueRefused(message, code)
     return StorageError(message, code) if isinstance(exc, DRIVER_ERRORS) else exc
+
+
+def translate_connect(exc: BaseException, where: str) -> BaseException:
+    """duecast's error for a driver error raised while opening a connection to `where` (the message
+    names it): NotConnected when it may pass (the server is down, restarting, unreachable), else as
+    `translate` (access denied...)."""
+    mine = translate(exc)
+    if not isinstance(mine, StorageError):
+        return mine
+    kind = NotConnected if type(mine) is TransientError else type(mine)
+    return kind(f"{where}: {mine}", mine.code)
 
 
 @contextmanager
@@ -152,10 +168,11 @@ def retry_transient(
     cap_s: float = 2.0,
     sleep: Callable[[float], None] = time.sleep,
     event: str | None = None,
+    retry_on: Callable[[BaseException], bool] = is_transient,
 ) -> T:
-    """Run `unit` again after a transient error, up to `retries` more times, with jittered
-    exponential backoff; anything else, or the last failure, is raised. The log line reads
-    "<what> hit <error>; retrying <redo> (1 of 3) in 0.05s".
+    """Run `unit` again after a transient error (or whatever `retry_on` accepts), up to `retries`
+    more times, with jittered exponential backoff; anything else, or the last failure, is raised.
+    The log line reads "<what> hit <error>; retrying <redo> (1 of 3) in 0.05s".
 
     Safe only for units whose transitions are fenced, so that running one again after a COMMIT that
     did land (outcome unknown) changes nothing: the re-read decides, not a guess.
@@ -165,7 +182,7 @@ def retry_transient(
         try:
             return unit()
         except Exception as exc:
-            if attempt > retries or not is_transient(exc):
+            if attempt > retries or not retry_on(exc):
                 raise
             delay = error_backoff_s(attempt, base_s, cap_s, rng)
             log.warning(

@@ -40,6 +40,13 @@ COUNTERS: dict[str, Counter] = {
     "stale_entries": _counter("stale_entries", "Popped entries whose row no longer matched the fence."),
     "bad_entries": _counter("bad_entries", "Ready-list items that were not valid entries (quarantined)."),
     "redeliveries": _counter("redeliveries", "Rows requeued (not acked in time, entry lost, worker died)."),
+    "wrong_type_keys": _counter(
+        "wrong_type_keys", "duecast's Redis keys found holding the wrong type and moved aside."
+    ),
+    "locked_skipped": _counter(
+        "locked_skipped",
+        "Due rows (ranges in range mode) a claim passed over: another session held their lock.",
+    ),
     "bad_holds": _counter("bad_holds", "Dead workers' hold records that did not parse (quarantined)."),
 }
 

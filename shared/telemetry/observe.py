@@ -26,6 +26,8 @@ STATS_METRICS: dict[str, str] = {
     "stale_entries": "stale_entries",
     "bad": "bad_entries",
     "requeued": "redeliveries",
+    "wrong_type_keys": "wrong_type_keys",
+    "locked_skipped": "locked_skipped",
     "bad_holds": "bad_holds",
 }
 

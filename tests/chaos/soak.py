@@ -57,13 +57,15 @@ def soak(
     flushes: int = 1,
     redis_restarts: int = 2,
     rescan: Mapping[str, Any] | None = None,
+    wrong_types: int = 1,
 ) -> float:
     """One-off jobs enqueued in waves, and a row-mode and a range-mode re-scan source (`rescan`:
     their sizes, see RescanTables) served by the same dispatcher all along, under worker SIGKILLs
-    (every other one aimed at a worker in a re-scan batch), Redis restarts and a FLUSHALL, one
-    dispatcher SIGKILLed right after a COMMIT, and two workers SIGSTOPped past the job lease then
-    resumed (one at random, one in a re-scan batch). Returns the seconds until every job is acked;
-    then waits for every re-scan row to be checked again and stops every process."""
+    (every other one aimed at a worker in a re-scan batch), Redis restarts and a FLUSHALL, a ready
+    list SET to a string (issue 16.3), one dispatcher SIGKILLed right after a COMMIT, and two workers
+    SIGSTOPped past the job lease then resumed (one at random, one in a re-scan batch). Returns the
+    seconds until every job is acked; then waits for every re-scan row to be checked again and stops
+    every process."""
     per_wave = max(1, jobs // waves)
     chaos.add_rescan(**(rescan or {}))
     chaos.enqueue(per_wave)
@@ -77,8 +79,10 @@ def soak(
         chaos.worker(f"worker-{i}", (RESCAN_ROWS, RESCAN_RANGES, JOBS_SOURCE))
     started = time.monotonic()
     plan = ["flush"] * flushes + ["redis_restart"] * redis_restarts + ["stop", "stop_rescan"]
+    plan += ["wrong_type"] * wrong_types
+    fixed = len(plan)
     plan += ["kill", "kill_rescan"] * max(0, waves - len(plan))
-    plan = plan[: max(waves, flushes + redis_restarts + 2)]
+    plan = plan[: max(waves, fixed)]
     chaos.rng.shuffle(plan)
     stopped: list[tuple[Proc, float]] = []
     for step in plan:
@@ -108,6 +112,11 @@ def _inject(chaos: Chaos, step: str, stopped: list[tuple[Proc, float]]) -> None:
     elif step == "redis_restart":
         chaos.fault("redis_restart")
         chaos.redis.restart()
+    elif step == "wrong_type":
+        # A stray SET over the row-mode source's ready list (its entries with it): the first role to
+        # meet the WRONGTYPE moves it aside, and the dispatcher requeues what the list held.
+        chaos.fault("redis_wrong_type")
+        chaos.redis.client.set(Keys(f"chaos-{chaos.suffix}").ready(RESCAN_ROWS), b"not a list")
     elif step in ("stop", "stop_rescan"):
         proc = chaos.stop_worker_past_lease(rescan_holder(chaos) if step == "stop_rescan" else None)
         stopped.append((proc, time.monotonic() + chaos.lease_s * 2))

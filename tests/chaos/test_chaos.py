@@ -52,6 +52,7 @@ def test_soak_with_worker_kills_redis_restarts_a_flush_a_dispatcher_kill_and_a_s
         "sigkill",
         "redis_restart",
         "redis_flush",
+        "redis_wrong_type",
         "dispatcher_killed_after_commit",
     }
     assert_clean(chaos)

@@ -34,16 +34,18 @@ def redis_server_bin() -> str:
 
 
 class PrivateRedis:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, password: str | None = None) -> None:
         self.workdir = workdir
         self.port = free_port()
+        self.password = password  # requirepass, for tests of a wrong password
         self.log = workdir / f"redis-{self.port}.log"
         self.popen: subprocess.Popen[bytes] | None = None
-        self.client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+        self.client = redis.Redis(host="127.0.0.1", port=self.port, password=password, socket_timeout=5)
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
         with self.log.open("ab") as out:
@@ -52,6 +54,7 @@ class PrivateRedis:
                     redis_server_bin(),
                     *("--port", str(self.port), "--bind", "127.0.0.1"),
                     *("--save", "", "--appendonly", "no", "--dir", str(self.workdir)),
+                    *(("--requirepass", self.password) if self.password else ()),
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=out,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -21,6 +23,7 @@ import pytest
 
 from duecast.admin import migrate
 from duecast.shared.api.publish import Publish, Publisher
+from duecast.shared.monitor.topic_status import TopicMonitor
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
@@ -237,3 +240,37 @@ def test_a_sigkilled_broadcast_member_resumes_from_its_last_position_and_the_oth
     killed = [i for i, p in by_m2 if p == doomed.pid]
     assert killed == ids[:150]  # ran up to the parked message, then died
     assert [i for i, p in by_m2 if p == again.pid] == ids[100:]  # resumed from its committed position
+
+
+def test_a_broadcast_member_stopped_with_sigterm_is_not_live_at_once(
+    make_env: Callable[..., tuple[Settings, dict[str, str]]],
+    procs: Procs,
+    sql: pymysql.cursors.Cursor,
+) -> None:
+    """Issue 16.7: a member stopped cleanly hands its row back on the way out, so status shows it
+    gone at once, not member_ttl_s (60 s) later; its last heartbeat still holds retention."""
+    settings, env = make_env(
+        groups=[{"topic": "orders", "name": "cache", "mode": "broadcast", "start": "earliest"}]
+    )
+    worker_args = [
+        "-m",
+        "duecast.worker",
+        "--app",
+        "tests.faults.topics_app",
+        "--source",
+        "topics.orders-cache",
+    ]
+    member = procs.spawn("m1", worker_args, {**env, "DUECAST_TOPICS__MEMBER": "m1"})
+    monitor = TopicMonitor(Database(settings.mysql), settings.topics)
+
+    def members() -> list[Any]:
+        return [m for g in monitor.groups() for m in g.members]  # none until the member joins
+
+    wait_for(lambda: [m.live for m in members()] == [True], WAIT_S, "member m1 to join", procs.check)
+    procs.signal(member, signal.SIGTERM)
+    assert procs.wait_exit(member, WAIT_S) == 0
+    stopped = time.monotonic()
+    (after,) = monitor.groups()
+    assert [(m.name, m.owner, m.live) for m in after.members] == [("m1", None, False)]
+    assert time.monotonic() - stopped < settings.topics.member_ttl_s
+    assert after.finished_through == after.members[0].position  # still holds retention for its TTL

@@ -155,7 +155,7 @@ def test_bad_or_missing_credentials_fail_clearly_without_printing_them(
 # The ACL docs/security.md recommends, `{prefix}` standing for redis.key_prefix.
 LEAST_PRIVILEGE_ACL = (
     "on resetkeys ~{{{prefix}}}:* resetchannels -@all +ping +rpush +lpush +lpop +blmpop +blpop +llen "
-    "+ltrim +lrange +hincrby +hgetall +get +set +del +evalsha +script|load"
+    "+ltrim +lrange +hincrby +hgetall +get +set +del +evalsha +script|load +type +rename +expire"
 )
 
 
@@ -188,6 +188,9 @@ def test_the_documented_least_privilege_acl_is_enough_for_every_queue_operation(
         assert queue.stats("users") == {"bad": 1}
         queue.client.lpush(queue.keys.wake(), b"1")  # what Enqueuer.wake() sends
         assert queue.wait_wake(0.5)
+        queue.client.set(queue.keys.ready("users"), b"stray")  # a key of the wrong type: moved aside
+        queue.push("users", [Entry(3, 1)])
+        assert queue.length("users") == 1
         refused_commands = [("FLUSHALL",), ("KEYS", "*"), ("CONFIG", "GET", "*"), ("GET", "other:key")]
         for refused in [*refused_commands, ("RPUSH", "other:key", "x")]:  # the last: not its key
             with pytest.raises(redis.ResponseError, match=r"(?i)no permissions"):

@@ -281,14 +281,19 @@ def test_a_broadcast_groups_three_live_members_each_see_every_message(env: Topic
             return sorted(rows) == [(m, ids[-1]) for m in ("m1", "m2", "m3")]
 
         wait_until(caught_up, "every member to reach the last message")
+        live = {s.group: s for s in env.monitor.groups()}["cache"].members
+        assert [(m.name, m.live) for m in live] == [(n, True) for n in ("m1", "m2", "m3")]
     for m in members:
         seen = [r.id for r in topics_app.RUNS if r.group == "cache" and r.thread == m.name]
         assert seen == ids, m.name  # each member: every message, once, in order
     statuses = {s.group: s for s in env.monitor.groups()}
-    # The members handed themselves back on the way out: none holds its row any more.
-    assert [(m.name, m.owner, m.handled) for m in statuses["cache"].members] == [
-        (n, None, 200) for n in ("m1", "m2", "m3")
+    # The members handed themselves back on the way out (a clean stop: what SIGTERM does): none
+    # holds its row any more, and none shows as live, at once rather than after member_ttl_s.
+    assert [(m.name, m.owner, m.handled, m.live) for m in statuses["cache"].members] == [
+        (n, None, 200, False) for n in ("m1", "m2", "m3")
     ]
+    # Their heartbeats are recent, so they still hold retention: a restart resumes without a gap.
+    assert statuses["cache"].finished_through == ids[-1]
 
 
 def test_a_group_added_later_starts_from_its_chosen_position(make_env: Any) -> None:
@@ -395,15 +400,30 @@ def test_status_reports_backlog_lag_in_flight_and_consumption_timeouts(make_env:
     env.query("UPDATE {messages} SET created_at = created_at - INTERVAL 1 HOUR")
     env.publisher.publish_many(Publish("ledger", {"table": "nowhere"}) for _ in range(3))
     serve_dispatcher(env.settings, threading.Event(), drain=True)  # all dispatched, none started
-    (store,) = [
-        s for s in build_stores(env.settings, env.settings.topics.group_sources()) if "billing" in s.src.name
-    ]
-    with store.started([Entry(i, 1) for i in ids[:5]]):
-        env.query("UPDATE {deliveries} SET started_at = NOW(6) - INTERVAL 2 MINUTE WHERE dc_state = 2")
+    store, other, late = (cluster_store(env, "billing") for _ in range(3))  # three workers' batches
+    with (
+        store.started([Entry(i, 1) for i in ids[:5]]),
+        other.started([Entry(i, 1) for i in ids[5:8]]),
+        late.started([Entry(i, 1) for i in ids[8:10]]),
+    ):
+        # Two batches started 2 and 3 minutes ago, the third just now. A batch is marked running
+        # whole and runs its handlers in turn: only its first message has surely been running that
+        # long, the others may wait behind it (issue 16.7), so each batch counts once.
+        running = "dc_state = 2 AND seq IN ({})"
+        env.query(
+            "UPDATE {deliveries} SET started_at = NOW(6) - INTERVAL 2 MINUTE WHERE "
+            + running.format("%s," * 4 + "%s"),
+            ids[:5],
+        )
+        env.query(
+            "UPDATE {deliveries} SET started_at = NOW(6) - INTERVAL 3 MINUTE WHERE "
+            + running.format("%s,%s,%s"),
+            ids[5:8],
+        )
         status = {s.group: s for s in env.monitor.groups()}
     billing, audit = status["billing"], status["audit"]
-    assert (billing.backlog, billing.in_flight, billing.timeouts) == (20, 20, 5)
-    assert 119 <= (billing.oldest_running_s or 0) <= 130
+    assert (billing.backlog, billing.in_flight, billing.timeouts) == (20, 20, 2)
+    assert 179 <= (billing.oldest_running_s or 0) <= 190
     assert (audit.backlog, audit.in_flight, audit.timeouts) == (20, 20, 0)
     assert 3590 <= (billing.lag_s or 0) <= 3700
     assert (status["cache"].backlog, status["cache"].members) == (0, [])  # no live member: nobody waits
@@ -481,6 +501,6 @@ def test_the_topics_duty_prunes_and_sets_the_gauges(make_env: Any) -> None:
     sample = REGISTRY.get_sample_value
     assert sample("duecast_group_backlog", {"topic": "orders", "group": "billing"}) == 0
     assert sample("duecast_topic_last_id", {"topic": "orders"}) == 4
-    # The drained worker's member left, but heartbeated within member_ttl_s: it still counts (and
-    # holds retention), so a restarted process resumes it without a gap.
-    assert sample("duecast_group_live_members", {"topic": "orders", "group": "cache"}) == 1
+    # The drained worker's member left: a clean stop is not live at once (issue 16.7), though its
+    # heartbeat within member_ttl_s still holds retention, so a restarted process resumes it without a gap.
+    assert sample("duecast_group_live_members", {"topic": "orders", "group": "cache"}) == 0

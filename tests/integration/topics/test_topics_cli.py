@@ -74,9 +74,19 @@ def test_publish_one_message_then_a_file_all_or_nothing(
     assert cli.main(["topics", "publish", "--file", str(good)]) == 0
     assert "published 2 message(s)" in capsys.readouterr().out
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"topic": "orders", "payload": 3}\n{"topic": "nope"}\n')
+    bad.write_text(
+        '{"topic": "orders", "payload": 3}\n{"topic": "nope"}\nnot json\n{"topic": "orders", "key": ""}\n'
+        '{"topic": "orders", "extra": 1}\n'
+    )
     assert cli.main(["topics", "publish", "--file", str(bad)]) == 2
-    assert "unknown topic 'nope'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # Every line is checked before anything is published, and every bad one is named (issue 16.7).
+    assert "4 bad line(s), nothing was published" in err
+    assert f"{bad}:2: unknown topic 'nope'" in err
+    assert f"{bad}:3: not JSON" in err
+    assert f"{bad}:4: a message key must be" in err
+    assert f"{bad}:5: expected" in err
+    assert f"{bad}:1:" not in err
     sql.execute(f"SELECT COUNT(*) FROM `{prefix}messages`")
     assert sql.fetchone() == (3,)  # the bad file wrote nothing
 
@@ -121,6 +131,14 @@ def test_reset_replays_a_group_after_confirmation(prefix: str, capsys: pytest.Ca
     assert "replay after id 2: 2 message(s) again" in capsys.readouterr().out
     assert cli.main(["topics", "reset", "orders", "nobody", "--to", "1", "--yes"]) == 2
     assert "no group 'nobody'" in capsys.readouterr().err
+    # A bad --to is one line naming --to, refused before any question (issue 16.7).
+    assert cli.main(["topics", "reset", "orders", "shipping", "--to", "yesterday"]) == 2
+    out = capsys.readouterr()
+    assert out.err.strip().splitlines() == [
+        'duecast topics: --to: \'yesterday\' is not a position: give "earliest", "latest", a message id, '
+        "or an ISO time with its zone (2026-11-24T09:00:00+00:00)"
+    ]
+    assert "?" not in out.out  # not asked
     run_all()
     assert topics_app.runs("shipping") == [3, 4]
     assert topics_app.runs("audit") == []

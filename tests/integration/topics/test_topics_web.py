@@ -87,8 +87,10 @@ def test_the_topics_page_shows_groups_dead_letters_timeouts_and_volume(
     assert billing[:6] == ["orders", "billing", "cluster", "7", "7", "2"]
     assert billing[8:10] == ["2", "1"]  # the 2 new messages in flight; message 1 dead
     shipping_row = cells(html, "group", "orders-shipping")
-    assert shipping_row[8:11] == ["2", "0", "2"]  # both running for 2 minutes: past its 60 s limit
+    # Both marked running 2 minutes ago, past its 60 s limit, in one batch: counted once, since the
+    # second may only be waiting behind the first (issue 16.7).
+    assert shipping_row[8:11] == ["2", "0", "1"]
     assert re.fullmatch(r"running &gt; 1m 00s \(oldest 2m 0\ds\)", shipping_row[12])
-    assert "1 live member(s)" in cells(html, "group", "orders-cache")[12]
+    assert "0 live member(s)" in cells(html, "group", "orders-cache")[12]  # the drained worker's left
     assert cells(html, "topic", "orders")[:3] == ["orders", "7", "7"]
     assert 'href="/topics" class="here"' in html

@@ -8,6 +8,7 @@ are a second or so, so the watchdog's deadlines pass in real time; waits poll wi
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -252,20 +253,32 @@ class ScriptedLeases:
         pass
 
 
-def test_becoming_leader_is_info_and_a_lost_lease_one_warning_line(caplog: pytest.LogCaptureFixture) -> None:
+def test_becoming_leader_is_info_and_a_failed_renewal_one_line_per_try(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A renewal that meets a lost connection is tried again at once (issue 16.10); one that still
+    fails is one warning line, no traceback, and leaves the last grant in force: still the leader."""
     down = pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
-    leadership = Leadership(ScriptedLeases([15.0, down]), lease_s=15, holder="me")  # type: ignore[arg-type]
+    leadership = Leadership(ScriptedLeases([15.0, down, down, down, down]), lease_s=15, holder="me")  # type: ignore[arg-type]
     with caplog.at_level(logging.DEBUG, logger="duecast"):
         leadership.tick()
         leadership.tick()
     got = [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records]
-    assert got == [
-        ("INFO", "now the dispatcher leader (me)", None),
+    assert got[0] == ("INFO", "now the dispatcher leader (me)", None)
+    retries = got[1:4]
+    assert [(level, msg.split(";")[0], exc) for level, msg, exc in retries] == [
         (
             "WARNING",
-            "could not renew the leader lease; acting as a standby until it works: "
-            "OperationalError: (2013, 'Lost connection to MySQL server during query')",
+            "the leader lease renewal hit (2013, 'Lost connection to MySQL server during query')",
             None,
-        ),
-        ("WARNING", "no longer the dispatcher leader (me)", None),
-    ]
+        )
+    ] * 3
+    assert [m.split("(")[-1].split(")")[0] for _, m, _ in retries] == ["1 of 3", "2 of 3", "3 of 3"]
+    (level, message, exc_info), *after = got[4:]
+    assert (level, exc_info, after) == ("WARNING", None, [])  # not "no longer the dispatcher leader"
+    assert re.fullmatch(
+        r"could not renew the leader lease; acting on the last renewal for \d+\.\ds more: "
+        r"OperationalError: \(2013, 'Lost connection to MySQL server during query'\)",
+        message,
+    ), message
+    assert leadership.held()

@@ -2,7 +2,9 @@
 
 from pathlib import Path
 
-from duecast.settings_doc import render
+from pydantic import BaseModel
+
+from duecast.settings_doc import _comments, render
 from duecast.shared.settings import Settings
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "settings.md"
@@ -19,3 +21,17 @@ def test_every_section_and_field_appears() -> None:
         if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
             for name in annotation.model_fields:
                 assert f"`DUECAST_{section.upper()}__{name.upper()}`" in text
+
+
+class _Commented(BaseModel):
+    # Where probes connect.
+    host: str = "0.0.0.0"  # noqa: S104 - probes and scrapers must reach it
+    port: int = 9000  # the port  # type: ignore[assignment]
+    # pragma: no cover
+    name: str = "x"  # pragma: no cover
+
+
+def test_tool_notes_are_never_a_description() -> None:
+    """A `# noqa: ...` (with its reason), `# type: ignore` or `# pragma:` comment is for tools."""
+    assert _comments(_Commented) == {"host": "Where probes connect.", "port": "the port", "name": ""}
+    assert "noqa" not in render()

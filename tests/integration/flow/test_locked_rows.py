@@ -1,0 +1,169 @@
+"""Issue 16.11: due rows a claim passes over because another session holds their lock (an
+application's long transaction) are counted per source (`locked_skipped` in the Redis stats,
+duecast_locked_skipped_total) and logged, in row mode and range mode; before, they went unchecked
+in silence for as long as the lock was held.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+
+import pymysql
+import pytest
+
+from duecast.admin import migrate
+from duecast.dispatcher.dispatcher import Dispatcher
+from duecast.dispatcher.redelivery import Redelivery
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.process.runtime import build_stores
+from duecast.shared.queries.ranges import ranges_table
+from duecast.shared.settings import DispatcherSettings, MySQLSettings, RedisSettings, Settings, WorkerSettings
+from duecast.shared.storage.db import connect
+from duecast.shared.storage.source_store import Store
+from duecast.shared.telemetry import metrics
+from duecast.worker import main as worker_main
+from tests.integration import apps, range_app
+from tests.integration.conftest import Env
+from tests.integration.flow.test_dispatch_and_work import role_settings, work
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def holder(mysql_settings: MySQLSettings) -> Iterator[pymysql.cursors.Cursor]:
+    """Another session, as an application's: locks rows in a transaction it leaves open."""
+    conn = connect(mysql_settings)
+    with conn.cursor() as cur:
+        yield cur
+    conn.rollback()
+    conn.close()
+
+
+def claimer(stores: list[Store], queue: ReadyQueue) -> Dispatcher:
+    """A dispatcher that only claims and pushes (its redelivery is not run here)."""
+    settings = DispatcherSettings()
+    return Dispatcher(stores, queue, settings, Redelivery(stores, queue, {"lost": 1.0}, settings.sweep_batch))
+
+
+def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage() for r in caplog.records if getattr(r, "event", None) == "dispatcher.locked_skipped"
+    ]
+
+
+def metric(source: str) -> float:
+    return metrics.COUNTERS["locked_skipped"].labels(source=source)._value.get()
+
+
+def test_row_mode_counts_and_logs_rows_held_by_another_session(
+    make_env: Callable[..., Env], holder: pymysql.cursors.Cursor, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = make_env("rescan", rows=50)
+    name = env.source.name
+    holder.execute(f"SELECT user_id FROM `{env.table}` WHERE user_id <= 10 FOR UPDATE")
+    dispatcher = claimer([env.store], env.queue)
+    before = metric(name)
+    with caplog.at_level(logging.WARNING, "duecast.dispatcher"):
+        dispatcher.tick()  # claims the 40 free rows, passes over the 10 held
+        dispatcher.tick()  # nothing free is due: the 10 are passed over again
+    assert env.queue.length(name) == 40
+    assert env.queue.stats(name)["locked_skipped"] == 20
+    assert metric(name) - before == 20
+    found = lines(caplog)
+    assert len(found) == 1, found  # at most one line per source every LOCKED_LOG_EVERY_S
+    assert f"10 due rows of {name}" in found[0]
+    holder.connection.rollback()  # the application's transaction ends
+    dispatcher.tick()
+    assert env.queue.length(name) == 50
+    assert env.queue.stats(name)["locked_skipped"] == 20
+
+
+def test_a_claim_with_nothing_held_counts_nothing(make_env: Callable[..., Env]) -> None:
+    env = make_env("rescan", rows=30)
+    claimer([env.store], env.queue).tick()
+    assert env.queue.length(env.source.name) == 30
+    assert "locked_skipped" not in env.queue.stats(env.source.name)
+
+
+@pytest.fixture
+def ranged(
+    mysql_settings: MySQLSettings, redis_settings: RedisSettings, sql: pymysql.cursors.Cursor
+) -> Iterator[Settings]:
+    src = range_app.users_source(sql, 1000, claim_batch=300, high_water=3000)
+    settings = Settings(
+        mysql=mysql_settings,
+        redis=redis_settings,
+        sources=[src],
+        jobs={"enabled": False},  # type: ignore[arg-type]
+    )
+    migrate.apply(settings)
+    yield settings
+    sql.execute(f"DROP TABLE IF EXISTS `{src.table}`")
+    sql.execute(f"DROP TABLE IF EXISTS `{ranges_table(src)}`")
+
+
+def test_range_mode_counts_ranges_held_by_another_session(
+    ranged: Settings, holder: pymysql.cursors.Cursor, caplog: pytest.LogCaptureFixture
+) -> None:
+    (store,) = build_stores(ranged, ranged.sources)
+    store.discover(full=True)  # type: ignore[attr-defined]
+    src = ranged.sources[0]
+    holder.execute(f"SELECT lo FROM `{ranges_table(src)}` WHERE lo < 300 FOR UPDATE")  # 3 spans of 100
+    queue = ReadyQueue(connect_redis(ranged.redis), Keys(ranged.redis.key_prefix))
+    dispatcher = claimer([store], queue)
+    name = store.src.name
+    with caplog.at_level(logging.WARNING, "duecast.dispatcher"):
+        for _ in range(4):  # 3 ranges per claim (claim_batch 300 / range_size 100): 3, 3, 2, 0
+            dispatcher.tick()
+    assert queue.length(name) == 8  # spans 300-1000 (ids 1..1000: 11 spans, the first 3 held)
+    assert queue.stats(name)["locked_skipped"] == 6  # each short claim (2, then 0) saw all three
+    found = lines(caplog)
+    assert len(found) == 1, found
+    assert "3 due ranges" in found[0]
+    queue.client.close()
+
+
+def test_a_worker_counts_dispatched_rows_held_by_another_session(
+    make_env: Callable[..., Env],
+    holder: pymysql.cursors.Cursor,
+    recorder: apps.Recorder,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The worker's start waits mysql.lock_wait_s for a held row, then skips it: counted as locked,
+    not as a stale entry, and logged."""
+    env = make_env("rescan", rows=20, name=apps.RESCAN)
+    settings = role_settings(env)
+    claimer([env.store], env.queue).tick()
+    holder.execute(f"SELECT user_id FROM `{env.table}` WHERE user_id <= 5 FOR UPDATE")
+    with caplog.at_level(logging.WARNING, "duecast.worker"):
+        work(settings)
+    stats = env.queue.stats(apps.RESCAN)
+    assert stats["locked_skipped"] == 5
+    assert stats.get("stale_entries", 0) == 0
+    assert sorted(recorder.executions(apps.RESCAN)) == list(range(6, 21))
+    found = [r.getMessage() for r in caplog.records if getattr(r, "event", None) == "worker.locked_skipped"]
+    assert len(found) == 1, found
+    assert f"5 dispatched rows (or ranges) of {apps.RESCAN}" in found[0]
+
+
+def test_a_range_worker_counts_ranges_held_by_another_session(
+    ranged: Settings, holder: pymysql.cursors.Cursor
+) -> None:
+    settings = ranged.model_copy(
+        update={"worker": WorkerSettings(app="tests.integration.range_app", block_timeout_s=0.1)}
+    )
+    (store,) = build_stores(settings, settings.sources)
+    store.discover(full=True)  # type: ignore[attr-defined]
+    queue = ReadyQueue(connect_redis(settings.redis), Keys(settings.redis.key_prefix))
+    dispatcher = claimer([store], queue)
+    for _ in range(4):
+        dispatcher.tick()  # every span dispatched
+    holder.execute(f"SELECT lo FROM `{ranges_table(settings.sources[0])}` WHERE lo < 200 FOR UPDATE")
+    worker_main.serve(settings, threading.Event(), drain=True)
+    stats = queue.stats(store.src.name)
+    assert stats["locked_skipped"] == 2  # the two held spans, skipped after the lock wait
+    assert stats.get("stale_entries", 0) == 0
+    queue.client.close()
