@@ -12,8 +12,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from duecast.shared.fanout.keys import BadEntry, Entry, decode_entry
+from duecast.shared.fanout.keys import BadEntry, BadHold, Entry, decode_entry
 from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.fanout.retype import NO_SOURCE
 from duecast.shared.policy import (
     LEADER_CAUSES,
     Cause,
@@ -161,30 +162,61 @@ class Redelivery:
         A worker records its batch in Redis with the pop itself (ReadyQueue.pop_held) and beats in
         MySQL; one silent for worker.dead_after_s is dead, and its rows go back now (fenced on
         their attempt) instead of after the visibility timeout. Without the record (Redis lost
-        it), "lost" or "expired" covers them.
+        it), "lost" or "expired" covers them. Each record is read on its own: Redis is not
+        trusted, and one that does not parse is quarantined, not allowed to stop the others.
         """
         assert self.registry is not None  # checked in __init__
         stores = {store.src.name: store for store in self.stores}
         total = 0
         for worker in self.registry.dead():
-            held = self.queue.held_by(worker)
-            if held is not None and held[0] in stores:
-                entries = _entries(held[1])
-                n = stores[held[0]].requeue_held(entries) if entries else 0
-                if n:
-                    log.warning(
-                        "worker %s is silent: requeued the %d rows of %s it held",
-                        worker,
-                        n,
-                        held[0],
-                        extra={"event": "redelivery.held", "source": held[0], "count": n, "worker": worker},
-                    )
-                    self.queue.add_stats(held[0], {"requeued": n})
-                total += n
+            total += self._requeue_hold(worker, stores)
             self.queue.release_hold(worker)
             self.registry.deregister(worker)
         self.counts["held"] += total
         return total
+
+    def _requeue_hold(self, worker: str, stores: Mapping[str, Store]) -> int:
+        """Requeue what one dead worker held; 0 when it held nothing this dispatcher serves."""
+        try:
+            held = self.queue.held_by(worker)
+        except BadHold as bad:
+            self._quarantine_hold(worker, bad)
+            return 0
+        if held is None or held[0] not in stores:
+            return 0
+        source, raws = held
+        entries = _entries(raws)
+        n = stores[source].requeue_held(entries) if entries else 0
+        if n:
+            log.warning(
+                "worker %s is silent: requeued the %d rows of %s it held",
+                worker,
+                n,
+                source,
+                extra={"event": "redelivery.held", "source": source, "count": n, "worker": worker},
+            )
+            self.queue.add_stats(source, {"requeued": n})
+        return n
+
+    def _quarantine_hold(self, worker: str, bad: BadHold) -> None:
+        """A hold record that does not say which source it is of: nothing in it can be requeued
+        safely, so it is moved to the quarantine list of no source and counted (bad_holds). Its
+        rows wait for the visibility timeout; every other dead worker's rows go back now."""
+        log.warning(
+            "worker %s is silent and its hold record in Redis does not parse (%s): moved it to %s; "
+            "the rows it held are requeued after their visibility timeout",
+            worker,
+            bad.reason,
+            self.queue.keys.quarantine(NO_SOURCE),
+            extra={
+                "event": "redelivery.bad_hold",
+                "source": NO_SOURCE,
+                "worker": worker,
+                "reason": bad.reason,
+            },
+        )
+        self.queue.quarantine(NO_SOURCE, [(bad.raw, f"hold:{worker}:{bad.reason}")])
+        self.queue.add_stats(NO_SOURCE, {"bad_holds": 1})
 
     def release_unpushed(self, store: Store, entries: Sequence[Entry]) -> int:
         """Rows `store` claimed whose push Redis refused (down, OOM) -> pending now, instead of after

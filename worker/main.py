@@ -87,36 +87,60 @@ def check_columns(registry: Registry, stores: Mapping[str, Store]) -> None:
 
 def served_sources(settings: Settings, registered: list[str]) -> list[str]:
     """Source names in pop order: "jobs" becomes its queues (worker.queues order, first = first).
-    A name that is not configured, or has no handler, ends the start with one line naming it."""
-    out: list[str] = []
+
+    With worker.sources unset, every configured source the app has handlers for: one app may carry
+    handlers for sources a deployment does not configure, and those are named in one warning at
+    start. A source worker.sources names that is not configured or has no handler, or an app with
+    nothing configured to serve, ends the start with one line naming it.
+    """
     unknown = [q for q in settings.worker.queues if q not in settings.jobs.queues]
     if unknown:
         raise StartupError(
             f"worker.queues names {', '.join(unknown)}, "
             f"not in jobs.queues ({', '.join(settings.jobs.queues)})"
         )
-    configured = {s.name for s in settings.sources}
-    for name in settings.worker.sources or registered:
+    named = settings.worker.sources
+    out: list[str] = []
+    unserved: dict[str, str] = {}  # handler source -> why it is not served
+    for name in named or registered:
         if name not in registered:
             raise StartupError(
                 f"--source / worker.sources names {name!r}, but the app registers no handler for it "
                 f"(it has: {', '.join(registered) or 'none'})"
             )
-        if name == JOBS_SOURCE:
-            if not settings.jobs.enabled:
-                raise StartupError("the app registers tasks, but jobs.enabled is false; set it to true")
-            out.extend(f"{JOBS_SOURCE}.{q}" for q in settings.worker.queues or settings.jobs.queues)
-        elif name.startswith(f"{TOPICS_SOURCE}."):
-            out.extend(served_topic_sources(settings, name))
-        elif name in configured:
-            out.append(name)
-        else:
-            raise StartupError(
-                f"the app registers a handler for source {name!r}, which is not configured "
-                f"(sources: {', '.join(sorted(configured)) or 'none'}); fix the name in "
-                "@registry.row/batch(...) or add a [[sources]] entry named so"
-            )
+        try:
+            out.extend(_pop_names(settings, name))
+        except StartupError as exc:
+            if named:
+                raise
+            unserved[name] = str(exc)
+    if unserved and len(unserved) == len(registered):
+        raise StartupError("; ".join(unserved.values()))
+    if unserved:
+        log.warning(
+            "serving the configured sources only: %s",
+            "; ".join(unserved.values()),
+            extra={"event": "worker.unconfigured_sources", "sources": list(unserved)},
+        )
     return out
+
+
+def _pop_names(settings: Settings, name: str) -> list[str]:
+    """What a worker pops for the app's handler source `name`; StartupError when it is not configured."""
+    if name == JOBS_SOURCE:
+        if not settings.jobs.enabled:
+            raise StartupError("the app registers tasks, but jobs.enabled is false; set it to true")
+        return [f"{JOBS_SOURCE}.{q}" for q in settings.worker.queues or settings.jobs.queues]
+    if name.startswith(f"{TOPICS_SOURCE}."):
+        return served_topic_sources(settings, name)
+    configured = {s.name for s in settings.sources}
+    if name not in configured:
+        raise StartupError(
+            f"the app registers a handler for source {name!r}, which is not configured "
+            f"(sources: {', '.join(sorted(configured)) or 'none'}); fix the name in "
+            "@registry.row/batch(...) or add a [[sources]] entry named so"
+        )
+    return [name]
 
 
 def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queue) -> int:

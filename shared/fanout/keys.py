@@ -1,4 +1,5 @@
-"""Every Redis key duecast uses, and the codec of a ready-list entry ("<id>:<attempt>").
+"""Every Redis key duecast uses, the codec of a ready-list entry ("<id>:<attempt>") and the parser of
+a worker's hold record ("<source>\n<entry> <entry> ...").
 
 Keys carry a `{prefix}` hash tag so a source's keys stay in one Redis Cluster slot.
 """
@@ -13,6 +14,9 @@ MAX_ATTEMPT = 2**32 - 1  # INT UNSIGNED
 MAX_ENTRY_BYTES = 30  # 19 digits + ":" + 10 digits
 # ASCII digits only: a bytes pattern never matches Unicode digits such as "١٢".
 _ENTRY = re.compile(rb"([1-9][0-9]{0,18}):([1-9][0-9]{0,9})")
+# A hold's first line: a source name, as the settings allow them (re-scan, "jobs.<queue>",
+# "topics.<topic>-<group>"), in ASCII; anything else is not a record duecast wrote.
+_HOLD_SOURCE = re.compile(rb"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +50,27 @@ def decode_entry(raw: bytes) -> Entry:
     if attempt > MAX_ATTEMPT:
         raise BadEntry("attempt_out_of_range")
     return Entry(id_, attempt)
+
+
+class BadHold(ValueError):
+    """A worker's hold record that does not parse (its source line); `reason` is a stable, short label,
+    `raw` the record as read."""
+
+    def __init__(self, reason: str, raw: bytes) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.raw = raw
+
+
+def decode_hold(value: bytes) -> tuple[str, list[bytes]]:
+    """(source, raw entries) of a hold record, or BadHold. Only the source line is checked here: each
+    entry is checked by decode_entry, so one bad entry does not cost the others."""
+    source, newline, entries = value.partition(b"\n")
+    if not newline:
+        raise BadHold("no_source_line", value)
+    if _HOLD_SOURCE.fullmatch(source) is None:
+        raise BadHold("bad_source", value)
+    return source.decode("ascii"), entries.split()
 
 
 @dataclass(frozen=True)

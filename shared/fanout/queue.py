@@ -20,7 +20,7 @@ from redis.connection import parse_url
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from duecast.shared.fanout.keys import Entry, Keys, encode_entry
+from duecast.shared.fanout.keys import Entry, Keys, decode_hold, encode_entry
 from duecast.shared.fanout.retype import NO_SOURCE, Retyper, wrong_type
 from duecast.shared.settings import RedisSettings
 from duecast.shared.telemetry import observe
@@ -256,8 +256,7 @@ class ReadyQueue:
         value = self._retype.call([(NO_SOURCE, key, "string")], lambda: self.client.get(key))
         if not value:
             return None
-        source, _, entries = _b(value).partition(b"\n")
-        return source.decode(), entries.split()
+        return decode_hold(_b(value))  # BadHold when it does not parse: the caller quarantines it
 
     def data_lost(self) -> bool:
         """True when the epoch canary was missing (and is now set again): every entry this Redis

@@ -243,18 +243,19 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
             f"UPDATE {t} FORCE INDEX (PRIMARY) SET `dc_state` = {IDLE} WHERE "
             + fenced.replace("{state}", str(DISPATCHED))
         ),
-        # Sweeper: dispatched but never started within the visibility timeout (entry lost with
-        # Redis, or its worker died between pop and start). Not an interruption: nothing ran.
+        # Sweeper, per queue: dispatched but never started within the visibility timeout (entry
+        # lost with Redis, or its worker died between pop and start). Not an interruption: nothing
+        # ran. The dc_due prefix (DISPATCHED, queue) holds only that queue's jobs in flight.
         find_expired_dispatched=(
-            f"SELECT `id` FROM {t} FORCE INDEX (`dc_due`) WHERE `dc_state` = {DISPATCHED} "
+            f"SELECT `id` FROM {t} FORCE INDEX (`dc_due`) WHERE `dc_state` = {DISPATCHED} AND `queue` = %s "
             "AND `dc_dispatched_at` < NOW(6) - INTERVAL %s MICROSECOND LIMIT %s FOR UPDATE SKIP LOCKED"
         ),
         requeue_dispatched=f"UPDATE {t} SET `dc_state` = {IDLE} WHERE {{ids}} AND `dc_state` = {DISPATCHED}",
-        # Sweeper: RUNNING jobs whose lease ran out: their worker died (or stalled past it).
-        # The dc_due prefix (RUNNING) holds only jobs in flight.
+        # Sweeper, per queue: RUNNING jobs whose lease ran out: their worker died (or stalled past
+        # it). The dc_due prefix (RUNNING, queue) holds only that queue's jobs in flight.
         find_expired_running=(
             f"SELECT `id`, `interruptions`, `worker`, `started_at` FROM {t} FORCE INDEX (`dc_due`) "
-            f"WHERE `dc_state` = {RUNNING} "
+            f"WHERE `dc_state` = {RUNNING} AND `queue` = %s "
             "AND `lease_until` < NOW(6) LIMIT %s FOR UPDATE SKIP LOCKED"
         ),
         interrupted_retry=(
@@ -281,9 +282,10 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
         ),
         # ...deleted only if still in that state (a replay may have revived one meanwhile).
         prune=f"DELETE FROM {t} WHERE {{ids}} AND `dc_state` = %s",
+        # A queue's jobs in flight -> pending (only with no dispatcher or worker running).
         release_all=(
             f"UPDATE {t} SET `dc_state` = {IDLE}, `lease_until` = NULL "
-            f"WHERE `dc_state` IN ({DISPATCHED}, {RUNNING})"
+            f"WHERE `dc_state` IN ({DISPATCHED}, {RUNNING}) AND `queue` = %s"
         ),
         # Status, per queue: a dc_due prefix count, capped so a huge queue costs a bounded read.
         count_state=(

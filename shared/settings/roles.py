@@ -33,7 +33,9 @@ class WorkerSettings(_Section):
     # "package.module" or "package.module:attribute" holding a Registry; several, comma-separated,
     # serve every one of them (as repeating --app does)
     app: str | None = None
-    sources: list[str] = []  # empty: every source the app has handlers for ("jobs": its queues)
+    # empty: every configured source the app has handlers for ("jobs": its queues); a handler for one
+    # not configured is named in one warning at start
+    sources: list[str] = []
     queues: list[QueueName] = []  # job queues served, first = strictly first; empty: jobs.queues
     pop_batch: int = Field(2000, ge=1, le=10_000)
     block_timeout_s: float = Field(1.0, ge=0.1, le=2.0)  # never 0: loops must see stop requests

@@ -47,6 +47,7 @@ COUNTERS: dict[str, Counter] = {
         "locked_skipped",
         "Due rows (ranges in range mode) a claim passed over: another session held their lock.",
     ),
+    "bad_holds": _counter("bad_holds", "Dead workers' hold records that did not parse (quarantined)."),
 }
 
 BATCH_SECONDS = Histogram(

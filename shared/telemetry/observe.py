@@ -28,6 +28,7 @@ STATS_METRICS: dict[str, str] = {
     "requeued": "redeliveries",
     "wrong_type_keys": "wrong_type_keys",
     "locked_skipped": "locked_skipped",
+    "bad_holds": "bad_holds",
 }
 
 

@@ -35,7 +35,7 @@ FLAGGED = "interrupted with its batch: its worker stopped before finishing it"
 
 
 class JobStore(LeasedStore):
-    """One queue of the jobs table. Its sweeps range over the whole table (ids are the table's)."""
+    """One queue of the jobs table: it claims, sweeps and counts only that queue's jobs."""
 
     def __init__(self, db: Database, src: SourceSettings, jobs: JobsSettings, mysql: MySQLSettings) -> None:
         self.jobs = jobs

@@ -45,7 +45,9 @@ class Scope:
 
     sql: JobSQL | TopicSQL  # the kind's catalog: both name the shared statements alike
     key: str  # the id column of its rows and entries: a job's `id`, a delivery's `seq`
-    claim: tuple[Any, ...]  # claim_due's leading arguments: the queue, or the group's id
+    # The leading arguments of the statements that find the scope's rows (claim_due, the sweeps'
+    # find_expired_*, release_all): the queue, or the group's id.
+    claim: tuple[Any, ...]
     where: tuple[Any, ...]  # every other statement's: none for jobs (ids are the table's), the group's id
     done: str  # the statement that finishes a success
     noun: str  # "job", "message"
@@ -196,7 +198,7 @@ class LeasedStore(ABC):
         """DISPATCHED for longer than `after_s`, never started -> pending (no interruption: nothing ran)."""
         sql, where = self.scope.sql, self.scope.where
         with self.db.transaction() as cur:
-            cur.execute(sql.find_expired_dispatched, (*where, _us(after_s), limit))
+            cur.execute(sql.find_expired_dispatched, (*self.scope.claim, _us(after_s), limit))
             found = [int(r[0]) for r in cur.fetchall()]
             if not found:
                 return 0
@@ -208,7 +210,7 @@ class LeasedStore(ABC):
         """RUNNING rows whose lease ran out: their worker died. Each such run is an interruption."""
         s, cap = self.scope, self.max_interruptions
         with self.db.transaction() as cur:
-            cur.execute(s.sql.find_expired_running, (*s.where, limit))
+            cur.execute(s.sql.find_expired_running, (*s.claim, limit))
             found = [(int(r[0]), int(r[1]), tuple(r[2:])) for r in cur.fetchall()]
             if not found:
                 return 0
@@ -244,7 +246,7 @@ class LeasedStore(ABC):
     def reset_dispatched(self) -> int:
         """Every DISPATCHED or RUNNING row -> pending. Only when no dispatcher or worker runs."""
         with self.db.transaction() as cur:
-            return self._run(cur, self.scope.sql.release_all, *self.scope.where)
+            return self._run(cur, self.scope.sql.release_all, *self.scope.claim)
 
     # -- finishing, used by LeasedBatch; every statement fenced on (id, attempt) and RUNNING ----------
 

@@ -6,6 +6,7 @@ leader's redelivery requeues the batch it had popped at once, well before the vi
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable
 
 import pytest
@@ -100,3 +101,54 @@ def test_a_worker_killed_the_moment_its_pop_returns_has_held_what_it_popped(
     assert not verdict.duplicates
     assert not verdict.redundant, "the victim ran nothing"
     assert {i: tuple(verdict.attempts(i)) for i in popped} == dict.fromkeys(popped, (2,))
+
+
+def test_a_corrupt_hold_does_not_keep_the_other_dead_workers_rows_waiting(
+    fault_env: Callable[..., FaultEnv],
+) -> None:
+    """Issue 16.2: three workers SIGKILLed as their pops return; the hold record of the one the leader
+    reads first (name order) is overwritten with 0xff bytes. It is quarantined and counted, and the
+    other two's rows are requeued at once, not after the visibility timeout (30 s here). Before,
+    every look for dead workers failed at that record (UnicodeDecodeError), every heartbeat."""
+    env = fault_env("oneoff")
+    ids = env.insert(40)
+    dispatcher = env.dispatcher(DUECAST_WORKER__HEARTBEAT_S=0.5)
+    env.wait_for(lambda: env.llen() == 40, "every row to be dispatched")
+    for i in range(3):
+        victim = env.worker(f"victim-{i}", module=KILL_AFTER_POP, may_exit=True)
+        assert env.procs.wait_exit(victim, WAIT_S) == -signal.SIGKILL
+    names = sorted(str(n) for (n,) in env.query("SELECT name FROM duecast_workers"))  # the leader's order
+    queue = ReadyQueue(env.redis, env.keys)
+    held: dict[str, set[int]] = {}
+    for name in names:
+        record = queue.held_by(name)
+        assert record is not None, f"{name} was killed after its pop, so it holds what it popped"
+        held[name] = {decode_entry(raw).id for raw in record[1]}
+    corrupt, healthy = names[0], held[names[1]] | held[names[2]]
+    garbage = b"\xff" * 64
+    env.redis.set(env.keys.inflight(corrupt), garbage)
+    env.worker("survivor")
+    env.wait_for(lambda: env.pending() == healthy | held[corrupt], "the survivor to run the 10 rows left")
+
+    # Time passes in SQL: the three have been silent for a minute. Nothing else is back-dated.
+    env.query(
+        "UPDATE duecast_workers SET heartbeat_at = NOW(6) - INTERVAL 60 SECOND WHERE name IN %s",
+        (tuple(names),),
+    )
+    silent = time.monotonic()
+    env.wait_for(lambda: not env.pending() & healthy, "the healthy holds to be requeued and run", timeout=10)
+    print(f"healthy dead workers' 20 rows run {time.monotonic() - silent:.2f}s after they were found silent")
+    assert env.pending() == held[corrupt], "the corrupt hold names no rows: the visibility timeout's"
+    said = f"worker {corrupt} is silent and its hold record in Redis does not parse (no_source_line)"
+    assert said in dispatcher.log.read_text()
+    assert queue.quarantined("-") == [f"hold:{corrupt}:no_source_line ".encode() + garbage]
+    assert queue.stats("-") == {"bad_holds": 1}
+    assert env.query("SELECT COUNT(*) FROM duecast_workers WHERE name IN %s", (tuple(names),)) == [(0,)]
+
+    assert env.back_date(held[corrupt]) == 10  # ...which passes, in SQL
+    env.wait_for(lambda: not env.pending(), "the sweep to requeue the corrupt hold's rows")
+    verdict = env.verdict(ids)
+    assert not verdict.lost
+    assert not verdict.unexpected
+    assert not verdict.duplicates
+    assert not verdict.redundant, "the victims ran nothing"

@@ -241,6 +241,47 @@ def test_a_hold_of_another_source_or_of_garbage_is_dropped_without_sql(ready_que
     assert (ready_queue.held_by("w1"), ready_queue.held_by("w2")) == (None, None)
 
 
+@pytest.mark.parametrize(
+    ("record", "reason"),
+    [
+        (b"\xff\xfe\xfd" * 20, "no_source_line"),  # the issue's bytes: no source line at all
+        (b"\xff\xfeusers\n1:1 3:1", "bad_source"),  # a source line that is not a source's name
+        (b"users 1:1 3:1", "no_source_line"),
+        (b"\n1:1 3:1", "bad_source"),
+    ],
+)
+def test_a_hold_that_does_not_parse_is_quarantined_and_every_other_dead_worker_requeued(
+    ready_queue: ReadyQueue, record: bytes, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 16.2: one corrupt record stopped the look for dead workers at that record, every tick,
+    so the workers after it (in name order) waited out the visibility timeout."""
+    users = FakeWorkStore(rescan_source("users"), {1: 1, 3: 1, 5: 1, 7: 1})
+    ready_queue.client.set(ready_queue.keys.inflight("a-corrupt"), record)  # the first one asked about
+    _hold(ready_queue, "b-dead", "users", [encode_entry(5, 1)])
+    _hold(ready_queue, "c-dead", "users", [encode_entry(7, 1)])
+    registry = FakeRegistry(["a-corrupt", "b-dead", "c-dead"])
+    redelivery = _redelivery([users], ready_queue, {"held": HEARTBEAT_S}, registry=registry)
+    with caplog.at_level(logging.WARNING, logger="duecast.redelivery"):
+        assert redelivery.requeue("held") == 2
+    assert users.dispatched == [Entry(1, 1), Entry(3, 1)]  # the corrupt one's rows: the visibility timeout's
+    assert registry.deregistered == ["a-corrupt", "b-dead", "c-dead"]
+    assert ready_queue.client.exists(*(ready_queue.keys.inflight(w) for w in registry.deregistered)) == 0
+    assert ready_queue.quarantined("-") == [f"hold:a-corrupt:{reason} ".encode() + record]
+    assert ready_queue.stats("-") == {"bad_holds": 1}
+    assert ready_queue.stats("users") == {"requeued": 2}
+    (said,) = [r for r in caplog.records if getattr(r, "event", "") == "redelivery.bad_hold"]
+    assert "worker a-corrupt" in said.getMessage()
+    assert reason in said.getMessage()
+
+
+def test_a_hold_of_100_kb_is_quarantined_as_its_first_bytes(ready_queue: ReadyQueue) -> None:
+    ready_queue.client.set(ready_queue.keys.inflight("w"), b"\xff" * 100_000)
+    redelivery = _redelivery([], ready_queue, {"held": HEARTBEAT_S}, registry=FakeRegistry(["w"]))
+    assert redelivery.requeue("held") == 0
+    (kept,) = ready_queue.quarantined("-")
+    assert kept == b"hold:w:no_source_line " + b"\xff" * 256
+
+
 def test_held_needs_the_registry(ready_queue: ReadyQueue) -> None:
     with pytest.raises(ValueError, match="registry"):
         Redelivery([], ready_queue, {"held": HEARTBEAT_S}, BATCH)

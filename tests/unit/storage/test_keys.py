@@ -11,7 +11,17 @@ import re
 
 import pytest
 
-from duecast.shared.fanout.keys import MAX_ATTEMPT, MAX_ID, BadEntry, Entry, Keys, decode_entry, encode_entry
+from duecast.shared.fanout.keys import (
+    MAX_ATTEMPT,
+    MAX_ID,
+    BadEntry,
+    BadHold,
+    Entry,
+    Keys,
+    decode_entry,
+    decode_hold,
+    encode_entry,
+)
 
 SEED = 20240611
 
@@ -165,3 +175,27 @@ def test_source_of_ready_inverts_ready(prefix: str, source: str) -> None:
 def test_ready_keys_of_different_sources_or_prefixes_differ() -> None:
     made = {Keys(p).ready(s) for p in PREFIXES for s in SOURCES}
     assert len(made) == len(PREFIXES) * len(SOURCES)
+
+
+def test_a_hold_record_parses_to_its_source_and_raw_entries() -> None:
+    assert decode_hold(b"users\n1:1 2:3") == ("users", [b"1:1", b"2:3"])
+    assert decode_hold(b"topics.orders-billing\n7:1") == ("topics.orders-billing", [b"7:1"])
+    assert decode_hold(b"jobs.default\n1:1 \xff 3:1") == ("jobs.default", [b"1:1", b"\xff", b"3:1"])
+
+
+@pytest.mark.parametrize(
+    ("record", "reason"),
+    [
+        (b"\xff" * 30, "no_source_line"),
+        (b"users", "no_source_line"),
+        (b"\xffusers\n1:1", "bad_source"),
+        (b"\n1:1", "bad_source"),
+        (b"us ers\n1:1", "bad_source"),
+        (b"u" * 129 + b"\n1:1", "bad_source"),
+        ("usérs\n1:1".encode(), "bad_source"),
+    ],
+)
+def test_a_hold_record_that_does_not_parse_says_why(record: bytes, reason: str) -> None:
+    with pytest.raises(BadHold) as info:
+        decode_hold(record)
+    assert (info.value.reason, info.value.raw) == (reason, record)
