@@ -126,10 +126,12 @@ def test_poison_jobs_that_raise_kill_or_hang_mixed_with_healthy_ones(chaos: Chao
     assert_clean(chaos)
     rows = chaos.query(f"SELECT task, dc_state, errors, interruptions FROM `{chaos.table}` ORDER BY task")
     (die, hang, (task, state, errors, interruptions)) = rows
-    assert die == ("die", 4, 0, 3) and hang == ("hang", 4, 0, 3)  # dead after 3 interruptions each
+    assert die == ("die", 4, 0, 3)  # dead after 3 interruptions
+    assert hang == ("hang", 4, 0, 3)
     # Dead after 3 errors. Sharing a batch with the job that kills its worker may cost it an
     # interruption too (seed 366293757 puts them together), but never a third: that one dies alone.
-    assert (task, state, errors) == ("raise", 4, 3) and interruptions < 3
+    assert (task, state, errors) == ("raise", 4, 3)
+    assert interruptions < 3
 
 
 def test_three_dispatchers_and_the_leader_killed_again_and_again(chaos: Chaos) -> None:
