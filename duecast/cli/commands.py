@@ -57,7 +57,7 @@ def _cmd_migrate(rest: list[str]) -> int:
 
 
 def _cmd_enqueue(rest: list[str]) -> int:
-    from duecast.cli.jobs import enqueue_main  # noqa: PLC0415
+    from duecast.cli.enqueue import enqueue_main  # noqa: PLC0415
 
     return enqueue_main(rest)
 
