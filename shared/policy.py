@@ -89,9 +89,9 @@ def suspect_group_size(interruptions: int, max_interruptions: int) -> int:
     interruptions), and 1 (alone) from max_interruptions - 1 on.
 
     Each death in a group shrinks the group its members run in next by SUSPECT_FANOUT, so a poison
-    job reaches its last run alone after max_interruptions - 1 deaths, and dies there for the
-    max_interruptions-th time (for batches of up to SUSPECT_FANOUT ** (max_interruptions - 1));
-    healthy suspects meanwhile run in groups, not one per batch.
+    job reaches its run alone after max_interruptions - 1 deaths, whatever the batch size, and dies
+    there for the max_interruptions-th time; healthy suspects meanwhile run in groups, not one per
+    batch.
     """
     if interruptions < 1:
         raise ValueError("suspect_group_size is for work interrupted at least once")
