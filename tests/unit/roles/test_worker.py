@@ -173,9 +173,12 @@ class _GroupingStore(FakeWorkStore):
     """Starts only the first of the entries the first time, and leaves the others for later in two
     groups, as a leased store does with suspects (shared.policy.start_groups)."""
 
+    acked_before: list[list[int]]
+
     @contextmanager
     def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[FakeBatch]:
         first = len(self.started_with) == 0
+        self.acked_before.append([int(row["user_id"]) for row, _ in self.acked])
         now = list(entries[:1]) if first else list(entries)
         with super().started(now, columns) as batch:
             if first:
@@ -188,10 +191,12 @@ def test_groups_left_for_later_start_one_by_one_after_the_previous_ack(
 ) -> None:
     entries = [Entry(i, 1) for i in (1, 2, 3, 4)]
     store = _GroupingStore(rescan_source(), dict.fromkeys((1, 2, 3, 4), 1))
+    store.acked_before = []
     ready_queue.push("users", entries)
     worker = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue, executor)
     worker.tick()
     # What each start marked started: the first entry, then each later group in turn.
     assert [e for e, _ in store.started_with] == [entries[:1], entries[1:3], entries[3:]]
-    assert _acked_ids(store) == [1, 2, 3, 4]  # each group acked before the next one started
+    assert store.acked_before == [[], [1], [1, 2, 3]]  # each group acked before the next one started
+    assert _acked_ids(store) == [1, 2, 3, 4]
     assert +worker.counts == Counter({"popped": 4, "started": 4, "acked": 4})
