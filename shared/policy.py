@@ -79,23 +79,61 @@ def dead_after_retries(errors_before: int, max_retries: int) -> bool:
     return errors_before >= max_retries
 
 
+# How many suspects may share a start, by their interruptions (shared.policy.suspect_group_size).
+SUSPECT_FANOUT = 32
+
+
+def suspect_group_size(interruptions: int, max_interruptions: int) -> int:
+    """How many suspects (work whose worker died while running it) with `interruptions` deaths
+    behind them may run together in one start: SUSPECT_FANOUT ** (max_interruptions - 1 -
+    interruptions), and 1 (alone) from max_interruptions - 1 on.
+
+    Each death in a group shrinks the group its members run in next by SUSPECT_FANOUT, so a poison
+    job reaches its run alone after max_interruptions - 1 deaths, whatever the batch size, and dies
+    there for the max_interruptions-th time; healthy suspects meanwhile run in groups, not one per
+    batch.
+    """
+    if interruptions < 1:
+        raise ValueError("suspect_group_size is for work interrupted at least once")
+    return int(SUSPECT_FANOUT ** min(4, max(0, max_interruptions - 1 - interruptions)))
+
+
+def start_groups(interruptions: Sequence[int], max_interruptions: int) -> list[list[int]]:
+    """A worker batch split into starts, as indices into `interruptions` (one per row): the clean
+    rows (never interrupted) together first, then the suspects, fewest interruptions first, in
+    groups of one count each of at most suspect_group_size. Each group is started and acked before
+    the next starts, so a worker death interrupts one group only, and a group of one was alone.
+    """
+    clean = [i for i, n in enumerate(interruptions) if n < 1]
+    groups = [clean] if clean else []
+    by_count: dict[int, list[int]] = {}
+    for i, n in enumerate(interruptions):
+        if n >= 1:
+            by_count.setdefault(n, []).append(i)
+    for n in sorted(by_count):
+        size = suspect_group_size(n, max_interruptions)
+        members = by_count[n]
+        groups += [members[k : k + size] for k in range(0, len(members), size)]
+    return groups
+
+
 def blame_interruptions(
     running: Sequence[tuple[int, int, object]], max_interruptions: int
-) -> tuple[list[int], list[int], list[int]]:
-    """Which interrupted jobs to blame for their worker's death: (flagged, blamed, dead) ids.
+) -> tuple[list[int], list[int]]:
+    """Interrupted runs (their lease ran out: the worker died) -> (again, dead) ids.
 
-    `running`: (id, interruptions so far, batch) of jobs whose lease ran out; `batch` identifies
-    the worker batch (its worker and start time). A job that ran alone (a suspect runs last and
-    alone) is blamed: one more interruption, dead at max_interruptions. A job that was one of
-    several is only flagged a suspect (interruptions at least 1): a worker killed from outside
-    must not dead-letter healthy batch-mates.
+    `running`: (id, interruptions so far, start) of rows whose lease ran out; `start` identifies the
+    start they ran in (its worker and start time). Every interruption is counted: it sets the size
+    of the group the row runs in next (suspect_group_size). Only a row that ran alone can be to
+    blame, so only such a row is dead, at its max_interruptions-th interruption: a worker killed
+    from outside never dead-letters the healthy rows of a group.
     """
-    sizes = Counter(batch for _, _, batch in running)
-    flagged = [i for i, _, batch in running if sizes[batch] > 1]
-    alone = [(i, n) for i, n, batch in running if sizes[batch] == 1]
-    dead = [i for i, n in alone if dead_after_interruption(n, max_interruptions)]
-    blamed = [i for i, n in alone if not dead_after_interruption(n, max_interruptions)]
-    return flagged, blamed, dead
+    sizes = Counter(start for _, _, start in running)
+    dead = [
+        i for i, n, start in running if sizes[start] == 1 and dead_after_interruption(n, max_interruptions)
+    ]
+    gone = set(dead)
+    return [i for i, _, _ in running if i not in gone], dead
 
 
 # -- redelivery: which requeue causes run on a tick, and what their counts mean -----------------

@@ -115,13 +115,26 @@ class Worker:
         return counts
 
     def _work(self, store: Store, handler: Handler, entries: list[Entry]) -> Counter[str]:
-        """Start, run, ack. A deadlock, lock wait timeout or lost connection retries the unit:
-        the rows are locked again under their fence, so a commit that did land (outcome unknown)
-        shows as rows no longer matching, and rows already handled are acked with the outcome
-        they had, never run twice."""
+        """Start, run and ack the entries, group by group: a start runs one group and leaves the
+        others (suspects, shared.policy.start_groups) to start once it is acked."""
+        counts: Counter[str] = Counter()
+        todo = [entries]
+        while todo:
+            done, later = self._work_group(store, handler, todo.pop(0))
+            counts.update(done)
+            todo += later
+        return counts
+
+    def _work_group(
+        self, store: Store, handler: Handler, entries: list[Entry]
+    ) -> tuple[Counter[str], list[list[Entry]]]:
+        """Start, run, ack one group. A deadlock, lock wait timeout or lost connection retries the
+        unit: the rows are locked again under their fence, so a commit that did land (outcome
+        unknown) shows as rows no longer matching, and rows already handled are acked with the
+        outcome they had, never run twice."""
         known: dict[Any, Ack | BaseException] = {}
 
-        def unit() -> Counter[str]:
+        def unit() -> tuple[Counter[str], list[list[Entry]]]:
             counts: Counter[str] = Counter()
             with store.started(entries, handler.columns) as batch:
                 # Entries whose row is not locked here are stale, deleted, or held elsewhere.
@@ -131,9 +144,9 @@ class Worker:
                 if locked:
                     _log_locked(store.src.name, locked)
                 counts["started"] += len(batch.rows)
-                for rows in batch.phases():  # one, except for jobs with a suspect (last, alone)
+                for rows in batch.phases():
                     counts.update(self._run_phase(store, handler, batch, rows, known))
-            return counts
+            return counts, batch.later
 
         return retry_transient(
             unit,

@@ -72,7 +72,6 @@ class JobSQL:
     lock_dispatched_packed: str
     lock_dispatched_skip: str
     mark_running: str
-    release: str
     lock_leased: str
     extend_lease: str
     leased: str
@@ -88,7 +87,6 @@ class JobSQL:
     requeue_dispatched: str
     find_expired_running: str
     interrupted_retry: str
-    interrupted_flag: str
     interrupted_dead: str
     find_prunable: str
     prune: str
@@ -185,9 +183,6 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
             f"UPDATE {t} SET `dc_state` = {RUNNING}, `started_at` = NOW(6), "
             "`lease_until` = NOW(6) + INTERVAL %s MICROSECOND, `worker` = %s WHERE {ids}"
         ),
-        # Worker start, a suspect (interrupted before) beyond the one a batch may hold: back to
-        # pending at once, unchanged, for another batch (rows locked by this transaction).
-        release=f"UPDATE {t} SET `dc_state` = {IDLE} WHERE {{ids}}",
         # The lease keeper, while handlers run (its own connection; PRIMARY). Step 1: lock the
         # batch's jobs still RUNNING under their attempt, skipping rows another session holds (this
         # worker's own ack, mostly): the keeper never waits for a lock, so a short read timeout is safe.
@@ -258,15 +253,9 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
             f"WHERE `dc_state` = {RUNNING} AND `queue` = %s "
             "AND `lease_until` < NOW(6) LIMIT %s FOR UPDATE SKIP LOCKED"
         ),
+        # Every interruption counts: it sizes the group the job runs in next (shared.policy).
         interrupted_retry=(
             f"UPDATE {t} SET `dc_state` = {IDLE}, `interruptions` = `interruptions` + 1, "
-            "`run_at` = NOW(6), `lease_until` = NULL, `last_error` = %s "
-            f"WHERE {{ids}} AND `dc_state` = {RUNNING}"
-        ),
-        # ...a job that was not running alone when its worker died: it may be innocent, so it is
-        # only marked a suspect (interruptions >= 1: next time it runs last and alone).
-        interrupted_flag=(
-            f"UPDATE {t} SET `dc_state` = {IDLE}, `interruptions` = GREATEST(`interruptions`, 1), "
             "`run_at` = NOW(6), `lease_until` = NULL, `last_error` = %s "
             f"WHERE {{ids}} AND `dc_state` = {RUNNING}"
         ),

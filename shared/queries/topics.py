@@ -56,7 +56,6 @@ class TopicSQL:
     advance_group: str
     lock_dispatched: str
     lock_dispatched_skip: str
-    release: str
     mark_running: str
     read_messages: str
     lock_leased: str
@@ -174,7 +173,6 @@ def render_topics(topics: TopicsSettings) -> TopicSQL:
             f"SELECT `seq`, `dc_attempt`, `errors`, `interruptions` FROM {d} FORCE INDEX (PRIMARY) "
             f"WHERE `group_id` = %s AND {{fence}} AND `dc_state` = {DISPATCHED} FOR UPDATE SKIP LOCKED"
         ),
-        release=f"UPDATE {d} SET `dc_state` = {IDLE} WHERE `group_id` = %s AND {{ids}}",
         mark_running=(
             f"UPDATE {d} SET `dc_state` = {RUNNING}, `started_at` = NOW(6), "
             "`lease_until` = NOW(6) + INTERVAL %s MICROSECOND, `worker` = %s WHERE `group_id` = %s AND {ids}"
@@ -239,7 +237,8 @@ def render_topics(topics: TopicsSettings) -> TopicSQL:
             f"WHERE `group_id` = %s AND {{ids}} AND `dc_state` = {DISPATCHED}"
         ),
         find_expired_running=(
-            f"SELECT `seq`, `interruptions` FROM {d} FORCE INDEX (`dc_due`) WHERE `dc_state` = {RUNNING} "
+            f"SELECT `seq`, `interruptions`, `worker`, `started_at` FROM {d} FORCE INDEX (`dc_due`) "
+            f"WHERE `dc_state` = {RUNNING} "
             "AND `group_id` = %s AND `lease_until` < NOW(6) LIMIT %s FOR UPDATE SKIP LOCKED"
         ),
         interrupted_retry=(

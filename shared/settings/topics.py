@@ -64,7 +64,7 @@ class TopicsSettings(_Section):
     table_prefix: Identifier = "duecast_"  # tables <prefix>topics, messages, groups, deliveries...
     max_payload_bytes: int = Field(65_536, ge=16, le=16 * 1024 * 1024)
     retry_delays_s: list[float] = Field(default_factory=lambda: list(RETRY_STEPS_S), min_length=1)
-    lease_s: float = Field(60.0, ge=2, le=86400)  # as jobs.lease_s, for a started message
+    lease_s: float = Field(15.0, ge=2, le=86400)  # as jobs.lease_s, for a started message
     max_interruptions: int = Field(3, ge=1, le=1000)
     claim_batch: int = Field(2000, ge=1, le=10_000)
     high_water: int = Field(40_000, ge=1, le=10_000_000)

@@ -49,6 +49,7 @@ class RangeBatch:
         self.rows = rows
         self.skipped = skipped
         self.skipped_locked = ranges.skipped_locked  # ranges another session held past the lock wait
+        self.later: list[list[Entry]] = []
 
     def phases(self) -> list[list[Row]]:
         return [self.rows] if self.rows else []

@@ -85,6 +85,9 @@ class SourceStatus:
 class WorkBatch(Protocol):
     rows: list[Row]
     skipped: int  # entries not started: stale, deleted, or held by another worker
+    # Entries locked but left to start later, one group at a time after this batch is acked
+    # (leased stores: suspects, shared.policy.start_groups); empty for the others.
+    later: list[list[Entry]]
 
     def phases(self) -> list[list[Row]]: ...  # rows grouped in the order to run and ack them
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts: ...
@@ -136,6 +139,7 @@ class Batch:
         self.rows = rows
         self.skipped = skipped
         self.skipped_locked = locked  # of `skipped`: current rows another session held past the lock wait
+        self.later: list[list[Entry]] = []
 
     def phases(self) -> list[list[Row]]:
         return [self.rows] if self.rows else []

@@ -51,6 +51,7 @@ class FakeBatch:
         self._store = store
         self.rows = rows
         self.skipped = skipped
+        self.later: list[list[Entry]] = []
 
     def phases(self) -> list[list[Row]]:
         return [self.rows] if self.rows else []

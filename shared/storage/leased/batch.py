@@ -1,5 +1,5 @@
-"""Work a LeasedStore started for one worker batch (jobs, or a cluster group's messages): the order to
-run it in (a suspect last and alone) and its fenced finishes, each a unit retried on transient errors.
+"""Work a LeasedStore started for one group of a worker batch (jobs, or a cluster group's messages): the
+groups left to start after it, and its fenced finishes, each a unit retried on transient errors.
 """
 
 from __future__ import annotations
@@ -33,26 +33,22 @@ def error_text(outcome: object) -> str:
     return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 20] + "\n...(truncated)"
 
 
-def isolate_suspects(rows: list[Row]) -> tuple[list[Row], list[Row]]:
-    """(rows to run, rows to release). A suspect - work whose worker died while running it - may be
-    what kills workers: a batch takes at most one, and runs it last and alone (see
-    LeasedBatch.phases), so if it kills again no batchmate is interrupted with it."""
-    clean = [r for r in rows if int(r["interruptions"]) == 0]
-    suspects = [r for r in rows if int(r["interruptions"]) > 0]
-    return clean + suspects[:1], suspects[1:]
-
-
 class LeasedBatch:
     """Work started (RUNNING, committed) for one worker batch. `ack` and `fail` each commit, retried
     as units on transient errors."""
 
-    def __init__(self, store: LeasedStore, rows: list[Row], skipped: int) -> None:
+    def __init__(
+        self, store: LeasedStore, rows: list[Row], skipped: int, later: list[list[Entry]] | None = None
+    ) -> None:
         self._store = store
         self._key = store.scope.key
         self.rows = rows
         self.skipped = skipped
         self.entries = [Entry(int(r[self._key]), int(r["dc_attempt"])) for r in rows]
         self.hold: Hold | None = None  # the lease keeper's, while the batch runs
+        # Entries locked with these but left DISPATCHED: suspects, each group to start on its own
+        # once this one is acked (shared.policy.start_groups).
+        self.later = later or []
 
     def _finishing(self, rows: Iterable[Row]) -> None:
         """Tell the lease keeper these rows' ack begins: their leaving RUNNING is not a lost lease."""
@@ -68,11 +64,8 @@ class LeasedBatch:
         )
 
     def phases(self) -> list[list[Row]]:
-        """Rows in the order to run and ack them: the clean ones, then the suspect (if any) alone,
-        after the clean ones' ack has committed."""
-        clean = [r for r in self.rows if int(r["interruptions"]) == 0]
-        suspect = [r for r in self.rows if int(r["interruptions"]) > 0]
-        return [p for p in (clean, suspect) if p]
+        """One phase: a start holds one group (the clean rows, or suspects of one count)."""
+        return [self.rows] if self.rows else []
 
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
         """Finish handled work in one transaction: successes as one fenced statement, explicit

@@ -2,7 +2,7 @@
 scoped to one group's deliveries.
 
 What only groups do: new messages materialised as deliveries born dispatched, each started row read with
-its message, stepped retry delays up to max_retries, every interruption counted, and a trace of each
+its message, stepped retry delays up to max_retries, and a trace of each
 attempt that did not end as done.
 """
 
@@ -13,11 +13,11 @@ from dataclasses import replace
 
 from duecast.shared.acks import Row
 from duecast.shared.fanout.keys import Entry
-from duecast.shared.policy import dead_after_interruption, dead_after_retries, stepped_delay_s
+from duecast.shared.policy import dead_after_retries, stepped_delay_s
 from duecast.shared.queries.topics import DISPATCHED, MESSAGE_COLUMNS, RUNNING, TopicSQL, render_topics
 from duecast.shared.settings import MySQLSettings, SourceSettings, TopicsSettings
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased.store import Interrupted, LeasedStore, Scope
+from duecast.shared.storage.leased.store import LeasedStore, Scope
 from duecast.shared.storage.source_store import STATUS_COUNT_CAP, SourceStatus, _scalar
 from duecast.shared.storage.topic_ids import group_id, topic_id
 from duecast.shared.storage.topic_schema import check_topic_tables
@@ -117,12 +117,6 @@ class GroupStore(LeasedStore):
             log.error("message %s dead in %s after %d retries", row["seq"], self.src.name, errors)
             return None
         return stepped_delay_s(errors + 1, self.topics.retry_delays_s)
-
-    def _blame(self, cur: Cursor, found: list[Interrupted]) -> tuple[list[int], list[int]]:
-        """Every interruption counts against each of its messages."""
-        cap = self.max_interruptions
-        again = [s for s, n, _ in found if not dead_after_interruption(n, cap)]
-        return again, [s for s, n, _ in found if dead_after_interruption(n, cap)]
 
     def _trace(self, cur: Cursor, where: str, outcome: str, error: str | None, state: int) -> None:
         self._run(cur, self.sql.record_attempt.format(where=where), outcome, error, self.group_id, state)

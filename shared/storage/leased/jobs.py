@@ -1,7 +1,7 @@
 """A job queue's LeasedStore: the jobs table's statements (shared/queries/jobs.py) scoped to one queue.
 
-What only jobs do: the packed start read, backoff up to max_attempts, suspects flagged when interrupted
-with their batch, pruning of done and dead jobs, and a status by state.
+What only jobs do: the packed start read, backoff up to max_attempts, pruning of done and dead jobs,
+and a status by state.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import random
 from typing import Any
 
 from duecast.shared.acks import Row
-from duecast.shared.policy import blame_interruptions, dead_after_failure, retry_delay_s
+from duecast.shared.policy import dead_after_failure, retry_delay_s
 from duecast.shared.queries.jobs import (
     DEAD,
     DISPATCHED,
@@ -24,14 +24,13 @@ from duecast.shared.queries.jobs import (
 )
 from duecast.shared.settings import JobsSettings, MySQLSettings, SourceSettings
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased.store import Interrupted, LeasedStore, Scope
+from duecast.shared.storage.leased.store import LeasedStore, Scope
 from duecast.shared.storage.packed import read_packed
 from duecast.shared.storage.schema import check_jobs_table
 from duecast.shared.storage.source_store import STATUS_COUNT_CAP, SourceStatus, _scalar, _us
 from duecast.shared.storage.units import Cursor, lock_or_skip
 
 log = logging.getLogger("duecast.jobs")
-FLAGGED = "interrupted with its batch: its worker stopped before finishing it"
 
 
 class JobStore(LeasedStore):
@@ -98,14 +97,6 @@ class JobStore(LeasedStore):
             )
             return None
         return retry_delay_s(errors + 1, self.jobs.retry_base_s, self.jobs.retry_cap_s, self._rng)
-
-    def _blame(self, cur: Cursor, found: list[Interrupted]) -> tuple[list[int], list[int]]:
-        """A job interrupted with batch-mates (same worker and start) is only flagged a suspect; one
-        that ran alone is blamed (shared.policy.blame_interruptions)."""
-        flagged, again, dead = blame_interruptions(found, self.max_interruptions)
-        if flagged:
-            self._run(cur, self.sql.interrupted_flag.format(ids=self._ids(flagged)), FLAGGED)
-        return again, dead
 
     def _trace(self, cur: Cursor, where: str, outcome: str, error: str | None, state: int) -> None:
         """Jobs keep no trace of past attempts: a job's row holds its last error."""

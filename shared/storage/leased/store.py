@@ -19,13 +19,14 @@ from typing import Any
 from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.identifiers import quote
+from duecast.shared.policy import blame_interruptions, start_groups
 from duecast.shared.queries.jobs import JobSQL
 from duecast.shared.queries.source import fence, in_list
 from duecast.shared.queries.topics import TopicSQL
 from duecast.shared.settings import MySQLSettings, SourceSettings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased.batch import LeasedBatch, error_text, isolate_suspects
+from duecast.shared.storage.leased.batch import LeasedBatch, error_text
 from duecast.shared.storage.leased.keeper import Extended, LeaseKeeper
 from duecast.shared.storage.source_store import SourceStatus, _us
 from duecast.shared.storage.units import Cursor, lock_or_skip
@@ -34,7 +35,7 @@ from duecast.shared.telemetry import observe
 
 DISPATCHED, RUNNING = int(State.DISPATCHED), int(State.RUNNING)
 INTERRUPTED = "interrupted: its worker stopped (killed, crashed or stalled) before finishing it"
-# A run whose lease ran out: (id, interruptions so far, its batch: the worker and start, for jobs).
+# A run whose lease ran out: (id, interruptions so far, its start: the worker and start time).
 Interrupted = tuple[int, int, tuple[Any, ...]]
 
 
@@ -110,7 +111,10 @@ class LeasedStore(ABC):
 
     @contextmanager
     def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[LeasedBatch]:
-        """DISPATCHED -> RUNNING for the entries still current, committed before the block runs.
+        """DISPATCHED -> RUNNING for the first group of the entries still current, committed before
+        the block runs; the other groups stay DISPATCHED, in `batch.later`, for the worker to start
+        one by one once this one is acked (shared.policy.start_groups: clean rows together, suspects
+        in groups that shrink with each death, so a poison job is found and healthy ones run).
 
         While the block runs a lease keeper extends their leases, so a long run is not taken for an
         interrupted one. Stale, deleted or elsewhere-held entries are left out (`skipped`).
@@ -119,15 +123,17 @@ class LeasedStore(ABC):
             raise ValueError("started() needs at least one entry")
         sql, where, key = self.scope.sql, self.scope.where, self.scope.key
         with self.db.transaction(check=True) as cur:
-            rows, released = isolate_suspects(self._lock(cur, self._fence(entries)))
-            if released:
-                self._run(cur, sql.release.format(ids=self._ids(int(r[key]) for r in released)), *where)
+            locked = self._lock(cur, self._fence(entries))
+            groups = start_groups([int(r["interruptions"]) for r in locked], self.max_interruptions)
+            rows = [locked[i] for i in groups[0]] if groups else []
+            first = len(rows)
+            later = [list(self._entries([locked[i] for i in g])) for g in groups[1:]]
             since = time.monotonic()  # before the leases' NOW(6): the keeper counts from here
             if rows:
                 ids = self._ids(int(r[key]) for r in rows)
                 self._run(cur, sql.mark_running.format(ids=ids), self._lease_us, self.worker, *where)
                 rows = self._load(cur, rows)
-        batch = LeasedBatch(self, rows, len(entries) - len(rows))
+        batch = LeasedBatch(self, rows, len(entries) - len(locked) + first - len(rows), later)
         if not rows:
             yield batch
             return
@@ -207,15 +213,16 @@ class LeasedStore(ABC):
             return self._run(cur, sql.requeue_dispatched.format(ids=ids), *where)
 
     def interrupt_expired(self, limit: int) -> int:
-        """RUNNING rows whose lease ran out: their worker died. Each such run is an interruption."""
+        """RUNNING rows whose lease ran out: their worker died. Each such run is an interruption; only
+        a row that ran alone can be dead for it (shared.policy.blame_interruptions)."""
         s, cap = self.scope, self.max_interruptions
         with self.db.transaction() as cur:
             cur.execute(s.sql.find_expired_running, (*s.claim, limit))
-            found = [(int(r[0]), int(r[1]), tuple(r[2:])) for r in cur.fetchall()]
+            found: list[Interrupted] = [(int(r[0]), int(r[1]), tuple(r[2:])) for r in cur.fetchall()]
             if not found:
                 return 0
             self._trace(cur, self._ids(i for i, _, _ in found), "interrupted", INTERRUPTED, RUNNING)
-            again, dead = self._blame(cur, found)
+            again, dead = blame_interruptions(found, cap)
             if again:
                 self._run(cur, s.sql.interrupted_retry.format(ids=self._ids(again)), INTERRUPTED, *s.where)
             if dead:
@@ -287,10 +294,6 @@ class LeasedStore(ABC):
     @abstractmethod
     def _retry_in(self, row: Row) -> float | None:
         """The delay before a failed run's next attempt, or None when it is dead (the kind logs it)."""
-
-    @abstractmethod
-    def _blame(self, cur: Cursor, found: list[Interrupted]) -> tuple[list[int], list[int]]:
-        """The ids of interrupted runs to make pending again, and those now dead."""
 
     @abstractmethod
     def _trace(self, cur: Cursor, where: str, outcome: str, error: str | None, state: int) -> None:

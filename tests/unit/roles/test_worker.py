@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import cast
 
 import fakeredis
@@ -17,7 +18,7 @@ from duecast.shared.settings import WorkerSettings
 from duecast.shared.storage.source_store import SourceStore
 from duecast.worker.executor import Executor
 from duecast.worker.worker import Worker
-from tests.unit.fakes import FakeWorkStore, rescan_source
+from tests.unit.fakes import FakeBatch, FakeWorkStore, rescan_source
 
 SETTINGS = WorkerSettings(pop_batch=100, block_timeout_s=0.1)
 
@@ -166,3 +167,36 @@ def test_a_worker_pops_each_list_by_its_own_count(
     queue.push("users", [Entry(1, 1)])
     worker.tick()
     assert queue.counts == [[1, 100]]
+
+
+class _GroupingStore(FakeWorkStore):
+    """Starts only the first of the entries the first time, and leaves the others for later in two
+    groups, as a leased store does with suspects (shared.policy.start_groups)."""
+
+    acked_before: list[list[int]]
+
+    @contextmanager
+    def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[FakeBatch]:
+        first = len(self.started_with) == 0
+        self.acked_before.append([int(row["user_id"]) for row, _ in self.acked])
+        now = list(entries[:1]) if first else list(entries)
+        with super().started(now, columns) as batch:
+            if first:
+                batch.later = [list(entries[1:3]), list(entries[3:])]
+            yield batch
+
+
+def test_groups_left_for_later_start_one_by_one_after_the_previous_ack(
+    ready_queue: ReadyQueue, executor: Executor
+) -> None:
+    entries = [Entry(i, 1) for i in (1, 2, 3, 4)]
+    store = _GroupingStore(rescan_source(), dict.fromkeys((1, 2, 3, 4), 1))
+    store.acked_before = []
+    ready_queue.push("users", entries)
+    worker = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue, executor)
+    worker.tick()
+    # What each start marked started: the first entry, then each later group in turn.
+    assert [e for e, _ in store.started_with] == [entries[:1], entries[1:3], entries[3:]]
+    assert store.acked_before == [[], [1], [1, 2, 3]]  # each group acked before the next one started
+    assert _acked_ids(store) == [1, 2, 3, 4]
+    assert +worker.counts == Counter({"popped": 4, "started": 4, "acked": 4})

@@ -1,0 +1,172 @@
+"""Benchmark: a worker SIGKILLed holding a full batch; seconds from the kill to the last of its
+(healthy) jobs or messages done, for a job queue and for a cluster group (issue 16: minutes before).
+
+Per kind and run: --batch rows are made, a dispatcher and worker A start with the default settings
+(lease_s 15 s, pop and claim batches of 2,000); once A has the whole batch RUNNING its handlers
+hold, it is SIGKILLed, and worker B starts at once (as a supervisor would). Real time: the leases
+run out on their own. The claims and stale entries in the Redis stats show any churn.
+
+    scripts/dev shell python bench/interrupted.py                 # 2,000 rows, 3 runs per kind
+    scripts/dev shell python bench/interrupted.py --runs 1 --json /tmp/interrupted.json
+
+Runs in database duecast_bench / key prefix duecast-bench (see bench/harness.py); it empties that
+database's jobs table and its interrupted_* topic tables, and their keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import harness
+from rich.table import Table
+from topics import toml_fields
+
+from duecast.admin import migrate
+from duecast.demo.fleet import Fleet
+from duecast.shared.api.enqueue import Enqueuer, Job
+from duecast.shared.api.publish import Publish, Publisher
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.identifiers import quote
+from duecast.shared.settings import JOBS_SOURCE, Settings, TopicsSettings, load_settings
+from duecast.shared.states import State
+from duecast.shared.storage.db import connect
+
+BENCH_DIR = Path(__file__).resolve().parent
+APP = "interrupted_app"
+PREFIX = "interrupted_"
+TOPICS = {
+    "table_prefix": PREFIX,
+    "names": ["interrupted"],
+    "groups": [{"topic": "interrupted", "name": "held", "start": "earliest"}],
+}
+GROUP_SOURCE = "topics.interrupted-held"
+KINDS = ("jobs", "group")
+
+
+def prepare(settings: Settings, kind: str, rows: int) -> tuple[str, str]:
+    """Fresh tables and keys, `rows` jobs or messages made; returns (table to watch, source)."""
+    with closing(connect(settings.mysql)) as conn, conn.cursor() as cur:
+        for name in ("topics", "messages", "groups", "deliveries", "attempts", "members"):
+            cur.execute(f"DROP TABLE IF EXISTS `{settings.topics.table(name)}`")
+    migrate.apply(settings)
+    with closing(connect(settings.mysql)) as conn, conn.cursor() as cur:
+        cur.execute(f"TRUNCATE TABLE {quote(settings.jobs.table)}")
+        conn.commit()
+    harness.clear_keys(settings, [f"{JOBS_SOURCE}.default", GROUP_SOURCE])
+    if kind == "jobs":
+        enqueuer = Enqueuer(settings, None)
+        enqueuer.enqueue_many(Job("hold", i) for i in range(rows))
+        enqueuer.db.close()
+        return quote(settings.jobs.table), f"{JOBS_SOURCE}.default"
+    publisher = Publisher(settings, None)
+    publisher.publish_many(Publish("interrupted", {"n": n}) for n in range(rows))
+    return f"`{settings.topics.table('deliveries')}`", GROUP_SOURCE
+
+
+def count(cur: Any, stmt: str) -> int:
+    cur.execute(stmt)
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+def one_run(settings: Settings, kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    table, source = prepare(settings, kind, args.batch)
+    logs = Path(tempfile.mkdtemp(prefix="duecast-interrupted-bench-"))
+    gate = logs / "gate"
+    config = logs / "interrupted.toml"
+    text = "[jobs]\nretention_s = 3600\n"  # done jobs stay, so the clock sees them finish
+    text += f"[topics]\n{toml_fields(TOPICS)}" if kind == "group" else ""
+    config.write_text(text)
+    extra = {"PYTHONPATH": str(BENCH_DIR), "DUECAST_BENCH_GATE": str(gate)}
+    fleet = Fleet(config, APP, logs, extra_env=extra)
+    sources = ("--source", JOBS_SOURCE if kind == "jobs" else source)
+    running, unfinished = (
+        f"SELECT COUNT(*) FROM {table} WHERE dc_state = {int(State.RUNNING)}",
+        f"SELECT COUNT(*) FROM {table} WHERE dc_state <> {int(State.DONE)}",
+    )
+    with closing(connect(settings.mysql)) as poll:
+        poll.autocommit(True)
+        try:
+            fleet.start_dispatcher()
+            fleet.start_worker("worker-a", *sources)
+            with poll.cursor() as cur:
+                deadline = time.monotonic() + args.timeout
+                while count(cur, running) < args.batch:
+                    if time.monotonic() > deadline or not fleet.alive():
+                        raise SystemExit(f"worker A never held the whole batch; process logs: {logs}")
+                    time.sleep(0.05)
+                fleet.signal("worker-a", signal.SIGKILL)
+                killed = time.monotonic()
+                gate.touch()
+                fleet.start_worker("worker-b", *sources)
+                while count(cur, unfinished):
+                    if time.monotonic() - killed > args.timeout:
+                        raise SystemExit(f"not done {args.timeout:.0f}s after the kill; process logs: {logs}")
+                    time.sleep(0.05)
+                took_s = time.monotonic() - killed
+                attempts = count(cur, f"SELECT MAX(dc_attempt) FROM {table}")
+        finally:
+            fleet.stop()
+    client = connect_redis(settings.redis)
+    stats = {
+        k.decode(): int(v) for k, v in client.hgetall(Keys(settings.redis.key_prefix).stats(source)).items()
+    }
+    client.close()
+    return {
+        "kind": kind,
+        "kill_to_done_s": took_s,
+        "max_attempt": attempts,
+        "claimed": stats.get("claimed", 0),
+        "stale_entries": stats.get("stale_entries", 0),
+    }
+
+
+def table(args: argparse.Namespace, results: list[dict[str, Any]]) -> Table:
+    t = Table(title=f"a worker SIGKILLed holding {args.batch:,} rows; lease_s 15 s, default batches")
+    for col in ("kind", "run", "kill -> last done s", "max attempt", "claimed", "stale entries"):
+        t.add_column(col, justify="right")
+    for kind in KINDS:
+        runs = [r for r in results if r["kind"] == kind]
+        for n, r in enumerate(runs, 1):
+            row = (r["max_attempt"], r["claimed"], r["stale_entries"])
+            t.add_row(kind, str(n), f"{r['kill_to_done_s']:.1f}", *(f"{v:,}" for v in row))
+        if runs:
+            median = statistics.median(r["kill_to_done_s"] for r in runs)
+            t.add_row(kind, "median", f"{median:.1f}", "", "", "")
+    return t
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, default=2000, help="rows the killed worker holds (one batch)")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    harness.use_bench_namespace()
+    base = load_settings()
+    settings = base.model_copy(update={"topics": TopicsSettings.model_validate(TOPICS)})
+    harness.check_namespace(settings)
+    results = []
+    with harness.exclusive(settings):
+        for kind in KINDS:
+            for _ in range(args.runs):
+                results.append(one_run(settings, kind, args))
+                print(f"{kind}: done {results[-1]['kill_to_done_s']:.1f}s after the kill", file=sys.stderr)
+    harness.report_console().print(table(args, results))
+    if args.json:
+        harness.write_json(args.json, {"args": vars(args), "results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

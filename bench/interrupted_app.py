@@ -1,0 +1,31 @@
+"""The workers' handlers for bench/interrupted.py: a job task and a cluster group's consumer that hold
+their batch until the file DUECAST_BENCH_GATE names exists (so the kill lands mid-batch), then do
+nothing."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from duecast import Message, Registry
+
+handlers = Registry()
+HOLD_MAX_S = 120.0  # a forgotten gate must not hold a worker forever
+
+
+def _hold() -> None:
+    gate = os.environ["DUECAST_BENCH_GATE"]
+    deadline = time.monotonic() + HOLD_MAX_S
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@handlers.task("hold")
+def hold(payload: Any) -> None:
+    _hold()
+
+
+@handlers.consumer("interrupted", group="held")
+def held(message: Message) -> None:
+    _hold()
