@@ -51,7 +51,13 @@ REDIS_COMMANDS = ["status", "dispatcher", "worker", "python -m duecast.worker"]
 def run(args: list[str], env: dict[str, str], cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DUECAST_") or k == "DUECAST_DEV"}
     # The servers' address comes from the environment the suite runs in; each case overrides a part.
-    servers = {k: v for k, v in os.environ.items() if k.startswith(("DUECAST_MYSQL__", "DUECAST_REDIS__"))}
+    # Not its database or key prefix (scripts/dev exports them): a case without them means defaults.
+    servers = {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith(("DUECAST_MYSQL__", "DUECAST_REDIS__"))
+        and k not in ("DUECAST_MYSQL__DATABASE", "DUECAST_REDIS__KEY_PREFIX")
+    }
     return subprocess.run(
         [sys.executable, *args],
         cwd=cwd,
