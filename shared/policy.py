@@ -223,6 +223,14 @@ def lease_timing(lease_s: float) -> LeaseTiming:
     return LeaseTiming(lease_s / 3, lease_s / 30, lease_s * FENCE_SHARE)
 
 
+def start_in_time(elapsed_s: float, timing: LeaseTiming) -> bool:
+    """Whether started work may run, `elapsed_s` after the start's statement was sent (its commit
+    may have stalled: a read lock, a full disk): only while its first renewal is not yet due, so
+    two thirds of the lease are left and a renewal has time to be confirmed before the fence. Later,
+    the lease may run out (or has) before the keeper could confirm it: the work is given back unrun."""
+    return elapsed_s < timing.renew_s
+
+
 def keeper_fits(lease_s: float, keeper_timeout_s: float) -> bool:
     """Whether one renewal, started on time and stalled once connecting and once reading (each cut
     off after keeper_timeout_s), is over before the fence: one stall must not stop a healthy worker."""

@@ -1,6 +1,7 @@
 """Worker: per tick, pop a batch, validate entries, lock rows, run the handler, ack fenced, commit.
 
-A bad entry is quarantined, a stale one skipped, a failed row left DISPATCHED for the sweeper.
+A bad entry is quarantined, a stale one skipped, a failed row left DISPATCHED for the sweeper;
+a batch MySQL kept failing past worker.unit_retry_s is pushed back onto its ready list.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.process.loop import Tick
 from duecast.shared.settings import WorkerSettings
 from duecast.shared.storage.source_store import SkipsLocked, StaleAck, Store, WorkBatch
-from duecast.shared.storage.units import retry_transient
+from duecast.shared.storage.units import is_transient, retry_transient
 from duecast.shared.telemetry import observe
 from duecast.worker.executor import Executor
 
 log = logging.getLogger("duecast.worker")
-UNIT_RETRIES = 3  # transient MySQL errors in one batch before the tick fails (and the loop backs off)
+UNIT_RETRIES = 1_000  # only a backstop: worker.unit_retry_s is what limits a batch's retries
 
 
 def decode_batch(raws: Sequence[bytes]) -> tuple[list[Entry], list[tuple[bytes, str]], int]:
@@ -81,13 +82,46 @@ class Worker:
             return Tick(0.0, idle=True)  # the pop already waited block_timeout_s
         source, raws = popped
         started = time.perf_counter()
-        counts = self._handle(source, raws)
+        try:
+            counts = self._handle(source, raws)
+        except Exception as exc:
+            if is_transient(exc):  # MySQL outlasted worker.unit_retry_s; anything else waits for the sweeper
+                self._hand_back(source, raws)
+            raise  # the loop logs `tick failed` and backs off
         if self.process is not None:
             self.queue.release_hold(self.process)
         self.counts.update(counts)
         observe.batch_done("worker", source, started)
         self.queue.add_stats(source, counts)
         return Tick(0.0, idle=False)
+
+    def _hand_back(self, source: str, raws: list[bytes]) -> None:
+        """Put a batch this worker gave up on (MySQL still failing after worker.unit_retry_s) back
+        on its ready list at once. Through Redis, not MySQL: MySQL is what
+        just failed, and the rows are still DISPATCHED under the attempt their entries carry, so
+        whoever pops them next locks them under that fence, and an entry the sweeper has since
+        requeued (a new attempt) is skipped as stale. Left alone, a live worker's rows would wait
+        for the visibility timeout: redelivery takes only dead workers' holds."""
+        raws = [raw for raw in raws if _decodes(raw)]  # the bad ones are quarantined already
+        try:
+            self.queue.push_raw(source, raws)
+            if self.process is not None:
+                self.queue.release_hold(self.process)
+        except Exception as exc:  # Redis too: the hold stays, redelivery or the sweeper decides
+            log.error(
+                "could not hand back a batch of %d entries of %s: %r",
+                len(raws),
+                source,
+                exc,
+                extra={"event": "worker.hand_back_failed", "source": source, "count": len(raws)},
+            )
+            return
+        log.warning(
+            "gave up on a batch of %d entries of %s; pushed them back for another try",
+            len(raws),
+            source,
+            extra={"event": "worker.batch_handed_back", "source": source, "count": len(raws)},
+        )
 
     def _handle(self, source: str, raws: list[bytes]) -> Counter[str]:
         entries, bad, dupes = decode_batch(raws)
@@ -155,7 +189,9 @@ class Worker:
             retries=UNIT_RETRIES,
             log=log,
             rng=self._rng,
+            cap_s=self.settings.error_backoff_s,
             event="worker.unit_retried",
+            budget_s=self.settings.unit_retry_s,
         )
 
     def _run_phase(
@@ -224,6 +260,14 @@ class Worker:
                 outcome,
                 extra={"event": "worker.invalid_ack", **fields},
             )
+
+
+def _decodes(raw: bytes) -> bool:
+    try:
+        decode_entry(raw)
+    except BadEntry:
+        return False
+    return True
 
 
 def _log_locked(source: str, count: int) -> None:

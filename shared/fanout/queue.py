@@ -167,7 +167,8 @@ class ReadyQueue:
             observe.count(source, "pushed", len(chunk))  # per chunk: a failed push counts what landed
 
     def push_raw(self, source: str, items: Sequence[bytes]) -> None:
-        """Push arbitrary bytes (fault tests: duplicate and malformed entries)."""
+        """Push raw entries as they are: a batch a worker hands back, or (fault tests) duplicate and
+        malformed entries."""
         self._push_and_ring(source, items)
 
     def _push_and_ring(self, source: str, items: Sequence[bytes], *, again: bool = True) -> None:

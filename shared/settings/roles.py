@@ -41,6 +41,10 @@ class WorkerSettings(_Section):
     block_timeout_s: float = Field(1.0, ge=0.1, le=2.0)  # never 0: loops must see stop requests
     concurrency: int = Field(1, ge=1, le=256)
     error_backoff_s: float = Field(1.0, gt=0, le=60)
+    # How long a batch's unit is retried after transient MySQL errors (a restart takes tens of
+    # seconds), paced by a backoff capped at error_backoff_s; a worker that gives up pushes the
+    # batch's entries back onto the ready list at once, for the next worker (or itself) to take.
+    unit_retry_s: float = Field(30.0, ge=0, le=600)
     # Every worker registers in registry_table and beats every heartbeat_s (own thread and
     # connection). One silent for dead_after_s is dead: the leader dispatcher requeues the batch
     # it had popped (recorded in Redis) at once, instead of after the visibility timeout.

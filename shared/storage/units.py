@@ -169,31 +169,47 @@ def retry_transient(
     sleep: Callable[[float], None] = time.sleep,
     event: str | None = None,
     retry_on: Callable[[BaseException], bool] = is_transient,
+    budget_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> T:
     """Run `unit` again after a transient error (or whatever `retry_on` accepts), up to `retries`
     more times, with jittered exponential backoff; anything else, or the last failure, is raised.
     The log line reads "<what> hit <error>; retrying <redo> (1 of 3) in 0.05s".
 
+    With `budget_s` the limit is a time instead: retries go on while the next one would start within
+    `budget_s` of the first attempt (a server restart takes tens of seconds, not 3 quick tries), and
+    the log line reads "(retry 4, 2.9s of 30s) in 0.80s".
+
     Safe only for units whose transitions are fenced, so that running one again after a COMMIT that
     did land (outcome unknown) changes nothing: the re-read decides, not a guess.
     """
     rng = rng or random.Random()
-    for attempt in range(1, retries + 2):
+    began = clock()
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return unit()
         except Exception as exc:
-            if attempt > retries or not retry_on(exc):
+            if not retry_on(exc):
                 raise
             delay = error_backoff_s(attempt, base_s, cap_s, rng)
+            if budget_s is None:
+                if attempt > retries:
+                    raise
+                count = f"{attempt} of {retries}"
+            else:
+                spent = clock() - began
+                if spent + delay > budget_s:
+                    raise
+                count = f"retry {attempt}, {spent:.1f}s of {budget_s:g}s"
             log.warning(
-                "%s hit %s; retrying %s(%d of %d) in %.2fs",
+                "%s hit %s; retrying %s(%s) in %.2fs",
                 what,
                 translate(exc),
                 f"{redo} " if redo else "",
-                attempt,
-                retries,
+                count,
                 delay,
                 extra={"event": event} if event else None,
             )
             sleep(delay)
-    raise AssertionError("unreachable")

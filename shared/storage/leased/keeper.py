@@ -15,7 +15,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from duecast.shared.fanout.keys import Entry
-from duecast.shared.policy import Fence, LeaseTiming, fence_reason, lease_timing, renewal_outcome
+from duecast.shared.policy import (
+    Fence,
+    LeaseTiming,
+    fence_reason,
+    lease_timing,
+    renewal_outcome,
+    start_in_time,
+)
 from duecast.shared.settings import MySQLSettings
 from duecast.shared.storage.db import Database
 
@@ -110,6 +117,11 @@ class LeaseKeeper:
         self._cond = threading.Condition()  # guards _holds and every Hold's mutable fields
         self._tokens = itertools.count()
         self._running = False
+
+    def in_time(self, since: float) -> bool:
+        """Whether work whose leases a statement sent at time.monotonic() = `since` set may start
+        now (shared.policy.start_in_time): a start whose commit stalled must not run its handlers."""
+        return start_in_time(time.monotonic() - since, self._timing)
 
     @contextmanager
     def holding(self, entries: Sequence[Entry], since: float) -> Iterator[Hold]:

@@ -29,7 +29,7 @@ from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.batch import LeasedBatch, error_text
 from duecast.shared.storage.leased.keeper import Extended, LeaseKeeper
 from duecast.shared.storage.source_store import SourceStatus, _us
-from duecast.shared.storage.units import Cursor, lock_or_skip
+from duecast.shared.storage.units import MYSQL_ERRORS, Cursor, lock_or_skip
 from duecast.shared.storage.worker_registry import worker_name
 from duecast.shared.telemetry import observe
 
@@ -133,12 +133,39 @@ class LeasedStore(ABC):
                 ids = self._ids(int(r[key]) for r in rows)
                 self._run(cur, sql.mark_running.format(ids=ids), self._lease_us, self.worker, *where)
                 rows = self._load(cur, rows)
+        if rows and not self._leases.in_time(since):
+            rows = self._give_back_late(rows, time.monotonic() - since)
         batch = LeasedBatch(self, rows, len(entries) - len(locked) + first - len(rows), later)
         if not rows:
             yield batch
             return
         with self._leases.holding(batch.entries, since) as batch.hold:
             yield batch
+
+    def _give_back_late(self, rows: list[Row], took_s: float) -> list[Row]:
+        """A start whose commit stalled so long that the leases may run out (or have) before the
+        keeper confirms one: run nothing (another worker may take the work the moment a lease ends),
+        and make the rows due again now, fenced on (id, attempt) and RUNNING, as Ack.retry() does
+        (no attempt used up). If even that fails, the leases run out and the sweeper takes them."""
+        s = self.scope
+        s.log.warning(
+            "starting %d %ss of %s took %.1fs of their %gs lease; running none of them and making them "
+            "due again, so that none runs once its lease may have run out",
+            len(rows),
+            s.noun,
+            s.place,
+            took_s,
+            self._lease_us / 1e6,
+            extra={"event": f"{s.noun}.start_too_late", "source": self.src.name, "count": len(rows)},
+        )
+        try:
+            with self.db.transaction() as cur:
+                where = self._fence(self._entries(rows))
+                self._trace(cur, where, "retry", None, RUNNING)
+                self._run(cur, s.sql.snooze_delay.format(fence=where), 0, *s.where)
+        except MYSQL_ERRORS as exc:
+            s.log.warning("could not give back the late-started %ss: %s", s.noun, exc)
+        return []
 
     def _lock(self, cur: Cursor, where: str) -> list[Row]:
         """Lock the rows still DISPATCHED under their entry's attempt (`where`, a fence); rows another

@@ -16,6 +16,7 @@ from duecast.shared.fanout.keys import Entry, Keys
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import WorkerSettings
 from duecast.shared.storage.source_store import SourceStore
+from duecast.shared.storage.units import TransientError
 from duecast.worker.executor import Executor
 from duecast.worker.worker import Worker
 from tests.unit.fakes import FakeBatch, FakeWorkStore, rescan_source
@@ -200,3 +201,47 @@ def test_groups_left_for_later_start_one_by_one_after_the_previous_ack(
     assert store.acked_before == [[], [1], [1, 2, 3]]  # each group acked before the next one started
     assert _acked_ids(store) == [1, 2, 3, 4]
     assert +worker.counts == Counter({"popped": 4, "started": 4, "acked": 4})
+
+
+class _DownStore(FakeWorkStore):
+    """MySQL gone: every start fails as a lost connection does."""
+
+    def started(self, entries: Sequence[Entry], columns: Sequence[str]) -> object:  # type: ignore[override]
+        self.started_with.append((list(entries), tuple(columns)))
+        raise TransientError("(2013, 'Lost connection to MySQL server during query')", 2013)
+
+
+def test_a_batch_given_up_on_is_pushed_back_at_once_and_its_hold_released(
+    ready_queue: ReadyQueue, executor: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _DownStore(rescan_source(), {1: 1, 2: 1})
+    stores = cast(dict[str, SourceStore], {"users": store})
+    settings = WorkerSettings(pop_batch=100, block_timeout_s=0.1, unit_retry_s=0)
+    handler = Handler("users", lambda row: None, batch=False)
+    worker = Worker(stores, {"users": handler}, ready_queue, settings, executor, process="w1")
+    ready_queue.push_raw("users", [b"1:1", b"garbage", b"2:1"])
+    # fakeredis runs no Lua: pop plainly, and record a hold as the pop-and-hold script would.
+    hold = ready_queue.keys.inflight("w1")
+    ready_queue.client.set(hold, b"held")
+    monkeypatch.setattr(ready_queue, "pop_held", lambda w, s, c, t: ready_queue.pop(s, 100, t))
+    with pytest.raises(TransientError):
+        worker.tick()
+    assert ready_queue.length("users") == 2  # due again now, not after the visibility timeout
+    assert not ready_queue.client.exists(hold)  # nothing left for redelivery to requeue twice
+    assert ready_queue.quarantined("users") == [b"malformed garbage"]  # the bad one not pushed back
+    assert ready_queue.pop(["users"], 10, 0.1) == ("users", [b"1:1", b"2:1"])
+
+
+def test_a_bug_is_not_pushed_back(ready_queue: ReadyQueue, executor: Executor) -> None:
+    class Broken(FakeWorkStore):
+        def started(self, entries: Sequence[Entry], columns: Sequence[str]) -> object:  # type: ignore[override]
+            raise RuntimeError("a bug")
+
+    stores = cast(dict[str, SourceStore], {"users": Broken(rescan_source(), {1: 1})})
+    worker = Worker(
+        stores, {"users": Handler("users", lambda row: None, batch=False)}, ready_queue, SETTINGS, executor
+    )
+    ready_queue.push_raw("users", [b"1:1"])
+    with pytest.raises(RuntimeError):
+        worker.tick()
+    assert ready_queue.length("users") == 0  # the sweeper's visibility timeout paces a bug, not a loop

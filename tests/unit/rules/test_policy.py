@@ -19,11 +19,13 @@ from duecast.shared.policy import (
     dead_after_interruption,
     dispatch_delay_s,
     error_backoff_s,
+    lease_timing,
     redelivery_backlog,
     redelivery_delay_s,
     redelivery_due,
     retry_delay_s,
     start_groups,
+    start_in_time,
     suspect_group_size,
 )
 
@@ -323,3 +325,16 @@ def test_redelivery_backlog_exhaustive() -> None:
                 full = redelivery_backlog(cause, list(counts), batch)
                 assert full == (cause != "held" and max(counts) >= batch)
         assert not redelivery_backlog(cause, [], 1)  # the canary was there: nothing ran
+
+
+# --- start_in_time ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lease_s", [4.0, 15.0, 300.0])
+def test_started_work_runs_only_while_its_first_renewal_is_not_yet_due(lease_s: float) -> None:
+    timing = lease_timing(lease_s)
+    assert start_in_time(0.0, timing)
+    assert start_in_time(lease_s / 3 - 0.01, timing)  # two thirds of the lease left: run
+    assert not start_in_time(lease_s / 3, timing)  # a renewal is due and may not confirm in time
+    assert not start_in_time(timing.fence_s, timing)  # the watchdog would stop it at once
+    assert not start_in_time(lease_s + 5.0, timing)  # the case: the lease has run out
