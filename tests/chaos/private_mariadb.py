@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pymysql
@@ -93,3 +95,18 @@ class PrivateMariaDB:
     def restart(self) -> None:
         self.kill()
         self.start()
+
+
+@contextmanager
+def running_with(workdir: Path, database: str) -> Iterator[PrivateMariaDB]:
+    """A private MariaDB started in `workdir` with an empty `database`, killed when the block ends."""
+    db = PrivateMariaDB(workdir)
+    db.start()
+    root = pymysql.connect(host="127.0.0.1", port=db.port, user="root", autocommit=True)
+    with root.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{database}`")
+    root.close()
+    try:
+        yield db
+    finally:
+        db.kill()

@@ -24,7 +24,7 @@ from duecast.shared.states import State
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.units import Cursor
-from tests.chaos.private_mariadb import PrivateMariaDB
+from tests.chaos.private_mariadb import PrivateMariaDB, running_with
 from tests.faults.procs import wait_for
 
 pytestmark = pytest.mark.faults
@@ -36,14 +36,8 @@ N = 10
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateMariaDB]:
-    db = PrivateMariaDB(tmp_path_factory.mktemp("mariadb"))
-    db.start()
-    root = pymysql.connect(host="127.0.0.1", port=db.port, user="root", autocommit=True)
-    with root.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {DATABASE}")
-    root.close()
-    yield db
-    db.kill()
+    with running_with(tmp_path_factory.mktemp("mariadb"), DATABASE) as db:
+        yield db
 
 
 @pytest.fixture(scope="module")

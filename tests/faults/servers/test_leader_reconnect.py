@@ -23,7 +23,7 @@ from duecast.dispatcher.scheduler import _guarded
 from duecast.shared.settings import Settings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.jobs import JobStore
-from tests.chaos.private_mariadb import PrivateMariaDB
+from tests.chaos.private_mariadb import PrivateMariaDB, running_with
 
 pytestmark = pytest.mark.faults
 
@@ -33,14 +33,8 @@ LEASE_S = 15.0
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateMariaDB]:
-    db = PrivateMariaDB(tmp_path_factory.mktemp("mariadb"))
-    db.start()
-    root = pymysql.connect(host="127.0.0.1", port=db.port, user="root", autocommit=True)
-    with root.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {DATABASE}")
-    root.close()
-    yield db
-    db.kill()
+    with running_with(tmp_path_factory.mktemp("mariadb"), DATABASE) as db:
+        yield db
 
 
 @pytest.fixture(scope="module")

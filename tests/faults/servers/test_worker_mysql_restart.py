@@ -17,7 +17,7 @@ import pytest
 
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.settings import MySQLSettings
-from tests.chaos.private_mariadb import PrivateMariaDB
+from tests.chaos.private_mariadb import PrivateMariaDB, running_with
 from tests.faults.conftest import SESSION_LOST, FaultEnv
 
 pytestmark = pytest.mark.faults
@@ -29,14 +29,8 @@ ALLOW = (*SESSION_LOST, "NotConnected", "ConnectionRefusedError")
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateMariaDB]:
-    db = PrivateMariaDB(tmp_path_factory.mktemp("mariadb"))
-    db.start()
-    root = pymysql.connect(host="127.0.0.1", port=db.port, user="root", autocommit=True)
-    with root.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {DATABASE}")
-    root.close()
-    yield db
-    db.kill()
+    with running_with(tmp_path_factory.mktemp("mariadb"), DATABASE) as db:
+        yield db
 
 
 @pytest.fixture(scope="module")
