@@ -1,4 +1,5 @@
-"""Settings (shared/settings.py): sources of values, identifier allow-listing, cross-field rules, secrets.
+"""Settings (shared/settings.py): sources of values, cross-field rules, secrets
+(identifier allow-listing is in test_settings_identifiers.py).
 
 The autouse fixture in conftest.py removes every outer DUECAST_* variable, so each test sees only
 what it sets itself.
@@ -8,21 +9,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from duecast.shared.settings import (
     JOBS_SOURCE,
-    JobsSettings,
     MySQLSettings,
     Settings,
     SourceSettings,
     load_settings,
 )
+from tests.unit.settings.settings_support import USERS, _source
 
-USERS = {"name": "users", "table": "users", "due_column": "updated_time", "period_s": 10}
 PASSWORD = "hunter2-Zq9!"
 
 
@@ -167,70 +166,6 @@ def test_unknown_keys_are_rejected(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         load_settings()
 
 
-# --- identifiers ------------------------------------------------------------------------------------
-
-BAD_IDENTIFIERS = [
-    "jobs; DROP TABLE x",
-    "users`; DROP TABLE x; --",
-    "`users`",
-    "a" * 65,
-    "1users",
-    "9",
-    "",
-    "users table",
-    "users-table",
-    "db.users",
-    "users\n",
-    "usérs",
-    "users\x00",
-]
-GOOD_IDENTIFIERS = ["users", "_x", "A" * 64, "t_1", "UserBlockStatus"]
-
-
-def _source(**overrides: Any) -> SourceSettings:
-    return SourceSettings(**{**USERS, **overrides})
-
-
-@pytest.mark.parametrize("name", BAD_IDENTIFIERS, ids=repr)
-@pytest.mark.parametrize("field", ["table", "id_column", "due_column"])
-def test_source_identifiers_carrying_sql_are_rejected(field: str, name: str) -> None:
-    with pytest.raises(ValidationError, match="not an allowed SQL identifier"):
-        _source(**{field: name})
-
-
-@pytest.mark.parametrize("name", BAD_IDENTIFIERS, ids=repr)
-def test_jobs_table_and_database_identifiers_are_rejected(name: str) -> None:
-    with pytest.raises(ValidationError, match="not an allowed SQL identifier"):
-        JobsSettings(table=name)
-    with pytest.raises(ValidationError, match="not an allowed SQL identifier"):
-        MySQLSettings(database=name)
-
-
-@pytest.mark.parametrize("name", BAD_IDENTIFIERS[:5], ids=repr)
-def test_bad_identifiers_are_rejected_from_env_too(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DUECAST_SOURCES", json.dumps([{**USERS, "table": name}]))
-    with pytest.raises(ValidationError):
-        load_settings()
-    monkeypatch.delenv("DUECAST_SOURCES")
-    monkeypatch.setenv("DUECAST_MYSQL__DATABASE", name)
-    with pytest.raises(ValidationError):
-        load_settings()
-
-
-@pytest.mark.parametrize("name", GOOD_IDENTIFIERS)
-def test_plain_identifiers_are_accepted(name: str) -> None:
-    assert _source(table=name, id_column=name, due_column=name).table == name
-    assert JobsSettings(table=name).table == name
-    assert MySQLSettings(database=name).database == name
-
-
-@pytest.mark.parametrize("name", ["Users", "1users", "", "a" * 49, "users-x", "users:x", "jobs x"])
-def test_source_names_are_restricted(name: str) -> None:
-    """Source names end up in Redis keys after the last ':' (source_of_ready) and in logs."""
-    with pytest.raises(ValidationError):
-        _source(name=name)
-
-
 # --- cross-field rules ------------------------------------------------------------------------------
 
 
@@ -263,18 +198,6 @@ def test_block_timeout_zero_or_out_of_range_rejected(block_s: str, monkeypatch: 
     monkeypatch.setenv("DUECAST_WORKER__BLOCK_TIMEOUT_S", block_s)
     with pytest.raises(ValidationError, match="block_timeout_s"):
         load_settings()
-
-
-def test_duplicate_source_names_rejected() -> None:
-    with pytest.raises(ValidationError, match="unique; repeated: users"):
-        Settings(sources=[_source(), _source(table="users2")])
-
-
-def test_source_names_jobs_and_dotted_are_reserved_for_job_queues() -> None:
-    with pytest.raises(ValidationError, match="'jobs' is reserved"):
-        Settings(sources=[_source(name=JOBS_SOURCE)])
-    with pytest.raises(ValidationError, match=r"may not contain '\.'"):
-        Settings(sources=[_source(name="jobs.default")])
 
 
 def test_each_job_queue_is_a_source_in_order() -> None:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from duecast.shared.policy import keeper_fits, shortest_lease_s
 from duecast.shared.settings import JobsSettings, Settings, load_settings
-from tests.unit.settings.test_bad_settings import SECRET, everything_printed
+from tests.unit.settings.bad_settings_support import SECRET, everything_printed
 
 TOPICS = {"names": ["orders"], "groups": [{"topic": "orders", "name": "billing"}]}
 

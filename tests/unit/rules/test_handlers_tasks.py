@@ -1,0 +1,197 @@
+"""Task routing of job rows, loading a registry from an app module, current_job and included registries."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from duecast import JobContext, current_job
+from duecast.shared.acks import Ack, Row
+from duecast.shared.api.handlers import AppError, Registry, load_registry
+from duecast.shared.settings import JOBS_SOURCE
+
+# --- tasks ------------------------------------------------------------------------------------------
+
+
+ENQUEUED = datetime(2026, 11, 25, 9, 30, 0, 123456)
+
+
+def _job(task: str, payload: object, **columns: object) -> Row:
+    """A job row as the worker reads it (shared/queries/jobs.py JOB_COLUMNS)."""
+    row = {"id": 1, "dc_attempt": 1, "task": task, "payload": json.dumps(payload), "errors": 0}
+    return {
+        **row,
+        "max_attempts": 20,
+        "interruptions": 0,
+        "queue": "default",
+        "created_at": ENQUEUED,
+        **columns,
+    }
+
+
+def test_task_routing_decodes_payload() -> None:
+    reg = Registry()
+    got: list[object] = []
+
+    @reg.task("mail")
+    def mail(payload: object) -> Ack | None:
+        got.append(payload)
+        return None
+
+    @reg.task("later")
+    def later(payload: object) -> Ack | None:
+        return Ack.touch(60)
+
+    payload = {"to": "a@example.com", "n": [1, 2], "ok": True, "none": None}
+    out = reg.handler(JOBS_SOURCE).run([_job("mail", payload), _job("later", {}), _job("mail", "plain")])
+    assert got == [payload, "plain"]
+    assert out == [Ack.default(), Ack.touch(60), Ack.default()]
+
+
+def test_unknown_task_is_a_lookup_error_outcome() -> None:
+    reg = Registry()
+    reg.task("known")(lambda p: None)
+    out = reg.handler(JOBS_SOURCE).run([_job("unknown", {}), _job("known", {})])
+    assert isinstance(out[0], LookupError)
+    assert "unknown" in str(out[0])
+    assert out[1] == Ack.default()
+
+
+def test_bad_payload_json_is_that_rows_outcome() -> None:
+    reg = Registry()
+    reg.task("t")(lambda p: None)
+    row = {**_job("t", None), "payload": "{not json"}
+    out = reg.handler(JOBS_SOURCE).run([row, _job("t", 1)])
+    assert isinstance(out[0], ValueError)
+    assert out[1] == Ack.default()
+
+
+def test_task_exception_is_that_rows_outcome() -> None:
+    reg = Registry()
+
+    @reg.task("t")
+    def t(payload: object) -> None:
+        raise RuntimeError(f"failed {payload}")
+
+    out = reg.handler(JOBS_SOURCE).run([_job("t", 7)])
+    assert isinstance(out[0], RuntimeError)
+    assert str(out[0]) == "failed 7"
+
+
+# --- load_registry ----------------------------------------------------------------------------------
+
+APP = """
+from duecast.shared.api.handlers import Registry
+
+handlers = Registry()
+handlers.row("users")(lambda row: None)
+
+other = Registry()
+other.task("t")(lambda payload: None)
+
+not_a_registry = 42
+"""
+
+
+@pytest.fixture
+def app_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A throwaway importable module holding registries; removed from sys.modules afterwards."""
+    name = f"duecast_unit_app_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(APP)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield name
+    sys.modules.pop(name, None)
+
+
+def test_load_registry_default_attribute(app_module: str) -> None:
+    reg = load_registry(app_module)
+    assert isinstance(reg, Registry)
+    assert reg.sources == ["users"]
+
+
+def test_load_registry_named_attribute(app_module: str) -> None:
+    assert load_registry(f"{app_module}:other").sources == [JOBS_SOURCE]
+
+
+@pytest.mark.parametrize("attr", ["not_a_registry", "missing"])
+def test_load_registry_wrong_type(app_module: str, attr: str) -> None:
+    with pytest.raises(AppError, match=f"expected a duecast Registry at {app_module}:{attr}"):
+        load_registry(f"{app_module}:{attr}")
+
+
+def test_load_registry_missing_module() -> None:
+    with pytest.raises(AppError, match="cannot import the app module"):
+        load_registry(f"no_such_module_{uuid.uuid4().hex}")
+
+
+def test_load_registry_finds_modules_in_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = f"cwd_app_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("from duecast import Registry\nhandlers = Registry()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert load_registry(name).sources == []
+
+
+def test_a_task_sees_its_own_job_through_current_job() -> None:
+    reg = Registry()
+    seen: list[JobContext] = []
+
+    @reg.task("mail")
+    def mail(payload: object) -> None:  # a plain fn(payload): no new parameter needed
+        seen.append(current_job())
+
+    @reg.task("ledger", transactional=True)
+    def ledger(payload: object, cursor: object) -> None:
+        seen.append(current_job())
+
+    rows = [
+        _job("mail", 1, id=41, dc_attempt=3, errors=2, queue="mail"),
+        # the packed read gives created_at as text
+        _job("mail", 2, id=42, created_at="2026-11-25 09:30:00.123456"),
+    ]
+    assert reg.handler(JOBS_SOURCE).run(rows) == [Ack.default(), Ack.default()]
+    (deferred,) = reg.handler(JOBS_SOURCE).run([_job("ledger", 3, id=43)])
+    assert isinstance(deferred, Ack)
+    assert deferred.work is not None
+    deferred.work(object())  # the worker runs it later, in its ack transaction
+
+    assert seen == [
+        JobContext(41, 3, "mail", "mail", ENQUEUED, errors=2, max_attempts=20),
+        JobContext(42, 1, "default", "mail", ENQUEUED, errors=0, max_attempts=20),
+        JobContext(43, 1, "default", "ledger", ENQUEUED, errors=0, max_attempts=20),
+    ]
+    with pytest.raises(LookupError, match="only known inside a task"):
+        current_job()  # outside a task
+
+
+def test_one_registry_can_include_another_and_conflicts_are_errors() -> None:
+    a, b = Registry(), Registry()
+    a.row("users", columns=["status"])(lambda row: None)
+    a.task("mail")(lambda p: None)
+    a.schedule("nightly", "mail", cron="0 3 * * *")
+    b.batch("orders")(lambda rows: None)
+    b.task("bill", transactional=True)(lambda p, cursor: None)
+
+    both = Registry()
+    both.include(a)
+    both.include(b)
+
+    assert both.sources == ["jobs", "orders", "users"]
+    assert both.task_names == {"mail", "bill"}
+    assert both.handler("users").columns == ("status",)
+    assert both.handler("orders").batch
+    assert [s.name for s in both.schedules] == ["nightly"]
+    with pytest.raises(ValueError, match="source 'users' already has a handler"):
+        both.include(a)
+    clash = Registry()
+    clash.task("bill")(lambda p: None)
+    with pytest.raises(ValueError, match="task 'bill' is registered twice"):
+        both.include(clash)
