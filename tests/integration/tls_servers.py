@@ -1,4 +1,4 @@
-"""Throwaway TLS servers for test_tls.py: a CA made with openssl, a redis-server and a MariaDB using it.
+"""Throwaway TLS servers for test_tls.py and test_tls_mysql.py: an openssl CA, a redis-server, a MariaDB.
 
 Everything lives in one temporary directory and on free ports; each server is a child process that
 the fixture stops. The shared servers are never touched. Certificates use EC P-256 keys (fast).

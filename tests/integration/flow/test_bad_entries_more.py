@@ -3,7 +3,7 @@
 Malformed ones (odd shapes, Unicode digits, non-UTF-8, huge, beyond BIGINT) are quarantined with
 their reason in a capped list. Well-formed ones that no longer match a row (deleted, finished, stale
 or future attempts) are counted as stale_entries and skipped: they are a normal by-product of
-requeues, so they are not quarantined. test_dispatch_and_work.py has the first, basic cases.
+requeues, so they are not quarantined. test_backpressure_and_bad_entries.py has the first, basic cases.
 """
 
 from __future__ import annotations

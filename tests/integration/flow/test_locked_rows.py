@@ -27,7 +27,7 @@ from duecast.shared.telemetry import metrics
 from duecast.worker import main as worker_main
 from tests.integration import apps, range_app
 from tests.integration.conftest import Env
-from tests.integration.flow.test_dispatch_and_work import role_settings, work
+from tests.integration.flow.roles_helpers import role_settings, work
 
 pytestmark = pytest.mark.integration
 

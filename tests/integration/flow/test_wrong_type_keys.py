@@ -19,7 +19,7 @@ from duecast.shared.fanout.retype import WRONG_TYPE_KEEP_S
 from duecast.shared.settings import RedisSettings
 from tests.integration import apps
 from tests.integration.conftest import Env
-from tests.integration.flow.test_dispatch_and_work import dispatch, handled_once, role_settings, work
+from tests.integration.flow.roles_helpers import dispatch, handled_once, role_settings, work
 
 pytestmark = pytest.mark.integration
 

@@ -4,127 +4,15 @@ render what the system holds, charts get data, and retry/discard need the token 
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
-import threading
-import urllib.error
-import urllib.request
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
 
-import pymysql
 import pytest
-from flask.testing import FlaskClient
 
-from duecast.admin import migrate
-from duecast.dispatcher.main import serve as serve_dispatcher
-from duecast.history import History
-from duecast.sampler import Sampler
-from duecast.shared.api.enqueue import Enqueuer
-from duecast.shared.fanout.queue import connect_redis
-from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
-from duecast.web.app import create_app
-from duecast.web.context import WebContext
-from duecast.web.serve import running
-from duecast.worker.main import serve as serve_worker
-from tests.integration import jobs_app
-from tests.integration.conftest import create_table, source_fields
-from tests.integration.ops.test_health import free_port
-from tests.integration.polling import wait_until
+from tests.integration.ops.web_helpers import TOKEN, Web, points
 
 pytestmark = pytest.mark.integration
-
-TOKEN = "test-token-0123456789"
-ROOT = Path(__file__).resolve().parents[3]
-
-
-@dataclass
-class Web:
-    settings: Settings
-    ctx: WebContext
-    client: FlaskClient
-    sampler: Sampler
-    sql: pymysql.cursors.Cursor
-    enqueuer: Enqueuer
-    woken: list[int]
-
-    @property
-    def jobs_table(self) -> str:
-        return self.settings.jobs.table
-
-    def read(self, n: int = 1) -> None:
-        for _ in range(n):
-            self.ctx.history.add(self.sampler.read())
-
-    def run_jobs(self) -> None:
-        serve_dispatcher(self.settings, threading.Event(), drain=True)
-        serve_worker(self.settings, threading.Event(), drain=True)
-
-    def state(self, job_id: int) -> int | None:
-        self.sql.execute(f"SELECT dc_state FROM `{self.jobs_table}` WHERE id = %s", (job_id,))
-        row = self.sql.fetchone()
-        return None if row is None else int(row[0])
-
-    def page(self, path: str, status: int = 200) -> str:
-        resp = self.client.get(path)
-        assert resp.status_code == status, resp.get_data(as_text=True)
-        return resp.get_data(as_text=True)
-
-
-def web_settings(
-    mysql: MySQLSettings, redis: RedisSettings, table: str, token: str | None = TOKEN, **web: object
-) -> Settings:
-    jobs_table = f"jobs_{uuid.uuid4().hex[:8]}"
-    return Settings(
-        mysql=mysql,
-        redis=redis,
-        sources=[{"name": "users", "table": table, **source_fields("rescan")}],  # type: ignore[list-item]
-        jobs={  # type: ignore[arg-type]
-            "table": jobs_table,
-            "schedules_table": f"{jobs_table}_s",
-            "queues": ["default", "mail"],
-            "schedules": [{"name": "nightly", "task": "record", "cron": "0 3 * * *"}],
-        },
-        worker={"app": "tests.integration.jobs_app", "block_timeout_s": 0.1},  # type: ignore[arg-type]
-        dispatcher={"poll_interval_s": 0.05},  # type: ignore[arg-type]
-        web={"token": token, "refresh_s": 0, "port": 0, "host": "127.0.0.1", **web},  # type: ignore[arg-type]
-    )
-
-
-@pytest.fixture
-def make_web(
-    mysql_settings: MySQLSettings, redis_settings: RedisSettings, sql: pymysql.cursors.Cursor
-) -> Iterator[Callable[..., Web]]:
-    tables: list[str] = []
-
-    def make(token: str | None = TOKEN) -> Web:
-        table = f"users_{uuid.uuid4().hex[:8]}"
-        create_table(sql, table, "rescan", 50)
-        settings = web_settings(mysql_settings, redis_settings, table, token)
-        tables.extend([table, settings.jobs.table, settings.jobs.schedules_table])
-        migrate.apply(settings)
-        sampler = Sampler.connect(settings)
-        woken: list[int] = []
-        ctx = WebContext(settings, History(100), settings.jobs.schedules, wake=lambda: woken.append(1))
-        enqueuer = Enqueuer(settings, connect_redis(settings.redis), jobs_app.handlers.task_names)
-        jobs_app.RUNS.clear()
-        return Web(settings, ctx, create_app(ctx).test_client(), sampler, sql, enqueuer, woken)
-
-    yield make
-    for table in tables:
-        sql.execute(f"DROP TABLE IF EXISTS `{table}`")
-
-
-@pytest.fixture
-def web(make_web: Callable[..., Web]) -> Web:
-    return make_web()
 
 
 def dead_job(web: Web, payload: str = "x") -> int:
@@ -132,13 +20,6 @@ def dead_job(web: Web, payload: str = "x") -> int:
     web.run_jobs()
     assert web.state(job_id) == State.DEAD
     return job_id
-
-
-def points(html: str, chart_id: str) -> int:
-    """The data-points of the chart in figure `chart_id`."""
-    found = re.search(rf'id="{chart_id}".*?data-points="(\d+)"', html, re.S)
-    assert found, f"no chart {chart_id}"
-    return int(found.group(1))
 
 
 def test_the_overview_waits_for_readings_then_charts_throughput_and_lag(web: Web) -> None:
@@ -288,102 +169,3 @@ def test_every_response_carries_a_strict_content_security_policy(web: Web) -> No
     assert "frame-ancestors 'none'" in resp.headers["Content-Security-Policy"]
     assert resp.headers["X-Content-Type-Options"] == "nosniff"
     assert web.client.get("/static/live.js").status_code == 200
-
-
-def test_served_over_http_with_a_sampler_thread(make_web: Callable[..., Web]) -> None:
-    web = make_web()
-    ctx = WebContext(
-        web.settings.model_copy(
-            update={"web": web.settings.web.model_copy(update={"sample_interval_s": 0.1})}
-        ),
-        History(50),
-        [],
-    )
-    with running(ctx, web.sampler) as port:
-        wait_until(lambda: len(ctx.history) >= 3, "three readings from the sampler thread")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
-            html = resp.read().decode()
-        assert points(html, "chart-lag") >= 3
-    with pytest.raises(urllib.error.URLError):
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
-
-
-IDLE_CONNECTIONS = 150  # waitress's default connection_limit was 100
-
-
-def test_idle_and_half_sent_connections_cannot_lock_the_dashboard_out(make_web: Callable[..., Web]) -> None:
-    """Issue 17: ~100 idle connections stopped the dashboard answering for minutes."""
-    web = make_web()
-    limits = web.settings.web.model_copy(update={"channel_timeout_s": 2})
-    ctx = WebContext(web.settings.model_copy(update={"web": limits}), History(50), [])
-    with running(ctx, web.sampler) as port:
-        idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(IDLE_CONNECTIONS)]
-        try:
-            for sock in idle[::2]:
-                sock.sendall(b"GET / HTTP/1.1\r\nHost: slow\r\n")  # the headers never end
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
-                assert resp.status == 200
-            # ...and each is closed once idle for web.channel_timeout_s.
-            open_ = set(idle)
-
-            def all_closed() -> bool:
-                for sock in list(open_):
-                    sock.setblocking(False)
-                    try:
-                        if sock.recv(1024) == b"":
-                            open_.discard(sock)
-                    except BlockingIOError:
-                        pass
-                    except ConnectionError:
-                        open_.discard(sock)
-                return not open_
-
-            wait_until(all_closed, "the server to close every idle connection", timeout_s=15)
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
-                assert resp.status == 200
-        finally:
-            for sock in idle:
-                sock.close()
-
-
-def test_the_web_command_serves_until_sigterm(
-    make_web: Callable[..., Web], mysql_settings: MySQLSettings, redis_settings: RedisSettings
-) -> None:
-    web = make_web()
-    port = free_port()
-    env = {
-        **os.environ,
-        "DUECAST_MYSQL__DATABASE": mysql_settings.database,
-        "DUECAST_REDIS__KEY_PREFIX": redis_settings.key_prefix,
-        "DUECAST_SOURCES": f'[{{"name": "users", "table": "{web.settings.sources[0].table}", '
-        '"id_column": "user_id", "due_column": "updated_time", "period_s": 10}]',
-        "DUECAST_JOBS__TABLE": web.jobs_table,
-        "DUECAST_JOBS__SCHEDULES_TABLE": web.settings.jobs.schedules_table,
-        "DUECAST_WEB__TOKEN": TOKEN,
-        "DUECAST_LOG_FORMAT": "json",
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "duecast", "web", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-
-        def answers() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
-                    return resp.status == 200
-            except (urllib.error.URLError, ConnectionError):
-                assert proc.poll() is None, proc.communicate()[1]
-                return False
-
-        wait_until(answers, "duecast web to answer", timeout_s=30)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=20)
-    assert proc.returncode == 0, err
-    assert '"event": "web.started"' in err
-    assert TOKEN not in err
