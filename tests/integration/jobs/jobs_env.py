@@ -1,0 +1,61 @@
+"""What the job integration tests share: JobsEnv (SQL and process helpers over one test's jobs table)
+and the payloads the test app's tasks have run."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pymysql
+
+from duecast.dispatcher.main import serve as serve_dispatcher
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.settings import Settings
+from duecast.shared.states import State
+from duecast.shared.storage.db import Database
+from duecast.shared.storage.leased.jobs import JobStore
+from duecast.worker.main import serve as serve_worker
+from tests.integration import jobs_app
+
+APP = "tests.integration.jobs_app"
+
+
+class JobsEnv:
+    def __init__(self, settings: Settings, sql: pymysql.cursors.Cursor) -> None:
+        self.settings = settings
+        self.sql = sql
+        self.table = settings.jobs.table
+        self.enqueuer = Enqueuer(settings, connect_redis(settings.redis), jobs_app.handlers.task_names)
+
+    def with_jobs(self, **jobs: Any) -> JobsEnv:
+        return JobsEnv(
+            self.settings.model_copy(update={"jobs": self.settings.jobs.model_copy(update=jobs)}), self.sql
+        )
+
+    def run_once(self) -> None:
+        """One dispatch and one worker drain: every due job runs (at most) once."""
+        serve_dispatcher(self.settings, threading.Event(), drain=True)
+        serve_worker(self.settings, threading.Event(), drain=True)
+
+    def make_due(self) -> None:
+        """Time passes: every pending job is due now."""
+        self.sql.execute(f"UPDATE `{self.table}` SET run_at = NOW(6) WHERE dc_state = {int(State.IDLE)}")
+
+    def job(self, job_id: int, *columns: str) -> tuple[Any, ...]:
+        self.sql.execute(f"SELECT {', '.join(columns)} FROM `{self.table}` WHERE id = %s", (job_id,))
+        row = self.sql.fetchone()
+        assert row is not None, f"job {job_id} is gone"
+        return tuple(row)
+
+    def exists(self, job_id: int) -> bool:
+        self.sql.execute(f"SELECT COUNT(*) FROM `{self.table}` WHERE id = %s", (job_id,))
+        return bool(self.sql.fetchone()[0])
+
+    def store(self, queue: str = "default") -> JobStore:
+        src = self.settings.source(f"jobs.{queue}")
+        return JobStore(Database(self.settings.mysql), src, self.settings.jobs, self.settings.mysql)
+
+
+def payloads() -> list[Any]:
+    return [p for p, _ in jobs_app.RUNS]
