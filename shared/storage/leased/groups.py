@@ -17,7 +17,8 @@ from duecast.shared.policy import dead_after_retries, stepped_delay_s
 from duecast.shared.queries.topics import DISPATCHED, MESSAGE_COLUMNS, RUNNING, TopicSQL, render_topics
 from duecast.shared.settings import MySQLSettings, SourceSettings, TopicsSettings
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased.store import LeasedStore, Scope
+from duecast.shared.storage.leased.scope import Scope
+from duecast.shared.storage.leased.store import LeasedStore
 from duecast.shared.storage.source_store import STATUS_COUNT_CAP, SourceStatus, _scalar
 from duecast.shared.storage.topic_ids import group_id, topic_id
 from duecast.shared.storage.topic_schema import check_topic_tables

@@ -24,7 +24,8 @@ from duecast.shared.queries.jobs import (
 )
 from duecast.shared.settings import JobsSettings, MySQLSettings, SourceSettings
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased.store import LeasedStore, Scope
+from duecast.shared.storage.leased.scope import Scope
+from duecast.shared.storage.leased.store import LeasedStore
 from duecast.shared.storage.packed import read_packed
 from duecast.shared.storage.schema import check_jobs_table
 from duecast.shared.storage.source_store import STATUS_COUNT_CAP, SourceStatus, _scalar, _us

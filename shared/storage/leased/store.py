@@ -12,22 +12,19 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from logging import Logger
 from typing import Any
 
 from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.identifiers import quote
 from duecast.shared.policy import blame_interruptions, start_groups
-from duecast.shared.queries.jobs import JobSQL
 from duecast.shared.queries.source import fence, in_list
-from duecast.shared.queries.topics import TopicSQL
 from duecast.shared.settings import MySQLSettings, SourceSettings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.batch import LeasedBatch, error_text
 from duecast.shared.storage.leased.keeper import Extended, LeaseKeeper
+from duecast.shared.storage.leased.scope import Scope
 from duecast.shared.storage.source_store import SourceStatus, _us
 from duecast.shared.storage.units import MYSQL_ERRORS, Cursor, lock_or_skip
 from duecast.shared.storage.worker_registry import worker_name
@@ -37,25 +34,6 @@ DISPATCHED, RUNNING = int(State.DISPATCHED), int(State.RUNNING)
 INTERRUPTED = "interrupted: its worker stopped (killed, crashed or stalled) before finishing it"
 # A run whose lease ran out: (id, interruptions so far, its start: the worker and start time).
 Interrupted = tuple[int, int, tuple[Any, ...]]
-
-
-@dataclass(frozen=True)
-class Scope:
-    """What a leased store's statements touch, and how its log lines name it. Every statement
-    takes its SET values first, then the scope's `where` arguments, then its own."""
-
-    sql: JobSQL | TopicSQL  # the kind's catalog: both name the shared statements alike
-    key: str  # the id column of its rows and entries: a job's `id`, a delivery's `seq`
-    # The leading arguments of the statements that find the scope's rows (claim_due, the sweeps'
-    # find_expired_*, release_all): the queue, or the group's id.
-    claim: tuple[Any, ...]
-    where: tuple[Any, ...]  # every other statement's: none for jobs (ids are the table's), the group's id
-    done: str  # the statement that finishes a success
-    noun: str  # "job", "message"
-    place: str  # where, in log lines: "queue default", "topics.orders-billing"
-    handler: str  # who returns an Ack: "a job's handler", "a consumer"
-    author: str  # ...as a discard's last_error names it: "task", "consumer"
-    log: Logger
 
 
 class LeasedStore(ABC):

@@ -295,7 +295,7 @@ def test_a_ready_key_of_the_wrong_type_is_moved_aside_and_the_worker_carries_on(
 ) -> None:
     """Someone SETs the ready list's key. duecast owns it: the worker's pop moves it aside (logged,
     counted) and carries on in the same tick, instead of failing every tick until someone deletes
-    it (issue 16.3; tests/integration/flow/test_wrong_type_keys.py covers every key)."""
+    it (issue 16.3; tests/integration/recovery/test_wrong_type_keys.py covers every key)."""
     env = rescan(1)
     entries = env.store.claim_due(1)
     ready = env.queue.keys.ready(apps.RESCAN)

@@ -19,8 +19,8 @@ import pytest
 from duecast.admin import migrate
 from duecast.shared.process.failures import EXIT_CONFIG, EXIT_UNAVAILABLE
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from tests.integration.cli.test_cli import ROOT, sources_json
 from tests.integration.conftest import Env
-from tests.integration.ops.test_cli import ROOT, sources_json
 
 pytestmark = pytest.mark.integration
 

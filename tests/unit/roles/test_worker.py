@@ -116,7 +116,7 @@ def test_acks_that_lost_their_fence_count_as_stale(ready_queue: ReadyQueue, exec
 
 class _RecordingQueue(ReadyQueue):
     """pop_held as the worker sees it, without Lua (fakeredis has none here): a plain pop, recorded.
-    The script itself is tested on real Redis (tests/integration/flow/test_pop_held.py)."""
+    The script itself is tested on real Redis (tests/integration/recovery/test_pop_held.py)."""
 
     calls: list[tuple[str, str]]
     counts: list[int | Sequence[int]]

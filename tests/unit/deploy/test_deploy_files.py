@@ -18,7 +18,7 @@ import pytest
 from pydantic import BaseModel
 
 from duecast.shared.settings import HealthSettings, Settings
-from tests.unit.ops.deploy_support import (
+from tests.unit.deploy.deploy_support import (
     DEPLOY,
     ROOT,
     compose,

@@ -19,8 +19,8 @@ from duecast.shared.process.failures import EXIT_UNAVAILABLE
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
+from tests.integration.cli.test_cli import cli_env, run_cli, sources_json, status_row  # noqa: F401 - a fixture
 from tests.integration.conftest import Env
-from tests.integration.ops.test_cli import cli_env, run_cli, sources_json, status_row  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import pytest
 
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.settings import Settings
-from tests.unit.ops.deploy_support import (
+from tests.unit.deploy.deploy_support import (
     K8S,
     containers,
     docs,

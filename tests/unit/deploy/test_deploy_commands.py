@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from duecast.cli import commands as cli
-from tests.unit.ops.deploy_support import (
+from tests.unit.deploy.deploy_support import (
     DEPLOY,
     containers,
     duecast_services,

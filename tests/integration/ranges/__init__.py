@@ -1,0 +1,1 @@
+"""Integration tests (real MariaDB and Redis) of range mode: spans, packed reads, freshness."""
