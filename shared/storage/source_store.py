@@ -83,15 +83,22 @@ class SourceStatus:
 
 
 class WorkBatch(Protocol):
+    """Work a store started for a worker: committed RUNNING under leases the store keeps until
+    close(). No transaction or row lock is open while its handlers run; each ack or fail is a
+    short fenced transaction of its own, for any subset of the rows, as they finish."""
+
     rows: list[Row]
     skipped: int  # entries not started: stale, deleted, or held by another worker
-    # Entries locked but left to start later, one group at a time after this batch is acked
+    # Entries locked but left to start later, one group at a time after this batch is finished
     # (leased stores: suspects, shared.policy.start_groups); empty for the others.
     later: list[list[Entry]]
 
-    def phases(self) -> list[list[Row]]: ...  # rows grouped in the order to run and ack them
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts: ...
     def fail(self, failures: Sequence[tuple[Row, object]]) -> None: ...
+    # Finish what waits on time rather than on outcomes (range mode: a span whose last rows
+    # straggle); called now and then while rows are in flight.
+    def settle(self) -> AckCounts: ...
+    def close(self) -> None: ...  # stop keeping leases: every row has been acked or failed
 
 
 @runtime_checkable
@@ -114,9 +121,10 @@ class Store(Protocol):
 
     def verify(self) -> None: ...
     def claim_due(self, limit: int) -> list[Entry]: ...
+    def start(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> WorkBatch: ...
     def started(
         self, entries: Sequence[Entry], columns: Sequence[str] = ()
-    ) -> AbstractContextManager[WorkBatch]: ...
+    ) -> AbstractContextManager[WorkBatch]: ...  # start, and close when the block ends
     def group_key(self, ack: Ack) -> Any: ...
     # Redelivery, one method per cause (dispatcher/redelivery.py runs them; shared/policy.py: CAUSES).
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int: ...  # not acked in time

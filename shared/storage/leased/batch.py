@@ -7,6 +7,7 @@ from __future__ import annotations
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, TypeVar
 
 from duecast.shared.acks import Ack, Row
@@ -49,6 +50,23 @@ class LeasedBatch:
         # Entries locked with these but left DISPATCHED: suspects, each group to start on its own
         # once this one is acked (shared.policy.start_groups).
         self.later = later or []
+        self._kept: AbstractContextManager[Hold] | None = None
+
+    def keep(self, holding: AbstractContextManager[Hold]) -> None:
+        """Keep the batch's leases (the keeper's `holding`) until close()."""
+        self.hold = holding.__enter__()
+        self._kept = holding
+
+    def close(self) -> None:
+        """The batch is over: its leases are no longer extended. Rows neither acked nor failed by
+        now stay RUNNING until their lease runs out, and are then redelivered as interrupted."""
+        kept, self._kept, self.hold = self._kept, None, None
+        if kept is not None:
+            kept.__exit__(None, None, None)
+
+    def settle(self) -> AckCounts:
+        """Nothing to settle: each job or message is finished by its own ack or fail."""
+        return AckCounts(0, 0)
 
     def _finishing(self, rows: Iterable[Row]) -> None:
         """Tell the lease keeper these rows' ack begins: their leaving RUNNING is not a lost lease."""

@@ -89,16 +89,24 @@ class LeasedStore(ABC):
 
     @contextmanager
     def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[LeasedBatch]:
-        """DISPATCHED -> RUNNING for the first group of the entries still current, committed before
-        the block runs; the other groups stay DISPATCHED, in `batch.later`, for the worker to start
-        one by one once this one is acked (shared.policy.start_groups: clean rows together, suspects
-        in groups that shrink with each death, so a poison job is found and healthy ones run).
+        """`start`, then `close` when the block ends, however it ends."""
+        batch = self.start(entries, columns)
+        try:
+            yield batch
+        finally:
+            batch.close()
 
-        While the block runs a lease keeper extends their leases, so a long run is not taken for an
+    def start(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> LeasedBatch:
+        """DISPATCHED -> RUNNING for the first group of the entries still current, committed on
+        return; the other groups stay DISPATCHED, in `batch.later`, for the worker to start one by
+        one once this one is finished (shared.policy.start_groups: clean rows together, suspects in
+        groups that shrink with each death, so a poison job is found and healthy ones run).
+
+        Until `batch.close()` a lease keeper extends their leases, so a long run is not taken for an
         interrupted one. Stale, deleted or elsewhere-held entries are left out (`skipped`).
         """
         if not entries:
-            raise ValueError("started() needs at least one entry")
+            raise ValueError("start() needs at least one entry")
         sql, where, key = self.scope.sql, self.scope.where, self.scope.key
         with self.db.transaction(check=True) as cur:
             locked = self._lock(cur, self._fence(entries))
@@ -114,11 +122,9 @@ class LeasedStore(ABC):
         if rows and not self._leases.in_time(since):
             rows = self._give_back_late(rows, time.monotonic() - since)
         batch = LeasedBatch(self, rows, len(entries) - len(locked) + first - len(rows), later)
-        if not rows:
-            yield batch
-            return
-        with self._leases.holding(batch.entries, since) as batch.hold:
-            yield batch
+        if rows:
+            batch.keep(self._leases.holding(batch.entries, since))
+        return batch
 
     def _give_back_late(self, rows: list[Row], took_s: float) -> list[Row]:
         """A start whose commit stalled so long that the leases may run out (or have) before the
