@@ -281,3 +281,37 @@ def fence_reason(
     if timeout_s is not None and now >= started + timeout_s:
         return "hung"
     return None
+
+
+# -- the worker's acks and in-flight bound (worker/worker.py) -----------------------------------------
+
+ACK_BATCH = 500  # outcomes that make an ack worth its transaction at once
+ACK_WAIT_S = 0.05  # ...else the oldest waits at most this long: checks are acked as they finish
+
+
+def ack_now(pending: int, oldest_age_s: float, left: int) -> bool:
+    """Whether a flight's finished outcomes are acked now: its last rows are in, enough wait to fill
+    a statement, or the oldest has waited ACK_WAIT_S. Small fenced batches, never the whole flight."""
+    if pending == 0:
+        return False
+    return left == 0 or pending >= ACK_BATCH or oldest_age_s >= ACK_WAIT_S
+
+
+def in_flight_cap(setting: int | None, pop_batch: int, any_async: bool) -> int:
+    """Rows a worker keeps started and unacked. Set: that. Unset: room for many awaiting checks
+    (async handlers wait, they do not compute), else the batch being run and the next one."""
+    if setting is not None:
+        return setting
+    return max(10_000, 2 * pop_batch) if any_async else 2 * pop_batch
+
+
+def pop_room(cap: int, in_flight: int, pop_batch: int) -> int:
+    """Rows to pop now: none until a quarter of a batch fits (tiny pops cost a round trip each)."""
+    room = min(cap - in_flight, pop_batch)
+    return room if room >= max(1, min(pop_batch, cap) // 4) else 0
+
+
+def too_many_stuck(stuck: int, threads: int) -> bool:
+    """A worker whose threads are more than half stuck in calls past their limit leaves (and is
+    replaced by its supervisor): Python cannot stop a thread, only a process."""
+    return stuck > 0 and 2 * stuck > threads

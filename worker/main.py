@@ -8,7 +8,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import replace
 
-from duecast.shared.api.handlers import Registry, load_registry
+from duecast.shared.api.handlers import Handler, Registry, load_registry
 from duecast.shared.process.failures import StartupError
 from duecast.shared.process.health import serving, with_port
 from duecast.shared.process.loop import run
@@ -23,12 +23,19 @@ from duecast.shared.process.runtime import (
 from duecast.shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
 from duecast.shared.storage.source_store import Store
 from duecast.shared.storage.worker_registry import Heartbeat
-from duecast.shared.telemetry.observe import timed
+from duecast.shared.telemetry.observe import timed, timed_async
 from duecast.worker.broadcast import broadcast_members, running, served_topic_sources
-from duecast.worker.executor import Executor
 from duecast.worker.worker import Worker
 
 log = logging.getLogger("duecast.worker")
+FINISH_GRACE_S = 30.0  # on SIGTERM: how long in-flight checks may take to finish and be acked
+
+
+def _timed(handler: Handler, source: str) -> Handler:
+    """The handler with each call timed into handler_duration_seconds{source}."""
+    fn = None if handler.fn is None else timed(handler.fn, source)
+    afn = None if handler.afn is None else timed_async(handler.afn, source)
+    return replace(handler, fn=fn, afn=afn)
 
 
 def serve(
@@ -43,28 +50,34 @@ def serve(
     registry = load_registry(settings.worker.app)
     sources = [settings.source(name) for name in served_sources(settings, registry.sources)]
     handlers = {s.name: registry.handler(JOBS_SOURCE if is_job_queue(s.name) else s.name) for s in sources}
-    handlers = {name: replace(h, fn=timed(h.fn, name)) for name, h in handlers.items()}  # per source/queue
+    handlers = {name: _timed(h, name) for name, h in handlers.items()}  # per source/queue
     stores = {store.src.name: store for store in build_stores(settings, sources)}
     check_columns(registry, stores)
-    executor = Executor(settings.worker.concurrency)
     queue = make_queue(settings)
     check_redis(queue, wait=bool(settings.health.port))
     tasks = registry.task_names if any(is_job_queue(name) for name in stores) else frozenset()
     heartbeat = Heartbeat(settings.mysql, settings.worker, list(stores), tasks)
-    worker = Worker(stores, handlers, queue, settings.worker, executor, process=heartbeat.name)
+    worker = Worker(stores, handlers, queue, settings.worker, process=heartbeat.name)
     members = broadcast_members(settings, registry, settings.worker.sources or registry.sources)
-    log.info("working on %s with %d thread(s)", ", ".join(stores), settings.worker.concurrency)
+    log.info(
+        "working on %s with %d thread(s)%s, up to %d rows in flight",
+        ", ".join(stores),
+        settings.worker.concurrency,
+        " and an event loop" if any(h.afn is not None for h in handlers.values()) else "",
+        worker.cap,
+    )
     heartbeat.start()
     try:
         with serving(settings, "worker") as liveness, running(members, stop, drain=drain):
             backoff_s = settings.worker.error_backoff_s
             if stores or not members:
                 run(worker, stop, drain=drain, error_base_s=backoff_s, on_turn=liveness.beat)
+                worker.finish(FINISH_GRACE_S)
             else:  # broadcast members only: they run in their own threads
                 while not drain and not stop.wait(1.0):
                     liveness.beat()
     finally:
-        executor.close()
+        worker.close()
         heartbeat.stop()
     log.info("worker stopped; %s", dict(worker.counts))
     return worker

@@ -1,31 +1,35 @@
-"""Worker: per tick, pop a batch, validate entries, lock rows, run the handler, ack fenced, commit.
-
-A bad entry is quarantined, a stale one skipped, a failed row left DISPATCHED for the sweeper;
-a batch MySQL kept failing past worker.unit_retry_s is pushed back onto its ready list.
+"""Worker: pop entries while checks are in flight, start them (committed, leased), hand rows to the
+runners, and ack outcomes in small fenced batches as they come: no row waits for the slowest of its
+batch, and no transaction or row lock is open while a handler runs.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
-from duecast.shared.acks import Ack, Row
 from duecast.shared.api.handlers import Handler
-from duecast.shared.fanout.keys import BadEntry, Entry, decode_entry
+from duecast.shared.fanout.keys import BadEntry, Entry, decode_entry, encode_entry
 from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.policy import in_flight_cap, pop_room, too_many_stuck
 from duecast.shared.process.loop import Tick
 from duecast.shared.settings import WorkerSettings
-from duecast.shared.storage.source_store import SkipsLocked, StaleAck, Store, WorkBatch
+from duecast.shared.storage.source_store import SkipsLocked, Store
 from duecast.shared.storage.units import is_transient, retry_transient
 from duecast.shared.telemetry import observe
-from duecast.worker.executor import Executor
+from duecast.worker.acker import STATS_EVERY_S, Acker
+from duecast.worker.flight import Flight, TimedOut
+from duecast.worker.report import log_locked
+from duecast.worker.runner import Completions, LoopRunner, ThreadRunner
 
 log = logging.getLogger("duecast.worker")
-UNIT_RETRIES = 1_000  # only a backstop: worker.unit_retry_s is what limits a batch's retries
+UNIT_RETRIES = 1_000  # only a backstop: worker.unit_retry_s is what limits a start's retries
+WAIT_S = 0.01  # with checks in flight and nothing to pop: how long to wait for outcomes
+EXIT_STUCK = 75  # too many handler threads stuck past their time limit (EX_TEMPFAIL: restart me)
 
 
 def decode_batch(raws: Sequence[bytes]) -> tuple[list[Entry], list[tuple[bytes, str]], int]:
@@ -54,52 +58,152 @@ class Worker:
         handlers: Mapping[str, Handler],
         queue: ReadyQueue,
         settings: WorkerSettings,
-        executor: Executor,
         *,
         process: str | None = None,
+        leave: Callable[[int], object] = os._exit,  # tests pass a recorder
     ) -> None:
         self.stores = stores
         self.handlers = handlers
         self.queue = queue
         self.settings = settings
-        self.executor = executor
         self.process = process  # its name in the worker registry; None: no hold recorded
+        self._leave = leave
         self._rng = random.Random()
         self.counts: Counter[str] = Counter()
-        # pop_batch counts rows; a range-mode entry stands for range_size of them. A registered
-        # worker pops each list by its own count; the plain BLMPOP takes one count for all, the
-        # smallest, so a batch never holds more rows than pop_batch.
-        self.pop_counts = [max(1, -(-settings.pop_batch // s.rows_per_entry)) for s in stores.values()]
-        self.pop_count = min(self.pop_counts, default=settings.pop_batch)
+        self.acker = Acker(settings.error_backoff_s)
+        self._sent_at = time.monotonic()
+        self.completions = Completions()
+        self.threads = ThreadRunner(settings.concurrency, self.completions)
+        self.loop = LoopRunner(self.completions)
+        self.flights: list[Flight] = []
+        self.holding = False  # a popped batch has groups not started yet: its Redis hold stays
+        self.leaving = False
+        any_async = any(h.afn is not None for h in handlers.values())
+        self.cap = in_flight_cap(settings.max_in_flight, settings.pop_batch, any_async)
+        self.rows_per_entry = {name: s.rows_per_entry for name, s in stores.items()}
+
+    # -- the tick ------------------------------------------------------------------------------
 
     def tick(self) -> Tick:
-        sources, timeout_s = list(self.stores), self.settings.block_timeout_s
-        if self.process is None:
-            popped = self.queue.pop(sources, self.pop_count, timeout_s)
-        else:  # held from the pop on: what redelivery requeues at once if this process dies
-            popped = self.queue.pop_held(self.process, sources, self.pop_counts, timeout_s)
-        if popped is None:
+        now = time.monotonic()
+        self._collect()
+        self._expire(now)
+        self.acker.settle(self.flights, now)
+        self.acker.flush(self.flights, now)
+        self._retire()
+        self._send_stats(now, force=not self.flights)
+        if self.leaving:
+            self._leave_when_quiet()
+            self.completions.wait(WAIT_S)
+            return Tick(0.0, idle=False)
+        room = 0 if self.holding else pop_room(self.cap, self.in_flight, self.settings.pop_batch)
+        if room:
+            popped = self._pop(room, block=not self.flights)
+            if popped is not None:
+                self._launch(*popped)
+                return Tick(0.0, idle=False)
+        if not self.flights:
             return Tick(0.0, idle=True)  # the pop already waited block_timeout_s
-        source, raws = popped
-        started = time.perf_counter()
-        try:
-            counts = self._handle(source, raws)
-        except Exception as exc:
-            if is_transient(exc):  # MySQL outlasted worker.unit_retry_s; anything else waits for the sweeper
-                self._hand_back(source, raws)
-            raise  # the loop logs `tick failed` and backs off
-        if self.process is not None:
-            self.queue.release_hold(self.process)
-        self.counts.update(counts)
-        observe.batch_done("worker", source, started)
-        self.queue.add_stats(source, counts)
+        self.completions.wait(WAIT_S)
         return Tick(0.0, idle=False)
 
+    @property
+    def in_flight(self) -> int:
+        return sum(f.left + f.pending for f in self.flights)
+
+    def finish(self, grace_s: float) -> None:
+        """Stopping: pop nothing more, and ack what is in flight for at most `grace_s`. What is left
+        stays RUNNING and comes back when its lease runs out."""
+        deadline = time.monotonic() + grace_s
+        self.holding = True  # no more pops
+        while self.flights and time.monotonic() < deadline:
+            try:
+                self.tick()
+            except Exception as exc:  # MySQL gone: the leases bring the rest back
+                log.warning("while finishing in-flight work: %r", exc)
+                self.completions.wait(0.5)
+        if self.flights:
+            log.warning(
+                "stopping with %d rows still in flight; they come back when their leases run out",
+                self.in_flight,
+                extra={"event": "worker.stopped_in_flight", "count": self.in_flight},
+            )
+
+    def close(self) -> None:
+        self.threads.close(wait=not self.threads.stuck)
+        self.loop.close()
+
+    # -- pop and start -------------------------------------------------------------------------
+
+    def _pop(self, rows: int, *, block: bool) -> tuple[str, list[bytes]] | None:
+        sources = list(self.stores)
+        counts = [max(1, -(-rows // self.rows_per_entry[s])) for s in sources]
+        timeout_s = self.settings.block_timeout_s if block else 0.0
+        if self.process is None:
+            # The plain BLMPOP takes one count for all lists: the smallest, so no pop exceeds `rows`.
+            return self.queue.pop(sources, min(counts), timeout_s if block else 0.01)
+        # Held from the pop on: what redelivery requeues at once if this process dies before the
+        # start commits. The next pop replaces the hold, so none comes while a group waits (holding).
+        return self.queue.pop_held(self.process, sources, counts, timeout_s)
+
+    def _launch(self, source: str, raws: list[bytes]) -> None:
+        entries, bad, dupes = decode_batch(raws)
+        counts = self.acker.stats(source)
+        counts.update(popped=len(raws), bad=len(bad), stale_entries=dupes)
+        if bad:
+            log.warning(
+                "quarantined %d bad entries from %s (%s)",
+                len(bad),
+                source,
+                ", ".join(sorted({r for _, r in bad})),
+                extra={"event": "worker.bad_entries", "source": source, "count": len(bad)},
+            )
+            self.queue.quarantine(source, bad)
+        if entries:
+            try:
+                self._start(source, entries)
+            except Exception as exc:
+                if is_transient(exc):  # MySQL outlasted worker.unit_retry_s; else the sweeper decides
+                    self._hand_back(source, raws)
+                raise  # the loop logs `tick failed` and backs off
+        if not self.holding and self.process is not None:
+            self.queue.release_hold(self.process)
+
+    def _start(self, source: str, entries: Sequence[Entry], later: Sequence[Sequence[Entry]] = ()) -> None:
+        """Start `entries` (committed, leased) and hand their rows to the runners."""
+        store, handler = self.stores[source], self.handlers[source]
+        batch = retry_transient(
+            lambda: store.start(entries, handler.columns),
+            what=f"start of a batch of {source}",
+            redo="the start",
+            retries=UNIT_RETRIES,
+            log=log,
+            rng=self._rng,
+            cap_s=self.settings.error_backoff_s,
+            event="worker.unit_retried",
+            budget_s=self.settings.unit_retry_s,
+        )
+        counts = self.acker.stats(source)
+        locked = batch.skipped_locked if isinstance(batch, SkipsLocked) else 0
+        counts.update(stale_entries=batch.skipped - locked, locked_skipped=locked, started=len(batch.rows))
+        if locked:
+            log_locked(source, locked)
+        flight = Flight(source, store, handler, batch, limit_s=_limit_s(store), later=[*batch.later, *later])
+        self.holding = bool(flight.later)
+        if not flight.rows:
+            self._close(flight)
+            return
+        self.flights.append(flight)
+        on_loop = [i for i, a in enumerate(flight.on_loop) if a]
+        on_threads = [i for i, a in enumerate(flight.on_loop) if not a]
+        self.loop.submit(flight, on_loop)
+        self.threads.submit(flight, on_threads)
+
     def _hand_back(self, source: str, raws: list[bytes]) -> None:
-        """Put a batch this worker gave up on (MySQL still failing after worker.unit_retry_s) back
-        on its ready list at once. Through Redis, not MySQL: MySQL is what
+        """Put a batch whose start this worker gave up on (MySQL still failing after
+        worker.unit_retry_s) back on its ready list at once. Through Redis, not MySQL: MySQL is what
         just failed, and the rows are still DISPATCHED under the attempt their entries carry, so
-        whoever pops them next locks them under that fence, and an entry the sweeper has since
+        whoever pops them next starts them under that fence, and an entry the sweeper has since
         requeued (a new attempt) is skipped as stale. Left alone, a live worker's rows would wait
         for the visibility timeout: redelivery takes only dead workers' holds."""
         raws = [raw for raw in raws if _decodes(raw)]  # the bad ones are quarantined already
@@ -123,143 +227,86 @@ class Worker:
             extra={"event": "worker.batch_handed_back", "source": source, "count": len(raws)},
         )
 
-    def _handle(self, source: str, raws: list[bytes]) -> Counter[str]:
-        entries, bad, dupes = decode_batch(raws)
-        counts: Counter[str] = Counter(popped=len(raws), bad=len(bad), stale_entries=dupes)
-        if bad:
-            log.warning(
-                "quarantined %d bad entries from %s (%s)",
-                len(bad),
-                source,
-                ", ".join(sorted({r for _, r in bad})),
-                extra={"event": "worker.bad_entries", "source": source, "count": len(bad)},
+    # -- outcomes ------------------------------------------------------------------------------
+
+    def _collect(self) -> None:
+        for flight, indexes, outcomes in self.completions.take():
+            flight.report(indexes, outcomes)
+
+    def _expire(self, now: float) -> None:
+        """Plain calls past their time limit: their rows fail now; their threads are left to end."""
+        for flight in self.flights:
+            late = flight.overdue(now)
+            if not late:
+                continue
+            self.threads.given_up(len(late))
+            for item in late:
+                limit = min(flight.limits[i] for i in item)
+                flight.report(item, [TimedOut(flight.source, limit)] * len(item))
+        if not self.leaving and too_many_stuck(self.threads.stuck, self.threads.concurrency):
+            self.leaving = True
+            log.critical(
+                "%d of %d handler threads are stuck in calls past their timeout_s; finishing what can "
+                "finish, then exiting (code %d) so a fresh process takes over",
+                self.threads.stuck,
+                self.threads.concurrency,
+                EXIT_STUCK,
+                extra={"event": "worker.stuck", "stuck": self.threads.stuck},
             )
-            self.queue.quarantine(source, bad)
-        if entries:
-            try:
-                counts.update(self._work(self.stores[source], self.handlers[source], entries))
-            except StaleAck as exc:  # rolled back whole; every row is redelivered
-                log.warning(
-                    "batch of %s rolled back: %s",
-                    source,
-                    exc,
-                    extra={"event": "worker.batch_rolled_back", "source": source},
+
+    def _retire(self) -> None:
+        over = [f for f in self.flights if f.over]
+        if not over:
+            return
+        self.flights = [f for f in self.flights if not f.over]
+        for flight in over:
+            self._close(flight)
+            observe.batch_done("worker", flight.source, flight.started)
+
+    def _close(self, flight: Flight) -> None:
+        flight.batch.close()
+        if not flight.later:
+            return
+        try:  # the next group of its popped batch (suspects, one group at a time)
+            self._start(flight.source, flight.later[0], flight.later[1:])
+        except Exception as exc:
+            self.holding = False
+            if is_transient(exc):
+                self._hand_back(
+                    flight.source, [encode_entry(e.id, e.attempt) for group in flight.later for e in group]
                 )
-                counts["stale_acks"] += exc.count
-        return counts
+            raise
+        if not self.holding and self.process is not None:
+            self.queue.release_hold(self.process)
 
-    def _work(self, store: Store, handler: Handler, entries: list[Entry]) -> Counter[str]:
-        """Start, run and ack the entries, group by group: a start runs one group and leaves the
-        others (suspects, shared.policy.start_groups) to start once it is acked."""
-        counts: Counter[str] = Counter()
-        todo = [entries]
-        while todo:
-            done, later = self._work_group(store, handler, todo.pop(0))
-            counts.update(done)
-            todo += later
-        return counts
+    def _leave_when_quiet(self) -> None:
+        """Leaving: once no healthy call is running, ack what came and end the process."""
+        busy = sum(f.running_on_threads() for f in self.flights) + self.loop.pending
+        if busy:
+            return
+        for flight in self.flights:
+            if flight.pending:
+                self.acker.ack(flight)
+        self._send_stats(time.monotonic(), force=True)
+        self._leave(EXIT_STUCK)
 
-    def _work_group(
-        self, store: Store, handler: Handler, entries: list[Entry]
-    ) -> tuple[Counter[str], list[list[Entry]]]:
-        """Start, run, ack one group. A deadlock, lock wait timeout or lost connection retries the
-        unit: the rows are locked again under their fence, so a commit that did land (outcome
-        unknown) shows as rows no longer matching, and rows already handled are acked with the
-        outcome they had, never run twice."""
-        known: dict[Any, Ack | BaseException] = {}
+    # -- counts --------------------------------------------------------------------------------
 
-        def unit() -> tuple[Counter[str], list[list[Entry]]]:
-            counts: Counter[str] = Counter()
-            with store.started(entries, handler.columns) as batch:
-                # Entries whose row is not locked here are stale, deleted, or held elsewhere.
-                locked = batch.skipped_locked if isinstance(batch, SkipsLocked) else 0
-                counts["stale_entries"] += batch.skipped - locked
-                counts["locked_skipped"] += locked
-                if locked:
-                    _log_locked(store.src.name, locked)
-                counts["started"] += len(batch.rows)
-                for rows in batch.phases():
-                    counts.update(self._run_phase(store, handler, batch, rows, known))
-            return counts, batch.later
+    def _send_stats(self, now: float, *, force: bool) -> None:
+        """Counts to Redis (`duecast status`), at most every STATS_EVERY_S while busy."""
+        if not self.acker.unsent or (not force and now - self._sent_at < STATS_EVERY_S):
+            return
+        unsent, self.acker.unsent, self._sent_at = self.acker.unsent, {}, now
+        for source, counts in unsent.items():
+            nonzero = +counts
+            self.counts.update(nonzero)
+            if nonzero:
+                self.queue.add_stats(source, nonzero)
 
-        return retry_transient(
-            unit,
-            what=f"batch of {store.src.name}",
-            redo="the unit",
-            retries=UNIT_RETRIES,
-            log=log,
-            rng=self._rng,
-            cap_s=self.settings.error_backoff_s,
-            event="worker.unit_retried",
-            budget_s=self.settings.unit_retry_s,
-        )
 
-    def _run_phase(
-        self,
-        store: Store,
-        handler: Handler,
-        batch: WorkBatch,
-        rows: list[Row],
-        known: dict[Any, Ack | BaseException],
-    ) -> Counter[str]:
-        key = store.id_column
-        if known:  # a retried unit: rows handled before keep their outcome, never run twice
-            fresh = [row for row in rows if row.get(key) not in known]
-            if fresh:
-                redone = self.executor.run(handler, fresh)
-                known.update(zip([row.get(key) for row in fresh], redone, strict=True))
-            outcomes = [known[row.get(key)] for row in rows]
-        else:
-            outcomes = self.executor.run(handler, rows) if rows else []
-            known.update(zip([row.get(key) for row in rows], outcomes, strict=True))
-        acks: list[tuple[Row, Ack]] = []
-        failed: list[tuple[Row, object]] = []
-        valid: dict[int, bool] = {}  # by identity: handlers mostly return one shared Ack object
-        for row, outcome in zip(rows, outcomes, strict=True):
-            if isinstance(outcome, Ack):
-                ok = valid.get(id(outcome))
-                if ok is None:
-                    ok = valid[id(outcome)] = self._valid(store, outcome)
-                if ok:
-                    acks.append((row, outcome))
-                    continue
-            failed.append((row, outcome))
-            self._log_failure(store, row, outcome)
-        result = batch.ack(acks)
-        batch.fail(failed)
-        return Counter(acked=result.acked, stale_acks=result.stale, failed=len(failed) + result.refused)
-
-    @staticmethod
-    def _valid(store: Store, ack: Ack) -> bool:
-        try:
-            store.group_key(ack)
-        except ValueError:
-            return False
-        return True
-
-    @staticmethod
-    def _log_failure(store: Store, row: Row, outcome: object) -> None:
-        # Not acked: the row stays DISPATCHED and the sweeper requeues it after the visibility
-        # timeout, which is also this failure's retry delay.
-        row_id = row.get(store.id_column)
-        fields = _log_fields(store.src.name, row, row_id)
-        if isinstance(outcome, BaseException):
-            log.error(
-                "handler failed for %s id=%s: %r",
-                store.src.name,
-                row_id,
-                outcome,
-                exc_info=(type(outcome), outcome, outcome.__traceback__),
-                extra={"event": "worker.handler_failed", **fields},
-            )
-        else:
-            log.error(
-                "invalid ack for %s id=%s: %r",
-                store.src.name,
-                row_id,
-                outcome,
-                extra={"event": "worker.invalid_ack", **fields},
-            )
+def _limit_s(store: Store) -> float:
+    limit: float = getattr(store.src, "timeout_s", None) or 1800.0
+    return limit
 
 
 def _decodes(raw: bytes) -> bool:
@@ -268,21 +315,3 @@ def _decodes(raw: bytes) -> bool:
     except BadEntry:
         return False
     return True
-
-
-def _log_locked(source: str, count: int) -> None:
-    # Each costs the batch a lock wait (mysql.lock_wait_s) first, so this cannot flood the log.
-    log.warning(
-        "%d dispatched rows (or ranges) of %s were held by another session's lock past the lock wait "
-        "and skipped; the sweeper requeues them after the visibility timeout",
-        count,
-        source,
-        extra={"event": "worker.locked_skipped", "source": source, "count": count},
-    )
-
-
-def _log_fields(source: str, row: Row, row_id: object) -> dict[str, object]:
-    """What a JSON log line names a row by: a job's id and task (job rows have a task), or a row's id."""
-    if "task" in row:
-        return {"source": source, "job_id": row_id, "task": row["task"]}
-    return {"source": source, "row_id": row_id}

@@ -1,57 +1,100 @@
-"""The user-facing handler API: a Registry of plain functions per source, and the Ack they return.
-
-A handler never sees a connection or a Redis client: it gets rows (dicts) and says what to do with
-each; the worker turns that into fenced, batched SQL.
+"""The user-facing handler API: a Registry of functions per source, plain or `async def`, and the
+Ack they return. A handler never sees a connection or a Redis client: it gets rows (dicts) and says
+what to do with each; the worker turns that into fenced, batched SQL.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from duecast.shared.acks import Ack, Row
-from duecast.shared.api.context import call_as, job_context
+from duecast.shared.api.context import call_as, job_context, running
 from duecast.shared.api.messages import Message
 from duecast.shared.identifiers import check_identifier
 from duecast.shared.settings import JOBS_SOURCE, ScheduleSettings, topic_source
 
-RowHandler = Callable[[Row], Ack | None]
-BatchHandler = Callable[[list[Row]], Sequence[Ack | None] | None]
-TaskFunction = Callable[..., Ack | None]  # fn(payload), or fn(payload, cursor) when transactional
-ConsumerFunction = Callable[..., Ack | None]  # fn(message), or fn(message, cursor) when transactional
+# Each may be a plain function or an `async def` one (a coroutine function) returning the same.
+RowHandler = Callable[[Row], Ack | None] | Callable[[Row], Awaitable[Ack | None]]
+BatchHandler = (
+    Callable[[list[Row]], Sequence[Ack | None] | None]
+    | Callable[[list[Row]], Awaitable[Sequence[Ack | None] | None]]
+)
+TaskFunction = Callable[
+    ..., Ack | Awaitable[Ack | None] | None
+]  # fn(payload); fn(payload, cursor) if transactional
+ConsumerFunction = Callable[
+    ..., Ack | Awaitable[Ack | None] | None
+]  # fn(message); transactional: (message, cursor)
+
+
+AsyncFunction = Callable[..., Awaitable[Any]]
 
 
 @dataclass(frozen=True)
 class Handler:
-    """One registered handler: per-row functions are called in a loop, batch ones once per slice."""
+    """One registered handler: per-row functions are called once per row, batch ones once per slice.
+
+    `fn` runs on a handler thread; `afn`, an `async def`, on the worker's event loop. A plain
+    handler has one of them; the jobs source has both when its app mixes plain and async tasks, and
+    `route(row)` says which a row takes and its own time limit (a task's `timeout_s`).
+    """
 
     source: str
-    fn: Callable[..., Any]
+    fn: Callable[..., Any] | None
     batch: bool
     columns: tuple[str, ...] = ()  # what the worker reads for it; empty means every column
+    afn: AsyncFunction | None = None
+    route: Callable[[Row], tuple[bool, float | None]] | None = None
+
+    def plan(self, row: Row) -> tuple[bool, float | None]:
+        """(run it on the event loop?, its own time limit or None for the source's)."""
+        if self.route is not None:
+            return self.route(row)
+        return self.fn is None, None
+
+    async def run_one(self, row: Row) -> Ack:
+        """An async row handler's outcome for one row (raises what the handler raised)."""
+        assert self.afn is not None
+        return _as_ack(await self.afn(row))
+
+    async def run_batch(self, rows: list[Row]) -> list[Ack | BaseException]:
+        """An async batch handler's outcomes, as `run` gives a plain one's."""
+        assert self.afn is not None
+        try:
+            result = await self.afn(rows)
+        except Exception as exc:
+            return [exc] * len(rows)
+        return self._outcomes(rows, result)
 
     def run(self, rows: list[Row]) -> list[Ack | BaseException]:
         """Outcome per row: its Ack, or the exception its handling raised (that row is not acked)."""
+        fn = self.fn
+        assert fn is not None
         if self.batch:
-            return self._run_batch(rows)
+            try:
+                result = fn(rows)
+            except Exception as exc:
+                return [exc] * len(rows)
+            return self._outcomes(rows, result)
         out: list[Ack | BaseException] = []
         for row in rows:
             try:
-                out.append(_as_ack(self.fn(row)))
+                out.append(_as_ack(fn(row)))
             except Exception as exc:
                 out.append(exc)
         return out
 
-    def _run_batch(self, rows: list[Row]) -> list[Ack | BaseException]:
+    def _outcomes(self, rows: list[Row], result: object) -> list[Ack | BaseException]:
         try:
-            result = self.fn(rows)
-            acks = [Ack.default()] * len(rows) if result is None else list(result)
-        except Exception as exc:  # a non-iterable return lands here too
+            acks = [Ack.default()] * len(rows) if result is None else list(result)  # type: ignore[call-overload]
+        except TypeError as exc:  # not iterable
             return [exc] * len(rows)
         if len(acks) != len(rows):
             err = ValueError(
@@ -84,6 +127,8 @@ class Registry:
         self._handlers: dict[str, Handler] = {}
         self._tasks: dict[str, TaskFunction] = {}
         self._transactional: set[str] = set()
+        self._async_tasks: set[str] = set()
+        self._timeouts: dict[str, float] = {}
         self._schedules: list[ScheduleSettings] = []
 
     def row(self, source: str, columns: Sequence[str] = ()) -> Callable[[RowHandler], RowHandler]:
@@ -99,34 +144,53 @@ class Registry:
         """Register `fn(rows) -> list[Ack | None] | None` for `source` (one call per slice of a batch)."""
         return self._register(source, batch=True, columns=columns)
 
-    def task(self, name: str, *, transactional: bool = False) -> Callable[[TaskFunction], TaskFunction]:
-        """Register a one-off job task: `fn(payload)`, where payload is the job's decoded JSON.
-        Inside it, `duecast.current_job()` gives its id, attempt, queue, task and enqueued_at.
+    def task(
+        self, name: str, *, transactional: bool = False, timeout_s: float | None = None
+    ) -> Callable[[TaskFunction], TaskFunction]:
+        """Register a one-off job task: `fn(payload)` or `async def fn(payload)`, where payload is
+        the job's decoded JSON. Inside it, `duecast.current_job()` gives its id, attempt, queue, task
+        and enqueued_at. An `async def` task runs on the worker's event loop, many at once.
 
         It returns None (done), `Ack.retry(...)` or `Ack.discard(...)`, or raises (a failure: retried
-        with backoff, dead after max_attempts). `transactional=True`: `fn(payload, cursor)` runs in
-        the worker's ack transaction on the jobs database, so its writes commit if and only if the
-        job is marked done (exactly-once effect for database-local work). Such tasks run one at a
-        time on the worker's own thread; keep them short.
+        with backoff, dead after max_attempts). `timeout_s`: a run taking longer is a failure
+        (an async task is cancelled; a plain one is given up and its thread left to finish); default
+        jobs.timeout_s. `transactional=True`: `fn(payload, cursor)` runs in the worker's ack
+        transaction on the jobs database, so its writes commit if and only if the job is marked done
+        (exactly-once effect for database-local work). Such tasks are plain functions and run one at
+        a time on the worker's own thread; keep them short.
         """
         if not name or len(name) > 191:
             raise ValueError("a task name must be 1-191 characters")
+        if timeout_s is not None and not 0 < timeout_s <= 7 * 86400:
+            raise ValueError(f"task {name!r}: timeout_s must be > 0 and at most 7 days, not {timeout_s!r}")
 
         def decorate(fn: TaskFunction) -> TaskFunction:
             if name in self._tasks:
                 raise ValueError(f"task {name!r} is registered twice")
+            is_async = inspect.iscoroutinefunction(fn)
+            if is_async and transactional:
+                raise ValueError(
+                    f"task {name!r}: a transactional task runs inside the ack transaction, so it must "
+                    "be a plain function, not async def"
+                )
             current = self._handlers.get(JOBS_SOURCE)
-            if current is not None and current.fn != self._run_job:
+            if current is not None and current.route != self._route_job:
                 raise ValueError(f"source {JOBS_SOURCE!r} has a custom handler, so tasks could never run")
             self._tasks[name] = fn
             if transactional:
                 self._transactional.add(name)
+            if is_async:
+                self._async_tasks.add(name)
+            if timeout_s is not None:
+                self._timeouts[name] = timeout_s
             if JOBS_SOURCE not in self._handlers:
                 self._handlers[JOBS_SOURCE] = Handler(
                     JOBS_SOURCE,
                     self._run_job,
                     batch=False,
                     columns=("task", "payload"),
+                    afn=self._run_job_async,
+                    route=self._route_job,
                 )
             return fn
 
@@ -138,7 +202,10 @@ class Registry:
         def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
             if source in self._handlers:
                 raise ValueError(f"source {source!r} already has a handler")
-            self._handlers[source] = Handler(source, fn, batch, cols)
+            if inspect.iscoroutinefunction(fn):
+                self._handlers[source] = Handler(source, None, batch, cols, afn=fn)
+            else:
+                self._handlers[source] = Handler(source, fn, batch, cols)
             return fn
 
         return decorate
@@ -159,23 +226,51 @@ class Registry:
         def decorate(fn: ConsumerFunction) -> ConsumerFunction:
             if source in self._handlers:
                 raise ValueError(f"group {group!r} of topic {topic!r} already has a consumer")
+            if inspect.iscoroutinefunction(fn):
+                if transactional:
+                    raise ValueError(
+                        f"consumer of {topic!r}/{group!r}: a transactional consumer runs inside the ack "
+                        "transaction, so it must be a plain function, not async def"
+                    )
+
+                async def run_async(row: Row) -> Ack | None:
+                    return await cast(Awaitable[Ack | None], fn(Message.from_row(topic, group, row)))
+
+                self._handlers[source] = Handler(source, None, batch=False, afn=run_async)
+                return fn
+
+            plain = cast(Callable[..., Ack | None], fn)
 
             def run(row: Row) -> Ack | None:
                 message = Message.from_row(topic, group, row)
                 if transactional:
-                    return Ack("transaction", work=lambda cursor: fn(message, cursor))
-                return fn(message)
+                    return Ack("transaction", work=lambda cursor: plain(message, cursor))
+                return plain(message)
 
             self._handlers[source] = Handler(source, run, batch=False)
             return fn
 
         return decorate
 
-    def _run_job(self, row: Row) -> Ack | None:
+    def _route_job(self, row: Row) -> tuple[bool, float | None]:
+        name = row["task"]
+        return name in self._async_tasks, self._timeouts.get(name)
+
+    def _task_of(self, row: Row) -> tuple[str, TaskFunction]:
         name = row["task"]
         fn = self._tasks.get(name)
         if fn is None:
             raise LookupError(f"no task named {name!r} is registered")
+        return name, fn
+
+    async def _run_job_async(self, row: Row) -> Ack | None:
+        _, fn = self._task_of(row)
+        payload = json.loads(row["payload"])
+        with running(job_context(row)):  # the task's own asyncio Task copies this context
+            return await cast(Awaitable[Ack | None], fn(payload))
+
+    def _run_job(self, row: Row) -> Ack | None:
+        name, fn = self._task_of(row)
         payload = json.loads(row["payload"])
         job = job_context(row)  # what duecast.current_job() returns while fn runs
         if name in self._transactional:
@@ -221,9 +316,13 @@ class Registry:
         (`--app a --app b`). A source, task or schedule both declare is an error, never a silent pick."""
         for source, handler in other._handlers.items():
             if source != JOBS_SOURCE:
-                self._register(source, handler.batch, handler.columns)(handler.fn)
+                if source in self._handlers:
+                    raise ValueError(f"source {source!r} already has a handler")
+                self._handlers[source] = handler
         for name, fn in other._tasks.items():
-            self.task(name, transactional=name in other._transactional)(fn)
+            self.task(name, transactional=name in other._transactional, timeout_s=other._timeouts.get(name))(
+                fn
+            )
         for sched in other._schedules:
             if any(s.name == sched.name for s in self._schedules):
                 raise ValueError(f"schedule {sched.name!r} is declared twice")

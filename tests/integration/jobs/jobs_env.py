@@ -22,15 +22,20 @@ APP = "tests.integration.jobs_app"
 
 
 class JobsEnv:
-    def __init__(self, settings: Settings, sql: pymysql.cursors.Cursor) -> None:
+    def __init__(
+        self, settings: Settings, sql: pymysql.cursors.Cursor, tasks: frozenset[str] | None = None
+    ) -> None:
         self.settings = settings
         self.sql = sql
         self.table = settings.jobs.table
-        self.enqueuer = Enqueuer(settings, connect_redis(settings.redis), jobs_app.handlers.task_names)
+        self.tasks = jobs_app.handlers.task_names if tasks is None else tasks
+        self.enqueuer = Enqueuer(settings, connect_redis(settings.redis), self.tasks)
 
     def with_jobs(self, **jobs: Any) -> JobsEnv:
         return JobsEnv(
-            self.settings.model_copy(update={"jobs": self.settings.jobs.model_copy(update=jobs)}), self.sql
+            self.settings.model_copy(update={"jobs": self.settings.jobs.model_copy(update=jobs)}),
+            self.sql,
+            self.tasks,
         )
 
     def run_once(self) -> None:

@@ -1,0 +1,102 @@
+"""Turns a flight's finished outcomes into fenced acks and fails as they come, in small batches
+(shared.policy.ack_now), and asks stores to settle what waits on time. Counts go to Stats; a failed
+ack keeps its outcomes (their rows stay leased) and is tried again after a backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import Counter
+
+from duecast.shared.acks import Ack, Row
+from duecast.shared.policy import ack_now, error_backoff_s
+from duecast.shared.storage.source_store import Store
+from duecast.worker.flight import Flight, Outcome, TimedOut
+from duecast.worker.report import log_failures
+
+log = logging.getLogger("duecast.worker")
+SETTLE_EVERY_S = 0.1  # how often a flight's store is asked to settle what waits on time
+STATS_EVERY_S = 0.5  # how often counts go to Redis (duecast status) while busy
+
+
+class Acker:
+    def __init__(self, backoff_cap_s: float) -> None:
+        self._cap_s = backoff_cap_s
+        self._rng = random.Random()
+        self._after = 0.0  # after a failed ack: not before this (monotonic)
+        self._failures = 0
+        self.unsent: dict[str, Counter[str]] = {}  # counts not yet added to Redis, per source
+
+    def stats(self, source: str) -> Counter[str]:
+        return self.unsent.setdefault(source, Counter())
+
+    def settle(self, flights: list[Flight], now: float) -> None:
+        for flight in flights:
+            if now - flight.settled_at >= SETTLE_EVERY_S:
+                flight.settled_at = now
+                result = flight.batch.settle()
+                self.stats(flight.source).update(acked=result.acked, stale_acks=result.stale)
+
+    def flush(self, flights: list[Flight], now: float) -> None:
+        if now < self._after:
+            return
+        for flight in flights:
+            age = 0.0 if flight.oldest_done is None else now - flight.oldest_done
+            if ack_now(flight.pending, age, flight.left):
+                self.ack(flight)
+
+    def ack(self, flight: Flight) -> None:
+        done = flight.take_done()
+        acks: list[tuple[Row, Ack]] = []
+        failed: list[tuple[Row, Outcome]] = []
+        valid: dict[int, bool] = {}  # by identity: handlers mostly return one shared Ack object
+        for row, outcome in done:
+            if isinstance(outcome, Ack):
+                ok = valid.get(id(outcome))
+                if ok is None:
+                    ok = valid[id(outcome)] = _valid(flight.store, outcome)
+                if ok:
+                    acks.append((row, outcome))
+                    continue
+            failed.append((row, outcome))
+        counts = self.stats(flight.source)
+        try:
+            result = flight.batch.ack(acks)
+        except Exception as exc:
+            self._failed(flight, done, exc)
+            return
+        counts.update(acked=result.acked, stale_acks=result.stale, failed=result.refused)
+        try:
+            flight.batch.fail(failed)
+        except Exception as exc:
+            self._failed(flight, failed, exc)
+            return
+        self._failures = 0
+        timed_out = [row for row, outcome in failed if isinstance(outcome, TimedOut)]
+        counts.update(failed=len(failed), timed_out=len(timed_out))
+        log_failures(flight, failed, len(timed_out))
+
+    def _failed(self, flight: Flight, items: list[tuple[Row, Outcome]], exc: Exception) -> None:
+        """Keep the outcomes (their rows stay RUNNING under leases) and ack them again after a backoff."""
+        flight.put_back(items)
+        self._failures += 1
+        delay = error_backoff_s(self._failures, 0.1, self._cap_s, self._rng)
+        self._after = time.monotonic() + delay
+        log.warning(
+            "could not ack %d outcomes of %s (%r); retrying in %.2fs",
+            len(items),
+            flight.source,
+            exc,
+            delay,
+            extra={"event": "worker.ack_retried", "source": flight.source, "count": len(items)},
+        )
+
+
+def _valid(store: Store, ack: Ack) -> bool:
+    try:
+        store.group_key(ack)
+    except ValueError:
+        return False
+    return True

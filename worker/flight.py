@@ -1,0 +1,133 @@
+"""One started batch in the air: its rows, their outcomes as they come in, and what waits to be acked.
+
+Bookkeeping only, shared by the worker thread, handler threads and the event loop (under a lock):
+which rows have an outcome, which run on a thread since when, which were given up. It never
+touches MySQL, Redis or a handler.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from duecast.shared.acks import Ack, Row
+from duecast.shared.api.handlers import Handler
+from duecast.shared.fanout.keys import Entry
+from duecast.shared.storage.source_store import Store, WorkBatch
+
+Outcome = Ack | BaseException
+
+
+class TimedOut(TimeoutError):
+    """A handler call that ran past its time limit (a failure like any other)."""
+
+    def __init__(self, source: str, limit_s: float) -> None:
+        super().__init__(f"{source}: the handler ran longer than its timeout_s ({limit_s:g}s)")
+        self.limit_s = limit_s
+
+
+class Flight:
+    """Rows a store started for this worker, until each has an outcome and every outcome is acked."""
+
+    def __init__(
+        self,
+        source: str,
+        store: Store,
+        handler: Handler,
+        batch: WorkBatch,
+        *,
+        limit_s: float,
+        later: Sequence[Sequence[Entry]] = (),
+    ) -> None:
+        self.source = source
+        self.store = store
+        self.handler = handler
+        self.batch = batch
+        self.rows: list[Row] = batch.rows
+        self.later = [list(group) for group in later]  # groups to start once this one is over
+        self.started = time.monotonic()
+        self.settled_at = self.started
+        plans = [handler.plan(row) for row in self.rows]
+        self.on_loop = [is_async for is_async, _ in plans]
+        self.limits = [limit_s if own is None else own for _, own in plans]
+        self.left = len(self.rows)  # rows with no outcome yet
+        self._known = bytearray(len(self.rows))  # 1: an outcome came (or the row was given up)
+        self._done: list[tuple[int, Outcome]] = []  # outcomes not yet acked
+        self.oldest_done: float | None = None  # when the oldest of them came
+        self._running: dict[int, float] = {}  # first index of a thread item -> when it began
+        self._items: dict[int, Sequence[int]] = {}
+        self._lock = threading.Lock()
+
+    # -- from handler threads and the event loop ----------------------------------------------
+
+    def begin(self, item: Sequence[int]) -> None:
+        with self._lock:
+            self._running[item[0]] = time.monotonic()
+            self._items[item[0]] = item
+
+    def end(self, item: Sequence[int]) -> bool:
+        """The thread is done with `item`; False when it had been given up (its outcome is late)."""
+        with self._lock:
+            self._items.pop(item[0], None)
+            return self._running.pop(item[0], None) is not None
+
+    # -- on the worker thread ------------------------------------------------------------------
+
+    def report(self, indexes: Sequence[int], outcomes: Sequence[Outcome]) -> int:
+        """Record outcomes; returns how many were new (a given-up row's late outcome is not)."""
+        new = 0
+        with self._lock:
+            for i, outcome in zip(indexes, outcomes, strict=True):
+                if self._known[i]:
+                    continue
+                self._known[i] = 1
+                self._done.append((i, outcome))
+                new += 1
+            self.left -= new
+            if new and self.oldest_done is None:
+                self.oldest_done = time.monotonic()
+        return new
+
+    def overdue(self, now: float) -> list[Sequence[int]]:
+        """Thread items running past their time limit: given up now (their thread is left to finish)."""
+        with self._lock:
+            late = [
+                self._items[first]
+                for first, began in self._running.items()
+                if now - began > min(self.limits[i] for i in self._items[first])
+            ]
+            for item in late:
+                del self._running[item[0]]
+        return late
+
+    def take_done(self) -> list[tuple[Row, Outcome]]:
+        with self._lock:
+            done, self._done, self.oldest_done = self._done, [], None
+        return [(self.rows[i], outcome) for i, outcome in done]
+
+    def put_back(self, items: Sequence[tuple[Row, Outcome]]) -> None:
+        """Outcomes whose ack failed (MySQL): acked again at a later flush."""
+        index = {id(row): i for i, row in enumerate(self.rows)}
+        with self._lock:
+            self._done[:0] = [(index[id(row)], outcome) for row, outcome in items]
+            if self.oldest_done is None:
+                self.oldest_done = time.monotonic()
+
+    @property
+    def pending(self) -> int:
+        """Outcomes waiting to be acked."""
+        return len(self._done)
+
+    @property
+    def over(self) -> bool:
+        """Every row has an outcome and every outcome was acked."""
+        return self.left == 0 and not self._done
+
+    def running_on_threads(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    def describe(self) -> dict[str, Any]:
+        return {"source": self.source, "rows": len(self.rows), "left": self.left, "pending": self.pending}
