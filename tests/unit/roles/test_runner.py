@@ -1,0 +1,174 @@
+"""worker.runner: plain handlers on threads, async ones on the event loop; each call's outcome comes
+back as it ends, a call past its limit is cancelled (async) or given up (plain), never waited for."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from duecast.shared.acks import Ack, Row
+from duecast.shared.api.handlers import Handler
+from duecast.shared.storage.source_store import AckCounts
+from duecast.worker.flight import Flight, Outcome, TimedOut
+from duecast.worker.runner import Completions, LoopRunner, ThreadRunner
+
+
+class _Batch:
+    """The least a Flight needs of a started batch: its rows (nothing here acks)."""
+
+    def __init__(self, rows: list[Row]) -> None:
+        self.rows = rows
+        self.skipped = 0
+        self.later: list[list[object]] = []
+
+    def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
+        raise AssertionError("the runners never ack")
+
+    fail = settle = close = ack
+
+
+def _flight(handler: Handler, n: int, limit_s: float = 30.0) -> Flight:
+    return Flight("s", object(), handler, _Batch([{"id": i} for i in range(n)]), limit_s=limit_s)  # type: ignore[arg-type]
+
+
+def _gather(completions: Completions, flight: Flight, until: int, timeout_s: float = 10.0) -> None:
+    """Report outcomes into `flight` until `until` of its rows have one."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for f, indexes, outcomes in completions.take():
+            f.report(indexes, outcomes)
+        if len(flight.rows) - flight.left >= until:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{flight.left} rows still without an outcome")
+        completions.wait(0.05)
+
+
+def _outcomes(flight: Flight) -> dict[int, Outcome]:
+    return {int(row["id"]): outcome for row, outcome in flight.take_done()}
+
+
+@pytest.fixture
+def completions() -> Completions:
+    return Completions()
+
+
+@pytest.fixture
+def loop(completions: Completions) -> Iterator[LoopRunner]:
+    runner = LoopRunner(completions)
+    yield runner
+    runner.close()
+
+
+def test_async_rows_overlap_and_each_reports_its_own_outcome(
+    completions: Completions, loop: LoopRunner
+) -> None:
+    now = peak = 0
+    lock = threading.Lock()
+
+    async def check(row: Row) -> Ack:
+        nonlocal now, peak
+        with lock:
+            now += 1
+            peak = max(peak, now)
+        await asyncio.sleep(0.1)
+        with lock:
+            now -= 1
+        if row["id"] == 3:
+            raise ValueError("row 3")
+        return Ack.touch(float(row["id"]))
+
+    flight = _flight(Handler("s", None, batch=False, afn=check), 200)
+    loop.submit(flight, list(range(200)))
+    _gather(completions, flight, 200)
+    out = _outcomes(flight)
+    assert peak == 200  # every row awaited at once: none waited for another
+    assert isinstance(out.pop(3), ValueError)
+    assert out == {i: Ack.touch(float(i)) for i in range(200) if i != 3}
+
+
+def test_an_async_row_past_its_limit_is_cancelled_and_the_rest_report_at_once(
+    completions: Completions, loop: LoopRunner
+) -> None:
+    cancelled = threading.Event()
+
+    async def check(row: Row) -> None:
+        if row["id"] == 0:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+    flight = _flight(Handler("s", None, batch=False, afn=check), 10, limit_s=0.3)
+    loop.submit(flight, list(range(10)))
+    _gather(completions, flight, 9)  # the nine others are in before the hung one's limit
+    assert flight.left == 1
+    _gather(completions, flight, 10)
+    out = _outcomes(flight)
+    assert isinstance(out[0], TimedOut)
+    assert out[0].limit_s == 0.3
+    assert cancelled.is_set()
+
+
+def test_an_async_batch_handler_gets_its_rows_in_one_call(completions: Completions, loop: LoopRunner) -> None:
+    calls: list[int] = []
+
+    async def check_all(rows: list[Row]) -> list[Ack]:
+        calls.append(len(rows))
+        return [Ack.touch(float(r["id"])) for r in rows]
+
+    flight = _flight(Handler("s", None, batch=True, afn=check_all), 50)
+    loop.submit(flight, list(range(50)))
+    _gather(completions, flight, 50)
+    assert calls == [50]
+    assert _outcomes(flight) == {i: Ack.touch(float(i)) for i in range(50)}
+
+
+@pytest.mark.parametrize("threads", [1, 3, 8])
+def test_plain_rows_on_threads_report_each_outcome(completions: Completions, threads: int) -> None:
+    runner = ThreadRunner(threads, completions)
+    try:
+        flight = _flight(Handler("s", lambda row: Ack.touch(float(row["id"])), batch=False), 100)
+        runner.submit(flight, list(range(100)))
+        _gather(completions, flight, 100)
+        assert _outcomes(flight) == {i: Ack.touch(float(i)) for i in range(100)}
+    finally:
+        runner.close(wait=True)
+
+
+def test_a_stuck_plain_call_is_given_up_and_the_rest_of_its_flight_goes_on(completions: Completions) -> None:
+    release = threading.Event()
+
+    def check(row: Row) -> None:
+        if row["id"] == 0:
+            release.wait(10)
+
+    runner = ThreadRunner(2, completions)
+    try:
+        flight = _flight(Handler("s", check, batch=False), 20, limit_s=0.2)
+        runner.submit(flight, list(range(20)))
+        _gather(completions, flight, 19)  # the other thread took every other row
+        deadline = time.monotonic() + 5
+        while not (late := flight.overdue(time.monotonic())):
+            assert time.monotonic() < deadline, "row 0 never became overdue"
+            time.sleep(0.05)
+        assert late == [(0,)]
+        runner.given_up(len(late))
+        flight.report((0,), [TimedOut("s", 0.2)])
+        assert runner.stuck == 1
+        release.set()  # the thread ends its call: its late outcome is dropped, the thread is free
+        deadline = time.monotonic() + 5
+        while runner.stuck:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for f, indexes, outcomes in completions.take():
+            assert f.report(indexes, outcomes) == 0
+        assert isinstance(_outcomes(flight)[0], TimedOut)
+    finally:
+        release.set()
+        runner.close(wait=True)
