@@ -105,7 +105,7 @@ async def check_all(rows: list[Row]) -> list[Ack | None]:
 
 @handlers.consumer("orders", group="billing")
 async def bill(message: Message) -> None:
-    TALLY.enter(("message", message.payload))
+    TALLY.enter(("message", message.payload["n"]))
     try:
         await asyncio.sleep(0.2)
     finally:
