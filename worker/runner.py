@@ -26,7 +26,8 @@ class Completions:
 
     def put(self, flight: Flight, indexes: Sequence[int], outcomes: Sequence[Outcome]) -> None:
         self._items.append((flight, indexes, outcomes))
-        self._ready.set()
+        if not self._ready.is_set():  # set() takes a lock and wakes waiters: once per wake-up is enough
+            self._ready.set()
 
     def take(self) -> list[tuple[Flight, Sequence[int], Sequence[Outcome]]]:
         self._ready.clear()  # before draining: a put after this sets it again

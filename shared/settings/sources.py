@@ -102,9 +102,9 @@ class JobsSettings(_Section):
     # without acking if it could not for 0.8 of it (self-fencing); a job whose lease ran out was
     # interrupted (its worker died) and is run again, or dead after max_interruptions.
     lease_s: float = Field(15.0, ge=2, le=86400)
-    # A worker batch still running after this long is hung: the worker stops extending its leases
-    # and exits (a supervisor restarts it), so its jobs are interrupted and run again elsewhere; a
-    # job that always hangs is dead after max_interruptions. Python cannot kill a hung thread.
+    # A task's run taking longer is a failure (retried with backoff, counted towards max_attempts):
+    # an async task is cancelled, a plain one given up (its thread left to finish; a worker with
+    # most threads stuck exits and is replaced). Per task: @tasks.task(name, timeout_s=...).
     timeout_s: float = Field(1800.0, ge=1, le=7 * 86400)
     retention_s: float = Field(0.0, ge=0, le=366 * 86400)  # keep done jobs this long; 0 = delete at once
     dead_retention_s: float = Field(30 * 86400.0, ge=0, le=10 * 366 * 86400)  # 0 = keep dead jobs forever
@@ -131,11 +131,6 @@ class JobsSettings(_Section):
                     f"schedule {sched.name}: queue {sched.queue!r} is not in jobs.queues "
                     f"({', '.join(self.queues)})"
                 )
-        if self.timeout_s < self.lease_s:
-            raise ValueError(
-                f"jobs.timeout_s ({self.timeout_s}) must be >= jobs.lease_s ({self.lease_s}): a job "
-                "is given at least one whole lease before it can be declared hung"
-            )
         if self.retry_base_s > self.retry_cap_s:
             raise ValueError("jobs.retry_base_s must be <= jobs.retry_cap_s")
         return self

@@ -60,7 +60,6 @@ class JobStore(LeasedStore):
             mysql,
             lease_s=jobs.lease_s,
             max_interruptions=jobs.max_interruptions,
-            timeout_s=jobs.timeout_s,
         )
         self._rng = random.Random()
 
