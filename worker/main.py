@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from duecast.shared.api.handlers import Handler, Registry, load_registry
-from duecast.shared.process.failures import StartupError
+from duecast.shared.process.failures import StartupError, retry_startup
 from duecast.shared.process.health import serving, with_port
 from duecast.shared.process.loop import run
 from duecast.shared.process.runtime import (
@@ -51,14 +51,15 @@ def serve(
     sources = [settings.source(name) for name in served_sources(settings, registry.sources)]
     handlers = {s.name: registry.handler(JOBS_SOURCE if is_job_queue(s.name) else s.name) for s in sources}
     handlers = {name: _timed(h, name) for name, h in handlers.items()}  # per source/queue
-    stores = {store.src.name: store for store in build_stores(settings, sources)}
+    stores = {store.src.name: store for store in build_stores(settings, sources, stop)}
     check_columns(registry, stores)
     queue = make_queue(settings)
     check_redis(queue, wait=bool(settings.health.port))
     tasks = registry.task_names if any(is_job_queue(name) for name in stores) else frozenset()
     heartbeat = Heartbeat(settings.mysql, settings.worker, list(stores), tasks)
+    retry_startup(heartbeat.registry.verify, what="the workers table check", stop=stop)
     worker = Worker(stores, handlers, queue, settings.worker, process=heartbeat.name)
-    members = broadcast_members(settings, registry, settings.worker.sources or registry.sources)
+    members = broadcast_members(settings, registry, settings.worker.sources or registry.sources, stop)
     log.info(
         "working on %s with %d thread(s)%s, up to %d rows in flight",
         ", ".join(stores),
