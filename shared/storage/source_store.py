@@ -214,7 +214,7 @@ class SourceStore:
         acked = stale = 0
         refused: list[Row] = []
         for key, rows in groups.items():
-            done, bad = guarded(cur, rows, partial(self._run_ack, cur, key))
+            done, bad = guarded(cur, rows, partial(self.run_ack, cur, key))
             acked += done
             stale += len(rows) - len(bad) - done
             refused.extend(bad)
@@ -222,7 +222,7 @@ class SourceStore:
             self.fail_rows(cur, refused)
         return AckCounts(acked, stale, len(refused))
 
-    def _run_ack(self, cur: Cursor, key: Any, rows: list[Row]) -> int:
+    def run_ack(self, cur: Cursor, key: Any, rows: list[Row]) -> int:
         """One fenced ack statement for `rows`; returns how many rows it really changed."""
         where = self._fence(rows)
         if key[0] == "delete":
