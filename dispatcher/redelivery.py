@@ -18,6 +18,7 @@ from duecast.shared.fanout.retype import NO_SOURCE
 from duecast.shared.policy import (
     LEADER_CAUSES,
     Cause,
+    interrupted_every_s,
     redelivery_backlog,
     redelivery_delay_s,
     redelivery_due,
@@ -37,11 +38,14 @@ LEADER: tuple[Cause, ...] = (*SWEEP, "held")  # what a dispatcher hosting the sw
 
 def cadence(settings: Settings, causes: Iterable[Cause]) -> dict[Cause, float]:
     """How often each cause runs: the canary every dispatcher poll (as often as it claims), the
-    sweep every sweep_interval_s, the look for dead workers every heartbeat."""
+    sweep every sweep_interval_s, leases that ran out at least ten times per shortest lease (a
+    dead or stopped worker's work is back within about its lease), the look for dead workers
+    every heartbeat."""
+    sweep_s = settings.dispatcher.sweep_interval_s
     every: dict[Cause, float] = {
         "lost": settings.dispatcher.poll_interval_s,
-        "expired": settings.dispatcher.sweep_interval_s,
-        "interrupted": settings.dispatcher.sweep_interval_s,
+        "expired": sweep_s,
+        "interrupted": interrupted_every_s(sweep_s, [s.lease_s for s in settings.all_sources()]),
         "held": settings.worker.heartbeat_s,
     }
     return {cause: every[cause] for cause in causes}

@@ -141,14 +141,28 @@ def blame_interruptions(
 # Why dispatched work goes back to pending, in the order a redelivery tick runs them
 # (dispatcher/redelivery.py). "lost": Redis lost its entries (the epoch canary was gone), so every
 # row no worker holds, now; "expired": dispatched and not acked within the visibility timeout;
-# "interrupted": a running job's or delivery's lease ran out; "held": popped by a worker silent
-# for worker.dead_after_s. (Rows whose push Redis refused go back at once, on no tick.)
+# "interrupted": a started job's, delivery's, row's or span's lease ran out (paced by
+# interrupted_every_s); "held": popped by a worker silent for worker.dead_after_s, never started.
+# (Rows whose push Redis refused go back at once, on no tick.)
 Cause = Literal["lost", "expired", "interrupted", "held"]
 CAUSES: tuple[Cause, ...] = ("lost", "expired", "interrupted", "held")
 # Singleton causes run only in the leader; any dispatcher may find the canary gone.
 LEADER_CAUSES: frozenset[Cause] = frozenset({"expired", "interrupted", "held"})
 # Causes that take at most a batch per store and call: a full one means more may be waiting.
 BATCHED_CAUSES: frozenset[Cause] = frozenset({"lost", "expired", "interrupted"})
+
+
+# A lease that ran out is looked for at least this many times per shortest lease, so a dead or
+# stopped worker's work is back within its lease and a tenth (15 s + 1.5 s by default).
+INTERRUPTED_CHECKS_PER_LEASE = 10
+
+
+def interrupted_every_s(sweep_interval_s: float, leases_s: Collection[float]) -> float:
+    """How often the "interrupted" cause runs: every sweep, and at least INTERRUPTED_CHECKS_PER_LEASE
+    times per the shortest of `leases_s` (every lease a store of the process keeps)."""
+    if not leases_s:
+        return sweep_interval_s
+    return min(sweep_interval_s, min(leases_s) / INTERRUPTED_CHECKS_PER_LEASE)
 
 
 def redelivery_due(
@@ -199,6 +213,24 @@ def redelivery_backlog(cause: Cause, counts: Sequence[int], batch: int) -> bool:
     """Whether `cause` has more waiting: one of its calls (one per store) filled its batch. A dead
     worker's hold is requeued whole, so "held" never has a backlog."""
     return cause in BATCHED_CAUSES and any(n >= batch for n in counts)
+
+
+# -- range mode: when a span whose last rows straggle is finished without them -------------------
+
+SPAN_SETTLE_AFTER_S = 0.5  # a span is given this long before its stragglers are left behind
+SPAN_STRAGGLER_SHARE = 0.05  # ...and then at most this share of its rows (at least one) may be out
+
+
+def span_settled(total: int, outstanding: int, elapsed_s: float) -> bool:
+    """Whether a started span of `total` rows, `outstanding` of them still without an outcome
+    `elapsed_s` after its start, is finished now: when every row has an outcome, or when it has run
+    SPAN_SETTLE_AFTER_S and only stragglers are out (at most SPAN_STRAGGLER_SHARE of its rows, at
+    least one). A straggler's outcome then lands on its own, as long as its span was not claimed
+    again (shared/storage/range_store.py): one slow check does not hold up its span's thousand."""
+    if outstanding <= 0:
+        return True
+    allowed = max(1, int(total * SPAN_STRAGGLER_SHARE))
+    return elapsed_s >= SPAN_SETTLE_AFTER_S and outstanding <= allowed
 
 
 # -- leases: when a lease keeper renews, and when its process must stop ----------------------------

@@ -9,8 +9,11 @@ from enum import IntEnum
 class State(IntEnum):
     IDLE = 0  # waiting to become due (a re-scan row between checks, or a pending job)
     DISPATCHED = 1  # claimed by a dispatcher with a new attempt; its entry is in Redis or on its way
-    # One-off jobs only (re-scan rows go straight from DISPATCHED back to IDLE):
-    RUNNING = 2  # a worker committed that it started this attempt; it holds a lease (lease_until)
+    # A worker committed that it started this attempt, and holds a lease on it while its handler
+    # runs (jobs and deliveries: lease_until; a source's rows and spans: dc_dispatched_at, the
+    # lease's last renewal). Sources go back to IDLE (or DISPATCHED, a one-off row that failed).
+    RUNNING = 2
+    # Jobs and deliveries only:
     DONE = 3  # finished; kept for jobs.retention_s, then pruned
     DEAD = 4  # failed max_attempts times, interrupted too often, or discarded; kept for inspection
 

@@ -12,7 +12,7 @@ from duecast.shared.identifiers import quote
 from duecast.shared.settings import SourceSettings
 from duecast.shared.states import DUE_INDEX, STATE_COLUMN, State
 
-IDLE, DISPATCHED = int(State.IDLE), int(State.DISPATCHED)
+IDLE, DISPATCHED, RUNNING = int(State.IDLE), int(State.DISPATCHED), int(State.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -27,10 +27,11 @@ def render_freshness(src: SourceSettings) -> FreshnessSQL:
     return FreshnessSQL(
         # Rows last checked before NOW(6) - (period + slack), at most %s of them. A re-scan's due
         # column is its last check (an ack touches it), so these are the dc_due ranges
-        # (0, -inf..cutoff) and (1, -inf..cutoff): the overdue rows plus at most the rows in flight.
+        # (0, -inf..cutoff), (1, -inf..cutoff) and (2, -inf..cutoff): the overdue rows plus at
+        # most the rows in flight (claimed or started).
         stale_rows=(
             f"SELECT COUNT(*) FROM (SELECT 1 FROM {t} FORCE INDEX ({ix}) "
-            f"WHERE {st} IN ({IDLE}, {DISPATCHED}) AND {due} < NOW(6) - INTERVAL %s MICROSECOND "
+            f"WHERE {st} IN ({IDLE}, {DISPATCHED}, {RUNNING}) AND {due} < NOW(6) - INTERVAL %s MICROSECOND "
             "LIMIT %s) AS stale"
         ),
         # The table's rows, counted exactly up to %s through dc_due (a covering index read).

@@ -22,7 +22,7 @@ from duecast.shared.states import (
     State,
 )
 
-IDLE, DISPATCHED = int(State.IDLE), int(State.DISPATCHED)
+IDLE, DISPATCHED, RUNNING = int(State.IDLE), int(State.DISPATCHED), int(State.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -36,12 +36,22 @@ class SourceSQL:
     lock_dispatched: str
     lock_dispatched_skip: str
     count_dispatched: str
+    mark_running: str
+    give_back: str
+    lock_leased: str
+    extend_lease: str
+    leased: str
+    lock_running: str
+    lock_attempt: str
     ack_touch: str
     ack_delete: str
-    burn_attempt: str
+    fail_rescan: str
+    fail_oneoff: str
     release_unpushed: str
     find_expired: str
     requeue: str
+    find_interrupted: str
+    requeue_interrupted: str
     release_all: str
     count_due: str
     count_in_flight: str
@@ -61,6 +71,7 @@ def render(src: SourceSettings) -> SourceSQL:
     due_now = f"{st} = {IDLE} AND {due} <= NOW(6) - INTERVAL %s MICROSECOND"
     # Fenced statements carry a `{fence}` placeholder: see fence().
     fenced = f"{{fence}} AND {st} = {DISPATCHED}"
+    running = f"{{fence}} AND {st} = {RUNNING}"
     return SourceSQL(
         id_column=pk,
         # Claim step 1: the oldest due rows, locked. Walks dc_due (state, due, id) from its
@@ -82,41 +93,67 @@ def render(src: SourceSettings) -> SourceSQL:
         mark_dispatched=(
             f"UPDATE {t} SET {st} = {DISPATCHED}, {att} = {att} + 1, {disp} = NOW(6) WHERE {{ids}}"
         ),
-        # Worker start: lock the rows of its entries for the length of the batch; PRIMARY eq_ref
-        # per id. It waits (briefly) for a lock rather than skipping: the dispatcher's and
-        # sweeper's scans lock rows for microseconds, and skipping those would strand the row
-        # until the visibility timeout. A duplicate entry waits for the holder's commit, then no
-        # longer matches the fence, so one attempt runs once. A dead worker's locks go with its
-        # connection.
+        # Worker start step 1: lock the rows of its entries still DISPATCHED under their attempt;
+        # PRIMARY eq_ref per id. It waits (briefly) for a lock rather than skipping: the
+        # dispatcher's and sweeper's scans lock rows for microseconds, and skipping those would
+        # strand the row until the visibility timeout. A duplicate entry being started elsewhere
+        # waits for that start's commit, then no longer matches the fence.
         lock_dispatched=f"SELECT {{columns}} FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced} FOR UPDATE",
-        # ...and when that wait times out (a duplicate held by a long batch), skip what is held.
+        # ...and when that wait times out (an application's transaction holds a row), skip what is held.
         lock_dispatched_skip=(
             f"SELECT {{columns}} FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced} FOR UPDATE SKIP LOCKED"
         ),
         # ...and then how many of them a plain (consistent, non-locking) read sees: those the
         # skipping read did not lock are held by another session (an application's transaction).
         count_dispatched=f"SELECT COUNT(*) FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced}",
-        # Ack, re-scan: DISPATCHED -> IDLE, due again after period (+ an optional delay).
+        # Worker start step 2, on the rows step 1 locked: DISPATCHED -> RUNNING, committed before any
+        # handler runs, so no copy of the entry matches any more. dc_dispatched_at is now the lease's
+        # last renewal. PRIMARY.
+        mark_running=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {RUNNING}, {disp} = NOW(6) WHERE {fenced}",
+        # A start whose commit came too late to run its rows (keeper.in_time): due again at once,
+        # nothing ran; the next claim bumps the attempt.
+        give_back=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {IDLE} WHERE {running}",
+        # The lease keeper, while checks run (its own connection; PRIMARY). Step 1: lock the rows
+        # still RUNNING under their attempt, skipping rows another session holds (an ack, or an
+        # application's transaction): the keeper never waits for a lock.
+        lock_leased=f"SELECT {pk} FROM {t} FORCE INDEX (PRIMARY) WHERE {running} FOR UPDATE SKIP LOCKED",
+        # Step 2, on the rows step 1 locked: fenced, so a lost row is never extended.
+        extend_lease=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {disp} = NOW(6) WHERE {running}",
+        # Step 3, for rows step 1 did not lock: which still run under their attempt (locked
+        # elsewhere for now); the others have lost their lease. A plain read: it waits for nobody.
+        leased=f"SELECT {pk} FROM {t} FORCE INDEX (PRIMARY) WHERE {running}",
+        # Range mode, finishing spans: lock the spans still RUNNING under the attempt they started
+        # with, before their business rows are written; PRIMARY.
+        lock_running=f"SELECT {pk} FROM {t} FORCE INDEX (PRIMARY) WHERE {running} FOR UPDATE",
+        # ...and for a straggler whose span is finished: its span still at that attempt, in any
+        # state (a claim since would have bumped it); PRIMARY.
+        lock_attempt=f"SELECT {pk} FROM {t} FORCE INDEX (PRIMARY) WHERE {{fence}} FOR UPDATE",
+        # Ack, re-scan: RUNNING -> IDLE, due again after period (+ an optional delay).
         # `{set}` is filled with validated column assignments from the handler's Ack.
         ack_touch=(
             f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {IDLE}, "
-            f"{due} = NOW(6) + INTERVAL %s MICROSECOND{{set}} WHERE {fenced}"
+            f"{due} = NOW(6) + INTERVAL %s MICROSECOND{{set}} WHERE {running}"
         ),
         # Ack, one-off: the row is done and removed.
         # (The multi-table form: a single-table DELETE takes no index hint, and without one the
         # optimizer may scan a small table and lock rows other workers hold.)
-        ack_delete=f"DELETE {t} FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced}",
-        # A failed row stays DISPATCHED for the sweeper (its visibility timeout is the retry
-        # delay) but its attempt moves on, so a copy of its entry can never run it again.
-        burn_attempt=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {att} = {att} + 1 WHERE {fenced}",
+        ack_delete=f"DELETE {t} FROM {t} FORCE INDEX (PRIMARY) WHERE {running}",
+        # A failed check of a re-scan row: due again at its next period, as if checked now.
+        fail_rescan=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {IDLE}, {due} = NOW(6) WHERE {running}",
+        # A failed one-off row: DISPATCHED for the sweeper (its visibility timeout, counted from now,
+        # is the retry delay) under a new attempt, so a copy of its entry can never run it again.
+        fail_oneoff=(
+            f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {DISPATCHED}, {att} = {att} + 1, "
+            f"{disp} = NOW(6) WHERE {running}"
+        ),
         # Redelivery, when the RPUSH after a claim fails (Redis down), or for a dead worker's
         # popped batch: the rows go back to IDLE at once rather than waiting out the visibility
         # timeout; fenced, PRIMARY.
         release_unpushed=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {IDLE} WHERE {fenced}",
         # Requeue step 1 (redelivery's sweep; its "lost" cause with no timeout): dispatched rows
-        # not acked within the visibility timeout. Reads the DISPATCHED prefix of dc_due (bounded
-        # by the high-water mark); SKIP LOCKED passes over rows a live worker holds, so only
-        # abandoned rows are requeued.
+        # never started (or failed, one-off) within the visibility timeout. Reads the DISPATCHED
+        # prefix of dc_due (bounded by the high-water mark); SKIP LOCKED passes over rows a
+        # worker is starting this instant: its start decides, and a started row is RUNNING.
         find_expired=(
             f"SELECT {pk} FROM {t} FORCE INDEX ({ix}) WHERE {st} = {DISPATCHED} "
             f"AND {disp} < NOW(6) - INTERVAL %s MICROSECOND LIMIT %s FOR UPDATE SKIP LOCKED"
@@ -124,23 +161,37 @@ def render(src: SourceSettings) -> SourceSQL:
         # Requeue step 2: DISPATCHED -> IDLE, due unchanged so the row is due at once. The
         # attempt is not touched here: the next claim bumps it, fencing every older copy.
         requeue=f"UPDATE {t} SET {st} = {IDLE} WHERE {{ids}} AND {st} = {DISPATCHED}",
-        # Demo/tests start-up only, with no dispatcher or worker running: every DISPATCHED row
-        # back to IDLE at once instead of waiting out the visibility timeout.
-        release_all=f"UPDATE {t} SET {st} = {IDLE} WHERE {st} = {DISPATCHED}",
+        # Redelivery's "interrupted" cause, step 1: started rows whose lease ran out (not renewed
+        # for lease_s, %s µs): their worker died or stopped. Reads the RUNNING prefix of dc_due,
+        # bounded by the rows in flight; SKIP LOCKED passes over rows being acked or renewed.
+        find_interrupted=(
+            f"SELECT {pk} FROM {t} FORCE INDEX ({ix}) WHERE {st} = {RUNNING} "
+            f"AND {disp} < NOW(6) - INTERVAL %s MICROSECOND LIMIT %s FOR UPDATE SKIP LOCKED"
+        ),
+        # Step 2: RUNNING -> IDLE, due unchanged so the row is due at once; the next claim bumps
+        # the attempt, and the dead worker's late ack (fenced on RUNNING) matches nothing.
+        requeue_interrupted=f"UPDATE {t} SET {st} = {IDLE} WHERE {{ids}} AND {st} = {RUNNING}",
+        # Demo/tests start-up only, with no dispatcher or worker running: every row in flight
+        # back to IDLE at once instead of waiting out its timeout or lease.
+        release_all=f"UPDATE {t} SET {st} = {IDLE} WHERE {st} IN ({DISPATCHED}, {RUNNING})",
         # Status: due backlog, capped so a huge backlog costs a bounded dc_due range read.
         count_due=(
             f"SELECT COUNT(*) FROM (SELECT 1 FROM {t} FORCE INDEX ({ix}) WHERE {due_now} "
             "LIMIT %s) AS due_rows"
         ),
-        count_in_flight=f"SELECT COUNT(*) FROM {t} FORCE INDEX ({ix}) WHERE {st} = {DISPATCHED}",
+        # Status: rows claimed or started, not yet finished (the dc_due prefixes 1 and 2).
+        count_in_flight=(
+            f"SELECT COUNT(*) FROM {t} FORCE INDEX ({ix}) WHERE {st} IN ({DISPATCHED}, {RUNNING})"
+        ),
         # Status: seconds since the least recently handled row became due (its staleness for
-        # re-scan sources); two dc_due index dives, one per state.
+        # re-scan sources); three dc_due index dives, one per state.
         oldest_due_age=(
             f"SELECT TIMESTAMPDIFF(MICROSECOND, MIN({due}), NOW(6)) - %s FROM ("
-            f"(SELECT {due} FROM {t} FORCE INDEX ({ix}) WHERE {st} = {IDLE} "
-            f"ORDER BY {due} LIMIT 1) UNION ALL "
-            f"(SELECT {due} FROM {t} FORCE INDEX ({ix}) WHERE {st} = {DISPATCHED} "
-            f"ORDER BY {due} LIMIT 1)) AS heads"
+            + " UNION ALL ".join(
+                f"(SELECT {due} FROM {t} FORCE INDEX ({ix}) WHERE {st} = {state} ORDER BY {due} LIMIT 1)"
+                for state in (IDLE, DISPATCHED, RUNNING)
+            )
+            + ") AS heads"
         ),
         check_schema=(
             "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
@@ -291,8 +342,8 @@ def render_ranges(src: SourceSettings, ranges_table: str) -> RangeSQL:
     size = int(src.range_size)
     period_us, catch_up_us = round(src.period_s * 1_000_000), round(catch_up_s(src.period_s) * 1_000_000)
     return RangeSQL(
-        # A batch's rows: `{spans}` is `(id >= lo AND id < hi) OR ...` from locked range rows;
-        # PRIMARY range scans, no locks (the range row's lock fences the whole span).
+        # A batch's rows: `{spans}` is `(id >= lo AND id < hi) OR ...` from started range rows;
+        # PRIMARY range scans, a plain read: no locks (the span's RUNNING state fences its rows).
         rows_in_ranges=f"SELECT {{columns}} FROM {t} FORCE INDEX (PRIMARY) WHERE {{spans}} ORDER BY {pk}",
         # The same rows as one JSON array of arrays (`{columns}` quoted, comma-separated): one
         # value to parse with json.loads instead of a protocol packet per row, which is most of a
@@ -309,11 +360,11 @@ def render_ranges(src: SourceSettings, ranges_table: str) -> RangeSQL:
         # not 1M / (10 s + d)). A span more than catch_up late (an outage, an overload) restarts
         # its cadence from NOW(6) - catch_up instead of being due again at once (policy.catch_up_s).
         # So checked_at is the slot a check served: never later than the check, and at most
-        # catch_up earlier; staleness read from it errs on the old side. PRIMARY, fenced.
+        # catch_up earlier; staleness read from it errs on the old side. PRIMARY, fenced on RUNNING.
         ack_checked=(
             f"UPDATE {r} FORCE INDEX (PRIMARY) SET {st} = {IDLE}, `checked_at` = GREATEST("
             f"`checked_at` + INTERVAL {period_us} MICROSECOND, NOW(6) - INTERVAL {catch_up_us} MICROSECOND"
-            f") + INTERVAL %s MICROSECOND{{set}} WHERE {{fence}} AND {st} = {DISPATCHED}"
+            f") + INTERVAL %s MICROSECOND{{set}} WHERE {{fence}} AND {st} = {RUNNING}"
         ),
         # Only rows whose handler asked for a change are written (their due column records the
         # change, as a touch does in row mode); PRIMARY lookups. `{set}` starts with ", ".

@@ -97,6 +97,7 @@ class Settings(BaseSettings):
         used = [("jobs.lease_s", self.jobs.lease_s)] if self.jobs.enabled else []
         if self.topics.group_sources():
             used.append(("topics.lease_s", self.topics.lease_s))
+        used += [(f"lease_s of source {s.name}", s.lease_s) for s in self.sources]
         timeout_s = self.mysql.lease_keeper_timeout_s
         for name, lease_s in used:
             if not keeper_fits(lease_s, timeout_s):

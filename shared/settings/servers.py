@@ -22,9 +22,10 @@ class MySQLSettings(_Section):
     connect_timeout_s: float = Field(5.0, gt=0, le=60)
     read_timeout_s: float = Field(30.0, gt=0, le=3600)  # each statement's reads and writes, once connected
     lock_wait_s: int = Field(2, ge=1, le=60)  # innodb_lock_wait_timeout for duecast's sessions
-    # Connect and read timeout of the lease keepers' own connections (jobs, topic messages): a
-    # renewal that stalls is cut off and tried again on a new connection, well inside the lease
-    # (jobs.lease_s must exceed about 4.3 times this; see docs/reliability.md). Never waits for locks.
+    # Connect and read timeout of the lease keepers' own connections (jobs, topic messages, the
+    # rows and spans of sources): a renewal that stalls is cut off and tried again on a new
+    # connection, well inside the lease (every lease_s must exceed about 4.3 times this; see
+    # docs/reliability.md). Never waits for locks.
     lease_keeper_timeout_s: float = Field(2.0, gt=0, le=60)
     # TLS (docs/security.md). `tls = true` requires it: a server without TLS is refused, never
     # used in plaintext. The server's certificate is checked against tls_ca_file (default: the

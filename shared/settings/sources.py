@@ -28,10 +28,18 @@ class SourceSettings(_Section):
     claim_batch: int = Field(2000, ge=1, le=10_000)
     high_water: int = Field(40_000, ge=1, le=10_000_000)
     visibility_timeout_s: float = Field(60.0, ge=1, le=86400)
-    # "rows": dispatch state in each row (dc_* columns): per-row due times, two row writes per
-    # check. "ranges": dispatch state per span of `range_size` ids in duecast's own
-    # dc_ranges_<name> table; a business row is written only when its handler changes it.
-    # For re-scan sources (period_s > 0). claim_batch and high_water still count rows.
+    # A started row's (or span's) lease: its worker extends it every lease_s/3 while the check
+    # runs, and exits without acking if it could not for 0.8 of it (self-fencing); a row whose
+    # lease ran out was interrupted (its worker died or stopped) and is due again at once.
+    lease_s: float = Field(15.0, ge=2, le=86400)
+    # A check's time limit, enforced by the worker: an async handler is cancelled at it, a sync
+    # one is given up (its thread left to finish) and counted; either way the check failed and the
+    # row is checked again (a re-scan row at its next period).
+    timeout_s: float = Field(30.0, gt=0, le=86400)
+    # "rows": dispatch state in each row (dc_* columns): per-row due times, three row writes per
+    # check (claim, start, ack). "ranges": dispatch state per span of `range_size` ids in
+    # duecast's own dc_ranges_<name> table; a business row is written only when its handler
+    # changes it. For re-scan sources (period_s > 0). claim_batch and high_water still count rows.
     mode: Literal["rows", "ranges"] = "rows"
     range_size: int = Field(1000, ge=1, le=100_000)
 
@@ -148,6 +156,7 @@ class JobsSettings(_Section):
                 claim_batch=self.claim_batch,
                 high_water=self.high_water,
                 visibility_timeout_s=self.visibility_timeout_s,
+                lease_s=self.lease_s,  # its store's lease keeper (shared/storage/leased) runs on it
             )
             for queue in self.queues
         ]

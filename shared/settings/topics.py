@@ -117,6 +117,7 @@ class TopicsSettings(_Section):
                 claim_batch=self.claim_batch,
                 high_water=self.high_water,
                 visibility_timeout_s=self.visibility_timeout_s,
+                lease_s=self.lease_s,  # its store's lease keeper (shared/storage/leased) runs on it
             )
             for g in self.groups
             if g.mode == "cluster"

@@ -154,6 +154,11 @@ class Database:
         self._settings = settings
         self._conn: Connection | None = None
 
+    @property
+    def settings(self) -> MySQLSettings:
+        """What it connects with (a store's lease keeper opens its own connection with these)."""
+        return self._settings
+
     @contextmanager
     def transaction(self, *, check: bool = False) -> Iterator[Cursor]:
         """Run a unit of work: commit on success, roll back on error, drop a broken connection.

@@ -1,18 +1,17 @@
 """Range mode's store: dispatch state per span of ids, business rows read by PK range, written on change.
 
-Claims, locks, fenced acks and requeues of ranges are the row-mode SourceStore on the ranges table;
-this class adds what happens to the business rows inside a locked range. It runs all of range
-mode's SQL (text in shared.queries.source).
+Claims, starts, leases, fenced acks and requeues of spans are the row-mode SourceStore on the ranges
+table; this class adds what happens to the business rows of a started span (RangeBatch tracks their
+outcomes). It runs all of range mode's SQL (text in shared.queries.source).
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
-from operator import itemgetter
 from typing import Any
 
 from duecast.shared.acks import Ack, Row
@@ -24,62 +23,16 @@ from duecast.shared.settings import SourceSettings
 from duecast.shared.states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.packed import PACKABLE_TYPES, read_packed
+from duecast.shared.storage.protocol import AckCounts, SourceStatus
+from duecast.shared.storage.range_batch import RANGE_KEY, Late, RangeBatch, Span
+from duecast.shared.storage.row_batch import RowBatch, guarded
 from duecast.shared.storage.schema import check_business_columns, describe
-from duecast.shared.storage.source_store import AckCounts, Batch, SourceStatus, SourceStore, StaleAck, guarded
+from duecast.shared.storage.source_store import SourceStore
 from duecast.shared.storage.units import Cursor
 
-RANGE_KEY = "dc_range"  # each business row handed to a handler carries its span's first id
+__all__ = ["FRESH_SLACK_S", "RANGE_KEY", "RangeBatch", "RangeStore"]
+
 FRESH_SLACK_S = 1.0  # "checked within period + 1 s" is what freshness counts
-
-
-class RangeBatch:
-    """The business rows of a batch's locked ranges; `ack` writes changes and marks the ranges."""
-
-    def __init__(
-        self,
-        store: RangeStore,
-        cur: Cursor,
-        ranges: Batch,
-        rows: list[Row],
-        skipped: int,
-    ) -> None:
-        self._store = store
-        self._cur = cur
-        self._ranges = ranges
-        self.rows = rows
-        self.skipped = skipped
-        self.skipped_locked = ranges.skipped_locked  # ranges another session held past the lock wait
-        self.later: list[list[Entry]] = []
-
-    def phases(self) -> list[list[Row]]:
-        return [self.rows] if self.rows else []
-
-    def fail(self, failures: Sequence[tuple[Row, object]]) -> None:
-        """Nothing to do here: `ack` already leaves the spans of failed rows to the sweeper."""
-
-    def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
-        """Write the changed rows, then mark every range whose rows all succeeded as checked.
-
-        A range with a failed row (the handler's, or a value the database refused) is left
-        DISPATCHED under a burnt attempt: the sweeper redelivers the whole span. If a range's
-        fence no longer matches, StaleAck rolls the whole transaction back, writes included.
-        """
-        failed: set[int] = set()
-        writes = acks
-        if len(acks) < len(self.rows):  # acks hold only rows that succeeded, each once
-            succeeded = {id(row) for row, _ in acks}
-            failed = {row[RANGE_KEY] for row in self.rows if id(row) not in succeeded}
-            writes = [(row, ack) for row, ack in acks if row[RANGE_KEY] not in failed]
-        failed |= {row[RANGE_KEY] for row in self._store.write_changes(self._cur, writes)}
-        seen = Counter(map(itemgetter(RANGE_KEY), self.rows))
-        done = [r for r in self._ranges.rows if int(r["lo"]) not in failed]
-        self._ranges.fail([(r, None) for r in self._ranges.rows if int(r["lo"]) in failed])
-        if not done:
-            return AckCounts(0, 0)
-        counts = self._ranges.ack([(r, Ack.touch(rows_seen=seen[int(r["lo"])])) for r in done])
-        if counts.stale:
-            raise StaleAck(counts.stale, "a locked range no longer matched its fence")
-        return AckCounts(sum(seen[int(r["lo"])] for r in done), 0)
 
 
 class RangeStore:
@@ -152,11 +105,30 @@ class RangeStore:
 
     @contextmanager
     def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[RangeBatch]:
-        """Lock the entries' ranges (fenced, as in row mode), then read their business rows."""
-        with self.ranges.started(entries, ["lo", "hi"]) as locked:
-            cur = locked.cursor
-            rows = self._rows(cur, locked.rows, columns) if locked.rows else []
-            yield RangeBatch(self, cur, locked, rows, locked.skipped)
+        """`start`, then `close` when the block ends, however it ends."""
+        batch = self.start(entries, columns)
+        try:
+            yield batch
+        finally:
+            batch.close()
+
+    def start(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> RangeBatch:
+        """Start the entries' spans as row mode starts rows (RUNNING, committed, leased until the
+        batch closes), then read their business rows with a plain read: no lock on either while
+        the checks run. Spans that hold no row are finished at once."""
+        spans = self.ranges.start(entries, ["lo", "hi"])
+        try:
+            rows = self._read(spans.rows, columns) if spans.rows else []
+        except BaseException:
+            spans.give_back()  # nothing ran: due again now, not after a lease
+            raise
+        batch = RangeBatch(self, spans, rows)
+        batch.settle()
+        return batch
+
+    def _read(self, ranges: list[Row], columns: Sequence[str]) -> list[Row]:
+        with self.db.transaction() as cur:
+            return self._rows(cur, ranges, columns)
 
     def _rows(self, cur: Cursor, ranges: list[Row], columns: Sequence[str]) -> list[Row]:
         pk = self.business.id_column
@@ -193,6 +165,43 @@ class RangeStore:
         stmt = self.sql.rows_in_ranges_packed.format(columns=column_list(columns), spans=where)
         return read_packed(cur, stmt, what=self.business.table)
 
+    def finish_spans(self, spans: list[Span]) -> AckCounts:
+        """One transaction: lock the spans still RUNNING under their attempt, write the changed
+        rows of those that are (a refused value fails that row alone), and ack them (fixed rate,
+        rows_seen). A span no longer this batch's writes nothing: its successes count as stale."""
+        with self.db.transaction() as cur:
+            ours = self.ranges.lock_running(cur, [s.row for s in spans])
+            mine = [s for s in spans if s.entry.id in ours]
+            writes = [done for s in mine for done in s.successes()]
+            refused = self.write_changes(cur, writes)
+            if mine:
+                checked = [(s.row, Ack.touch(rows_seen=s.total)) for s in mine]
+                self.ranges.finish(cur, self.ranges.ack_groups(checked))
+        stale = sum(len(s.successes()) for s in spans if s.entry.id not in ours)
+        return AckCounts(len(writes) - len(refused), stale, len(refused))
+
+    def write_late(self, spans: RowBatch, late: list[Late]) -> AckCounts:
+        """Stragglers' successes, after their span was finished: their changes are written only
+        while the span is still at the attempt they ran under (no claim since), else dropped and
+        counted stale. One transaction, retried as a unit; none when nothing changes."""
+        changes = [(span, row, ack) for span, row, ack in late if self._changes(ack)]
+        plain = len(late) - len(changes)
+        if not changes:
+            return AckCounts(plain, 0)
+
+        def once() -> AckCounts:
+            with self.db.transaction() as cur:
+                ours = self.ranges.lock_attempt(cur, list({s.entry for s, _, _ in changes}))
+                writes = [(row, ack) for span, row, ack in changes if span.entry.id in ours]
+                refused = self.write_changes(cur, writes)
+            return AckCounts(plain + len(writes) - len(refused), len(changes) - len(writes), len(refused))
+
+        return spans.retrying(once)
+
+    def _changes(self, ack: Ack) -> bool:
+        key = self.group_key(ack)
+        return bool(key[0] == "delete" or key[1])
+
     def group_key(self, ack: Ack) -> Any:
         """Validate an ack for range mode; rows with equal keys share one write."""
         action = "touch" if ack.action == "default" else ack.action
@@ -218,7 +227,7 @@ class RangeStore:
             key = keys.get(id(ack))
             if key is None:
                 key = keys[id(ack)] = self.group_key(ack)
-            if key[0] == "delete" or key[1]:
+            if key[0] == "delete" or key[1]:  # a plain success costs no row write
                 groups[key].append(row)
         refused: list[Row] = []
         for key, rows in groups.items():

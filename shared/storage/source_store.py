@@ -1,17 +1,19 @@
 """The only class that runs SQL against a source table; one method per state transition.
 
-claim_due (IDLE -> DISPATCHED), started (lock a batch for work), Batch.ack (DISPATCHED -> IDLE or
-deleted, fenced), requeue_* (DISPATCHED -> IDLE, one method per cause). Callers never see a cursor.
+claim_due (IDLE -> DISPATCHED), start (-> RUNNING, committed, leased until the batch closes),
+finish / fail_rows (RUNNING -> IDLE, deleted or DISPATCHED, fenced; run by RowBatch), requeue_*
+(back to IDLE, one method per cause). Callers never see a cursor.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
@@ -19,165 +21,33 @@ from duecast.shared.queries.source import SourceSQL, assignments, column_list, f
 from duecast.shared.settings import SourceSettings
 from duecast.shared.states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
 from duecast.shared.storage.db import Database
+from duecast.shared.storage.leased.keeper import Extended, LeaseKeeper, renew_leases
+from duecast.shared.storage.protocol import AckCounts, SkipsLocked, SourceStatus, StaleAck, Store, WorkBatch
+from duecast.shared.storage.row_batch import RowBatch, guarded
 from duecast.shared.storage.schema import check_source, describe
-from duecast.shared.storage.units import VALUE_ERRORS, Cursor, lock_or_skip, savepoint
+from duecast.shared.storage.units import MYSQL_ERRORS, Cursor, lock_or_skip
 
+# The protocols live in storage.protocol (so that RowBatch can use them too); the roles import
+# them from here, as they always have.
+__all__ = [
+    "STATUS_COUNT_CAP",
+    "AckCounts",
+    "SkipsLocked",
+    "SourceStatus",
+    "SourceStore",
+    "StaleAck",
+    "Store",
+    "WorkBatch",
+]
+
+log = logging.getLogger("duecast.worker")
 STATUS_COUNT_CAP = 100_000  # due-backlog counts stop here: a bounded index read per status call
+SKIPPED_LOCKED_CAP = 10_000  # rows held by others a claim counts at most (a bounded index read)
+AckGroups = dict[Any, list[Row]]  # rows by group_key: one fenced statement each
 
 
 def _us(seconds: float) -> int:
     return round(seconds * 1_000_000)
-
-
-@dataclass(frozen=True)
-class AckCounts:
-    acked: int
-    stale: int  # acks whose (id, attempt, state) no longer matched: counted and dropped
-    refused: int = 0  # acks whose values the database refused: those rows failed
-
-
-def guarded(cur: Cursor, rows: list[Row], run: Callable[[list[Row]], int]) -> tuple[int, list[Row]]:
-    """Run `run(rows)` under a savepoint; if the database refuses a value, undo just that statement
-    and run the rows one by one, so one bad value cannot roll back a whole batch.
-
-    Returns (what `run` counted, the rows the database refused).
-    """
-    try:
-        return _saved(cur, rows, run), []
-    except VALUE_ERRORS:
-        if len(rows) == 1:
-            return 0, rows
-    done, refused = 0, []
-    for row in rows:
-        try:
-            done += _saved(cur, [row], run)
-        except VALUE_ERRORS:
-            refused.append(row)
-    return done, refused
-
-
-def _saved(cur: Cursor, rows: list[Row], run: Callable[[list[Row]], int]) -> int:
-    with savepoint(cur, "dc_ack"):
-        return run(rows)
-
-
-SKIPPED_LOCKED_CAP = 10_000  # rows held by others a claim counts at most (a bounded index read)
-
-
-class StaleAck(RuntimeError):
-    """An ack found rows no longer matching their fence where that cannot be dropped row by row."""
-
-    def __init__(self, count: int, why: str) -> None:
-        super().__init__(f"{count} stale: {why}")
-        self.count = count
-
-
-@dataclass(frozen=True)
-class SourceStatus:
-    due: int  # capped at STATUS_COUNT_CAP
-    in_flight: int
-    oldest_due_age_s: float | None  # None when the table is empty
-    unit: str = "rows"  # what due / in_flight count: rows, or ranges in range mode
-    fresh_share: float | None = None  # range mode: share of rows checked within period + 1 s
-    detail: dict[str, int] | None = None  # job queues: jobs per state (pending, due, scheduled...)
-
-
-class WorkBatch(Protocol):
-    """Work a store started for a worker: committed RUNNING under leases the store keeps until
-    close(). No transaction or row lock is open while its handlers run; each ack or fail is a
-    short fenced transaction of its own, for any subset of the rows, as they finish."""
-
-    rows: list[Row]
-    skipped: int  # entries not started: stale, deleted, or held by another worker
-    # Entries locked but left to start later, one group at a time after this batch is finished
-    # (leased stores: suspects, shared.policy.start_groups); empty for the others.
-    later: list[list[Entry]]
-
-    def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts: ...
-    def fail(self, failures: Sequence[tuple[Row, object]]) -> None: ...
-    # Finish what waits on time rather than on outcomes (range mode: a span whose last rows
-    # straggle); called now and then while rows are in flight.
-    def settle(self) -> AckCounts: ...
-    def close(self) -> None: ...  # stop keeping leases: every row has been acked or failed
-
-
-@runtime_checkable
-class SkipsLocked(Protocol):
-    """A store whose claims, or a batch whose start, report the rows they passed over because
-    another session held their lock (row mode, and range mode's ranges): counted as `locked_skipped`."""
-
-    skipped_locked: int  # in the last claim, or in this batch's start
-
-
-class Store(Protocol):
-    """What the roles need from a source's store (row mode: SourceStore; range mode: RangeStore)."""
-
-    @property
-    def src(self) -> SourceSettings: ...
-    @property
-    def id_column(self) -> str: ...  # the business table's key, as in the rows handlers get
-    @property
-    def rows_per_entry(self) -> int: ...  # 1, or range_size in range mode
-
-    def verify(self) -> None: ...
-    def claim_due(self, limit: int) -> list[Entry]: ...
-    def start(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> WorkBatch: ...
-    def started(
-        self, entries: Sequence[Entry], columns: Sequence[str] = ()
-    ) -> AbstractContextManager[WorkBatch]: ...  # start, and close when the block ends
-    def group_key(self, ack: Ack) -> Any: ...
-    # Redelivery, one method per cause (dispatcher/redelivery.py runs them; shared/policy.py: CAUSES).
-    def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int: ...  # not acked in time
-    def requeue_lost(self, limit: int) -> int: ...  # Redis lost its entries: every unstarted one, now
-    def requeue_interrupted(self, limit: int) -> int: ...  # a running lease ran out (jobs, groups)
-    def requeue_held(self, entries: Sequence[Entry]) -> int: ...  # popped by a worker now dead
-    def release_unpushed(self, entries: Sequence[Entry]) -> int: ...  # claimed, push refused
-    def reset_dispatched(self) -> int: ...
-    def status(self) -> SourceStatus: ...
-
-
-class Batch:
-    """Rows locked for one worker batch, inside an open transaction; `ack` runs in that transaction."""
-
-    def __init__(
-        self, store: SourceStore, cur: Cursor, rows: list[Row], skipped: int, locked: int = 0
-    ) -> None:
-        self._store = store
-        self.cursor = cur  # range mode reads business rows in this same transaction
-        self.rows = rows
-        self.skipped = skipped
-        self.skipped_locked = locked  # of `skipped`: current rows another session held past the lock wait
-        self.later: list[list[Entry]] = []
-
-    def phases(self) -> list[list[Row]]:
-        return [self.rows] if self.rows else []
-
-    def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
-        """Apply each row's Ack as fenced, batched statements; rows with equal acks share one.
-
-        Rows whose values the database refuses fail alone (their attempt is burnt).
-        """
-        groups: dict[Any, list[Row]] = defaultdict(list)
-        for row, ack in acks:
-            groups[self._store.group_key(ack)].append(row)
-        acked = stale = 0
-        refused: list[Row] = []
-        for key, rows in groups.items():
-            done, bad = guarded(self.cursor, rows, partial(self._store.run_ack, self.cursor, key))
-            acked += done
-            stale += len(rows) - len(bad) - done
-            refused.extend(bad)
-        if refused:
-            self._store.burn_attempts(self.cursor, refused)
-        return AckCounts(acked, stale, len(refused))
-
-    def fail(self, failures: Sequence[tuple[Row, object]]) -> None:
-        """Leave failed rows to the sweeper, under a new attempt no copy of their entry matches.
-
-        (The outcome - exception or bad ack - is logged by the worker; a row keeps no error.)
-        """
-        if failures:
-            self._store.burn_attempts(self.cursor, [row for row, _ in failures])
 
 
 class SourceStore:
@@ -189,7 +59,10 @@ class SourceStore:
         self.id_column = src.id_column
         self.rows_per_entry = 1
         self._period_us = _us(src.period_s)
+        self._lease_us = _us(src.lease_s)
         self.skipped_locked = 0  # due rows the last claim passed over: another session held them
+        what = f"rows of {src.name}" if src.mode == "rows" else f"spans of {src.name}"
+        self._leases = LeaseKeeper(self.extend_leases, src.lease_s, db.settings, what)
 
     def verify(self) -> None:
         """Check the table against the settings (start-up); remembers its columns for acks."""
@@ -213,12 +86,6 @@ class SourceStore:
             )
         return [Entry(int(i), int(a) + 1) for i, a in found]
 
-    def _held_elsewhere(self, cur: Cursor, fence: str, locked: int) -> int:
-        """After the skipping read: current rows of the batch that a plain read sees and it could not lock."""
-        cur.execute(self.sql.count_dispatched.format(fence=fence))
-        row = cur.fetchone()
-        return max(0, int(row[0]) - locked) if row else 0
-
     def _skipped_locked(self, cur: Cursor, limit: int, claimed: int) -> int:
         """A claim short of its limit walked every due row: each one a plain read sees that it did
         not take was held by another session. (A full claim's skipped rows show at the next short
@@ -229,31 +96,96 @@ class SourceStore:
         row = cur.fetchone()
         return max(0, int(row[0]) - claimed) if row else 0
 
+    # -- start and leases ------------------------------------------------------------------------
+
     @contextmanager
-    def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[Batch]:
-        """Lock the rows whose (id, attempt) is still dispatched; commit acks when the block ends.
+    def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[RowBatch]:
+        """`start`, then `close` when the block ends, however it ends."""
+        batch = self.start(entries, columns)
+        try:
+            yield batch
+        finally:
+            batch.close()
+
+    def start(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> RowBatch:
+        """DISPATCHED -> RUNNING for the rows whose (id, attempt) is still dispatched, in one short
+        transaction, committed on return: no lock is held while their handlers run, and no copy of
+        their entries matches any more. Until `batch.close()` the lease keeper renews their leases
+        (dc_dispatched_at), so a long check is not taken for an interrupted one.
 
         `columns` limits what is read (the id and attempt always come too; empty means all).
-        Stale or deleted rows are left out; so are rows another worker still holds after the
-        session's lock wait (mysql.lock_wait_s): a duplicate entry being worked on elsewhere.
+        Stale or deleted rows are left out; so are rows another session (an application's
+        transaction) still holds after the session's lock wait (mysql.lock_wait_s).
         """
         if not entries:
-            raise ValueError("started() needs at least one entry")
+            raise ValueError("start() needs at least one entry")
         wanted = list(dict.fromkeys([self.src.id_column, ATTEMPT_COLUMN, *columns])) if columns else []
         args = {"columns": column_list(wanted), "fence": fence(entries, self.sql.id_column)}
         with self.db.transaction(check=True) as cur:
-            skipping: list[bool] = []
+            rows, locked = self._lock(cur, args)
+            since = time.monotonic()  # before the leases' NOW(6): the keeper counts from here
+            if rows:
+                cur.execute(self.sql.mark_running.format(fence=self._fence(rows)))
+        if rows and not self._leases.in_time(since):
+            self._give_back_late(rows, time.monotonic() - since)
+            rows = []
+        batch = RowBatch(self, rows, len(entries) - len(rows), locked)
+        if rows:
+            batch.keep(self._leases.holding(batch.entries, since))
+        return batch
 
-            def skip_locked() -> int:
-                skipping.append(True)
-                return int(cur.execute(self.sql.lock_dispatched_skip.format(**args)))
+    def _lock(self, cur: Cursor, args: dict[str, str]) -> tuple[list[Row], int]:
+        """The rows still DISPATCHED under their entry's attempt, locked; rows another live session
+        holds past the lock wait are skipped. Returns them and how many were held elsewhere."""
+        skipping: list[bool] = []
 
-            # Rows another live worker holds are left to it: take what is free.
-            lock_or_skip(lambda: cur.execute(self.sql.lock_dispatched.format(**args)), skip_locked)
-            names = [d[0] for d in cur.description or ()]
-            rows = [dict(zip(names, values, strict=True)) for values in cur.fetchall()]
-            locked = self._held_elsewhere(cur, args["fence"], len(rows)) if skipping else 0
-            yield Batch(self, cur, rows, len(entries) - len(rows), locked)
+        def skip_locked() -> int:
+            skipping.append(True)
+            return int(cur.execute(self.sql.lock_dispatched_skip.format(**args)))
+
+        lock_or_skip(lambda: cur.execute(self.sql.lock_dispatched.format(**args)), skip_locked)
+        names = [d[0] for d in cur.description or ()]
+        rows = [dict(zip(names, values, strict=True)) for values in cur.fetchall()]
+        if not skipping:
+            return rows, 0
+        # A plain read sees the current rows the skipping read could not lock.
+        cur.execute(self.sql.count_dispatched.format(fence=args["fence"]))
+        row = cur.fetchone()
+        return rows, max(0, int(row[0]) - len(rows)) if row else 0
+
+    def _give_back_late(self, rows: list[Row], took_s: float) -> None:
+        """A start whose commit stalled so long that the leases may run out (or have) before the
+        keeper confirms one: run nothing (another worker may take the rows the moment a lease ends)
+        and make them due again now. If even that fails, the leases run out and redelivery takes them."""
+        log.warning(
+            "starting %d rows of %s took %.1fs of their %gs lease; running none of them and making "
+            "them due again, so that none runs once its lease may have run out",
+            len(rows),
+            self.src.name,
+            took_s,
+            self.src.lease_s,
+            extra={"event": "source.start_too_late", "source": self.src.name, "count": len(rows)},
+        )
+        self.give_back(rows)
+
+    def give_back(self, rows: Sequence[Row]) -> None:
+        """Started rows that never ran -> IDLE, due as before (fenced on RUNNING); best effort."""
+        try:
+            with self.db.transaction() as cur:
+                cur.execute(self.sql.give_back.format(fence=self._fence(rows)))
+        except MYSQL_ERRORS as exc:
+            log.warning("could not give back %d started rows of %s: %s", len(rows), self.src.name, exc)
+
+    def extend_leases(self, db: Database, entries: Sequence[Entry]) -> Extended:
+        """Renew the leases still ours that no other session has locked; say which are lost. Runs
+        on the lease keeper's own connection and never waits for a lock."""
+        s = self.sql
+        with db.transaction() as cur:
+            return renew_leases(
+                cur, entries, self._entry_fence, lock=s.lock_leased, extend=s.extend_lease, read=s.leased
+            )
+
+    # -- finishing, run by RowBatch (and range mode) in its transaction; fenced on RUNNING ---------
 
     def group_key(self, ack: Ack) -> Any:
         action = self.src.on_success if ack.action == "default" else ack.action
@@ -270,8 +202,28 @@ class SourceStore:
         except TypeError:  # unhashable values (lists...): this row gets its own statement
             return ("touch", ack.delay_s, ack.values, id(ack))
 
+    def ack_groups(self, acks: Sequence[tuple[Row, Ack]]) -> AckGroups:
+        """Rows by the statement that acks them; a bad Ack raises ValueError here, before any SQL."""
+        groups: AckGroups = defaultdict(list)
+        for row, ack in acks:
+            groups[self.group_key(ack)].append(row)
+        return groups
+
+    def finish(self, cur: Cursor, groups: AckGroups) -> AckCounts:
+        """Run the fenced ack statements; rows whose values the database refuses fail alone."""
+        acked = stale = 0
+        refused: list[Row] = []
+        for key, rows in groups.items():
+            done, bad = guarded(cur, rows, partial(self.run_ack, cur, key))
+            acked += done
+            stale += len(rows) - len(bad) - done
+            refused.extend(bad)
+        if refused:
+            self.fail_rows(cur, refused)
+        return AckCounts(acked, stale, len(refused))
+
     def run_ack(self, cur: Cursor, key: Any, rows: list[Row]) -> int:
-        """Run one fenced ack statement for `rows`; returns how many rows it really changed."""
+        """One fenced ack statement for `rows`; returns how many rows it really changed."""
         where = self._fence(rows)
         if key[0] == "delete":
             return int(cur.execute(self.sql.ack_delete.format(fence=where)))
@@ -279,15 +231,36 @@ class SourceStore:
         stmt = self.sql.ack_touch.format(set=assignments([n for n, _ in values]), fence=where)
         return int(cur.execute(stmt, (_us(key[1]), *(v for _, v in values))))
 
-    def burn_attempts(self, cur: Cursor, rows: Sequence[Row]) -> None:
-        cur.execute(self.sql.burn_attempt.format(fence=self._fence(rows)))
+    def fail_rows(self, cur: Cursor, rows: Sequence[Row]) -> int:
+        """Failed checks: a re-scan row due again at its next period; a one-off row left DISPATCHED,
+        under a new attempt, for the sweeper's visibility timeout. Returns the rows still ours."""
+        stmt = self.sql.fail_rescan if self.src.period_s > 0 else self.sql.fail_oneoff
+        return int(cur.execute(stmt.format(fence=self._fence(rows))))
+
+    def lock_running(self, cur: Cursor, rows: Sequence[Row]) -> set[int]:
+        """Lock the rows still RUNNING under the attempt they carry; returns their ids (range mode)."""
+        cur.execute(self.sql.lock_running.format(fence=self._fence(rows)))
+        return {int(r[0]) for r in cur.fetchall()}
+
+    def lock_attempt(self, cur: Cursor, entries: Sequence[Entry]) -> set[int]:
+        """Lock the rows still at the entries' attempts, in any state; returns their ids (range mode)."""
+        cur.execute(self.sql.lock_attempt.format(fence=self._entry_fence(entries)))
+        return {int(r[0]) for r in cur.fetchall()}
+
+    def entries(self, rows: Sequence[Row]) -> list[Entry]:
+        key = self.src.id_column
+        return [Entry(int(r[key]), int(r[ATTEMPT_COLUMN])) for r in rows]
 
     def _fence(self, rows: Sequence[Row]) -> str:
-        key = self.src.id_column
-        return fence((Entry(int(r[key]), int(r[ATTEMPT_COLUMN])) for r in rows), self.sql.id_column)
+        return self._entry_fence(self.entries(rows))
+
+    def _entry_fence(self, entries: Iterable[Entry]) -> str:
+        return fence(entries, self.sql.id_column)
+
+    # -- requeue, by cause ---------------------------------------------------------------------------
 
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
-        """Abandoned DISPATCHED rows (not acked in time, not locked by a worker) -> IDLE."""
+        """DISPATCHED rows never started (or failed, one-off) in time -> IDLE."""
         with self.db.transaction() as cur:
             cur.execute(self.sql.find_expired, (_us(visibility_timeout_s), limit))
             ids = [r[0] for r in cur.fetchall()]
@@ -296,25 +269,34 @@ class SourceStore:
             return int(cur.execute(self.sql.requeue.format(ids=in_list(self.sql.id_column, ids))))
 
     def requeue_lost(self, limit: int) -> int:
-        """Every DISPATCHED row no worker holds -> IDLE now: their entries were lost with Redis."""
+        """Every DISPATCHED row -> IDLE now: their entries were lost with Redis. RUNNING rows are
+        left to their leases: their workers hold them, entry or not."""
         return self.requeue_expired(0.0, limit)
 
     def requeue_interrupted(self, limit: int) -> int:
-        """Nothing: a row is never leased; a worker holds it by its row lock, which dies with it."""
-        return 0
+        """RUNNING rows whose lease ran out (their worker died or stopped) -> IDLE, due at once.
+        The attempt is untouched: the next claim bumps it, and the dead worker's late ack, fenced
+        on RUNNING, matches nothing meanwhile."""
+        with self.db.transaction() as cur:
+            cur.execute(self.sql.find_interrupted, (self._lease_us, limit))
+            ids = [r[0] for r in cur.fetchall()]
+            if not ids:
+                return 0
+            stmt = self.sql.requeue_interrupted.format(ids=in_list(self.sql.id_column, ids))
+            return int(cur.execute(stmt))
 
     def requeue_held(self, entries: Sequence[Entry]) -> int:
-        """Rows a dead worker had popped -> IDLE now (fenced on the attempt it held)."""
+        """Rows a dead worker had popped and not started -> IDLE now (fenced on the attempt it held)."""
         return self.release_unpushed(entries)
 
     def release_unpushed(self, entries: Sequence[Entry]) -> int:
         """Rows this dispatcher claimed but could not push -> IDLE (fenced on their new attempt)."""
         with self.db.transaction() as cur:
-            stmt = self.sql.release_unpushed.format(fence=fence(entries, self.sql.id_column))
+            stmt = self.sql.release_unpushed.format(fence=self._entry_fence(entries))
             return int(cur.execute(stmt))
 
     def reset_dispatched(self) -> int:
-        """Every DISPATCHED row -> IDLE. Only when no dispatcher or worker runs (demo start-up)."""
+        """Every DISPATCHED or RUNNING row -> IDLE. Only when no dispatcher or worker runs (demo start-up)."""
         with self.db.transaction() as cur:
             return int(cur.execute(self.sql.release_all))
 

@@ -81,13 +81,6 @@ class Env:
         store.verify()
         return store
 
-    def connection_id(self, store: SourceStore) -> int:
-        with store.db.transaction() as cur:
-            cur.execute("SELECT CONNECTION_ID()")
-            row = cur.fetchone()
-        assert row is not None
-        return int(row[0])
-
 
 def create_table(cur: pymysql.cursors.Cursor, table: str, kind: str, rows: int) -> None:
     if kind == "rescan":

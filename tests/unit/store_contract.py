@@ -36,10 +36,12 @@ class ContractStore(Protocol):
     """What the suite exercises: the methods the dispatcher, sweeper and worker call."""
 
     def claim_due(self, limit: int) -> list[Entry]: ...
+    def start(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> WorkBatch: ...
     def started(
         self, entries: Sequence[Entry], columns: Sequence[str] = ()
     ) -> AbstractContextManager[WorkBatch]: ...
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int: ...
+    def requeue_interrupted(self, limit: int) -> int: ...
 
 
 class Kind(Protocol):
@@ -62,10 +64,13 @@ def started_ids(kind: Kind, batch: WorkBatch) -> set[int]:
 
 
 def requeue_and_reclaim(kind: Kind, entry: Entry) -> Entry:
-    """What happens behind a slow worker's back: its entry expires, is requeued and claimed again."""
+    """What happens behind a slow worker's back: its entry expires (never started) or its lease runs
+    out (started), it is requeued, and claimed again under the next attempt."""
     kind.backdate([entry.id], LONG_AGO_S)
-    assert kind.other().requeue_expired(VISIBILITY_S, 100) == 1
+    other = kind.other()
+    assert other.requeue_expired(VISIBILITY_S, 100) + other.requeue_interrupted(100) == 1
     (again,) = [e for e in kind.store.claim_due(100) if e.id == entry.id]
+    assert again.attempt == entry.attempt + 1
     return again
 
 
@@ -118,6 +123,22 @@ class StartContract(_Contract):
         with pytest.raises(ValueError, match="at least one entry"), kind.store.started([]):
             pass
 
+    def test_a_start_is_a_compare_and_set(self, kind: Kind) -> None:
+        """Committed before any handler runs: a second start of the same entries, by any process,
+        while the first batch runs or after it, starts nothing (one execution per attempt)."""
+        kind.seed(2)
+        a, b = kind.store.claim_due(2)
+        first = kind.store.start([a, b])
+        try:
+            assert started_ids(kind, first) == {a.id, b.id}
+            with kind.other().started([a, b]) as copy:
+                assert (copy.rows, copy.skipped) == ([], 2)
+            first.ack([(row, Ack.default()) for row in first.rows if kind.entry_id(row) == a.id])
+        finally:
+            first.close()
+        with kind.other().started([a, b]) as copy:  # b was never acked: it stays started
+            assert (copy.rows, copy.skipped) == ([], 2)
+
 
 class AckContract(_Contract):
     def test_an_ack_finishes_its_rows_and_they_are_not_handed_out_again(self, kind: Kind) -> None:
@@ -138,14 +159,28 @@ class StaleAckContract(_Contract):
     def test_an_ack_after_the_row_was_requeued_and_reclaimed_is_stale(self, kind: Kind) -> None:
         kind.seed(2)
         a, b = kind.store.claim_due(2)
-        with kind.store.started([a]) as batch:
-            (slow,) = batch.rows  # what a slow worker holds for attempt 1
+        with kind.store.started([a]) as slow:  # a slow worker, whose lease runs out meanwhile
+            pass
         again = requeue_and_reclaim(kind, a)
+        counts = slow.ack([(row, Ack.default()) for row in slow.rows])  # its late ack
+        assert (counts.acked, counts.stale) == (0, len(slow.rows))
         with kind.store.started([b]) as batch:
-            counts = batch.ack([(slow, Ack.default()), *((r, Ack.default()) for r in batch.rows)])
-        assert (counts.acked, counts.stale) == (1, 1)
-        with kind.store.started([again]) as batch:  # never applied: attempt 2 still holds the row
+            counts = batch.ack([(row, Ack.default()) for row in batch.rows])
+        assert (counts.acked, counts.stale) == (len(batch.rows), 0)
+        with kind.store.started([again]) as batch:  # never applied: attempt 2 holds the row
             assert started_ids(kind, batch) == {a.id}
+
+    def test_a_lease_that_ran_out_is_requeued_once_and_claimed_under_a_new_attempt(self, kind: Kind) -> None:
+        kind.seed(1)
+        (a,) = kind.store.claim_due(1)
+        with kind.store.started([a]):  # its worker dies: no ack, and its lease is not renewed
+            pass
+        other = kind.other()
+        assert other.requeue_expired(VISIBILITY_S, 100) + other.requeue_interrupted(100) == 0  # still leased
+        kind.backdate([a.id], LONG_AGO_S)
+        assert other.requeue_expired(VISIBILITY_S, 100) + other.requeue_interrupted(100) == 1
+        assert other.requeue_expired(VISIBILITY_S, 100) + other.requeue_interrupted(100) == 0
+        assert kind.store.claim_due(10) == [Entry(a.id, 2)]
 
 
 class SweepContract(_Contract):
@@ -169,7 +204,8 @@ class SweepContract(_Contract):
         kind.backdate(ids, LONG_AGO_S)
         with kind.store.started([a]) as batch:
             assert started_ids(kind, batch) == {a.id}
-            assert kind.other().requeue_expired(VISIBILITY_S, 100) == 2  # held: locked or leased
+            assert kind.other().requeue_expired(VISIBILITY_S, 100) == 2  # a is leased, from its start
+            assert kind.other().requeue_interrupted(100) == 0
         assert kind.store.claim_due(10) == [e for e in fresh(ids, attempt=2) if e.id != a.id]
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.policy import (
@@ -25,6 +26,7 @@ from duecast.shared.policy import (
 )
 from duecast.shared.settings import MySQLSettings
 from duecast.shared.storage.db import Database
+from duecast.shared.storage.units import Cursor
 
 log = logging.getLogger("duecast.leases")
 
@@ -42,6 +44,36 @@ class Extended:
 
 
 Extend = Callable[[Database, Sequence[Entry]], Extended]
+
+
+def renew_leases(
+    cur: Cursor,
+    entries: Sequence[Entry],
+    fence: Callable[[Iterable[Entry]], str],
+    *,
+    lock: str,
+    extend: str,
+    read: str,
+    extend_args: Sequence[Any] = (),
+    where: Sequence[Any] = (),
+) -> Extended:
+    """One renewal as every store's extend function makes it, on the keeper's connection: `lock`
+    the entries' rows still running under their attempt, skipping rows another session holds (this
+    worker's own ack, mostly: the keeper never waits for a lock), `extend` those, and `read` (a plain
+    read, waiting for nobody) which of the others still run: locked elsewhere, neither kept nor lost.
+    Each statement takes `{fence}` (rendered by `fence`), then `where`; `extend` its own args first."""
+
+    def ids(stmt: str, chosen: Iterable[Entry]) -> set[int]:
+        cur.execute(stmt.format(fence=fence(chosen)), tuple(where) or None)
+        return {int(r[0]) for r in cur.fetchall()}
+
+    kept = ids(lock, entries)
+    if kept:
+        mine = fence(e for e in entries if e.id in kept)
+        cur.execute(extend.format(fence=mine), (*extend_args, *where) or None)
+    rest = [e for e in entries if e.id not in kept]
+    still = ids(read, rest) if rest else set()
+    return Extended(frozenset(kept), frozenset(e.id for e in rest if e.id not in still))
 
 
 def keeper_settings(mysql: MySQLSettings) -> MySQLSettings:

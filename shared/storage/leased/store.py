@@ -23,7 +23,7 @@ from duecast.shared.settings import MySQLSettings, SourceSettings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.batch import LeasedBatch, error_text
-from duecast.shared.storage.leased.keeper import Extended, LeaseKeeper
+from duecast.shared.storage.leased.keeper import Extended, LeaseKeeper, renew_leases
 from duecast.shared.storage.leased.scope import Scope
 from duecast.shared.storage.source_store import SourceStatus, _us
 from duecast.shared.storage.units import MYSQL_ERRORS, Cursor, lock_or_skip
@@ -172,19 +172,18 @@ class LeasedStore(ABC):
         Runs on the lease keeper's own connection and never waits for a lock (SKIP LOCKED; a plain
         read): a row locked elsewhere, by this worker's own ack most often, is neither kept nor lost.
         """
-        sql, where = self.scope.sql, self.scope.where
+        sql = self.scope.sql
         with db.transaction() as cur:
-            self._run(cur, sql.lock_leased.format(fence=self._fence(entries)), *where)
-            kept = {int(r[0]) for r in cur.fetchall()}
-            if kept:
-                mine = self._fence(e for e in entries if e.id in kept)
-                self._run(cur, sql.extend_lease.format(fence=mine), self._lease_us, *where)
-            rest = [e for e in entries if e.id not in kept]
-            still: set[int] = set()
-            if rest:
-                self._run(cur, sql.leased.format(fence=self._fence(rest)), *where)
-                still = {int(r[0]) for r in cur.fetchall()}
-        return Extended(frozenset(kept), frozenset(e.id for e in rest if e.id not in still))
+            return renew_leases(
+                cur,
+                entries,
+                self._fence,
+                lock=sql.lock_leased,
+                extend=sql.extend_lease,
+                read=sql.leased,
+                extend_args=(self._lease_us,),
+                where=self.scope.where,
+            )
 
     def group_key(self, ack: Ack) -> Any:
         if ack.action in ("default", "delete"):

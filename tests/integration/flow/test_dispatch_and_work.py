@@ -27,7 +27,6 @@ from tests.integration.flow.roles_helpers import (
     dispatch,
     handled_once,
     role_settings,
-    sweep,
     work,
 )
 
@@ -89,37 +88,37 @@ def test_two_workers_share_the_list_and_handle_each_row_once(
     assert env.queue.stats(kind) == {"claimed": n, "popped": n, "started": n, "acked": n}
 
 
-def test_failed_rows_stay_dispatched_and_succeed_after_a_sweep(
+def test_failed_rows_are_checked_again_at_their_next_period(
     rescan: Callable[..., Env], recorder: apps.Recorder
 ) -> None:
     env = rescan(200)
     settings = role_settings(env)
     failing = {3, 50, 199}
     recorder.fail_once.update(failing)
+    before = env.db_now()
 
     dispatch(settings)
     first = work(settings)
 
     assert (first.counts["acked"], first.counts["failed"]) == (197, 3)
-    # A failed row stays DISPATCHED for the sweeper, its attempt burnt so no copy can rerun it.
-    assert env.states() == {i: (DISPATCHED, 2) if i in failing else (IDLE, 1) for i in range(1, 201)}
+    # A failed check counts as a check: the row is due again a period later, as if checked now, and
+    # no copy of its entry can run the attempt again (the row no longer runs under it).
+    assert env.states() == {i: (IDLE, 1) for i in range(1, 201)}
+    assert env.count("updated_time >= %s", (before,)) == 200
     env.queue.push_raw(apps.RESCAN, [encode_entry(i, 1) for i in sorted(failing)])
     assert work(settings).counts["stale_entries"] == 3
 
-    sweep(settings)  # not yet past the visibility timeout: nothing to requeue
-    assert env.count("dc_state = 1") == 3
-    env.backdate_dispatch()
-    sweep(settings)
-    assert env.states() == {i: (IDLE, 2 if i in failing else 1) for i in range(1, 201)}
-
-    dispatch(settings)  # only the requeued rows are due; the others were checked just now
-    assert {i for i, s in env.states().items() if s == (DISPATCHED, 3)} == failing
+    dispatch(settings)  # nothing is due: every row was checked (or failed) just now
+    assert env.count("dc_state = 1") == 0
+    env.query("UPDATE {t} SET updated_time = updated_time - INTERVAL 11 SECOND WHERE {pk} IN (3, 50, 199)")
+    dispatch(settings)  # their period (10 s) is over
+    assert {i for i, s in env.states().items() if s == (DISPATCHED, 2)} == failing
     second = work(settings)
 
     assert (second.counts["acked"], second.counts["failed"]) == (3, 0)
-    assert env.states() == {i: (IDLE, 3 if i in failing else 1) for i in range(1, 201)}
+    assert env.states() == {i: (IDLE, 2 if i in failing else 1) for i in range(1, 201)}
     for i in failing:
-        assert recorder.attempts(apps.RESCAN, i) == [1, 3]
+        assert recorder.attempts(apps.RESCAN, i) == [1, 2]
     assert recorder.executions(apps.RESCAN) == Counter({i: 2 if i in failing else 1 for i in range(1, 201)})
     assert env.queue.stats(apps.RESCAN) == {
         "claimed": 203,
@@ -128,7 +127,6 @@ def test_failed_rows_stay_dispatched_and_succeed_after_a_sweep(
         "acked": 200,
         "failed": 3,
         "stale_entries": 3,
-        "requeued": 3,
     }
 
 
@@ -143,9 +141,9 @@ def test_an_ack_setting_a_missing_column_is_a_failure_and_the_row_is_not_acked(
     worker = work(role_settings(env))
 
     assert (worker.counts["acked"], worker.counts["failed"]) == (9, 1)
-    assert env.states() == {i: (DISPATCHED, 2) if i == 5 else (IDLE, 1) for i in range(1, 11)}
+    # Failed: its values are not written, and it is checked again at its next period.
+    assert env.states() == {i: (IDLE, 1) for i in range(1, 11)}
     assert dict(env.query("SELECT {pk}, status FROM {t}")) == {i: 2 if i == 6 else 1 for i in range(1, 11)}
-    assert env.count("user_id = 5 AND updated_time < NOW(6) - INTERVAL 59 MINUTE") == 1  # not touched
 
 
 OWN_COLUMNS = {"dc_attempt": 0, "dc_state": 1, "dc_dispatched_at": None}
@@ -172,7 +170,7 @@ def test_an_ack_may_not_set_duecasts_own_columns(
     worker = work(role_settings(env))
 
     assert (worker.counts["acked"], worker.counts["failed"]) == (2, 1)
-    assert env.states() == {1: (IDLE, 1), 2: (DISPATCHED, 2), 3: (IDLE, 1)}  # left to the sweeper
+    assert env.states() == {1: (IDLE, 1), 2: (IDLE, 1), 3: (IDLE, 1)}  # 2 failed: due at its next period
     assert env.count("dc_dispatched_at IS NULL") == 0
 
 
@@ -185,9 +183,8 @@ def test_an_ack_value_the_database_rejects_fails_only_that_row(
     dispatch(role_settings(env))
     worker = work(role_settings(env))
 
-    states = env.states()
-    assert states.pop(5)[0] == DISPATCHED  # left to the sweeper
-    assert states == {i: (IDLE, 1) for i in range(1, 11) if i != 5}
+    assert env.states() == {i: (IDLE, 1) for i in range(1, 11)}  # 5 failed: due at its next period
+    assert dict(env.query("SELECT {pk}, status FROM {t}")) == dict.fromkeys(range(1, 11), 1)
     assert (worker.counts["acked"], worker.counts["failed"]) == (9, 1)
 
 

@@ -1,4 +1,5 @@
-"""SourceStore state transitions on real MariaDB: claim, lock, fenced acks, sweeps and status."""
+"""SourceStore state transitions on real MariaDB: claim, start, fenced acks, status. Leases, failures and
+requeues by cause are in test_store_leases.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from duecast.shared.acks import Ack
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.storage.source_store import AckCounts, SourceStatus, SourceStore
-from tests.integration.flow.store_helpers import DISPATCHED, IDLE, MakeEnv, due_times, entries
+from tests.integration.flow.store_helpers import DISPATCHED, IDLE, RUNNING, MakeEnv, due_times, entries
 
 pytestmark = pytest.mark.integration
 
@@ -97,15 +98,27 @@ def test_two_claimers_in_parallel_never_claim_the_same_row(make_env: MakeEnv) ->
 # ---------------------------------------------------------------- started
 
 
-def test_started_locks_only_rows_whose_attempt_still_matches_and_are_dispatched(make_env: MakeEnv) -> None:
+def test_start_takes_only_rows_whose_attempt_still_matches_and_commits_them_running(
+    make_env: MakeEnv,
+) -> None:
     env = make_env("rescan", rows=6)
     assert env.store.claim_due(5) == entries([1, 2, 3, 4, 5])
     env.query("UPDATE {t} SET dc_attempt = 1 WHERE {pk} = 6")  # IDLE, but with attempt 1
     asked = [Entry(1, 1), Entry(2, 2), Entry(3, 1), Entry(4, 0), Entry(6, 1), Entry(99_999, 1), Entry(5, 1)]
+    before = env.db_now()
 
     with env.store.started(asked, ["status"]) as batch:
         assert sorted(r["user_id"] for r in batch.rows) == [1, 3, 5]
         assert all(set(r) == {"user_id", "dc_attempt", "status"} for r in batch.rows)
+        assert batch.skipped == 4
+        # Committed before any handler runs: another session sees them started, and locks none.
+        assert env.states() == {
+            **{i: (RUNNING, 1) for i in (1, 3, 5)},
+            2: (DISPATCHED, 1),
+            4: (DISPATCHED, 1),
+            6: (IDLE, 1),
+        }
+        assert len(env.query("SELECT {pk} FROM {t} WHERE {pk} IN (1, 3, 5) FOR UPDATE NOWAIT")) == 3
     with env.store.started(entries([2])) as batch:
         assert set(batch.rows[0]) == {
             "user_id",
@@ -115,9 +128,12 @@ def test_started_locks_only_rows_whose_attempt_still_matches_and_are_dispatched(
             "dc_attempt",
             "dc_dispatched_at",
         }
+    after = env.db_now()
 
-    # No ack: leaving the block commits nothing but the (released) locks.
-    assert env.states() == {**{i: (DISPATCHED, 1) for i in range(1, 6)}, 6: (IDLE, 1)}
+    # No ack: the rows stay started, each with its lease from its start.
+    assert env.states() == {**{i: (RUNNING, 1) for i in (1, 2, 3, 5)}, 4: (DISPATCHED, 1), 6: (IDLE, 1)}
+    for (leased_at,) in env.query("SELECT dc_dispatched_at FROM {t} WHERE dc_state = 2"):
+        assert before <= leased_at <= after
 
 
 def test_started_refuses_an_empty_batch(make_env: MakeEnv) -> None:
@@ -180,7 +196,7 @@ def test_delete_acks_remove_rows_and_touch_reschedules_a_one_off_row(make_env: M
     t1 = env.db_now()
 
     assert counts == AckCounts(acked=4, stale=0)
-    assert env.states() == {4: (IDLE, 1), 5: (DISPATCHED, 1)}
+    assert env.states() == {4: (IDLE, 1), 5: (RUNNING, 1)}  # 5 started, never acked
     ((due_at, payload),) = env.query("SELECT due_at, payload FROM {t} WHERE id = 4")
     assert payload == "again"
     assert t0 + dt.timedelta(seconds=60) <= due_at <= t1 + dt.timedelta(seconds=60)
@@ -191,24 +207,27 @@ def test_ack_with_a_column_the_table_lacks_is_refused_before_any_sql(make_env: M
     env.store.claim_due(1)
     with env.store.started(entries([1])) as batch, pytest.raises(ValueError, match="not a column"):
         batch.ack([(batch.rows[0], Ack.touch(no_such_column=1))])
-    assert env.states() == {1: (DISPATCHED, 1)}
+    assert env.states() == {1: (RUNNING, 1)}
 
 
 @pytest.mark.parametrize("kind", ["rescan", "oneoff"])
 def test_a_stale_ack_changes_nothing_and_is_counted(make_env: MakeEnv, kind: str) -> None:
     env = make_env(kind, rows=2)
     assert env.store.claim_due(10) == entries([1, 2])
-    with env.store.started(entries([1])) as batch:
-        (old_row,) = batch.rows  # what a slow worker holds for attempt 1
-    env.backdate_dispatch()
-    assert env.store.requeue_expired(60, 100) == 2
+    with env.store.started(entries([1])) as slow:
+        (old_row,) = slow.rows  # what a slow worker holds for attempt 1
+    env.backdate_dispatch(where="dc_state IN (1, 2)")
+    assert env.store.requeue_expired(60, 100) == 1  # 2: never started
+    assert env.store.requeue_interrupted(100) == 1  # 1: its lease ran out
     assert env.store.claim_due(10) == entries([1, 2], attempt=2)
     due_before = due_times(env)
 
     with env.store.started(entries([1])) as batch:
-        assert batch.rows == []  # the old entry no longer locks anything
+        assert batch.rows == []  # the old entry no longer starts anything
     with env.store.db.transaction() as cur:
         assert env.store.run_ack(cur, env.store.group_key(Ack.default()), [old_row]) == 0
+    assert slow.ack([(old_row, Ack.default())]) == AckCounts(acked=0, stale=1)
+    slow.fail([(old_row, RuntimeError("late"))])  # a late failure changes nothing either
     with env.store.started([Entry(2, 2)]) as batch:
         counts = batch.ack([(old_row, Ack.default()), (batch.rows[0], Ack.default())])
 
@@ -225,13 +244,14 @@ def test_status_counts_due_in_flight_and_the_oldest_due_age(make_env: MakeEnv) -
     env = make_env("rescan", rows=5, period_s=10)
     assert env.store.status().due == 5
     env.query("UPDATE {t} SET updated_time = NOW(6) - INTERVAL ELT({pk}, 7200, 3600, 1800, 5, 0) SECOND")
-    assert env.store.claim_due(1) == [Entry(1, 1)]
+    assert env.store.claim_due(2) == [Entry(1, 1), Entry(2, 1)]
+    env.store.start([Entry(1, 1)]).close()  # started, never finished: RUNNING
 
     status = env.store.status()
 
-    assert status.due == 2  # ids 2 and 3; 4 and 5 were checked within the period
-    assert status.in_flight == 1
-    # Row 1 (in flight) has been due the longest: checked 7200 s ago, due since 7190 s.
+    assert status.due == 1  # id 3; 4 and 5 were checked within the period
+    assert status.in_flight == 2  # 1 started, 2 dispatched
+    # Row 1 (started) has been due the longest: checked 7200 s ago, due since 7190 s.
     assert status.oldest_due_age_s is not None
     assert 7190 <= status.oldest_due_age_s < 7190 + 5
 

@@ -1,25 +1,20 @@
-"""SourceStore sweeps and row locks on real MariaDB: requeue_expired, reset, and duplicate entries."""
+"""SourceStore sweeps and locks on real MariaDB: requeue_expired and requeue_interrupted, reset,
+duplicate entries, and rows an application holds locked."""
 
 from __future__ import annotations
 
 import dataclasses
-import threading
-from typing import Any
+import time
+from collections.abc import Iterator
 
+import pymysql
 import pytest
 
 from duecast.shared.acks import Ack
+from duecast.shared.settings import MySQLSettings
+from duecast.shared.storage.db import connect
 from duecast.shared.storage.source_store import AckCounts
-from duecast.shared.storage.units import TransientError
-from tests.integration.flow.store_helpers import (
-    DISPATCHED,
-    IDLE,
-    MakeEnv,
-    due_times,
-    entries,
-    in_locking_read,
-)
-from tests.integration.polling import wait_until
+from tests.integration.flow.store_helpers import DISPATCHED, IDLE, RUNNING, MakeEnv, due_times, entries
 
 pytestmark = pytest.mark.integration
 
@@ -46,32 +41,35 @@ def test_requeue_expired_takes_only_rows_past_the_visibility_timeout(make_env: M
     assert env.store.claim_due(100) == entries([1, 2, 3, 4, 5], attempt=2)
 
 
-def test_requeue_skips_rows_a_live_batch_holds_until_its_connection_dies(make_env: MakeEnv) -> None:
+def test_a_live_batch_is_never_requeued_and_a_dead_ones_rows_come_back_after_their_lease(
+    make_env: MakeEnv,
+) -> None:
     env = make_env("rescan", rows=4)
     env.store.claim_due(4)
     env.backdate_dispatch()
     worker = env.other_store()
 
-    held = worker.started(entries([1, 2]))
-    batch = held.__enter__()
-    assert len(batch.rows) == 2
-    assert env.store.requeue_expired(60, 100) == 2
-    assert env.states() == {1: (DISPATCHED, 1), 2: (DISPATCHED, 1), 3: (IDLE, 1), 4: (IDLE, 1)}
-    worker.db.close()  # the worker dies mid-batch: no commit, its locks go with the connection
-    with pytest.raises(TransientError):
-        held.__exit__(None, None, None)  # its commit finds no connection
+    batch = worker.start(entries([1, 2]))
+    try:
+        assert len(batch.rows) == 2
+        assert env.store.requeue_expired(60, 100) == 2  # 3 and 4: dispatched long ago, never started
+        assert env.store.requeue_interrupted(100) == 0  # 1 and 2: leased, from their start
+        assert env.states() == {1: (RUNNING, 1), 2: (RUNNING, 1), 3: (IDLE, 1), 4: (IDLE, 1)}
+    finally:
+        batch.close()  # the worker dies: nobody renews its leases any more
+    worker.db.close()
+    env.backdate_dispatch(env.source.lease_s - 1, where="dc_state = 2")
+    assert env.store.requeue_interrupted(100) == 0  # within the lease still
+    env.backdate_dispatch(2, where="dc_state = 2")
+    assert env.store.requeue_interrupted(100) == 2
+    assert env.states() == {i: (IDLE, 1) for i in range(1, 5)}  # attempt untouched: the claim bumps it
+    assert env.store.claim_due(10) == entries([1, 2, 3, 4], attempt=2)
 
-    requeued: list[int] = []
-    wait_until(
-        lambda: requeued.append(env.store.requeue_expired(60, 100)) or sum(requeued) == 2,
-        "the dead worker's rows to be requeued",
-    )
-    assert env.states() == {i: (IDLE, 1) for i in range(1, 5)}
 
-
-def test_reset_dispatched_releases_every_dispatched_row(make_env: MakeEnv) -> None:
+def test_reset_dispatched_releases_every_row_in_flight(make_env: MakeEnv) -> None:
     env = make_env("oneoff", rows=5)
     env.store.claim_due(3)
+    env.store.start(entries([1])).close()
     assert env.store.reset_dispatched() == 3
     assert env.states() == {i: (IDLE, 1 if i <= 3 else 0) for i in range(1, 6)}
 
@@ -79,60 +77,61 @@ def test_reset_dispatched_releases_every_dispatched_row(make_env: MakeEnv) -> No
 # ---------------------------------------------------------------- duplicate entries
 
 
-def test_a_duplicate_entry_waits_for_the_holder_and_then_gets_no_rows(make_env: MakeEnv) -> None:
+def test_a_copy_of_an_entry_started_elsewhere_starts_nothing_and_waits_for_nobody(make_env: MakeEnv) -> None:
     env = make_env("rescan", rows=1)
     (entry,) = env.store.claim_due(1)
-    # lock_wait_s=60: if the second batch returns inside this test, the holder's commit woke it.
+    # lock_wait_s=60: a copy that waited for any lock would take far longer than this test allows.
     second = env.other_store(lock_wait_s=60)
-    second_id = env.connection_id(second)
-    got: list[Any] = []
-    holder_committed = threading.Event()
 
-    def duplicate() -> None:
-        try:
-            with second.started([entry]) as batch:
-                got.append((holder_committed.is_set(), list(batch.rows)))
-        except BaseException as exc:
-            got.append(exc)
-
-    with env.store.started([entry]) as batch:
+    with env.store.started([entry]) as batch:  # its handler runs now: no transaction is open
         assert len(batch.rows) == 1
-        thread = threading.Thread(target=duplicate)
-        thread.start()
-        wait_until(lambda: in_locking_read(env, second_id), "the duplicate to wait for the lock")
+        began = time.monotonic()
+        with second.started([entry]) as copy:
+            assert (copy.rows, copy.skipped, copy.skipped_locked) == ([], 1, 0)
+        assert time.monotonic() - began < 1.0
         assert batch.ack([(batch.rows[0], Ack.default())]) == AckCounts(1, 0)
-        assert got == []
-        holder_committed.set()
-    thread.join(10)
+    with second.started([entry]) as copy:  # and after the ack: still nothing
+        assert copy.rows == []
 
-    assert got == [(True, [])]
     assert env.states() == {1: (IDLE, 1)}
 
 
-def test_after_the_lock_wait_a_batch_skips_held_rows_and_takes_the_free_ones(make_env: MakeEnv) -> None:
+# ---------------------------------------------------------------- an application's locks
+
+
+@pytest.fixture
+def holder(mysql_settings: MySQLSettings) -> Iterator[pymysql.cursors.Cursor]:
+    """Another session, as an application's: locks rows in a transaction it leaves open."""
+    conn = connect(mysql_settings)
+    with conn.cursor() as cur:
+        yield cur
+    conn.rollback()
+    conn.close()
+
+
+def test_after_the_lock_wait_a_start_skips_rows_an_application_holds(
+    make_env: MakeEnv, holder: pymysql.cursors.Cursor
+) -> None:
     env = make_env("rescan", rows=2)
     env.store.claim_due(2)
     impatient = env.other_store(lock_wait_s=1)
+    holder.execute(f"SELECT user_id FROM `{env.table}` WHERE user_id = 1 FOR UPDATE")
 
-    with env.store.started(entries([1])) as held:
-        with impatient.started(entries([1, 2])) as batch:
-            assert [r["user_id"] for r in batch.rows] == [2]
-            assert batch.ack([(batch.rows[0], Ack.default())]) == AckCounts(1, 0)
-        assert held.ack([(held.rows[0], Ack.default())]) == AckCounts(1, 0)
+    with impatient.started(entries([1, 2])) as batch:
+        assert [r["user_id"] for r in batch.rows] == [2]
+        assert (batch.skipped, batch.skipped_locked) == (1, 1)
+        assert batch.ack([(batch.rows[0], Ack.default())]) == AckCounts(1, 0)
+    holder.connection.rollback()
+    with impatient.started(entries([1])) as batch:  # the application let go: row 1 starts now
+        assert batch.ack([(batch.rows[0], Ack.default())]) == AckCounts(1, 0)
 
     assert env.states() == {1: (IDLE, 1), 2: (IDLE, 1)}
 
 
-@pytest.mark.parametrize(
-    "n",
-    [
-        999,
-        pytest.param(
-            2000,
-        ),
-    ],
-)
-def test_a_large_batch_does_not_wait_for_rows_other_workers_hold(make_env: MakeEnv, n: int) -> None:
+@pytest.mark.parametrize("n", [999, 2000])
+def test_a_large_batch_does_not_wait_for_rows_it_never_asked_for(
+    make_env: MakeEnv, holder: pymysql.cursors.Cursor, n: int
+) -> None:
     env = make_env("rescan", rows=3000)
     env.store.claim_due(3000)
     other = env.other_store(lock_wait_s=1)
@@ -142,8 +141,7 @@ def test_a_large_batch_does_not_wait_for_rows_other_workers_hold(make_env: MakeE
     other.sql = dataclasses.replace(
         other.sql, lock_dispatched_skip=skip.replace(" WHERE ", " WHERE 1 = 0 AND ", 1)
     )
+    holder.execute(f"SELECT user_id FROM `{env.table}` WHERE user_id <= 5 FOR UPDATE")
 
-    with env.store.started(entries([1, 2, 3, 4, 5])) as held:  # another worker's small batch
-        assert len(held.rows) == 5
-        with other.started(entries(list(range(6, 6 + n)))) as batch:
-            assert len(batch.rows) == n, "the batch waited for rows it never asked for"
+    with other.started(entries(list(range(6, 6 + n)))) as batch:
+        assert len(batch.rows) == n, "the batch waited for rows it never asked for"

@@ -1,5 +1,5 @@
 """Range mode on real MariaDB + Redis: discovery, one pass checks every row once, only changed rows
-are written, a failed row leaves its whole span to the sweeper, and freshness is reported."""
+are written, a failed row is checked again at its span's next period, and freshness is reported."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import pytest
 
 from duecast.admin import migrate
 from duecast.dispatcher.main import serve as serve_dispatcher
-from duecast.dispatcher.redelivery import sweeper
 from duecast.shared.acks import Ack
-from duecast.shared.process.runtime import build_queue, build_stores
+from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
 from duecast.shared.storage.range_store import RangeStore
@@ -164,32 +163,31 @@ def test_ranges_keep_a_fixed_rate_and_restart_their_cadence_after_a_long_delay(
     assert restarted > slots[200]
 
 
-def test_a_failed_row_leaves_its_whole_span_to_the_sweeper(
+def test_a_failed_row_is_counted_and_checked_again_at_its_spans_next_period(
     ranged: Callable[[int], Settings], sql: pymysql.cursors.Cursor
 ) -> None:
     settings = ranged(300)
     rt = ranges_table(settings.sources[0])
     PLAN.fail.add(150)  # in span [100, 200), range_id 2
-    PLAN.set_status[120] = 2  # a change in the failing span must not be written
+    PLAN.set_status[120] = 2  # a change in the same span: one failed row does not hold it back
 
-    one_pass(settings)
+    serve_dispatcher(settings, threading.Event(), drain=True)
+    worker = serve_worker(settings, threading.Event(), drain=True)
 
+    assert worker.counts["failed"] == 1
     sql.execute(f"SELECT range_id, dc_state, dc_attempt, rows_seen FROM `{rt}` ORDER BY range_id")
     # users 1..300: spans [0,100) holds 99 of them, [300,400) holds user 300
-    assert sql.fetchall() == ((1, 0, 1, 99), (2, 1, 2, 0), (3, 0, 1, 100), (4, 0, 1, 1))  # 1 burnt -> 2
-    assert checksum(sql, settings.sources[0].table)[120][0] == 1
+    assert sql.fetchall() == ((1, 0, 1, 99), (2, 0, 1, 100), (3, 0, 1, 100), (4, 0, 1, 1))
+    assert checksum(sql, settings.sources[0].table)[120][0] == 2
 
     PLAN.fail.clear()
-    sql.execute(f"UPDATE `{rt}` SET dc_dispatched_at = NOW(6) - INTERVAL 1 HOUR WHERE dc_state = 1")
-    stores = build_stores(settings, settings.sources)
-    redelivery = sweeper(settings, stores, build_queue(settings))
-    assert redelivery.tick().idle
-    assert redelivery.counts == {"expired": 1}
+    one_pass(settings)
+    assert PLAN.attempts[150] == [1]  # nothing is due before the span's next period
+    sql.execute(f"UPDATE `{rt}` SET checked_at = checked_at - INTERVAL 10 SECOND WHERE range_id = 2")
     one_pass(settings)
 
-    assert PLAN.attempts[150] == [1, 3]  # redelivered under a fresh claim
+    assert PLAN.attempts[150] == [1, 2]  # checked again with its span, under the span's next attempt
     assert PLAN.runs[50] == 1  # other spans were not run again
     assert PLAN.runs[250] == 1
-    assert checksum(sql, settings.sources[0].table)[120][0] == 2
     sql.execute(f"SELECT SUM(dc_state), SUM(rows_seen) FROM `{rt}`")
     assert tuple(int(v) for v in sql.fetchone()) == (0, 300)

@@ -9,9 +9,11 @@ from typing import cast
 
 import pytest
 
+from duecast.dispatcher.redelivery import cadence
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.fanout.queue import ReadyQueue
-from duecast.shared.policy import Cause
+from duecast.shared.policy import CAUSES, Cause
+from duecast.shared.settings import Settings
 from duecast.shared.storage.source_store import Store
 from tests.unit.fakes import FakeClaimStore, FakeStore, FakeSweepStore, FakeWorkStore, rescan_source
 from tests.unit.roles.redelivery_support import (
@@ -134,11 +136,12 @@ def test_a_lost_epoch_canary_requeues_every_unstarted_row_at_once(ready_queue: R
     assert (tick.delay_s, tick.idle) == (POLL_S, True)
 
 
-def test_a_row_a_worker_holds_is_not_taken_for_lost(ready_queue: ReadyQueue) -> None:
+def test_a_row_a_worker_started_is_not_taken_for_lost(ready_queue: ReadyQueue) -> None:
+    """Its worker holds it by its lease, entry or not: only a lease that ran out sends it back."""
     store = FakeWorkStore(rescan_source(), {1: 1, 2: 1})
     with store.started([Entry(1, 1)]):
         assert _redelivery([store], ready_queue, {"lost": POLL_S}).requeue("lost") == 1
-    assert store.dispatched == [Entry(1, 1)]
+    assert (store.started_rows, store.dispatched) == ([Entry(1, 1)], [])
 
 
 def test_a_full_batch_of_lost_rows_goes_on_without_asking_the_canary_again(ready_queue: ReadyQueue) -> None:
@@ -169,3 +172,31 @@ def test_release_unpushed_gives_the_claim_back_on_the_callers_store(
     assert (store.released, store.dispatched) == (claimed, [])
     assert caplog.messages == ["push to Redis failed; released 2 claimed rows of users"]
     assert redelivery.counts == {}  # counted by no tick: it runs in the dispatcher's thread
+
+
+# --- interrupted: started rows whose lease ran out ----------------------------------------------------
+
+
+def test_a_dead_workers_started_rows_come_back_as_interrupted_once_their_lease_ran_out(
+    ready_queue: ReadyQueue,
+) -> None:
+    store = FakeWorkStore(rescan_source(), {1: 1, 2: 1})
+    with store.started([Entry(1, 1), Entry(2, 1)]):
+        pass  # its worker dies: nothing acked, and nobody renews the leases
+    redelivery = _redelivery([store], ready_queue, SWEEP)
+    assert redelivery.requeue("expired") + redelivery.requeue("interrupted") == 0  # leased still
+    store.backdate([1], store.src.lease_s + 1)
+    assert redelivery.requeue("expired") == 0  # not the visibility timeout's: the row was started
+    assert redelivery.requeue("interrupted") == 1
+    assert redelivery.counts == {"interrupted": 1}
+    assert store.claim_due(10) == [Entry(1, 2)]  # due at once, under a new attempt
+    assert store.started_rows == [Entry(2, 1)]
+
+
+def test_interrupted_runs_often_enough_to_bring_a_dead_workers_rows_back_within_the_lease() -> None:
+    settings = Settings(
+        sources=[rescan_source("users"), rescan_source("orders", lease_s=30)],
+        dispatcher={"sweep_interval_s": 5},  # type: ignore[arg-type]
+    )
+    every = cadence(settings, CAUSES)
+    assert (every["expired"], every["interrupted"]) == (5.0, 1.5)  # a tenth of the shortest lease, 15 s

@@ -96,3 +96,12 @@ def test_the_error_never_prints_a_secret() -> None:
     printed = everything_printed(err.value)
     assert "too short" in printed
     assert SECRET not in printed
+
+
+def test_a_sources_lease_too_short_is_refused_by_name() -> None:
+    src = {"name": "users", "table": "users", "due_column": "checked_at", "period_s": 10}
+    with pytest.raises(ValidationError, match=r"lease_s of source users \(4\.0\) is too short") as err:
+        _settings(jobs={"enabled": False}, sources=[{**src, "lease_s": 4}])
+    assert f"longer than {shortest_lease_s(2.0):.2f}s" in str(err.value)
+    s = _settings(jobs={"enabled": False}, sources=[src])
+    assert (s.sources[0].lease_s, s.sources[0].timeout_s) == (15.0, 30.0)  # the defaults fit

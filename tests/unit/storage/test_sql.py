@@ -72,7 +72,14 @@ def test_statements_name_the_source_table_and_due_index() -> None:
     for name in STATEMENTS:
         if name != "check_schema":
             assert "`Odd_Table_7`" in getattr(sql, name)
-    for name in ("claim_due", "find_expired", "count_due", "count_in_flight", "oldest_due_age"):
+    for name in (
+        "claim_due",
+        "find_expired",
+        "find_interrupted",
+        "count_due",
+        "count_in_flight",
+        "oldest_due_age",
+    ):
         assert f"FORCE INDEX (`{DUE_INDEX}`)" in getattr(sql, name)
     assert sql.id_column == "`Odd_Id_7`"
 
@@ -81,16 +88,38 @@ def test_state_values_are_the_enum_values() -> None:
     sql = render(ODD)
     assert f"`{STATE_COLUMN}` = {int(State.IDLE)} AND" in sql.claim_due
     assert f"SET `{STATE_COLUMN}` = {int(State.DISPATCHED)}" in sql.mark_dispatched
-    assert f"AND `{STATE_COLUMN}` = {int(State.DISPATCHED)}" in sql.ack_delete
+    assert f"SET `{STATE_COLUMN}` = {int(State.RUNNING)}" in sql.mark_running
+    assert f"AND `{STATE_COLUMN}` = {int(State.RUNNING)}" in sql.ack_delete
 
 
-def test_fenced_statements_always_check_the_dispatched_state() -> None:
-    """The CAS is (id, attempt, state): an ack of a requeued (IDLE) row must match nothing."""
+# The CAS of every fenced statement: (id, attempt, state). A start takes only DISPATCHED rows; every
+# finish and renewal only RUNNING ones, so an ack of a requeued (IDLE) row matches nothing.
+FENCED_ON = {
+    State.DISPATCHED: ("lock_dispatched", "lock_dispatched_skip", "count_dispatched", "mark_running"),
+    State.RUNNING: (
+        "give_back",
+        "lock_leased",
+        "extend_lease",
+        "leased",
+        "lock_running",
+        "ack_touch",
+        "ack_delete",
+        "fail_rescan",
+        "fail_oneoff",
+    ),
+}
+
+
+@pytest.mark.parametrize("state", list(FENCED_ON))
+def test_fenced_statements_always_check_the_state(state: State) -> None:
     sql = render(ODD)
-    for name in ("lock_dispatched", "lock_dispatched_skip", "ack_touch", "ack_delete"):
+    for name in FENCED_ON[state]:
         stmt = getattr(sql, name)
-        assert "{fence} AND" in stmt
-        assert f"`{STATE_COLUMN}` = {int(State.DISPATCHED)}" in stmt
+        assert f"{{fence}} AND `{STATE_COLUMN}` = {int(state)}" in stmt, name
+
+
+def test_a_straggler_is_fenced_on_its_attempt_in_any_state() -> None:
+    assert "WHERE {fence} FOR UPDATE" in render(ODD).lock_attempt
 
 
 def test_render_refuses_names_that_skipped_validation() -> None:

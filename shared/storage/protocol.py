@@ -1,0 +1,100 @@
+"""What the roles program against, whatever the kind of source: the Store and WorkBatch protocols,
+and the values they return. No SQL here; the stores implementing them are the storage layer's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from duecast.shared.acks import Ack, Row
+from duecast.shared.fanout.keys import Entry
+from duecast.shared.settings import SourceSettings
+
+
+@dataclass(frozen=True)
+class AckCounts:
+    acked: int
+    stale: int  # acks whose (id, attempt, state) no longer matched: counted and dropped
+    refused: int = 0  # acks whose values the database refused: those rows failed
+
+    def __add__(self, other: AckCounts) -> AckCounts:
+        return AckCounts(self.acked + other.acked, self.stale + other.stale, self.refused + other.refused)
+
+
+NO_ACKS = AckCounts(0, 0)
+
+
+class StaleAck(RuntimeError):
+    """An ack found rows no longer matching their fence where that cannot be dropped row by row."""
+
+    def __init__(self, count: int, why: str) -> None:
+        super().__init__(f"{count} stale: {why}")
+        self.count = count
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    due: int  # capped at STATUS_COUNT_CAP
+    in_flight: int  # dispatched or started, not yet finished
+    oldest_due_age_s: float | None  # None when the table is empty
+    unit: str = "rows"  # what due / in_flight count: rows, or ranges in range mode
+    fresh_share: float | None = None  # range mode: share of rows checked within period + 1 s
+    detail: dict[str, int] | None = None  # job queues: jobs per state (pending, due, scheduled...)
+
+
+class WorkBatch(Protocol):
+    """Work a store started for a worker: committed RUNNING under leases the store keeps until
+    close(). No transaction or row lock is open while its handlers run; each ack or fail is a
+    short fenced transaction of its own, for any subset of the rows, as they finish. One caller
+    at a time: a batch is not shared between threads."""
+
+    rows: list[Row]
+    skipped: int  # entries not started: stale, deleted, or held by another worker
+    # Entries locked but left to start later, one group at a time after this batch is finished
+    # (leased stores: suspects, shared.policy.start_groups); empty for the others.
+    later: list[list[Entry]]
+
+    def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts: ...
+    def fail(self, failures: Sequence[tuple[Row, object]]) -> None: ...
+    # Finish what waits on time rather than on outcomes (range mode: a span whose last rows
+    # straggle); called now and then while rows are in flight.
+    def settle(self) -> AckCounts: ...
+    def close(self) -> None: ...  # stop keeping leases: every row has been acked or failed
+
+
+@runtime_checkable
+class SkipsLocked(Protocol):
+    """A store whose claims, or a batch whose start, report the rows they passed over because
+    another session held their lock (row mode, and range mode's ranges): counted as `locked_skipped`."""
+
+    skipped_locked: int  # in the last claim, or in this batch's start
+
+
+class Store(Protocol):
+    """What the roles need from a source's store (row mode: SourceStore; range mode: RangeStore)."""
+
+    @property
+    def src(self) -> SourceSettings: ...
+    @property
+    def id_column(self) -> str: ...  # the business table's key, as in the rows handlers get
+    @property
+    def rows_per_entry(self) -> int: ...  # 1, or range_size in range mode
+
+    def verify(self) -> None: ...
+    def claim_due(self, limit: int) -> list[Entry]: ...
+    def start(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> WorkBatch: ...
+    def started(
+        self, entries: Sequence[Entry], columns: Sequence[str] = ()
+    ) -> AbstractContextManager[WorkBatch]: ...  # start, and close when the block ends
+    def group_key(self, ack: Ack) -> Any: ...
+    # Redelivery, one method per cause (dispatcher/redelivery.py runs them; shared/policy.py: CAUSES).
+    def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int: ...  # DISPATCHED too long
+    def requeue_lost(self, limit: int) -> int: ...  # Redis lost its entries: every unstarted one, now
+    def requeue_interrupted(self, limit: int) -> int: ...  # a started lease ran out: its worker died
+    def requeue_held(self, entries: Sequence[Entry]) -> int: ...  # popped by a worker now dead
+    def release_unpushed(self, entries: Sequence[Entry]) -> int: ...  # claimed, push refused
+    def reset_dispatched(self) -> int: ...
+    def status(self) -> SourceStatus: ...

@@ -1,0 +1,133 @@
+"""A range-mode worker batch: the business rows of started spans, whose outcomes arrive one by one.
+
+A span is finished (its changed rows written and the span acked, one short transaction) once every
+row of it has an outcome, or once only stragglers are out (shared.policy.span_settled); a straggler's
+outcome then lands on its own, if its span was not claimed again meanwhile. A failed row does not
+hold its span back: it is counted, and checked again at the span's next period.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from duecast.shared.acks import Ack, Row
+from duecast.shared.fanout.keys import Entry
+from duecast.shared.policy import span_settled
+from duecast.shared.states import ATTEMPT_COLUMN
+from duecast.shared.storage.protocol import NO_ACKS, AckCounts
+from duecast.shared.storage.row_batch import RowBatch
+
+if TYPE_CHECKING:
+    from duecast.shared.storage.range_store import RangeStore
+
+RANGE_KEY = "dc_range"  # each business row handed to a handler carries its span's first id
+
+
+@dataclass
+class Span:
+    """One started span: its range row, the rows read in it, and the outcomes in so far."""
+
+    row: Row  # range_id, lo, hi, dc_attempt
+    total: int  # business rows read at the start: what rows_seen records
+    outcomes: dict[object, tuple[Row, Ack | None]] = field(default_factory=dict)  # None: failed
+    finished: bool = False
+
+    @property
+    def entry(self) -> Entry:
+        return Entry(int(self.row["range_id"]), int(self.row[ATTEMPT_COLUMN]))
+
+    def successes(self) -> list[tuple[Row, Ack]]:
+        return [(row, ack) for row, ack in self.outcomes.values() if ack is not None]
+
+
+# A straggler's success, arriving after its span was finished.
+Late = tuple[Span, Row, Ack]
+
+
+class RangeBatch:
+    """The business rows of a batch's started spans; outcomes in any order and subsets. Counts:
+    acked = rows succeeded and applied, stale = successes whose span was no longer this batch's,
+    refused = rows whose values the database refused. What a fail() finishes is counted by the
+    next ack() or settle()."""
+
+    def __init__(self, store: RangeStore, spans: RowBatch, rows: list[Row]) -> None:
+        self._store = store
+        self._spans_batch = spans
+        self.rows = rows
+        self.skipped = spans.skipped
+        self.skipped_locked = spans.skipped_locked  # spans another session held past the lock wait
+        self.later: list[list[Entry]] = []
+        self._started = time.monotonic()
+        seen = Counter(int(row[RANGE_KEY]) for row in rows)
+        self._spans = {int(r["lo"]): Span(r, seen[int(r["lo"])]) for r in spans.rows}
+        self._key = store.id_column
+        self._unreported = NO_ACKS  # what fail() finished, for the next ack() or settle() to return
+
+    def phases(self) -> list[list[Row]]:
+        return [self.rows] if self.rows else []
+
+    def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
+        for _, ack in acks:
+            self._store.group_key(ack)  # a bad Ack is refused before anything is recorded
+        late, strangers = self._record(acks)
+        counts = self._finish_complete() + self._store.write_late(self._spans_batch, late)
+        return self._reported() + counts + AckCounts(0, strangers)
+
+    def fail(self, failures: Sequence[tuple[Row, object]]) -> None:
+        """Failed rows count as checked for their span; nothing of theirs is written."""
+        self._record((row, None) for row, _ in failures)
+        self._unreported += self._finish_complete()
+
+    def settle(self) -> AckCounts:
+        """Finish the spans whose only rows left out are stragglers (shared.policy.span_settled)."""
+        elapsed = time.monotonic() - self._started
+        due = [
+            s
+            for s in self._spans.values()
+            if not s.finished and span_settled(s.total, s.total - len(s.outcomes), elapsed)
+        ]
+        return self._reported() + self._finish(due)
+
+    def close(self) -> None:
+        """Stop keeping the spans' leases; a span not finished by now is requeued once its lease
+        runs out (interrupted), and its rows are checked again."""
+        self._spans_batch.close()
+
+    def _record(self, outcomes: Iterable[tuple[Row, Ack | None]]) -> tuple[list[Late], int]:
+        """Note each outcome on its span (the first one per row counts). Returns the successes
+        whose span is already finished, and how many acked rows are not of this batch at all."""
+        late: list[Late] = []
+        strangers = 0
+        for row, ack in outcomes:
+            span = self._spans.get(int(row[RANGE_KEY]))
+            if span is None or int(row[ATTEMPT_COLUMN]) != span.entry.attempt:
+                strangers += ack is not None
+                continue
+            key = row[self._key]
+            if key in span.outcomes:
+                continue
+            span.outcomes[key] = (row, ack)
+            if span.finished and ack is not None:
+                late.append((span, row, ack))
+        return late, strangers
+
+    def _finish_complete(self) -> AckCounts:
+        """Finish the spans every row of which has an outcome now."""
+        complete = [s for s in self._spans.values() if not s.finished and len(s.outcomes) >= s.total]
+        return self._finish(complete)
+
+    def _finish(self, spans: list[Span]) -> AckCounts:
+        if not spans:
+            return NO_ACKS
+        for span in spans:
+            span.finished = True  # from now on its rows' outcomes are stragglers'
+        self._spans_batch.finishing(s.row for s in spans)
+        return self._spans_batch.retrying(lambda: self._store.finish_spans(spans))
+
+    def _reported(self) -> AckCounts:
+        counts, self._unreported = self._unreported, NO_ACKS
+        return counts

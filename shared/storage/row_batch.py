@@ -1,0 +1,131 @@
+"""Rows a SourceStore started for one worker batch (row mode, and range mode's spans): their leases
+kept until close(), and their fenced finishes, each a short transaction retried as a unit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, TypeVar
+
+from duecast.shared.acks import Ack, Row
+from duecast.shared.fanout.keys import Entry
+from duecast.shared.storage.leased.keeper import Hold
+from duecast.shared.storage.protocol import NO_ACKS, AckCounts
+from duecast.shared.storage.units import VALUE_ERRORS, Cursor, retry_transient, savepoint
+
+if TYPE_CHECKING:
+    from duecast.shared.storage.source_store import SourceStore
+
+log = logging.getLogger("duecast.worker")
+FINISH_RETRIES = 3
+T = TypeVar("T")
+
+
+def guarded(cur: Cursor, rows: list[Row], run: Callable[[list[Row]], int]) -> tuple[int, list[Row]]:
+    """Run `run(rows)` under a savepoint; if the database refuses a value, undo just that statement
+    and run the rows one by one, so one bad value cannot roll back a whole batch.
+
+    Returns (what `run` counted, the rows the database refused).
+    """
+    try:
+        return _saved(cur, rows, run), []
+    except VALUE_ERRORS:
+        if len(rows) == 1:
+            return 0, rows
+    done, refused = 0, []
+    for row in rows:
+        try:
+            done += _saved(cur, [row], run)
+        except VALUE_ERRORS:
+            refused.append(row)
+    return done, refused
+
+
+def _saved(cur: Cursor, rows: list[Row], run: Callable[[list[Row]], int]) -> int:
+    with savepoint(cur, "dc_ack"):
+        return run(rows)
+
+
+class RowBatch:
+    """Rows started (RUNNING, committed) for one worker batch. `ack` and `fail` each commit on their
+    own, for any subset of the rows, retried as units on transient errors."""
+
+    def __init__(self, store: SourceStore, rows: list[Row], skipped: int, locked: int = 0) -> None:
+        self._store = store
+        self.rows = rows
+        self.skipped = skipped
+        self.skipped_locked = locked  # of `skipped`: current rows another session held past the lock wait
+        self.later: list[list[Entry]] = []
+        self.entries = store.entries(rows)
+        self.hold: Hold | None = None  # the lease keeper's, until close()
+        self._kept: AbstractContextManager[Hold] | None = None
+
+    def keep(self, holding: AbstractContextManager[Hold]) -> None:
+        """Keep the batch's leases (the keeper's `holding`) until close()."""
+        self.hold = holding.__enter__()
+        self._kept = holding
+
+    def close(self) -> None:
+        """The batch is over: its leases are no longer extended. Rows neither acked nor failed by
+        now stay RUNNING until their lease runs out, and are then requeued as interrupted."""
+        kept, self._kept, self.hold = self._kept, None, None
+        if kept is not None:
+            kept.__exit__(None, None, None)
+
+    def settle(self) -> AckCounts:
+        """Nothing to settle: each row is finished by its own ack or fail."""
+        return NO_ACKS
+
+    def phases(self) -> list[list[Row]]:
+        return [self.rows] if self.rows else []
+
+    def finishing(self, rows: Iterable[Row]) -> None:
+        """Tell the lease keeper these rows' finish begins: their leaving RUNNING is not a lost lease."""
+        if self.hold is not None:
+            key = self._store.src.id_column
+            self.hold.finishing(int(r[key]) for r in rows)
+
+    def retrying(self, unit: Callable[[], T]) -> T:
+        """Run a finishing transaction again after a transient error. Every finish is fenced on
+        (id, attempt) and RUNNING, so running it again after a COMMIT that did land changes nothing
+        (those rows then count as stale)."""
+        what = f"finishing rows of {self._store.src.name}"
+        return retry_transient(unit, what=what, redo="the finish", retries=FINISH_RETRIES, log=log)
+
+    def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
+        """Apply each row's Ack in one transaction: fenced statements, rows with equal acks sharing
+        one. Rows whose values the database refuses fail alone (see `fail`)."""
+        if not acks:
+            return NO_ACKS
+        groups = self._store.ack_groups(acks)  # a bad Ack is refused before anything is written
+        self.finishing(row for row, _ in acks)
+
+        def once() -> AckCounts:
+            with self._store.db.transaction() as cur:
+                return self._store.finish(cur, groups)
+
+        return self.retrying(once)
+
+    def fail(self, failures: Sequence[tuple[Row, object]]) -> None:
+        """Failed checks (the outcome, an exception or a bad ack, is logged by the worker; a row
+        keeps no error): a re-scan row is checked again at its next period, a one-off row is left
+        DISPATCHED for the sweeper under a new attempt."""
+        if not failures:
+            return
+        rows = [row for row, _ in failures]
+        self.finishing(rows)
+
+        def once() -> int:
+            with self._store.db.transaction() as cur:
+                return self._store.fail_rows(cur, rows)
+
+        self.retrying(once)
+
+    def give_back(self) -> None:
+        """Nothing was run after all (range mode could not read the spans' rows): stop keeping the
+        leases and make the rows due again now, as a late start does."""
+        self.close()
+        if self.rows:
+            self._store.give_back(self.rows)
