@@ -305,8 +305,8 @@ class Worker:
 
 
 def _limit_s(store: Store) -> float:
-    limit: float = getattr(store.src, "timeout_s", None) or 1800.0
-    return limit
+    """A call's time limit unless its task sets its own: the source's (a job queue's is jobs.timeout_s)."""
+    return store.src.timeout_s
 
 
 def _decodes(raw: bytes) -> bool:

@@ -35,7 +35,7 @@ class SourceSettings(_Section):
     # A check's time limit, enforced by the worker: an async handler is cancelled at it, a sync
     # one is given up (its thread left to finish) and counted; either way the check failed and the
     # row is checked again (a re-scan row at its next period).
-    timeout_s: float = Field(30.0, gt=0, le=86400)
+    timeout_s: float = Field(30.0, gt=0, le=7 * 86400)
     # "rows": dispatch state in each row (dc_* columns): per-row due times, three row writes per
     # check (claim, start, ack). "ranges": dispatch state per span of `range_size` ids in
     # duecast's own dc_ranges_<name> table; a business row is written only when its handler
@@ -157,6 +157,7 @@ class JobsSettings(_Section):
                 high_water=self.high_water,
                 visibility_timeout_s=self.visibility_timeout_s,
                 lease_s=self.lease_s,  # its store's lease keeper (shared/storage/leased) runs on it
+                timeout_s=self.timeout_s,  # a task's default time limit (a task may set its own)
             )
             for queue in self.queues
         ]

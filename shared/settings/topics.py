@@ -49,7 +49,9 @@ class GroupSettings(_Section):
     mode: Literal["cluster", "broadcast"] = "cluster"
     start: StartAt = "latest"  # where a new group (or a new broadcast member) begins
     max_retries: int = Field(16, ge=0, le=1000)  # cluster: failed runs retried before dead
-    timeout_s: float = Field(300.0, gt=0, le=7 * 86400)  # a message in flight longer is alerted on
+    # A cluster consumer's call taking longer is a failure (async: cancelled; plain: given up), and a
+    # message in flight longer is alerted on.
+    timeout_s: float = Field(300.0, gt=0, le=7 * 86400)
 
     @property
     def source(self) -> str:
@@ -118,6 +120,7 @@ class TopicsSettings(_Section):
                 high_water=self.high_water,
                 visibility_timeout_s=self.visibility_timeout_s,
                 lease_s=self.lease_s,  # its store's lease keeper (shared/storage/leased) runs on it
+                timeout_s=g.timeout_s,  # a consumer call's time limit
             )
             for g in self.groups
             if g.mode == "cluster"

@@ -11,6 +11,7 @@ from typing import cast
 
 import pymysql
 import pytest
+from duecast.worker.executor import Executor
 
 from duecast.admin import migrate
 from duecast.shared.acks import Ack, Row
@@ -22,7 +23,6 @@ from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, WorkerSettings
 from duecast.shared.storage.range_store import RangeStore
 from duecast.shared.storage.source_store import Store
-from duecast.worker.executor import Executor
 from duecast.worker.worker import Worker
 from tests.integration import range_app
 from tests.integration.conftest import Env

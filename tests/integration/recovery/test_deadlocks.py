@@ -19,6 +19,7 @@ from typing import Any, cast
 
 import pymysql
 import pytest
+from duecast.worker.executor import Executor
 
 from duecast.admin import migrate
 from duecast.shared.acks import Ack, Row
@@ -31,7 +32,6 @@ from duecast.shared.states import State
 from duecast.shared.storage.db import Database, connect
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.source_store import Store
-from duecast.worker.executor import Executor
 from duecast.worker.worker import Worker
 from tests.integration.conftest import Env
 from tests.integration.polling import wait_until

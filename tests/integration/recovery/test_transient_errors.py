@@ -10,12 +10,12 @@ from typing import cast
 
 import pymysql
 import pytest
+from duecast.worker.executor import Executor
 
 from duecast.shared.acks import Ack, Row
 from duecast.shared.api.handlers import Handler
 from duecast.shared.settings import WorkerSettings
 from duecast.shared.storage.source_store import SourceStore, Store
-from duecast.worker.executor import Executor
 from duecast.worker.worker import Worker
 from tests.integration.conftest import Env
 

@@ -1,8 +1,6 @@
-"""The README's Guarantees section claims no more than the fault tier proves about one run per attempt.
-
-While tests/faults keeps the strict xfail KNOWN LIMIT of a copy re-running an attempt, the README
-must state the exception and link the test; fixing the limit turns the xfail into a failure there,
-and this test then asks for the README to be updated in the same change.
+"""The README's Guarantees section claims no more than the fault tier proves about one run per attempt:
+it links the fault test that pushes entries several times, for every kind of source, and no known
+limit of that guarantee is left open in tests/faults/known_bugs.py.
 """
 
 from __future__ import annotations
@@ -23,24 +21,11 @@ def guarantees() -> str:
     return " ".join(match.group(1).split())
 
 
-def test_the_known_limit_is_stated_with_its_modes_case_and_test() -> None:
-    limit_open = hasattr(known_bugs, "COPY_RERUNS_AFTER_HOLDER_KILLED")
-    assert limit_open, "the limit is closed: say so in README.md's Guarantees and drop this test's check"
+def test_one_run_per_attempt_is_promised_with_the_test_that_proves_it() -> None:
+    assert not hasattr(known_bugs, "COPY_RERUNS_AFTER_HOLDER_KILLED"), "a known limit is open again: say so"
     section = guarantees()
     assert f"({TEST_FILE})" in section, "the Guarantees section links the fault test"
-    assert (ROOT / TEST_FILE).read_text().count("COPY_RERUNS_AFTER_HOLDER_KILLED") >= 2
-    for words in (
-        "row mode and in range mode",
-        "already waiting",
-        "SIGKILLed *after* running the handler",
-        "KNOWN LIMIT",
-        "One-off jobs and cluster consumer groups",
-    ):
-        assert words in section, f"the Guarantees section no longer says {words!r}"
-
-
-def test_no_unqualified_promise_of_one_run_per_attempt() -> None:
-    section = guarantees()
-    for sentence in re.split(r"(?<=[.:])\s", section):
-        if "at most once" in sentence:
-            assert "exception" in sentence, f"an unqualified promise: {sentence!r}"
+    assert "runs at most once" in section
+    assert "committed compare-and-set" in section  # why it holds, in a sentence
+    test = (ROOT / TEST_FILE).read_text()
+    assert "xfail" not in test, "the fault test proves it for every kind, with no exception"

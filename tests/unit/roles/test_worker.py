@@ -1,10 +1,11 @@
-"""worker.Worker.tick with a fake store and a fakeredis queue: what gets acked, counted and quarantined."""
+"""worker.Worker.tick with a fake store and a fakeredis queue: what gets started, acked, counted and
+quarantined. A tick pops and starts a batch; later ticks ack outcomes as they come (`drain`)."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import cast
 
 import fakeredis
@@ -17,44 +18,47 @@ from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import WorkerSettings
 from duecast.shared.storage.source_store import SourceStore
 from duecast.shared.storage.units import TransientError
-from duecast.worker.executor import Executor
 from duecast.worker.worker import Worker
 from tests.unit.fakes import FakeBatch, FakeWorkStore, rescan_source
 
 SETTINGS = WorkerSettings(pop_batch=100, block_timeout_s=0.1)
 
 
-@pytest.fixture
-def executor() -> Iterator[Executor]:
-    ex = Executor(1)
-    yield ex
-    ex.close()
-
-
-def _worker(store: FakeWorkStore, handler: Handler, queue: ReadyQueue, executor: Executor) -> Worker:
+def _worker(store: FakeWorkStore, handler: Handler, queue: ReadyQueue, **kwargs: object) -> Worker:
     stores = cast(dict[str, SourceStore], {store.src.name: store})
-    return Worker(stores, {store.src.name: handler}, queue, SETTINGS, executor)
+    return Worker(stores, {store.src.name: handler}, queue, SETTINGS, **kwargs)  # type: ignore[arg-type]
+
+
+def drain(worker: Worker, timeout_s: float = 10.0) -> None:
+    """Tick until a tick finds nothing in flight and nothing to pop (as --drain does), then close."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not worker.tick().idle:
+            assert time.monotonic() < deadline, f"still in flight: {[f.describe() for f in worker.flights]}"
+    finally:
+        worker.close()
 
 
 def _acked_ids(store: FakeWorkStore) -> list[int]:
     return [row["user_id"] for row, _ in store.acked]
 
 
-def test_empty_lists_make_an_idle_tick(ready_queue: ReadyQueue, executor: Executor) -> None:
+def test_empty_lists_make_an_idle_tick(ready_queue: ReadyQueue) -> None:
     store = FakeWorkStore(rescan_source(), {})
-    tick = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue, executor).tick()
+    tick = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue).tick()
     assert (tick.delay_s, tick.idle) == (0.0, True)  # BLMPOP already waited; no extra sleep
     assert store.started_with == []
 
 
-def test_good_entries_are_handled_and_acked(ready_queue: ReadyQueue, executor: Executor) -> None:
+def test_good_entries_are_handled_and_acked(ready_queue: ReadyQueue) -> None:
     store = FakeWorkStore(rescan_source(), {1: 1, 2: 3, 3: 1})
     seen: list[Row] = []
     handler = Handler("users", seen.append, batch=False, columns=("status",))
     ready_queue.push("users", [Entry(1, 1), Entry(2, 3), Entry(3, 1)])
-    worker = _worker(store, handler, ready_queue, executor)
+    worker = _worker(store, handler, ready_queue)
     tick = worker.tick()
     assert (tick.delay_s, tick.idle) == (0.0, False)
+    drain(worker)
     assert store.started_with == [([Entry(1, 1), Entry(2, 3), Entry(3, 1)], ("status",))]
     assert [r["user_id"] for r in seen] == [1, 2, 3]
     assert _acked_ids(store) == [1, 2, 3]
@@ -62,11 +66,11 @@ def test_good_entries_are_handled_and_acked(ready_queue: ReadyQueue, executor: E
     assert ready_queue.stats("users") == {"popped": 3, "started": 3, "acked": 3}
 
 
-def test_bad_and_duplicate_entries(ready_queue: ReadyQueue, executor: Executor) -> None:
+def test_bad_and_duplicate_entries(ready_queue: ReadyQueue) -> None:
     store = FakeWorkStore(rescan_source(), {5: 2})
     ready_queue.push_raw("users", [b"5:2", b"garbage", b"5:2", b"0:1", b"5:1"])
-    worker = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue, executor)
-    worker.tick()
+    worker = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue)
+    drain(worker)
     assert store.started_with[0][0] == [Entry(5, 2), Entry(5, 1)]
     assert _acked_ids(store) == [5]
     # One exact duplicate dropped before locking, one older attempt not locked (fenced out).
@@ -74,16 +78,16 @@ def test_bad_and_duplicate_entries(ready_queue: ReadyQueue, executor: Executor) 
     assert ready_queue.quarantined("users") == [b"malformed 0:1", b"malformed garbage"]
 
 
-def test_only_bad_entries_lock_nothing(ready_queue: ReadyQueue, executor: Executor) -> None:
+def test_only_bad_entries_lock_nothing(ready_queue: ReadyQueue) -> None:
     store = FakeWorkStore(rescan_source(), {})
     ready_queue.push_raw("users", [b"x", b"-1:1"])
-    worker = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue, executor)
-    worker.tick()
+    worker = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue)
+    drain(worker)
     assert store.started_with == []
     assert +worker.counts == Counter({"popped": 2, "bad": 2})
 
 
-def test_failed_rows_are_not_acked(ready_queue: ReadyQueue, executor: Executor) -> None:
+def test_failed_rows_are_not_acked(ready_queue: ReadyQueue) -> None:
     store = FakeWorkStore(rescan_source(), {i: 1 for i in range(1, 5)})
 
     def fn(row: Row) -> Ack | None:
@@ -94,14 +98,14 @@ def test_failed_rows_are_not_acked(ready_queue: ReadyQueue, executor: Executor) 
         return Ack.touch(status=7) if row["user_id"] == 4 else None
 
     ready_queue.push("users", [Entry(i, 1) for i in range(1, 5)])
-    worker = _worker(store, Handler("users", fn, batch=False), ready_queue, executor)
-    worker.tick()
+    worker = _worker(store, Handler("users", fn, batch=False), ready_queue)
+    drain(worker)
     assert _acked_ids(store) == [1, 4]
     assert [ack for _, ack in store.acked] == [Ack.default(), Ack.touch(status=7)]
     assert +worker.counts == Counter({"popped": 4, "started": 4, "failed": 2, "acked": 2})
 
 
-def test_acks_that_lost_their_fence_count_as_stale(ready_queue: ReadyQueue, executor: Executor) -> None:
+def test_acks_that_lost_their_fence_count_as_stale(ready_queue: ReadyQueue) -> None:
     store = FakeWorkStore(rescan_source(), {1: 1, 2: 1})
 
     def handle(row: Row) -> None:
@@ -109,8 +113,8 @@ def test_acks_that_lost_their_fence_count_as_stale(ready_queue: ReadyQueue, exec
             store.take_over(2)  # while its handler runs, another worker takes row 2 over
 
     ready_queue.push("users", [Entry(1, 1), Entry(2, 1)])
-    worker = _worker(store, Handler("users", handle, batch=False), ready_queue, executor)
-    worker.tick()
+    worker = _worker(store, Handler("users", handle, batch=False), ready_queue)
+    drain(worker)
     assert +worker.counts == Counter({"popped": 2, "started": 2, "acked": 1, "stale_acks": 1})
 
 
@@ -134,8 +138,8 @@ class _RecordingQueue(ReadyQueue):
 
 
 @pytest.mark.parametrize("process", [None, "host:123"])
-def test_a_registered_worker_pops_into_its_hold_and_releases_it_after_the_batch(
-    fake_redis: fakeredis.FakeRedis, executor: Executor, process: str | None
+def test_a_registered_worker_pops_into_its_hold_and_releases_it_once_the_batch_started(
+    fake_redis: fakeredis.FakeRedis, process: str | None
 ) -> None:
     queue = _RecordingQueue(fake_redis, Keys("unit"))
     queue.calls, queue.counts = [], []
@@ -143,16 +147,17 @@ def test_a_registered_worker_pops_into_its_hold_and_releases_it_after_the_batch(
     queue.push("users", [Entry(1, 1), Entry(2, 1)])
     stores = cast(dict[str, SourceStore], {"users": store})
     handler = Handler("users", lambda row: None, batch=False)
-    worker = Worker(stores, {"users": handler}, queue, SETTINGS, executor, process=process)
-    worker.tick()
+    worker = Worker(stores, {"users": handler}, queue, SETTINGS, process=process)
+    drain(worker)
     assert _acked_ids(store) == [1, 2]
     # No registry name: the plain BLMPOP and no hold at all.
-    assert queue.calls == ([] if process is None else [("pop_held", process), ("release_hold", process)])
+    # Released as soon as the start committed (the rows are RUNNING under leases then); the last
+    # call is the pop that found the lists empty.
+    expected = [("pop_held", process), ("release_hold", process), ("pop_held", process)]
+    assert queue.calls == ([] if process is None else expected)
 
 
-def test_a_worker_pops_each_list_by_its_own_count(
-    fake_redis: fakeredis.FakeRedis, executor: Executor
-) -> None:
+def test_a_worker_pops_each_list_by_its_own_count(fake_redis: fakeredis.FakeRedis) -> None:
     """pop_batch counts rows: 100 rows is 1 entry of a range source (spans of 1,000 ids) but 100
     entries of a row source. A worker serving both pops each list by its own count."""
     queue = _RecordingQueue(fake_redis, Keys("unit"))
@@ -162,12 +167,10 @@ def test_a_worker_pops_each_list_by_its_own_count(
     rows = FakeWorkStore(rescan_source(), {1: 1})
     stores = cast(dict[str, SourceStore], {"spans": spans, "users": rows})
     handler = Handler("users", lambda row: None, batch=False)
-    worker = Worker(stores, {"spans": handler, "users": handler}, queue, SETTINGS, executor, process="h:1")
-    assert worker.pop_counts == [1, 100]
-    assert worker.pop_count == 1  # the plain BLMPOP's one count: never more rows than pop_batch
+    worker = Worker(stores, {"spans": handler, "users": handler}, queue, SETTINGS, process="h:1")
     queue.push("users", [Entry(1, 1)])
-    worker.tick()
-    assert queue.counts == [[1, 100]]
+    drain(worker)
+    assert queue.counts[0] == [1, 100]
 
 
 class _GroupingStore(FakeWorkStore):
@@ -176,26 +179,22 @@ class _GroupingStore(FakeWorkStore):
 
     acked_before: list[list[int]]
 
-    @contextmanager
-    def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[FakeBatch]:
+    def start(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> FakeBatch:
         first = len(self.started_with) == 0
         self.acked_before.append([int(row["user_id"]) for row, _ in self.acked])
-        now = list(entries[:1]) if first else list(entries)
-        with super().started(now, columns) as batch:
-            if first:
-                batch.later = [list(entries[1:3]), list(entries[3:])]
-            yield batch
+        batch = super().start(list(entries[:1]) if first else list(entries), columns)
+        if first:
+            batch.later = [list(entries[1:3]), list(entries[3:])]
+        return batch
 
 
-def test_groups_left_for_later_start_one_by_one_after_the_previous_ack(
-    ready_queue: ReadyQueue, executor: Executor
-) -> None:
+def test_groups_left_for_later_start_one_by_one_after_the_previous_ack(ready_queue: ReadyQueue) -> None:
     entries = [Entry(i, 1) for i in (1, 2, 3, 4)]
     store = _GroupingStore(rescan_source(), dict.fromkeys((1, 2, 3, 4), 1))
     store.acked_before = []
     ready_queue.push("users", entries)
-    worker = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue, executor)
-    worker.tick()
+    worker = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue)
+    drain(worker)
     # What each start marked started: the first entry, then each later group in turn.
     assert [e for e, _ in store.started_with] == [entries[:1], entries[1:3], entries[3:]]
     assert store.acked_before == [[], [1], [1, 2, 3]]  # each group acked before the next one started
@@ -206,19 +205,19 @@ def test_groups_left_for_later_start_one_by_one_after_the_previous_ack(
 class _DownStore(FakeWorkStore):
     """MySQL gone: every start fails as a lost connection does."""
 
-    def started(self, entries: Sequence[Entry], columns: Sequence[str]) -> object:  # type: ignore[override]
+    def start(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> FakeBatch:
         self.started_with.append((list(entries), tuple(columns)))
         raise TransientError("(2013, 'Lost connection to MySQL server during query')", 2013)
 
 
 def test_a_batch_given_up_on_is_pushed_back_at_once_and_its_hold_released(
-    ready_queue: ReadyQueue, executor: Executor, monkeypatch: pytest.MonkeyPatch
+    ready_queue: ReadyQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = _DownStore(rescan_source(), {1: 1, 2: 1})
     stores = cast(dict[str, SourceStore], {"users": store})
     settings = WorkerSettings(pop_batch=100, block_timeout_s=0.1, unit_retry_s=0)
     handler = Handler("users", lambda row: None, batch=False)
-    worker = Worker(stores, {"users": handler}, ready_queue, settings, executor, process="w1")
+    worker = Worker(stores, {"users": handler}, ready_queue, settings, process="w1")
     ready_queue.push_raw("users", [b"1:1", b"garbage", b"2:1"])
     # fakeredis runs no Lua: pop plainly, and record a hold as the pop-and-hold script would.
     hold = ready_queue.keys.inflight("w1")
@@ -232,15 +231,13 @@ def test_a_batch_given_up_on_is_pushed_back_at_once_and_its_hold_released(
     assert ready_queue.pop(["users"], 10, 0.1) == ("users", [b"1:1", b"2:1"])
 
 
-def test_a_bug_is_not_pushed_back(ready_queue: ReadyQueue, executor: Executor) -> None:
+def test_a_bug_is_not_pushed_back(ready_queue: ReadyQueue) -> None:
     class Broken(FakeWorkStore):
-        def started(self, entries: Sequence[Entry], columns: Sequence[str]) -> object:  # type: ignore[override]
+        def start(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> FakeBatch:
             raise RuntimeError("a bug")
 
     stores = cast(dict[str, SourceStore], {"users": Broken(rescan_source(), {1: 1})})
-    worker = Worker(
-        stores, {"users": Handler("users", lambda row: None, batch=False)}, ready_queue, SETTINGS, executor
-    )
+    worker = Worker(stores, {"users": Handler("users", lambda row: None, batch=False)}, ready_queue, SETTINGS)
     ready_queue.push_raw("users", [b"1:1"])
     with pytest.raises(RuntimeError):
         worker.tick()
