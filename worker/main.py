@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
@@ -204,5 +205,14 @@ def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queu
     if args.member:
         topics = settings.topics.model_validate({**settings.topics.model_dump(), "member": args.member})
         settings = settings.model_copy(update={"topics": topics})
-    serve(settings, stop, drain=args.drain, make_queue=make_queue)
+    worker = serve(settings, stop, drain=args.drain, make_queue=make_queue)
+    if worker.threads.stuck:
+        # Python joins every handler thread at exit, and a stuck call may never return: leave now.
+        log.warning(
+            "exiting with %d handler thread(s) still stuck in calls given up at their timeout_s",
+            worker.threads.stuck,
+            extra={"event": "worker.exit_stuck"},
+        )
+        logging.shutdown()
+        os._exit(0)
     return 0

@@ -113,7 +113,7 @@ def test_mysql_sessions_killed_again_and_again(chaos: Chaos) -> None:
     assert kills >= 8
     assert deadlocked, "no worker waited for the rival's lock"
     lines = [line for p in chaos.procs.procs.values() for line in p.log.read_text().splitlines()]
-    assert any("retrying the unit" in line and "(1213," in line for line in lines), "no unit retried"
+    assert any("retrying the start" in line and "(1213," in line for line in lines), "no unit retried"
     assert_clean(chaos)
 
 

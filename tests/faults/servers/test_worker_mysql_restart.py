@@ -74,7 +74,7 @@ def _lines(path: Path, words: str) -> int:
 @pytest.mark.parametrize(
     ("budget_s", "outlasted_by"),
     [
-        (30.0, "retrying the unit"),  # the default budget spans the restart: the same unit commits
+        (30.0, "retrying the start"),  # the default budget spans the restart: the same unit commits
         (2.0, "gave up on a batch"),  # a budget shorter than the restart: the batch is pushed back
     ],
 )
@@ -99,7 +99,7 @@ def test_rows_held_through_a_mariadb_restart_are_checked_soon_after_it_is_back(
     server.kill()
     gate.touch()  # the handler returns; its ack meets a dead server, then a refused one
     env.wait_for(
-        lambda: _lines(worker.log, "retrying the unit") > 3,  # past the 3 quick retries of before
+        lambda: _lines(worker.log, "retrying the start") > 3,  # past the 3 quick retries of before
         "the worker to retry the unit past its old limit",
     )
     env.wait_for(lambda: _lines(worker.log, outlasted_by) > 0, f"the worker's log to show {outlasted_by!r}")

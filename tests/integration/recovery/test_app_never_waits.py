@@ -11,7 +11,6 @@ from typing import cast
 
 import pymysql
 import pytest
-from duecast.worker.executor import Executor
 
 from duecast.admin import migrate
 from duecast.shared.acks import Ack, Row
@@ -60,14 +59,17 @@ def app_update_while_checked(
     check = SlowCheck(id_column)
     name = store.src.name
     handler = Handler(name, check, batch=False, columns=("status",))
-    worker = Worker({name: store}, {name: handler}, queue, WorkerSettings(block_timeout_s=0.1), Executor(1))
+    worker = Worker({name: store}, {name: handler}, queue, WorkerSettings(block_timeout_s=0.1))
     errors: list[BaseException] = []
 
-    def tick() -> None:
+    def tick() -> None:  # as --drain runs it: until nothing is in flight or left to pop
         try:
-            worker.tick()
+            while not worker.tick().idle:
+                pass
         except BaseException as exc:
             errors.append(exc)
+        finally:
+            worker.close()
 
     thread = threading.Thread(target=tick, daemon=True)
     thread.start()

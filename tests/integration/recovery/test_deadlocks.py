@@ -19,7 +19,6 @@ from typing import Any, cast
 
 import pymysql
 import pytest
-from duecast.worker.executor import Executor
 
 from duecast.admin import migrate
 from duecast.shared.acks import Ack, Row
@@ -103,7 +102,7 @@ def rival(mysql_settings: MySQLSettings, sql: pymysql.cursors.Cursor) -> Iterato
 
 
 class InThread:
-    """worker.tick() on its own thread; join() re-raises what it raised."""
+    """The worker's ticks on their own thread, as --drain runs them; join() re-raises what they raised."""
 
     def __init__(self, worker: Worker) -> None:
         self.error: list[BaseException] = []
@@ -112,9 +111,12 @@ class InThread:
 
     def _run(self, worker: Worker) -> None:
         try:
-            worker.tick()
+            while not worker.tick().idle:
+                pass
         except BaseException as exc:
             self.error.append(exc)
+        finally:
+            worker.close()
 
     def join(self) -> None:
         self.thread.join(30)
@@ -147,7 +149,6 @@ def test_a_real_deadlock_while_a_rescan_batch_starts_retries_the_unit(
         {env.source.name: Handler(env.source.name, handle, batch=False)},
         env.queue,
         WorkerSettings(block_timeout_s=0.1),
-        Executor(1),
     )
     rival.write_ballast()
     rival.lock(env.table, env.id_column, ROWS)  # the batch's last row
@@ -155,7 +156,7 @@ def test_a_real_deadlock_while_a_rescan_batch_starts_retries_the_unit(
     rival.close_cycle(sql, 1)
     ticking.join()
 
-    assert retries(caplog, "retrying the unit", 1213), "the worker was not the deadlock victim"
+    assert retries(caplog, "retrying the start", 1213), "the worker was not the deadlock victim"
     assert runs == Counter(dict.fromkeys(range(1, ROWS + 1), 1))  # each handled once, after the retry
     assert env.states() == dict.fromkeys(range(1, ROWS + 1), (0, 1))  # acked under attempt 1
     assert env.count("status = 7") == ROWS
@@ -230,8 +231,7 @@ def jobs_run(
             {src.name: handlers.handler("jobs")},
             queue,
             WorkerSettings(block_timeout_s=0.1),
-            Executor(1),
-        )
+            )
         made.append(JobsRun(settings, store, worker, sorted(ids)))
         return made[-1]
 
@@ -264,7 +264,7 @@ def test_a_real_deadlock_while_jobs_start_retries_the_unit(
     rival.close_cycle(sql, run.ids[0])
     ticking.join()
 
-    assert retries(caplog, "retrying the unit", 1213), "the worker was not the deadlock victim"
+    assert retries(caplog, "retrying the start", 1213), "the worker was not the deadlock victim"
     assert_all_done_once(run)
 
 
@@ -286,7 +286,7 @@ def test_a_real_deadlock_while_jobs_finish_retries_the_finish(
     ticking.join()
 
     assert retries(caplog, "finishing jobs hit", 1213), "the finish was not the deadlock victim"
-    assert not retries(caplog, "retrying the unit", 1213)  # the finish alone ran again, not the tasks
+    assert not retries(caplog, "retrying the start", 1213)  # the finish alone ran again, not the tasks
     assert_all_done_once(run)
 
 

@@ -10,7 +10,6 @@ from typing import cast
 
 import pymysql
 import pytest
-from duecast.worker.executor import Executor
 
 from duecast.shared.acks import Ack, Row
 from duecast.shared.api.handlers import Handler
@@ -30,7 +29,6 @@ def _worker(env: Env, fn: Callable[[Row], Ack | None]) -> Worker:
         {env.source.name: handler},
         env.queue,
         settings,
-        Executor(1),
     )
 
 
@@ -74,7 +72,9 @@ def test_a_unit_hit_by_a_transient_error_is_retried_without_running_handlers_aga
 
         env.store.run_ack = deadlocking_ack  # type: ignore[method-assign]
         faulted.append(True)
-    worker.tick()
+    while not worker.tick().idle:
+        pass
+    worker.close()
 
     assert runs == Counter(dict.fromkeys(range(1, 21), 1))  # once each, despite the retry
     assert env.states() == dict.fromkeys(range(1, 21), (0, 1))  # all acked under attempt 1
