@@ -56,7 +56,8 @@ class ThreadRunner:
         if not indexes:
             return
         if flight.handler.batch:
-            n = min(len(indexes), self.concurrency * _SLICES_PER_THREAD)
+            # One thread: one call with every row, as a batch handler expects; more: slices.
+            n = 1 if self.concurrency == 1 else min(len(indexes), self.concurrency * _SLICES_PER_THREAD)
             size = -(-len(indexes) // n)
             items: deque[Sequence[int]] = deque(indexes[i : i + size] for i in range(0, len(indexes), size))
         else:
