@@ -8,10 +8,11 @@ check inside the worker's event loop: the same code the bare client loop runs.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 
 import aiohttp
-from http_bare import aiohttp_session, fetch
+from http_bare import aiohttp_session, fetch, raise_open_files
 
 from duecast import Registry, Row
 
@@ -20,6 +21,7 @@ URL_ENV = "DUECAST_BENCH_HTTP_URL"
 LIMIT_ENV = "DUECAST_BENCH_HTTP_LIMIT"
 
 handlers = Registry()
+raise_open_files()  # the session's connections, besides the worker's own
 
 
 class Client:
@@ -36,6 +38,15 @@ class Client:
         if cls.session is None or cls.loop is not loop:
             cls.session, cls.loop = aiohttp_session(int(os.environ[LIMIT_ENV])), loop
         return cls.session
+
+
+@atexit.register
+def _close_session() -> None:
+    """Close the session at exit, on its loop, once the worker has stopped that loop: unclosed, it
+    logs errors ("Unclosed client session"). duecast has no shutdown hook for handler resources."""
+    session, loop = Client.session, Client.loop
+    if session is not None and loop is not None and not loop.is_running() and not loop.is_closed():
+        loop.run_until_complete(session.close())
 
 
 @handlers.row(SOURCE)

@@ -15,6 +15,7 @@ import signal
 import sys
 
 from aiohttp import web
+from http_bare import raise_open_files
 
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
 END_OF_HEAD = b"\r\n\r\n"
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--delay", type=float, default=0.02)
     args = p.parse_args(argv)
+    raise_open_files()
     asyncio.run(serve(args.kind, args.port, args.delay))
     return 0
 
