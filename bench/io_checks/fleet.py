@@ -64,11 +64,17 @@ class Outcome:
 
     def failure(self, errors_expected: bool = False) -> str | None:
         """Why the run does not count, or None. A handler that times out on purpose logs errors."""
-        if self.early_exits or any(self.exit_codes.values()):
-            return f"{self.early_exits or self.exit_codes} (logs: {self.log_dir})"
+        if self.early_exits:
+            return f"{self.early_exits} (logs: {self.log_dir})"
         if self.errors and not errors_expected:
             return f"{self.error_lines} error lines logged, first: {self.errors} (logs: {self.log_dir})"
         return None
+
+    def shutdown_note(self) -> str | None:
+        """Processes that did not exit cleanly once told to stop: after the figures were taken, so
+        reported, not a failure (a worker whose threads are stuck in long calls needs SIGKILL)."""
+        bad = {name: code for name, code in self.exit_codes.items() if code}
+        return f"exit codes after SIGTERM: {bad} (logs: {self.log_dir})" if bad else None
 
     def window(self, skip_s: float) -> tuple[Tick, Tick]:
         """The first tick at least `skip_s` after the start, and the last tick."""

@@ -108,6 +108,8 @@ def one_run(
     out = fleet.run(settings, setup, console, watch)
     if failure := out.failure():
         raise SystemExit(f"run failed: {failure}")
+    if note := out.shutdown_note():
+        console.print(f"[yellow]warning[/yellow]: {note}")
     first, last = out.window(args.warmup)
     checks = last.acked - first.acked
     if checks <= 0:

@@ -123,6 +123,8 @@ def one_run(settings: Settings, args: argparse.Namespace, name: str, console: Co
     stamps.unlink()
     if failure := out.failure(errors_expected=handler.slow):
         return {"failure": failure}  # the other handlers' runs still count
+    if note := out.shutdown_note():
+        console.print(f"[yellow]{name}[/yellow]: {note}")
     if out.errors:  # the slow handlers' timed-out checks: counted, shown, not a failure
         console.print(f"{out.error_lines} error lines logged (timed-out checks?), first: {out.errors[:2]}")
     f = measured["f"]
