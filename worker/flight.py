@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,9 +50,13 @@ class Flight:
         self.later = [list(group) for group in later]  # groups to start once this one is over
         self.started = time.monotonic()
         self.settled_at = self.started
-        plans = [handler.plan(row) for row in self.rows]
-        self.on_loop = [is_async for is_async, _ in plans]
-        self.limits = [limit_s if own is None else own for _, own in plans]
+        if handler.route is None:  # one way and one limit for every row
+            self.on_loop = [handler.fn is None] * len(self.rows)
+            self.limits = [limit_s] * len(self.rows)
+        else:
+            plans = [handler.plan(row) for row in self.rows]
+            self.on_loop = [is_async for is_async, _ in plans]
+            self.limits = [limit_s if own is None else own for _, own in plans]
         self.left = len(self.rows)  # rows with no outcome yet
         self._known = bytearray(len(self.rows))  # 1: an outcome came (or the row was given up)
         self._done: list[tuple[int, Outcome]] = []  # outcomes not yet acked
@@ -59,6 +64,9 @@ class Flight:
         self._running: dict[int, float] = {}  # first index of a thread item -> when it began
         self._items: dict[int, Sequence[int]] = {}
         self._lock = threading.Lock()
+        # Outcomes as calls end: (row index, outcome), appended by handler threads and the event
+        # loop, drained by the worker thread (deque appends and pops are thread-safe).
+        self.inbox: deque[tuple[int, Outcome]] = deque()
 
     # -- from handler threads and the event loop ----------------------------------------------
 
@@ -75,19 +83,26 @@ class Flight:
 
     # -- on the worker thread ------------------------------------------------------------------
 
-    def report(self, indexes: Sequence[int], outcomes: Sequence[Outcome]) -> int:
-        """Record outcomes; returns how many were new (a given-up row's late outcome is not)."""
-        new = 0
-        with self._lock:
-            for i, outcome in zip(indexes, outcomes, strict=True):
-                if self._known[i]:
-                    continue
-                self._known[i] = 1
-                self._done.append((i, outcome))
-                new += 1
-            self.left -= new
-            if new and self.oldest_done is None:
-                self.oldest_done = time.monotonic()
+    def collect(self) -> int:
+        """Record what came into the inbox; returns how many outcomes were new."""
+        inbox, pairs = self.inbox, []
+        while inbox:
+            pairs.append(inbox.popleft())
+        return self.report(pairs) if pairs else 0
+
+    def report(self, pairs: Sequence[tuple[int, Outcome]]) -> int:
+        """Record outcomes; returns how many were new (a given-up row's late outcome is not).
+        Only the worker thread calls it, so what it changes needs no lock."""
+        known, done, new = self._known, self._done, 0
+        for i, outcome in pairs:
+            if known[i]:
+                continue
+            known[i] = 1
+            done.append((i, outcome))
+            new += 1
+        self.left -= new
+        if new and self.oldest_done is None:
+            self.oldest_done = time.monotonic()
         return new
 
     def overdue(self, now: float) -> list[Sequence[int]]:
@@ -103,17 +118,16 @@ class Flight:
         return late
 
     def take_done(self) -> list[tuple[Row, Outcome]]:
-        with self._lock:
-            done, self._done, self.oldest_done = self._done, [], None
-        return [(self.rows[i], outcome) for i, outcome in done]
+        done, self._done, self.oldest_done = self._done, [], None
+        rows = self.rows
+        return [(rows[i], outcome) for i, outcome in done]
 
     def put_back(self, items: Sequence[tuple[Row, Outcome]]) -> None:
         """Outcomes whose ack failed (MySQL): acked again at a later flush."""
         index = {id(row): i for i, row in enumerate(self.rows)}
-        with self._lock:
-            self._done[:0] = [(index[id(row)], outcome) for row, outcome in items]
-            if self.oldest_done is None:
-                self.oldest_done = time.monotonic()
+        self._done[:0] = [(index[id(row)], outcome) for row, outcome in items]
+        if self.oldest_done is None:
+            self.oldest_done = time.monotonic()
 
     @property
     def pending(self) -> int:

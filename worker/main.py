@@ -24,7 +24,7 @@ from duecast.shared.process.runtime import (
 from duecast.shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
 from duecast.shared.storage.source_store import Store
 from duecast.shared.storage.worker_registry import Heartbeat
-from duecast.shared.telemetry.observe import timed, timed_async
+from duecast.shared.telemetry.observe import timed
 from duecast.worker.broadcast import broadcast_members, running, served_topic_sources
 from duecast.worker.worker import Worker
 
@@ -33,10 +33,9 @@ FINISH_GRACE_S = 30.0  # on SIGTERM: how long in-flight checks may take to finis
 
 
 def _timed(handler: Handler, source: str) -> Handler:
-    """The handler with each call timed into handler_duration_seconds{source}."""
-    fn = None if handler.fn is None else timed(handler.fn, source)
-    afn = None if handler.afn is None else timed_async(handler.afn, source)
-    return replace(handler, fn=fn, afn=afn)
+    """The handler with each plain call timed into handler_duration_seconds{source} (the event loop
+    times async calls itself)."""
+    return handler if handler.fn is None else replace(handler, fn=timed(handler.fn, source))
 
 
 def serve(

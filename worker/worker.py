@@ -74,7 +74,7 @@ class Worker:
         self._sent_at = time.monotonic()
         self.completions = Completions()
         self.threads = ThreadRunner(settings.concurrency, self.completions)
-        self.loop = LoopRunner(self.completions)
+        self.loop = LoopRunner(self.completions, observe.handler_timer)
         self.flights: list[Flight] = []
         self.holding = False  # a popped batch has groups not started yet: its Redis hold stays
         self.leaving = False
@@ -230,8 +230,9 @@ class Worker:
     # -- outcomes ------------------------------------------------------------------------------
 
     def _collect(self) -> None:
-        for flight, indexes, outcomes in self.completions.take():
-            flight.report(indexes, outcomes)
+        self.completions.clear()
+        for flight in self.flights:
+            flight.collect()
 
     def _expire(self, now: float) -> None:
         """Plain calls past their time limit: their rows fail now; their threads are left to end."""
@@ -241,8 +242,8 @@ class Worker:
                 continue
             self.threads.given_up(len(late))
             for item in late:
-                limit = min(flight.limits[i] for i in item)
-                flight.report(item, [TimedOut(flight.source, limit)] * len(item))
+                timed_out = TimedOut(flight.source, min(flight.limits[i] for i in item))
+                flight.report([(i, timed_out) for i in item])
         if not self.leaving and too_many_stuck(self.threads.stuck, self.threads.concurrency):
             self.leaving = True
             log.critical(

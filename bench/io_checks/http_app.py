@@ -49,7 +49,7 @@ def _close_session() -> None:
         loop.run_until_complete(session.close())
 
 
-@handlers.row(SOURCE)
+@handlers.row(SOURCE, columns=["status"])
 async def check(row: Row) -> None:
     """One call per user; anything but 200 fails the check (counted, retried at the next period)."""
     status = await fetch(Client.get(), f"{Client.url}/users/{row['user_id']}")

@@ -50,13 +50,13 @@ threads = Registry()
 threads_slow = Registry()
 
 
-@async_fast.row(SOURCE)
+@async_fast.row(SOURCE, columns=["status"])
 async def check(row: Row) -> None:
     await asyncio.sleep(WAIT_S)
     Stamps.mark(row["user_id"])
 
 
-@async_slow.row(SOURCE)
+@async_slow.row(SOURCE, columns=["status"])
 async def check_slow(row: Row) -> None:
     user_id = row["user_id"]
     if hangs(user_id):
@@ -68,13 +68,13 @@ async def check_slow(row: Row) -> None:
     Stamps.mark(user_id)
 
 
-@threads.row(SOURCE)
+@threads.row(SOURCE, columns=["status"])
 def check_blocking(row: Row) -> None:
     time.sleep(WAIT_S)
     Stamps.mark(row["user_id"])
 
 
-@threads_slow.row(SOURCE)
+@threads_slow.row(SOURCE, columns=["status"])
 def check_blocking_slow(row: Row) -> None:
     user_id = row["user_id"]
     time.sleep(THREAD_HANG_S if hangs(user_id) else SLOW_S if is_slow(user_id) else WAIT_S)

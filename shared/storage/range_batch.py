@@ -33,15 +33,14 @@ class Span:
 
     row: Row  # range_id, lo, hi, dc_attempt
     total: int  # business rows read at the start: what rows_seen records
-    outcomes: dict[object, tuple[Row, Ack | None]] = field(default_factory=dict)  # None: failed
+    seen: set[object] = field(default_factory=set)  # ids with an outcome (the first one counts)
+    succeeded: int = 0
+    changes: list[tuple[Row, Ack]] = field(default_factory=list)  # successes that write their row
     finished: bool = False
+    entry: Entry = field(init=False)  # (range_id, attempt): read once, compared per row
 
-    @property
-    def entry(self) -> Entry:
-        return Entry(int(self.row["range_id"]), int(self.row[ATTEMPT_COLUMN]))
-
-    def successes(self) -> list[tuple[Row, Ack]]:
-        return [(row, ack) for row, ack in self.outcomes.values() if ack is not None]
+    def __post_init__(self) -> None:
+        self.entry = Entry(int(self.row["range_id"]), int(self.row[ATTEMPT_COLUMN]))
 
 
 # A straggler's success, arriving after its span was finished.
@@ -66,13 +65,16 @@ class RangeBatch:
         self._spans = {int(r["lo"]): Span(r, seen[int(r["lo"])]) for r in spans.rows}
         self._key = store.id_column
         self._unreported = NO_ACKS  # what fail() finished, for the next ack() or settle() to return
+        self._writes: dict[int, tuple[Ack, bool]] = {}  # id(ack) -> (the ack, kept alive; writes a row?)
 
     def phases(self) -> list[list[Row]]:
         return [self.rows] if self.rows else []
 
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
-        for _, ack in acks:
-            self._store.group_key(ack)  # a bad Ack is refused before anything is recorded
+        writes = self._writes
+        for _, ack in acks:  # a bad Ack is refused before anything is recorded
+            if id(ack) not in writes:  # by identity: most rows share one Ack object
+                writes[id(ack)] = (ack, self._store.changes(ack))
         late, strangers = self._record(acks)
         counts = self._finish_complete() + self._store.write_late(self._spans_batch, late)
         return self._reported() + counts + AckCounts(0, strangers)
@@ -88,7 +90,7 @@ class RangeBatch:
         due = [
             s
             for s in self._spans.values()
-            if not s.finished and span_settled(s.total, s.total - len(s.outcomes), elapsed)
+            if not s.finished and span_settled(s.total, s.total - len(s.seen), elapsed)
         ]
         return self._reported() + self._finish(due)
 
@@ -102,22 +104,29 @@ class RangeBatch:
         whose span is already finished, and how many acked rows are not of this batch at all."""
         late: list[Late] = []
         strangers = 0
+        spans, key_column, writes = self._spans, self._key, self._writes
         for row, ack in outcomes:
-            span = self._spans.get(int(row[RANGE_KEY]))
-            if span is None or int(row[ATTEMPT_COLUMN]) != span.entry.attempt:
+            span = spans.get(row[RANGE_KEY])
+            if span is None or row[ATTEMPT_COLUMN] != span.entry.attempt:
                 strangers += ack is not None
                 continue
-            key = row[self._key]
-            if key in span.outcomes:
+            key = row[key_column]
+            if key in span.seen:
                 continue
-            span.outcomes[key] = (row, ack)
-            if span.finished and ack is not None:
+            span.seen.add(key)
+            if ack is None:
+                continue
+            if span.finished:
                 late.append((span, row, ack))
+                continue
+            span.succeeded += 1
+            if writes[id(ack)][1]:
+                span.changes.append((row, ack))
         return late, strangers
 
     def _finish_complete(self) -> AckCounts:
         """Finish the spans every row of which has an outcome now."""
-        complete = [s for s in self._spans.values() if not s.finished and len(s.outcomes) >= s.total]
+        complete = [s for s in self._spans.values() if not s.finished and len(s.seen) >= s.total]
         return self._finish(complete)
 
     def _finish(self, spans: list[Span]) -> AckCounts:

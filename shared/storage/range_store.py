@@ -172,19 +172,18 @@ class RangeStore:
         with self.db.transaction() as cur:
             ours = self.ranges.lock_running(cur, [s.row for s in spans])
             mine = [s for s in spans if s.entry.id in ours]
-            writes = [done for s in mine for done in s.successes()]
-            refused = self.write_changes(cur, writes)
+            refused = self.write_changes(cur, [change for s in mine for change in s.changes])
             if mine:
                 checked = [(s.row, Ack.touch(rows_seen=s.total)) for s in mine]
                 self.ranges.finish(cur, self.ranges.ack_groups(checked))
-        stale = sum(len(s.successes()) for s in spans if s.entry.id not in ours)
-        return AckCounts(len(writes) - len(refused), stale, len(refused))
+        stale = sum(s.succeeded for s in spans if s.entry.id not in ours)
+        return AckCounts(sum(s.succeeded for s in mine) - len(refused), stale, len(refused))
 
     def write_late(self, spans: RowBatch, late: list[Late]) -> AckCounts:
         """Stragglers' successes, after their span was finished: their changes are written only
         while the span is still at the attempt they ran under (no claim since), else dropped and
         counted stale. One transaction, retried as a unit; none when nothing changes."""
-        changes = [(span, row, ack) for span, row, ack in late if self._changes(ack)]
+        changes = [(span, row, ack) for span, row, ack in late if self.changes(ack)]
         plain = len(late) - len(changes)
         if not changes:
             return AckCounts(plain, 0)
@@ -198,7 +197,8 @@ class RangeStore:
 
         return spans.retrying(once)
 
-    def _changes(self, ack: Ack) -> bool:
+    def changes(self, ack: Ack) -> bool:
+        """Whether a success with this Ack writes its row (raises ValueError for a bad Ack)."""
         key = self.group_key(ack)
         return bool(key[0] == "delete" or key[1])
 

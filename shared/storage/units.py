@@ -66,6 +66,10 @@ VALUE_ERRORS = (pymysql.err.DataError, pymysql.err.IntegrityError, ValueRefused)
 MYSQL_ERRORS = (pymysql.err.MySQLError, StorageError)
 
 
+# Jitter for retries; one per process: seeding a Random takes os.urandom, too slow for every unit.
+_RNG = random.Random()
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether running the unit again may succeed (see TransientError)."""
     if isinstance(exc, TransientError):
@@ -185,7 +189,7 @@ def retry_transient(
     Safe only for units whose transitions are fenced, so that running one again after a COMMIT that
     did land (outcome unknown) changes nothing: the re-read decides, not a guess.
     """
-    rng = rng or random.Random()
+    rng = rng or _RNG
     began = clock()
     attempt = 0
     while True:

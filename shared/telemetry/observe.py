@@ -7,7 +7,7 @@ Redis counters (summed over every process) and this process's /metrics never dis
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import Histogram
@@ -61,19 +61,11 @@ def timed(fn: Callable[..., Any], source: str) -> Callable[..., Any]:
     return _timed(fn, metrics.HANDLER_SECONDS.labels(source=source))
 
 
-def timed_async(fn: Callable[..., Awaitable[Any]], source: str) -> Callable[..., Awaitable[Any]]:
-    """`timed` for an `async def` handler: the time from its call until its result, waits included."""
-    histogram = metrics.HANDLER_SECONDS.labels(source=source)
-    clock = time.perf_counter
-
-    async def call(*args: Any) -> Any:
-        started = clock()
-        try:
-            return await fn(*args)
-        finally:
-            histogram.observe(clock() - started)
-
-    return call
+def handler_timer(source: str) -> Callable[[float], None]:
+    """What the worker's event loop calls with each async call's seconds (handler_duration_seconds);
+    the loop times calls itself, so an async handler gets no wrapper coroutine."""
+    observe: Callable[[float], None] = metrics.HANDLER_SECONDS.labels(source=source).observe
+    return observe
 
 
 def _timed(fn: Callable[..., Any], histogram: Histogram) -> Callable[..., Any]:

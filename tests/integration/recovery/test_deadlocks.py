@@ -231,7 +231,7 @@ def jobs_run(
             {src.name: handlers.handler("jobs")},
             queue,
             WorkerSettings(block_timeout_s=0.1),
-            )
+        )
         made.append(JobsRun(settings, store, worker, sorted(ids)))
         return made[-1]
 
