@@ -123,7 +123,7 @@ class LoopRunner:
             assert afn is not None
             for i in indexes:
                 limit = limits[i]
-                task = loop.create_task(one(afn, rows[i], flight, i, limit, observe))
+                task = loop.create_task(one(afn, rows[i], flight, i, limit=limit, observe=observe))
                 tasks = by_limit.get(limit)
                 if tasks is None:
                     by_limit[limit] = [task]
@@ -139,6 +139,7 @@ class LoopRunner:
         row: Row,
         flight: Flight,
         i: int,
+        *,
         limit: float,
         observe: Callable[[float], None],
     ) -> None:
