@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -25,15 +26,19 @@ from duecast.shared.storage.db import connect
 DATABASE = "duecast_bench"
 KEY_PREFIX = "duecast-bench"
 _NAMESPACE = {"DUECAST_MYSQL__DATABASE": DATABASE, "DUECAST_REDIS__KEY_PREFIX": KEY_PREFIX}
-# `scripts/dev shell` always exports its own dev namespace; that is its default, not a user's choice.
-_DEV_DEFAULTS = {"DUECAST_MYSQL__DATABASE": "duecast_dev", "DUECAST_REDIS__KEY_PREFIX": "duecast-dev"}
+# `scripts/dev shell` always exports its own dev namespace (duecast_dev_<checkout hash>,
+# duecast-dev-<checkout hash>); that is its default, not a user's choice.
+_DEV_DEFAULTS = {
+    "DUECAST_MYSQL__DATABASE": re.compile(r"duecast_dev(_[0-9a-f]{8})?"),
+    "DUECAST_REDIS__KEY_PREFIX": re.compile(r"duecast-dev(-[0-9a-f]{8})?"),
+}
 
 
 def use_bench_namespace() -> None:
     """Point settings (ours and every child's) at duecast_bench / duecast-bench unless the user chose
     another namespace. Call before load_settings()."""
     for var, bench in _NAMESPACE.items():
-        if os.environ.get("DUECAST_DEV") == "1" and os.environ.get(var) == _DEV_DEFAULTS[var]:
+        if os.environ.get("DUECAST_DEV") == "1" and _DEV_DEFAULTS[var].fullmatch(os.environ.get(var, "")):
             del os.environ[var]
         os.environ.setdefault(var, bench)
 

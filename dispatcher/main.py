@@ -22,6 +22,7 @@ from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.api.handlers import load_registry
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.policy import Cause
+from duecast.shared.process.failures import retry_startup
 from duecast.shared.process.health import serving, with_port
 from duecast.shared.process.loop import run
 from duecast.shared.process.runtime import (
@@ -56,17 +57,19 @@ def serve(
         settings.dispatcher.leader_lease_s,
     )
     # Duties run in their own threads, on their own connections (PyMySQL is not thread-safe).
-    redelivery = _redelivery(settings, queue, leadership, drain=drain)
-    dispatcher = Dispatcher(build_stores(settings, sources), queue, settings.dispatcher, redelivery)
-    keeper = RangeKeeper(_range_stores(build_stores(settings, sources)), settings.dispatcher)
-    keeper.discover(full=True)  # before the first claim, so a new range source is covered at once
+    redelivery = _redelivery(settings, queue, leadership, stop, drain=drain)
+    dispatcher = Dispatcher(build_stores(settings, sources, stop), queue, settings.dispatcher, redelivery)
+    keeper = RangeKeeper(_range_stores(build_stores(settings, sources, stop)), settings.dispatcher)
+    # Before the first claim, so a new range source is covered at once; a lock held on the ranges
+    # table past mysql.lock_wait_s is waited out, not the end of the dispatcher (issue 12.5).
+    retry_startup(lambda: keeper.discover(full=True), what="range discovery", stop=stop)
     jobs: list[tuple[str, Callable[[], object], float]] = []
     if keeper.stores:
         jobs.append(("duecast-ranges", keeper.tick, settings.dispatcher.range_discover_s))
     jobs.extend(_job_duties(settings, queue))
-    jobs.extend(topic_duties(settings))
+    jobs.extend(topic_duties(settings, stop))
     # The system-wide gauges, for /metrics only: the leader sets them, a standby drops them.
-    gauges = SystemGauges(build_stores(settings, sources), queue) if settings.health.port else None
+    gauges = SystemGauges(build_stores(settings, sources, stop), queue) if settings.health.port else None
     scheduler = None
     if not drain and (jobs or gauges or settings.dispatcher.run_sweeper):
         leadership.tick()  # the first dispatcher up leads at once; the others stand by
@@ -100,7 +103,9 @@ def serve(
     log.info("dispatcher stopped; claimed %s; requeued %s", dict(dispatcher.counts), dict(redelivery.counts))
 
 
-def _redelivery(settings: Settings, queue: ReadyQueue, leadership: Leadership, *, drain: bool) -> Redelivery:
+def _redelivery(
+    settings: Settings, queue: ReadyQueue, leadership: Leadership, stop: threading.Event, *, drain: bool
+) -> Redelivery:
     """Every dispatcher watches the canary; one hosting the sweeper also sweeps and requeues dead
     workers' holds while it leads. Draining runs no singleton duty: the canary only."""
     causes: list[Cause] = ["lost"]
@@ -109,7 +114,7 @@ def _redelivery(settings: Settings, queue: ReadyQueue, leadership: Leadership, *
         causes.extend(LEADER)
         registry = WorkerRegistry(Database(settings.mysql), settings.worker)
     return Redelivery(
-        build_stores(settings, settings.all_sources()),
+        build_stores(settings, settings.all_sources(), stop),
         queue,
         cadence(settings, causes),
         settings.dispatcher.sweep_batch,
@@ -145,7 +150,8 @@ def _as_leader(leadership: Leadership, fn: Callable[[], object]) -> Callable[[],
 def serve_sweeper(settings: Settings, stop: threading.Event, *, once: bool = False) -> None:
     """Run only the sweep (when dispatchers run with dispatcher.run_sweeper=false): the rows not
     acked within their visibility timeout, and the runs whose lease ran out."""
-    redelivery = sweeper(settings, build_stores(settings, settings.all_sources()), build_queue(settings))
+    stores = build_stores(settings, settings.all_sources(), stop)
+    redelivery = sweeper(settings, stores, build_queue(settings))
     if once:
         redelivery.drain()
         return

@@ -26,6 +26,7 @@ from duecast.shared.policy import (
 from duecast.shared.process.loop import Tick
 from duecast.shared.settings import Settings, SourceSettings
 from duecast.shared.storage.source_store import Store
+from duecast.shared.storage.units import TransientError
 from duecast.shared.storage.worker_registry import WorkerRegistry
 from duecast.shared.telemetry import observe
 
@@ -173,7 +174,11 @@ class Redelivery:
         stores = {store.src.name: store for store in self.stores}
         total = 0
         for worker in self.registry.dead():
-            total += self._requeue_hold(worker, stores)
+            try:
+                total += self._requeue_hold(worker, stores)
+            except TransientError as exc:
+                self._hold_kept(worker, exc)
+                continue
             self.queue.release_hold(worker)
             self.registry.deregister(worker)
         self.counts["held"] += total
@@ -201,6 +206,19 @@ class Redelivery:
             )
             self.queue.add_stats(source, {"requeued": n})
         return n
+
+    def _hold_kept(self, worker: str, exc: TransientError) -> None:
+        """One dead worker's rows could not be requeued now: still locked (a stopped process keeps
+        its batch's transaction open until MySQL drops its session) past mysql.lock_wait_s, or the
+        session went. Its hold and its registry row stay, so the next look tries again; the other
+        dead workers' rows go back now. One line, no traceback: it passes."""
+        log.warning(
+            "worker %s is silent, but the rows it held could not be requeued yet: %s; trying again in %.0fs",
+            worker,
+            exc,
+            self.every_s["held"],
+            extra={"event": "redelivery.held_retry", "worker": worker},
+        )
 
     def _quarantine_hold(self, worker: str, bad: BadHold) -> None:
         """A hold record that does not say which source it is of: nothing in it can be requeued

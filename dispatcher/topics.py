@@ -5,10 +5,12 @@ holding messages past retention) and the topic gauges. An APScheduler interval j
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 
 from duecast.dispatcher import topic_metrics
 from duecast.shared.monitor.topic_status import TopicMonitor
+from duecast.shared.process.failures import retry_startup
 from duecast.shared.process.loop import Tick
 from duecast.shared.settings import Settings, TopicsSettings
 from duecast.shared.storage.db import Database
@@ -65,11 +67,11 @@ class TopicKeeper:
         self.check()
 
 
-def topic_duties(settings: Settings) -> list[tuple[str, Callable[[], object], float]]:
+def topic_duties(settings: Settings, stop: threading.Event) -> list[tuple[str, Callable[[], object], float]]:
     """The topics duty, on its own connection, when topics are declared."""
     if not settings.topics.names:
         return []
     admin = TopicAdmin(Database(settings.mysql), settings.topics)
-    admin.ensure_groups()
+    retry_startup(admin.ensure_groups, what="the topic groups' rows", stop=stop)
     keeper = TopicKeeper(admin, TopicMonitor(admin.db, settings.topics), settings.topics)
     return [("duecast-topics", keeper.maintain, settings.topics.maintain_interval_s)]

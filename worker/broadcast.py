@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from duecast.shared.api.handlers import Handler, Registry
-from duecast.shared.process.failures import StartupError
+from duecast.shared.process.failures import StartupError, retry_startup
 from duecast.shared.process.loop import Tick, run
 from duecast.shared.settings import Settings, TopicsSettings
 from duecast.shared.storage.db import Database
@@ -65,8 +65,11 @@ class BroadcastMember:
                 self.joined = False
 
 
-def broadcast_members(settings: Settings, registry: Registry, names: list[str]) -> list[BroadcastMember]:
-    """A member for each broadcast group among `names` (handler sources) the app has a consumer for."""
+def broadcast_members(
+    settings: Settings, registry: Registry, names: list[str], stop: threading.Event
+) -> list[BroadcastMember]:
+    """A member for each broadcast group among `names` (handler sources) the app has a consumer for;
+    each one's tables are checked at start-up (retried through a transient MySQL error until `stop`)."""
     wanted = set(names)
     members = []
     for group in settings.topics.groups:
@@ -74,7 +77,7 @@ def broadcast_members(settings: Settings, registry: Registry, names: list[str]) 
             store = MemberStore(
                 Database(settings.mysql), settings.topics, group, member_name(settings.topics)
             )
-            store.verify()
+            retry_startup(store.verify, what=f"the schema check of {group.source}", stop=stop)
             members.append(BroadcastMember(store, registry.handler(group.source), settings.topics))
     return members
 

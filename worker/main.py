@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from duecast.shared.api.handlers import Registry, load_registry
-from duecast.shared.process.failures import StartupError
+from duecast.shared.process.failures import StartupError, retry_startup
 from duecast.shared.process.health import serving, with_port
 from duecast.shared.process.loop import run
 from duecast.shared.process.runtime import (
@@ -44,15 +44,16 @@ def serve(
     sources = [settings.source(name) for name in served_sources(settings, registry.sources)]
     handlers = {s.name: registry.handler(JOBS_SOURCE if is_job_queue(s.name) else s.name) for s in sources}
     handlers = {name: replace(h, fn=timed(h.fn, name)) for name, h in handlers.items()}  # per source/queue
-    stores = {store.src.name: store for store in build_stores(settings, sources)}
+    stores = {store.src.name: store for store in build_stores(settings, sources, stop)}
     check_columns(registry, stores)
     executor = Executor(settings.worker.concurrency)
     queue = make_queue(settings)
     check_redis(queue, wait=bool(settings.health.port))
     tasks = registry.task_names if any(is_job_queue(name) for name in stores) else frozenset()
     heartbeat = Heartbeat(settings.mysql, settings.worker, list(stores), tasks)
+    retry_startup(heartbeat.registry.verify, what="the workers table check", stop=stop)
     worker = Worker(stores, handlers, queue, settings.worker, executor, process=heartbeat.name)
-    members = broadcast_members(settings, registry, settings.worker.sources or registry.sources)
+    members = broadcast_members(settings, registry, settings.worker.sources or registry.sources, stop)
     log.info("working on %s with %d thread(s)", ", ".join(stores), settings.worker.concurrency)
     heartbeat.start()
     try:

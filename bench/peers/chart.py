@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     fig, axes = plt.subplots(1, 2, figsize=(12, 0.55 * len(rows) + 1.8), sharey=True)
     for ax, key, title in ((axes[0], "enqueue_per_s", "enqueue"), (axes[1], "drain_per_s", "drain")):
         values = [r[key] or 0 for r in rows]
-        colors = ["#d62728" if r["system"] == "duecast" else "#1f77b4" for r in rows]
+        colors = ["#d62728" if r["system"].startswith("duecast") else "#1f77b4" for r in rows]
         bars = ax.barh(labels, values, color=colors)
         ax.set_xscale("log")
         ax.set_title(f"{title} jobs/s (median, log scale)")

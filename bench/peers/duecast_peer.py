@@ -1,7 +1,9 @@
-"""duecast on the peer workload: INSERT N no-op jobs into duecast_jobs, drain with 1 dispatcher + W workers.
+"""duecast on the peer workload: INSERT N jobs into duecast_jobs, drain with 1 dispatcher + W workers.
 
 Runs from duecast's own .venv with the DUECAST_* environment the runner sets (database
-duecast_bench_peers, key prefix duecast-bench-peers). Settings are duecast's defaults.
+duecast_bench_peers, key prefix duecast-bench-peers). Variants: `plain` (every setting at its
+default; the I/O workload's task is `async def`) and `threads` (the I/O workload as a plain function
+on worker.concurrency = 256 threads, what a user without async would write).
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ except ImportError:
     Enqueuer = None
 
 ENQUEUE_BATCH = 10_000  # rows per INSERT, one transaction each (the seeds' batch enqueue)
+THREADS = 256  # the threads variant's worker.concurrency: the most duecast allows
+# (workload, variant) -> the task of duecast_app.py its jobs run
+TASKS = {("noop", "plain"): "noop", ("io", "plain"): "wait", ("io", "threads"): "wait_sync"}
 
 
-def enqueue(settings: Settings, jobs: int) -> tuple[float, str]:
-    """Seconds to enqueue `jobs` no-op jobs, ENQUEUE_BATCH per transaction, and how it was done.
+def enqueue(settings: Settings, task: str, jobs: int) -> tuple[float, str]:
+    """Seconds to enqueue `jobs` jobs of `task`, ENQUEUE_BATCH per transaction, and how it was done.
 
     With duecast's enqueue API (shared/api/enqueue.py) when this tree has it, else the plain multi-row
     INSERT (task, payload '{}', run_at NOW(6)) that API replaces.
@@ -47,16 +52,18 @@ def enqueue(settings: Settings, jobs: int) -> tuple[float, str]:
     with closing(connect(settings.mysql)) as conn, conn.cursor() as cur:
         cur.execute(f"TRUNCATE TABLE {quote(settings.jobs.table)}")
     if Enqueuer is None:
-        return enqueue_sql(settings, jobs), f"INSERT of {ENQUEUE_BATCH:,} rows per statement and transaction"
+        return enqueue_sql(
+            settings, task, jobs
+        ), f"INSERT of {ENQUEUE_BATCH:,} rows per statement and transaction"
     enqueuer = Enqueuer(settings, build_queue(settings).client)
     started = time.monotonic()
     for lo in range(0, jobs, ENQUEUE_BATCH):
-        enqueuer.enqueue_many(Job("noop", {}) for _ in range(min(ENQUEUE_BATCH, jobs - lo)))
+        enqueuer.enqueue_many(Job(task, {}) for _ in range(min(ENQUEUE_BATCH, jobs - lo)))
     how = f"duecast Enqueuer.enqueue_many, {ENQUEUE_BATCH:,} jobs per call (one transaction each)"
     return elapsed(started), how
 
 
-def enqueue_sql(settings: Settings, jobs: int) -> float:
+def enqueue_sql(settings: Settings, task: str, jobs: int) -> float:
     table = quote(settings.jobs.table)
     with closing(connect(settings.mysql)) as conn:
         started = time.monotonic()
@@ -64,16 +71,18 @@ def enqueue_sql(settings: Settings, jobs: int) -> float:
             n = min(ENQUEUE_BATCH, jobs - lo)
             values = ",".join(["(%s, %s, NOW(6))"] * n)
             with conn.cursor() as cur:
-                cur.execute(
-                    f"INSERT INTO {table} (task, payload, run_at) VALUES {values}", ["noop", "{}"] * n
-                )
+                cur.execute(f"INSERT INTO {table} (task, payload, run_at) VALUES {values}", [task, "{}"] * n)
             conn.commit()
         return elapsed(started)
 
 
-def write_config(path: Path) -> None:
-    """An empty settings file: every duecast setting at its default (the connection comes from env)."""
-    path.write_text("# peer benchmark: duecast defaults; connection settings come from DUECAST_* env\n")
+def write_config(path: Path, variant: str) -> None:
+    """The settings file: every duecast setting at its default (the connection comes from env), but
+    for the threads variant's worker.concurrency."""
+    text = "# peer benchmark: duecast defaults; connection settings come from DUECAST_* env\n"
+    if variant == "threads":
+        text += f"[worker]\nconcurrency = {THREADS}\n"
+    path.write_text(text)
 
 
 def drain(settings: Settings, opts: Options, workers: Workers) -> Drain:
@@ -93,12 +102,16 @@ def drain(settings: Settings, opts: Options, workers: Workers) -> Drain:
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts = parse_args(__doc__, argv)
+    opts = parse_args(__doc__, argv, variants=("plain", "threads"))
+    task = TASKS.get((opts.workload, opts.variant))
+    if task is None:
+        raise SystemExit(f"no {opts.variant} variant for the {opts.workload} workload")
     settings = load_settings()
     migrate.apply(settings)
-    enqueue_s, how = enqueue(settings, opts.jobs)
+    enqueue_s, how = enqueue(settings, task, opts.jobs)
     config = opts.log_dir / "duecast.toml"
-    write_config(config)
+    write_config(config, opts.variant)
+    settings = load_settings(config)  # what the workers read: the settings reported below
     workers = Workers(opts.log_dir, child_env(DUECAST_CONFIG=str(config)))
     result = drain(settings, opts, workers)
     queue = build_queue(settings)
@@ -117,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             "pop_batch": settings.worker.pop_batch,
             "high_water": src.high_water,
             "worker_concurrency": settings.worker.concurrency,
+            "worker_max_in_flight": getattr(settings.worker, "max_in_flight", None),
+            "task": task,
             "counters": stats,
         },
         errors,

@@ -20,6 +20,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 POLL_INTERVAL_S = 0.05  # the drain clock's resolution: every driver polls its backlog this often
+# The workloads: "noop" jobs do nothing; "io" jobs wait IO_WAIT_S, standing in for a call to another
+# service (asyncio.sleep for asyncio workers, a monkey-patched time.sleep for gevent pools).
+WORKLOADS = ("noop", "io")
+IO_WAIT_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class Options:
     log_dir: Path
     timeout_s: float  # a drain that takes longer is stopped and reported as timed out
     variant: str
+    workload: str  # one of WORKLOADS
 
 
 def parse_args(doc: str | None, argv: list[str] | None = None, variants: tuple[str, ...] = ("",)) -> Options:
@@ -38,11 +43,12 @@ def parse_args(doc: str | None, argv: list[str] | None = None, variants: tuple[s
     parser.add_argument("--log-dir", type=Path, required=True)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a drain may take")
     parser.add_argument("--variant", choices=variants, default=variants[0])
+    parser.add_argument("--workload", choices=WORKLOADS, default=WORKLOADS[0])
     a = parser.parse_args(argv)
     a.log_dir.mkdir(parents=True, exist_ok=True)
     # SIGTERM from the runner unwinds like Ctrl-C, so `finally: workers.stop()` runs: no strays.
     signal.signal(signal.SIGTERM, _interrupt)
-    return Options(a.jobs, a.workers, a.log_dir, a.timeout, a.variant)
+    return Options(a.jobs, a.workers, a.log_dir, a.timeout, a.variant, a.workload)
 
 
 def _interrupt(signum: int, frame: object) -> None:

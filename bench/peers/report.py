@@ -12,6 +12,7 @@ from rich.table import Table
 
 Raw = dict[str, Any]  # one driver's result line, plus "error" when the driver itself failed
 NOISY_SPREAD = 0.25  # (max - min) / median of a system's drain runs above this: flag the result
+BUSY_LOAD = 1.0  # 1-minute load average before we start anything: above it, others were running
 
 
 def rates(raw: Raw, jobs: int) -> Raw:
@@ -72,6 +73,40 @@ def summarise(names: list[str], runs: list[dict[str, Raw]], baseline: str = "due
     return out
 
 
+def vs_best_peer(runs: list[dict[str, Raw]], baseline: str, peers: list[str]) -> float | None:
+    """The median over runs of the baseline's drain over the best peer's drain in that same run."""
+    ratios: list[float | None] = []
+    for run in runs:
+        best = max((run[p].get("drain_per_s") or 0.0 for p in peers if p in run), default=0.0)
+        mine = run.get(baseline, {}).get("drain_per_s")
+        ratios.append(mine / best if mine and best else None)
+    return _median(ratios)
+
+
+def line(r: Raw) -> str:
+    """One system's run, as the runner prints it while it goes."""
+    if "error" in r:
+        return f"[red]failed[/red]: {r['error']}"
+    cut = " (cut short)" if r["cut_short"] else ""
+    errs = f" [red]errors[/red]: {r['errors'][:2]}" if r["errors"] else ""
+    return (
+        f"enqueue {num(r['enqueue_per_s'])}/s, drain {num(r['drain_per_s'])}/s{cut}, "
+        f"first job done at {r['first_progress_s'] or 0:.1f} s{errs}"
+    )
+
+
+def noise_warnings(facts: dict[str, Any], summary: list[Raw]) -> list[str]:
+    """Signs that other work on the machine disturbed the numbers."""
+    out = []
+    load = facts["loadavg_at_start"][0]
+    if load > BUSY_LOAD:
+        out.append(f"the machine was busy before the benchmark started (load average {load:.2f})")
+    noisy = [row["system"] for row in summary if row["drain_spread"] > NOISY_SPREAD]
+    if noisy:
+        out.append(f"drain runs spread more than {NOISY_SPREAD:.0%} for: {', '.join(noisy)}")
+    return out
+
+
 def num(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f}"
 
@@ -98,7 +133,7 @@ COLUMNS = (
     ("system", "left"),
     ("enqueue jobs/s", "right"),
     ("drain jobs/s", "right"),
-    ("drain vs duecast", "right"),
+    ("drain vs duecast", "right"),  # the workload's first duecast system
     ("first job done (s)", "right"),
     ("drain jobs/s after first job", "right"),
     ("drain jobs/s per run", "right"),

@@ -1,10 +1,13 @@
-"""Peer comparison for one-off jobs: duecast against Celery, RQ, Dramatiq and the seeds' pure-MySQL queues.
+"""Peer comparison for one-off jobs: duecast against Celery, RQ, Dramatiq, arq and the seeds' MySQL queues.
 
-Each system enqueues --jobs no-op jobs, then --workers worker processes drain them. Enqueue and drain
-jobs/s are the median of --runs, all measured in this one invocation on the same servers. Peers run
-in .bench-venv (bench/peers/setup_env.sh); duecast runs from the repo's .venv.
+Each system enqueues --jobs jobs, then --workers worker processes drain them. Enqueue and drain
+jobs/s are the median of --runs, all measured in this one invocation on the same servers. Two
+workloads: `noop` (jobs that do nothing) and `io` (jobs that wait 20 ms on I/O, against the peers'
+I/O setups: Celery and Dramatiq on gevent, arq). Peers run in .bench-venv and .bench-venv-arq
+(bench/peers/setup_env.sh); duecast runs from the repo's .venv.
 Usage: scripts/dev shell python bench/peers/run.py --jobs 100000 --runs 3 \\
          --chart docs/img/peers.png --json bench/results/peers.json
+       scripts/dev shell python bench/peers/run.py --workload io --runs 3 --json bench/results/peers-io.json
 """
 
 from __future__ import annotations
@@ -12,14 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,59 +32,73 @@ from duecast.shared.settings import load_settings
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-BENCH_PYTHON = ROOT / ".bench-venv" / "bin" / "python"
+PYTHONS = {  # System.env -> its interpreter (duecast: this one, the repo's .venv)
+    "peers": ROOT / ".bench-venv" / "bin" / "python",
+    "arq": ROOT / ".bench-venv-arq" / "bin" / "python",
+}
 DATABASE = "duecast_bench_peers"
 KEY_PREFIX = "duecast-bench-peers"
-PEER_PACKAGES = ("celery", "kombu", "rq", "dramatiq", "redis", "hiredis", "PyMySQL", "matplotlib")
-PRODUCT_DIRS = ("shared", "dispatcher", "worker", "duecast")
-BUSY_LOAD = 1.0  # 1-minute load average before we start anything: above it, others were running
 ENQUEUE_ALLOWANCE_S = 900.0  # a driver is killed after --drain-timeout plus this (its enqueue has no cap)
+DEFAULT_JOBS = {"noop": 100_000, "io": 20_000}
+QUICK_JOBS = 2_000  # --quick: one run of this many jobs per system, to check that every driver works
 
 
 @dataclass(frozen=True)
 class System:
     name: str
     label: str
-    bench_env: bool  # True: runs in .bench-venv; False: in duecast's .venv (this interpreter)
+    env: str  # "duecast" (this interpreter), or a key of PYTHONS
     script: str
     configuration: str  # for the table; each driver's JSON carries its full settings
+    workload: str = "noop"
     variant: str | None = None
 
 
 SYSTEMS = (
     System(
-        "duecast", "duecast", False, "duecast_peer.py", "1 dispatcher + W workers, defaults (batch 2,000)"
+        "duecast", "duecast", "duecast", "duecast_peer.py", "1 dispatcher + W workers, defaults (batch 2,000)"
     ),
-    System("celery", "Celery", True, "celery_peer.py", "W x worker --pool solo, prefetch 4, no results"),
-    System("rq", "RQ", True, "rq_peer.py", "W x SimpleWorker, enqueue_many"),
-    System("dramatiq", "Dramatiq", True, "dramatiq_peer.py", "--processes W --threads 8 (default)"),
+    System("celery", "Celery", "peers", "celery_peer.py", "W x worker --pool solo, prefetch 4, no results"),
+    System("rq", "RQ", "peers", "rq_peer.py", "W x SimpleWorker, enqueue_many"),
+    System("dramatiq", "Dramatiq", "peers", "dramatiq_peer.py", "--processes W --threads 8 (default)"),
     System(
-        "mysql_owner_batch",
-        "MySQL owner batch (seeds 000/001)",
-        True,
-        "seeds_peer.py",
-        "W x UPDATE ... LIMIT 100, autocommit",
-        "owner_batch",
+        "mysql_owner_batch", "MySQL owner batch (seeds 000/001)", "peers", "seeds_peer.py",
+        "W x UPDATE ... LIMIT 100, autocommit", variant="owner_batch",
     ),
     System(
-        "mysql_last_insert_id",
-        "MySQL LAST_INSERT_ID (seed 004)",
-        True,
-        "seeds_peer.py",
-        "W x UPDATE ... LIMIT 1, autocommit",
-        "last_insert_id",
+        "mysql_last_insert_id", "MySQL LAST_INSERT_ID (seed 004)", "peers", "seeds_peer.py",
+        "W x UPDATE ... LIMIT 1, autocommit", variant="last_insert_id",
     ),
-)
+    # The io workload: the first system is the baseline of its ratios.
+    System(
+        "duecast_async", "duecast, async def task", "duecast", "duecast_peer.py",
+        "1 dispatcher + W workers, defaults", "io", "plain",
+    ),
+    System(
+        "duecast_threads", "duecast, plain task on 256 threads", "duecast", "duecast_peer.py",
+        "1 dispatcher + W workers, worker.concurrency 256", "io", "threads",
+    ),
+    System(
+        "celery_gevent", "Celery (gevent)", "peers", "celery_peer.py",
+        "W x worker -P gevent -c 1000, prefetch 4 x 1000, no results", "io", "gevent",
+    ),
+    System(
+        "dramatiq_gevent", "Dramatiq (gevent)", "peers", "dramatiq_peer.py",
+        "dramatiq-gevent --processes W --threads 250", "io", "gevent",
+    ),
+    System("arq", "arq (asyncio)", "arq", "arq_peer.py", "W x arq worker, max_jobs 1000, no results", "io"),
+)  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--jobs", type=int, default=100_000)
+    p.add_argument(
+        "--workload", choices=("noop", "io"), default="noop", help="no-op jobs, or jobs that wait 20 ms"
+    )
+    p.add_argument("--jobs", type=int, help=f"jobs per system and run (default: {DEFAULT_JOBS})")
     p.add_argument("--workers", type=int, default=2, help="worker processes per system")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument(
-        "--systems", nargs="+", choices=[s.name for s in SYSTEMS], default=[s.name for s in SYSTEMS]
-    )
+    p.add_argument("--systems", nargs="+", choices=[s.name for s in SYSTEMS], help="default: the workload's")
     p.add_argument(
         "--drain-timeout",
         type=float,
@@ -91,15 +106,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds a drain may take; slower ones are cut short",
     )
     p.add_argument("--settle", type=float, default=2.0, help="pause between systems (MariaDB purge, flushes)")
+    p.add_argument("--quick", action="store_true", help=f"1 run of {QUICK_JOBS:,} jobs: check that it works")
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--chart", type=Path, help="write a PNG bar chart here (matplotlib, in .bench-venv)")
     p.add_argument("--log-dir", type=Path, help="process logs (default: a new temporary folder)")
-    p.add_argument("--bench-python", type=Path, default=BENCH_PYTHON)
     args = p.parse_args(argv)
+    if args.quick:
+        args.jobs, args.runs, args.settle = QUICK_JOBS, 1, 0.5
+    args.jobs = args.jobs or DEFAULT_JOBS[args.workload]
+    args.systems = args.systems or [s.name for s in SYSTEMS if s.workload == args.workload]
+    others = [s.name for s in SYSTEMS if s.name in args.systems and s.workload != args.workload]
+    if others:
+        p.error(f"not systems of the {args.workload} workload: {', '.join(others)}")
     if args.jobs < 1 or args.workers < 1 or args.runs < 1:
         p.error("--jobs, --workers and --runs must be >= 1")
-    if not args.bench_python.exists():
-        p.error(f"{args.bench_python} missing: run bench/peers/setup_env.sh first")
+    for env in {s.env for s in SYSTEMS if s.name in args.systems} - {"duecast"}:
+        if not PYTHONS[env].exists():
+            p.error(f"{PYTHONS[env]} missing: run bench/peers/setup_env.sh first")
     return args
 
 
@@ -130,40 +153,6 @@ def run_driver(argv: list[str], env: dict[str, str], log: Path, timeout_s: float
     return result
 
 
-def machine_facts(bench_python: Path, mariadb: str, redis_v: str) -> dict[str, Any]:
-    script = (
-        "import json; from importlib.metadata import version as v; "
-        f"print(json.dumps({{p: v(p) for p in {PEER_PACKAGES!r}}}))"
-    )
-    versions = subprocess.run(
-        [str(bench_python), "-c", script], capture_output=True, text=True, check=True
-    ).stdout
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-         if line.startswith("model name")),
-        platform.processor(),
-    )  # fmt: skip
-    commit = _git("rev-parse", "--short", "HEAD").strip() or "?"
-    # Others edit the product while this runs: say whether the measured code was the commit's.
-    changed = _git("status", "--porcelain", "--", *PRODUCT_DIRS).splitlines()
-    return {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
-        "mariadb": mariadb,
-        "redis": redis_v,
-        "python": platform.python_version(),
-        "duecast_tree": f"{commit}" + (f" + uncommitted changes in {len(changed)} files" if changed else ""),
-        "peers": json.loads(versions),
-        "loadavg_at_start": os.getloadavg(),
-    }
-
-
-def _git(*args: str) -> str:
-    """Read-only git queries (never anything that changes the index or the working tree)."""
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout
-
-
 def children_env(redis_url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "DUECAST_CONFIG"}
     return env | {
@@ -172,6 +161,14 @@ def children_env(redis_url: str) -> dict[str, str]:
         "DUECAST_REDIS__KEY_PREFIX": KEY_PREFIX,
         "BENCH_REDIS_URL": redis_url,
     }
+
+
+def driver_argv(system: System, args: argparse.Namespace, log_dir: Path) -> list[str]:
+    python = sys.executable if system.env == "duecast" else str(PYTHONS[system.env])
+    argv = [python, system.script, "--jobs", str(args.jobs), "--workers", str(args.workers),
+            "--log-dir", str(log_dir), "--timeout", str(args.drain_timeout),
+            "--workload", system.workload]  # fmt: skip
+    return argv + (["--variant", system.variant] if system.variant else [])
 
 
 def bench(args: argparse.Namespace, console: Console) -> dict[str, Any]:
@@ -187,27 +184,29 @@ def bench(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     raws: list[dict[str, Any]] = []
     try:
-        facts = machine_facts(args.bench_python, mariadb, redis.version())
+        pythons = {PYTHONS[s.env] for s in chosen if s.env != "duecast"}
+        facts = servers.machine_facts(pythons, mariadb, redis.version(), ROOT)
         facts["loadavg_at_start"] = loadavg
-        env = children_env(redis.url)
         for i in range(args.runs):
             order = chosen[i % len(chosen) :] + chosen[: i % len(chosen)]  # rotate: noise spreads evenly
             results: dict[str, Any] = {}
             raw_run: dict[str, Any] = {}
             for system in order:
                 redis.flush()
+                # Each system its own database number of the private server, so no two share a key.
+                env = children_env(f"{redis.url.rsplit('/', 1)[0]}/{SYSTEMS.index(system)}")
                 log_dir = log_root / f"run{i + 1}" / system.name
                 log_dir.mkdir(parents=True, exist_ok=True)
-                python = str(args.bench_python) if system.bench_env else sys.executable
-                argv = [python, system.script, "--jobs", str(args.jobs), "--workers", str(args.workers),
-                        "--log-dir", str(log_dir), "--timeout", str(args.drain_timeout)]  # fmt: skip
-                if system.variant:
-                    argv += ["--variant", system.variant]
                 console.print(f"run {i + 1}/{args.runs}: {system.label} ...", end=" ")
-                raw = run_driver(argv, env, log_dir / "driver.log", args.drain_timeout + ENQUEUE_ALLOWANCE_S)
+                raw = run_driver(
+                    driver_argv(system, args, log_dir),
+                    env,
+                    log_dir / "driver.log",
+                    args.drain_timeout + ENQUEUE_ALLOWANCE_S,
+                )
                 raw_run[system.name] = raw
                 results[system.name] = report.rates(raw, args.jobs)
-                console.print(_line(results[system.name]), highlight=False)
+                console.print(report.line(results[system.name]), highlight=False)
                 time.sleep(args.settle)
             runs.append(results)
             raws.append(raw_run)
@@ -219,31 +218,40 @@ def bench(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     return {"facts": facts, "systems": chosen, "runs": runs, "raw": raws}
 
 
-def _line(r: dict[str, Any]) -> str:
-    if "error" in r:
-        return f"[red]failed[/red]: {r['error']}"
-    cut = " (cut short)" if r["cut_short"] else ""
-    errs = f" [red]errors[/red]: {r['errors'][:2]}" if r["errors"] else ""
-    return (
-        f"enqueue {report.num(r['enqueue_per_s'])}/s, drain {report.num(r['drain_per_s'])}/s{cut}, "
-        f"first job done at {r['first_progress_s'] or 0:.1f} s{errs}"
-    )
-
-
-def noise_warnings(facts: dict[str, Any], summary: list[dict[str, Any]]) -> list[str]:
-    """Signs that other work on the machine disturbed the numbers."""
-    out = []
-    load = facts["loadavg_at_start"][0]
-    if load > BUSY_LOAD:
-        out.append(f"the machine was busy before the benchmark started (load average {load:.2f})")
-    noisy = [row["system"] for row in summary if row["drain_spread"] > report.NOISY_SPREAD]
-    if noisy:
-        out.append(f"drain runs spread more than {report.NOISY_SPREAD:.0%} for: {', '.join(noisy)}")
-    return out
-
-
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def print_report(args: argparse.Namespace, done: dict[str, Any], summary: list[dict[str, Any]]) -> str:
+    """The table, each system's setup, the machine, warnings and the duecast-vs-best-peer line; returns
+    the table's title."""
+    chosen: list[System] = done["systems"]
+    labels = {s.name: s.label for s in chosen}
+    what = "no-op jobs" if args.workload == "noop" else "jobs that each wait 20 ms"
+    title = (
+        f"{args.jobs:,} {what}, {args.workers} worker processes, median of {args.runs} "
+        f"(drains cut at {args.drain_timeout:g} s)"
+    )
+    out = Console() if sys.stdout.isatty() else Console(width=160)
+    out.print(report.table(summary, labels, title, args.jobs))
+    for system in chosen:
+        out.print(f"  {system.label}: {system.configuration}", highlight=False)
+    facts = done["facts"]
+    out.print(
+        f"{facts['date']}; {facts['nproc']} CPUs ({facts['cpu']}); MariaDB {facts['mariadb']}, "
+        f"Redis {facts['redis']}, Python {facts['python']}; duecast {facts['duecast_tree']}; "
+        f"load average at start {facts['loadavg_at_start'][0]:.2f}, "
+        f"at end {facts['loadavg_at_end'][0]:.2f}; logs {facts['logs']}",
+        highlight=False,
+    )
+    peers = [s.name for s in chosen if s.env != "duecast"]
+    if chosen[0].env == "duecast" and peers:
+        ratio = report.vs_best_peer(done["runs"], chosen[0].name, peers)
+        shown = "-" if ratio is None else f"{ratio:.2f}x"
+        out.print(f"{chosen[0].label} vs the best peer of the same run (median of runs): {shown}")
+    for warning in report.noise_warnings(facts, summary):
+        out.print(f"[yellow]warning[/yellow]: {warning}")
+    return title
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -257,34 +265,15 @@ def main(argv: list[str] | None = None) -> int:
         console.print("interrupted; every process stopped, private Redis stopped, database dropped")
         return 130
     chosen: list[System] = done["systems"]
-    names = [s.name for s in chosen]
-    summary = report.summarise(names, done["runs"])
+    summary = report.summarise([s.name for s in chosen], done["runs"], baseline=chosen[0].name)
+    title = print_report(args, done, summary)
     labels = {s.name: s.label for s in chosen}
-    title = (
-        f"{args.jobs:,} no-op jobs, {args.workers} worker processes, median of {args.runs} "
-        f"(drains cut at {args.drain_timeout:g} s)"
-    )
-    out_console = Console()
-    out_console.print(report.table(summary, labels, title, args.jobs))
-    for system in chosen:
-        out_console.print(f"  {system.label}: {system.configuration}", highlight=False)
-    facts = done["facts"]
-    warnings = noise_warnings(facts, summary)
-    out_console.print(
-        f"{facts['date']}; {facts['nproc']} CPUs ({facts['cpu']}); MariaDB {facts['mariadb']}, "
-        f"Redis {facts['redis']}, Python {facts['python']}; duecast {facts['duecast_tree']}; "
-        f"load average at start {facts['loadavg_at_start'][0]:.2f}, "
-        f"at end {facts['loadavg_at_end'][0]:.2f}; logs {facts['logs']}",
-        highlight=False,
-    )
-    for warning in warnings:
-        out_console.print(f"[yellow]warning[/yellow]: {warning}")
     out = {
         "title": title,
-        "warnings": warnings,
+        "warnings": report.noise_warnings(done["facts"], summary),
         "command": " ".join(sys.argv),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "machine": facts,
+        "machine": done["facts"],
         "systems": {
             s.name: {
                 "label": s.label,
@@ -298,15 +287,14 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "markdown": report.markdown(summary, labels, args.jobs),
     }
-    json_path = args.json or Path(facts["logs"]) / "peers.json"
+    json_path = args.json or Path(done["facts"]["logs"]) / "peers.json"
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(out, indent=2) + "\n")
     console.print(f"results: {json_path}")
     if args.chart:
         args.chart.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [str(args.bench_python), str(HERE / "chart.py"), str(json_path), str(args.chart)], check=True
-        )
+        chart = [str(PYTHONS["peers"]), str(HERE / "chart.py"), str(json_path), str(args.chart)]
+        subprocess.run(chart, check=True)
         console.print(f"chart: {args.chart}")
     return 1 if any(row["failed"] for row in summary) else 0
 

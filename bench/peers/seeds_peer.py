@@ -12,7 +12,7 @@ import time
 from contextlib import closing
 
 from harness import Workers, elapsed, emit, exact_backlog, mysql_backlog, parse_args, time_drain
-from seeds_sql import DDL, TABLE, connect
+from seeds_worker import DDL, TABLE, connect
 
 ENQUEUE_BATCH = 10_000  # rows per INSERT, one transaction each: exactly duecast's enqueue
 VARIANTS = ("owner_batch", "last_insert_id")

@@ -1,4 +1,5 @@
 """A worker of the seeds' pure-MySQL queue designs: claim with UPDATE ... LIMIT, read, run, DELETE. No Redis.
+Also the seeds' table and connection, which the seeds driver (seeds_peer.py) shares.
 
 `python seeds_worker.py last_insert_id` (seed 004: one row per claim, its id via LAST_INSERT_ID)
 or `owner_batch` (seeds 000/001: up to 100 rows per claim, owner = CONNECTION_ID()). Autocommit,
@@ -8,6 +9,7 @@ one statement per transaction, as the seeds write it. Runs until SIGTERM.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -15,7 +17,38 @@ from collections.abc import Callable
 from typing import Any
 
 import pymysql
-from seeds_sql import TABLE, connect
+
+TABLE = "seed_jobs"
+
+# The seeds' queue table: an owner column (NULL = free) and one composite index, (owner, id),
+# that serves the claim (owner IS NULL, in id order) and the read by owner (seed 001).
+DDL = f"""CREATE TABLE {TABLE} (
+  id BIGINT NOT NULL AUTO_INCREMENT,
+  task VARCHAR(191) NOT NULL,
+  payload LONGTEXT NOT NULL,
+  run_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+  owner BIGINT UNSIGNED NULL,
+  claimed_at DATETIME(6) NULL,
+  PRIMARY KEY (id),
+  KEY owner_id (owner, id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
+
+
+def connect(autocommit: bool) -> pymysql.Connection[pymysql.cursors.Cursor]:
+    """A session like duecast's: READ COMMITTED, utf8mb4 (the seeds name no isolation level)."""
+    conn = pymysql.connect(
+        host=os.environ.get("DUECAST_MYSQL__HOST", "127.0.0.1"),
+        port=int(os.environ.get("DUECAST_MYSQL__PORT", "3306")),
+        user=os.environ.get("DUECAST_MYSQL__USER", "root"),
+        password=os.environ.get("DUECAST_MYSQL__PASSWORD", ""),
+        database=os.environ["DUECAST_MYSQL__DATABASE"],
+        charset="utf8mb4",
+        autocommit=autocommit,
+    )
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    return conn
+
 
 CLAIM_BATCH = 100  # seed 000's batch read; seed 001's UPDATE ... LIMIT
 IDLE_SLEEP_S = 0.05  # the seeds poll: nothing claimed means sleep, then claim again

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import tomllib
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
@@ -23,7 +24,10 @@ from duecast.shared.settings.model import SettingsFileError
 from duecast.shared.storage.db import mysql_problem
 from duecast.shared.storage.schema import SchemaError
 from duecast.shared.storage.topic_admin import TopicError
-from duecast.shared.storage.units import is_transient
+from duecast.shared.storage.units import NotConnected, is_transient, retry_transient
+
+T = TypeVar("T")
+_log = logging.getLogger("duecast.startup")
 
 # duecast's own "cannot do that" errors: each message already says what to run or fix.
 _REFUSALS = (SchemaError, AppError, EnqueueError, TopicError, PublishError, SettingsFileError)
@@ -52,6 +56,10 @@ def explain(exc: BaseException) -> StartupError | None:
     if found is not None:
         line, unavailable = found
         return StartupError(line, EXIT_UNAVAILABLE if unavailable else EXIT_CONFIG)
+    if is_transient(exc):
+        # A lock held past mysql.lock_wait_s, a deadlock, a lost session: roles retry these (a
+        # running loop, or retry_startup); a command that meets one says so in one line.
+        return StartupError(f"{transient_cause(exc)}; it passes: run it again", EXIT_UNAVAILABLE)
     problem = _settings_problem(exc)
     if problem is None and isinstance(exc, _REFUSALS):
         problem = _one_line(str(exc))
@@ -124,3 +132,49 @@ def log_failure(logger: logging.Logger, exc: BaseException, msg: str, *args: obj
         logger.error(f"{msg}: %s", *args, said, exc_info=exc, extra={**extra, "cause": said})
     else:
         logger.warning(f"{msg}: %s", *args, cause, extra={**extra, "cause": cause})
+
+
+# A start-up step's retries are paced like a failing tick's (shared/process/loop.py), capped lower:
+# the process is not serving yet, so a lock released a moment ago should not cost it ten seconds.
+STARTUP_BASE_S, STARTUP_CAP_S = 0.5, 5.0
+
+
+def retry_startup(
+    unit: Callable[[], T],
+    *,
+    what: str,
+    stop: threading.Event,
+    base_s: float = STARTUP_BASE_S,
+    cap_s: float = STARTUP_CAP_S,
+) -> T:
+    """Run a start-up step that uses MySQL (a schema check, range discovery) until it succeeds.
+
+    A transient error (a lock held past mysql.lock_wait_s, a deadlock, a session lost or killed
+    mid-statement) is one WARNING line naming the step and the error, then the step runs again
+    with capped backoff, for as long as it takes: a step commits nothing it cannot repeat. Any
+    other error ends the start at once with its one line (`explain`); so does a server that cannot
+    be reached at all (NotConnected: exit code 3, as when the first step finds it down, so a wrong
+    mysql.host fails at once and an orchestrator restarts the process). A stop request (SIGTERM)
+    ends the wait and the start, in one line.
+    """
+
+    def retryable(exc: BaseException) -> bool:
+        return is_transient(exc) and not isinstance(exc, NotConnected)
+
+    try:
+        return retry_transient(
+            unit,
+            what=f"start-up: {what}",
+            retries=None,
+            log=_log,
+            base_s=base_s,
+            cap_s=cap_s,
+            sleep=stop.wait,
+            event="startup.retried",
+            retry_on=lambda exc: retryable(exc) and not stop.is_set(),
+        )
+    except Exception as exc:
+        if not (stop.is_set() and retryable(exc)):
+            raise
+        line = f"stopped during start-up while {what} kept failing: {transient_cause(exc)}"
+        raise StartupError(line, EXIT_UNAVAILABLE) from exc

@@ -13,6 +13,7 @@ from typing import Literal
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue, connect_redis, redis_problem
 from duecast.shared.process import logs
+from duecast.shared.process.failures import retry_startup
 from duecast.shared.process.logs import LogFormat
 from duecast.shared.process.loop import stop_on_signals
 from duecast.shared.settings import JOBS_SOURCE, Settings, SourceSettings, load_settings
@@ -102,11 +103,20 @@ def is_job_queue(source: str) -> bool:
     return source.startswith(f"{JOBS_SOURCE}.")
 
 
-def build_stores(settings: Settings, sources: list[SourceSettings]) -> list[Store]:
-    """One store per source on one fresh connection, each verified against information_schema."""
+def build_stores(
+    settings: Settings, sources: list[SourceSettings], stop: threading.Event | None = None
+) -> list[Store]:
+    """One store per source on one fresh connection, each verified against information_schema.
+
+    A role passes its `stop`: a check that meets a transient MySQL error then runs again until it
+    succeeds or `stop` is set (retry_startup). Commands (status, web) pass none and get the error.
+    A table that does not match the settings ends the start at once either way."""
     db = Database(settings.mysql)
     kinds = store_kinds(settings)
     stores: list[Store] = [_store(db, settings, src, kinds) for src in sources]
     for store in stores:
-        store.verify()
+        if stop is None:
+            store.verify()
+        else:
+            retry_startup(store.verify, what=f"the schema check of {store.src.name}", stop=stop)
     return stores

@@ -371,12 +371,20 @@ def render_ranges(src: SourceSettings, ranges_table: str) -> RangeSQL:
         set_values=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {due} = NOW(6){{set}} WHERE {{ids}}",
         delete_ids=f"DELETE {t} FROM {t} FORCE INDEX (PRIMARY) WHERE {{ids}}",
         # Range discovery: one range per span of ids that holds a row, from `%s` up. New ranges
-        # start long ago, so they are due at once. A PRIMARY range scan; INSERT IGNORE keeps it
-        # idempotent and harmless under two dispatchers.
+        # start long ago, so they are due at once. A PRIMARY range scan, then a PRIMARY lookup per
+        # span in the ranges table. Only spans with no range yet are inserted: INSERT IGNORE of a
+        # key that exists takes a shared lock on that range row for its duplicate check, so a full
+        # pass would wait on every range a worker holds locked and die of a lock wait timeout (it
+        # killed the dispatcher at start-up, issue 12). Under READ COMMITTED both reads are
+        # consistent reads that lock nothing; a range another session is inserting right now
+        # (a second dispatcher's pass) still makes the insert wait, until that session commits.
+        # INSERT IGNORE keeps that case idempotent and harmless.
         discover=(
             f"INSERT IGNORE INTO {r} (`range_id`, `lo`, `hi`, `checked_at`) "
-            f"SELECT DISTINCT {pk} DIV {size} + 1, ({pk} DIV {size}) * {size}, "
-            f"({pk} DIV {size}) * {size} + {size}, '2000-01-01 00:00:00' FROM {t} WHERE {pk} >= %s"
+            f"SELECT s.range_id, s.lo, s.lo + {size}, '2000-01-01 00:00:00' FROM ("
+            f"SELECT DISTINCT {pk} DIV {size} + 1 AS range_id, ({pk} DIV {size}) * {size} AS lo "
+            f"FROM {t} WHERE {pk} >= %s) AS s "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {r} AS known WHERE known.`range_id` = s.range_id)"
         ),
         known_max=f"SELECT MAX(`lo`) FROM {r}",
         # Freshness: rows (as last seen) whose range was checked within period + slack, of all.

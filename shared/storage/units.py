@@ -161,12 +161,12 @@ def retry_transient(
     *,
     what: str,
     redo: str = "",
-    retries: int,
+    retries: int | None,
     log: logging.Logger,
     rng: random.Random | None = None,
     base_s: float = 0.05,
     cap_s: float = 2.0,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], object] = time.sleep,
     event: str | None = None,
     retry_on: Callable[[BaseException], bool] = is_transient,
     budget_s: float | None = None,
@@ -174,7 +174,9 @@ def retry_transient(
 ) -> T:
     """Run `unit` again after a transient error (or whatever `retry_on` accepts), up to `retries`
     more times, with jittered exponential backoff; anything else, or the last failure, is raised.
-    The log line reads "<what> hit <error>; retrying <redo> (1 of 3) in 0.05s".
+    The log line reads "<what> hit <error>; retrying <redo> (1 of 3) in 0.05s". `retries=None`
+    retries for as long as `retry_on` accepts the error ("(retry 7)"): start-up steps, whose
+    `retry_on` turns false when the process is asked to stop.
 
     With `budget_s` the limit is a time instead: retries go on while the next one would start within
     `budget_s` of the first attempt (a server restart takes tens of seconds, not 3 quick tries), and
@@ -194,15 +196,17 @@ def retry_transient(
             if not retry_on(exc):
                 raise
             delay = error_backoff_s(attempt, base_s, cap_s, rng)
-            if budget_s is None:
-                if attempt > retries:
-                    raise
-                count = f"{attempt} of {retries}"
-            else:
+            if budget_s is not None:
                 spent = clock() - began
                 if spent + delay > budget_s:
                     raise
                 count = f"retry {attempt}, {spent:.1f}s of {budget_s:g}s"
+            elif retries is None:
+                count = f"retry {attempt}"
+            elif attempt > retries:
+                raise
+            else:
+                count = f"{attempt} of {retries}"
             log.warning(
                 "%s hit %s; retrying %s(%s) in %.2fs",
                 what,

@@ -125,7 +125,7 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._run, name="duecast-heartbeat", daemon=True)
 
     def start(self) -> None:
-        self.registry.verify()
+        """Register and start beating; the caller checks the table first (`registry.verify`)."""
         try:
             self.registry.register(self.name, self.sources, self.tasks)
         except MYSQL_ERRORS as exc:  # the beats retry; a worker does not fail for it

@@ -4,14 +4,16 @@ had popped goes back to pending at once, fenced, while a live worker's batch is 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from duecast.dispatcher.redelivery import Redelivery
 from duecast.shared.fanout.keys import encode_entry
+from duecast.shared.process.runtime import build_stores
 from duecast.shared.settings import WorkerSettings
-from duecast.shared.storage.db import Database
+from duecast.shared.storage.db import Database, connect
 from duecast.shared.storage.schema import workers_table_ddl
 from duecast.shared.storage.worker_registry import Heartbeat, WorkerRegistry
 from tests.integration.conftest import Env
@@ -104,3 +106,52 @@ def test_a_heartbeat_registers_beats_and_leaves(registry: tuple[Env, WorkerRegis
     finally:
         beat.stop()
     assert reg.alive() == []
+
+
+def test_a_dead_workers_rows_still_locked_wait_for_the_next_look_and_the_others_go_back_now(
+    registry: tuple[Env, WorkerRegistry], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 12.5: a stopped worker (SIGSTOP) keeps its batch's rows locked; requeuing them meets a
+    lock wait timeout. That is one WARNING line, its hold and registration are kept for the next
+    look, and every other dead worker's rows go back now (before, the whole look failed with a
+    traceback, every heartbeat, for as long as the worker was stopped)."""
+    env, reg = registry
+    quick = env.settings.mysql.model_copy(update={"lock_wait_s": 1})
+    (store,) = build_stores(env.settings.model_copy(update={"mysql": quick}), [env.source])
+    entries = store.claim_due(20)
+    stopped_batch, dead_batch = entries[:10], entries[10:]
+    for name, batch in (("stopped-worker", stopped_batch), ("dead-worker", dead_batch)):
+        reg.register(name, [env.source.name])
+        env.queue.push(env.source.name, batch)
+        assert env.queue.pop_held(name, [env.source.name], 10, 1.0) is not None
+        silence(env, reg, name, 60)
+    reaper = Redelivery([store], env.queue, {"held": reg.settings.heartbeat_s}, 100, registry=reg)
+    holder = connect(env.settings.mysql)  # the stopped worker's open transaction
+    try:
+        with holder.cursor() as cur:
+            # By PRIMARY, as a worker locks its batch: those rows only.
+            ids = ",".join(str(e.id) for e in stopped_batch)
+            where = f"`{env.id_column}` IN ({ids})"
+            cur.execute(f"SELECT 1 FROM `{env.table}` FORCE INDEX (PRIMARY) WHERE {where} FOR UPDATE")
+        with caplog.at_level(logging.WARNING, logger="duecast.redelivery"):
+            assert reaper.requeue("held") == 10
+    finally:
+        holder.rollback()
+        holder.close()
+
+    states = env.states()
+    assert {states[e.id] for e in dead_batch} == {(0, 1)}
+    assert {states[e.id] for e in stopped_batch} == {(1, 1)}
+    assert env.queue.held_by("dead-worker") is None
+    assert env.queue.held_by("stopped-worker") is not None  # kept for the next look
+    assert reg.dead() == ["stopped-worker"]
+    (kept,) = [r for r in caplog.records if getattr(r, "event", None) == "redelivery.held_retry"]
+    assert kept.levelno == logging.WARNING
+    assert kept.exc_info is None
+    assert "worker stopped-worker" in kept.getMessage()
+    assert "1205" in kept.getMessage()
+
+    assert reaper.requeue("held") == 10  # the lock is gone: the next look takes them
+    states = env.states()
+    assert {states[e.id] for e in stopped_batch} == {(0, 1)}
+    assert reg.dead() == []

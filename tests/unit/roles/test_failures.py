@@ -3,6 +3,9 @@ each MySQL and Redis error an operator meets at start-up, settings errors, and w
 
 from __future__ import annotations
 
+import logging
+import threading
+
 import pymysql
 import pytest
 import redis
@@ -13,12 +16,14 @@ from duecast.shared.process.failures import (
     EXIT_UNAVAILABLE,
     StartupError,
     explain,
+    retry_startup,
     run_command,
     transient_cause,
 )
 from duecast.shared.settings import MySQLSettings, Settings
 from duecast.shared.storage.db import server_note
-from duecast.shared.storage.units import translate
+from duecast.shared.storage.schema import SchemaError
+from duecast.shared.storage.units import NotConnected, StorageError, TransientError, translate
 
 NOTE = server_note(MySQLSettings(host="db.internal", port=3307, user="app", database="shop"))
 
@@ -119,3 +124,95 @@ def test_run_command_prints_one_line_and_a_bug_prints_its_traceback(
         "duecast worker: unexpected error (a bug: please report it with the traceback above)\n"
     )
     assert transient_cause(ZeroDivisionError()) is None
+
+
+# ------------------------------------------------------- start-up steps meeting a passing error
+
+LOCK_WAIT = TransientError("(1205, 'Lock wait timeout exceeded; try restarting transaction')", 1205)
+
+
+class Flaky:
+    """A start-up step that fails with the given errors first, then returns "done"."""
+
+    def __init__(self, *errors: Exception, stop: threading.Event | None = None) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+        self.stop = stop  # set at the last failure: SIGTERM arriving while the step is retried
+
+    def __call__(self) -> str:
+        self.calls += 1
+        if self.errors:
+            exc = self.errors.pop(0)
+            if not self.errors and self.stop is not None:
+                self.stop.set()
+            raise exc
+        return "done"
+
+
+def retried(caplog: pytest.LogCaptureFixture, step: Flaky, stop: threading.Event) -> str:
+    with caplog.at_level(logging.WARNING, logger="duecast.startup"):
+        return retry_startup(step, what="range discovery", stop=stop, base_s=0.001, cap_s=0.002)
+
+
+def test_a_start_up_step_is_retried_through_transient_errors_with_one_line_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lost = TransientError("(2013, 'Lost connection to MySQL server during query')", 2013)
+    step = Flaky(LOCK_WAIT, LOCK_WAIT, lost, pymysql.err.OperationalError(1213, "Deadlock found"))
+
+    assert retried(caplog, step, threading.Event()) == "done"
+
+    assert step.calls == 5
+    lines = [r for r in caplog.records if r.name == "duecast.startup"]
+    assert [r.levelno for r in lines] == [logging.WARNING] * 4
+    assert all(r.exc_info is None and "\n" not in r.getMessage() for r in lines)
+    assert lines[0].getMessage().startswith("start-up: range discovery hit (1205, 'Lock wait timeout")
+    assert "; retrying (retry 1) in " in lines[0].getMessage()
+    assert "(2013, 'Lost connection" in lines[2].getMessage()
+    assert "Deadlock found" in lines[3].getMessage()
+    assert {getattr(r, "event", None) for r in lines} == {"startup.retried"}
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        NotConnected('MySQL at 127.0.0.1:1: (2003, "Can\'t connect to MySQL server")', 2003),
+        SchemaError("source users: table users has no column due_at; run `duecast migrate`"),
+        StorageError("(1146, \"Table 'shop.users' doesn't exist\")", 1146),
+    ],
+    ids=["unreachable-server", "schema", "other-mysql-error"],
+)
+def test_a_start_up_step_fails_at_once_on_anything_that_does_not_pass(
+    caplog: pytest.LogCaptureFixture, error: Exception
+) -> None:
+    step = Flaky(error)
+
+    with pytest.raises(type(error)):
+        retried(caplog, step, threading.Event())
+
+    assert step.calls == 1
+    assert not [r for r in caplog.records if r.name == "duecast.startup"]
+
+
+def test_a_stop_request_ends_the_retries_in_one_line_with_exit_3(caplog: pytest.LogCaptureFixture) -> None:
+    stop = threading.Event()
+    step = Flaky(LOCK_WAIT, LOCK_WAIT, stop=stop)
+
+    with pytest.raises(StartupError) as caught:
+        retried(caplog, step, stop)
+
+    assert step.calls == 2
+    assert caught.value.code == EXIT_UNAVAILABLE
+    line = str(caught.value)
+    assert line.startswith("stopped during start-up while range discovery kept failing: ")
+    assert line.endswith(f"TransientError: {LOCK_WAIT}")
+    assert "\n" not in line
+
+
+def test_a_command_ending_on_a_lock_wait_or_deadlock_says_so_in_one_line() -> None:
+    for exc in (LOCK_WAIT, TransientError("(1213, 'Deadlock found when trying to get lock')", 1213)):
+        problem = explain(exc)
+        assert problem is not None
+        assert problem.code == EXIT_UNAVAILABLE
+        assert str(problem).startswith(f"TransientError: {exc}")
+        assert str(problem).endswith("it passes: run it again")
