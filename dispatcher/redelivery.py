@@ -208,10 +208,10 @@ class Redelivery:
         return n
 
     def _hold_kept(self, worker: str, exc: TransientError) -> None:
-        """One dead worker's rows could not be requeued now: still locked (a stopped process keeps
-        its batch's transaction open until MySQL drops its session) past mysql.lock_wait_s, or the
-        session went. Its hold and its registry row stay, so the next look tries again; the other
-        dead workers' rows go back now. One line, no traceback: it passes."""
+        """One dead worker's rows could not be requeued now: locked past mysql.lock_wait_s (by an
+        application's transaction: duecast's own hold a row only for a short one), or the session
+        went. Its hold and its registry row stay, so the next look tries again; the other dead
+        workers' rows go back now. One line, no traceback: it passes."""
         log.warning(
             "worker %s is silent, but the rows it held could not be requeued yet: %s; trying again in %.0fs",
             worker,

@@ -1,7 +1,8 @@
 """Range mode's naming and schema: the companion table that holds dispatch state per id span.
 
 A source in mode "ranges" is dispatched through its ranges table with the ordinary row machinery
-(claim, fenced lock and ack, requeue); this module only derives that table's settings and DDL.
+(claim, committed start with leases, fenced ack, requeue); this module only derives that table's
+settings and DDL.
 """
 
 from __future__ import annotations

@@ -96,8 +96,9 @@ def _set_session(conn: Connection, settings: MySQLSettings) -> None:
         # READ COMMITTED: no gap locks on the claim scan, and rows a locking read does not
         # match are unlocked at once, so SKIP LOCKED only skips rows someone is really working on.
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        # Short lock waits: the only long-held locks are a live worker's batch rows, and whoever
-        # waits for those has a fallback (skip them) instead of stalling its loop.
+        # Short lock waits: duecast holds a row's lock only for a short transaction (a claim, start,
+        # renewal, ack or requeue), so a long-held lock is an application's, and whoever waits for
+        # one has a fallback (skip it, or retry) instead of stalling its loop.
         cur.execute("SET SESSION innodb_lock_wait_timeout = %s", (settings.lock_wait_s,))
         # MariaDB caps JSON_ARRAYAGG (range mode's packed read) at group_concat_max_len, 1 MiB by
         # default; a truncated value would only send the read down its slower path, but why pay.

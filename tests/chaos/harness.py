@@ -134,7 +134,7 @@ class Chaos:
 
     def add_rescan(self, **sizes: Any) -> RescanTables:
         """Re-scan sources for the processes started from now on (see tests/chaos/rescan.py)."""
-        self.rescan = RescanTables(self.query, self.suffix, **sizes)
+        self.rescan = RescanTables(self.query, self.suffix, **{"lease_s": self.lease_s, **sizes})
         self.rescan.create_tables()
         self.settings = self.settings.model_copy(update={"sources": self.rescan.sources})
         migrate.apply(self.settings)

@@ -22,11 +22,12 @@ Query = Callable[..., list[tuple[Any, ...]]]
 class RescanTables:
     query: Query  # the harness' autocommit session
     suffix: str
-    rows: int = 2000  # row mode: two row writes per check (claim, ack)
+    rows: int = 2000  # row mode: three row writes per check (claim, start, ack)
     range_rows: int = 5000  # range mode: one range-row write per range_size rows checked
     period_s: float = 5.0
     range_size: int = 100
     visibility_timeout_s: float = 5.0
+    lease_s: float = 3.0  # a started row's (span's) lease: a stopped or killed worker's are back this soon
 
     def __post_init__(self) -> None:
         self.table = f"chaos_rescan_{self.suffix}"
@@ -36,6 +37,7 @@ class RescanTables:
             "due_column": "checked_at",
             "period_s": self.period_s,
             "visibility_timeout_s": self.visibility_timeout_s,
+            "lease_s": self.lease_s,
         }
         self.sources = [
             SourceSettings(name=RESCAN_ROWS, table=self.table, claim_batch=200, high_water=1000, **common),
@@ -75,9 +77,10 @@ class RescanTables:
         )
 
     def create_triggers(self) -> None:
-        """An ack is the only write that moves a due column (claims, requeues and releases leave it),
-        so each trigger records exactly the acks applied, in their own transactions: a rolled-back
-        ack leaves no record. Both record the fence's attempt and state as they were before it."""
+        """An ack is the only write that moves a due column here (claims, starts, requeues and
+        releases leave it; a failed check would too, but the soak's re-scan handlers never fail), so
+        each trigger records exactly the acks applied, in their own transactions: a rolled-back ack
+        leaves no record. Both record the fence's attempt and state (RUNNING) as they were before it."""
         self._trigger(
             self.table,
             f"'{RESCAN_ROWS}', OLD.id, OLD.{ATTEMPT_COLUMN}, OLD.{STATE_COLUMN}, "
@@ -127,7 +130,7 @@ class RescanTables:
                 str(source),
                 int(unit),
                 int(attempt),
-                int(state) == State.DISPATCHED,
+                int(state) == State.RUNNING,
                 None if by is None else int(by),
                 None if pid is None else int(pid),
                 float(at),

@@ -6,7 +6,7 @@ Each execution of a (source, id, attempt) either made the one ack applied for th
 (`Blame`, shared with the jobs checker). **lost**: a row whose check was never applied again after
 the faults ended. **double-ack**: two acks applied for one (unit, attempt), the unit being the row
 (row mode) or its span (range mode). **unexpected**: anything else, such as an unexplained
-redundant run, an ack applied to a row that was not dispatched or that no execution made, or a run
+redundant run, an ack applied to a row that was not started (RUNNING) or that no execution made, or a run
 of a row that is not in the table.
 """
 
@@ -48,7 +48,7 @@ class Check:
     source: str
     unit: int
     attempt: int  # the fence's: the row's (or span's) dc_attempt before the ack
-    was_dispatched: bool
+    was_started: bool  # the fence's state before the ack: RUNNING
     by_attempt: int | None  # row mode: the attempt the handler saw (it writes it with its ack)
     pid: int | None  # row mode: the process whose handler made the ack
     at: float  # the database's clock
@@ -166,8 +166,8 @@ def _bad_checks(
         if c.source not in sources or c.unit not in rows_by_unit[c.source]:
             yield f"{where}: acked, but no such row"
             continue
-        if not c.was_dispatched:
-            yield f"{where}: acked while not dispatched"
+        if not c.was_started:
+            yield f"{where}: acked while not started"
         if c.by_attempt is not None and c.by_attempt != c.attempt:
             yield f"{where}: the ack carried the handler's attempt {c.by_attempt}"
         missing = [i for i in rows_by_unit[c.source][c.unit] if (c.source, i, c.attempt) not in runs]

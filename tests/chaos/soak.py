@@ -17,8 +17,9 @@ from tests.faults.conftest import CRASH_AFTER_COMMIT
 from tests.faults.procs import Proc, wait_for
 
 # Once the faults are over, every re-scan row must be checked again within this long (a healthy
-# check comes every period plus a claim, 5-6 s; a row a killed worker held waits out the visibility
-# timeout first). Only a failing run waits it out.
+# check comes every period plus a claim, 5-6 s; a row a killed or stopped worker had started waits out
+# its lease first, one it had only popped its silence or the visibility timeout). Only a failing run
+# waits it out.
 RESCAN_BOUND_S = 60.0
 
 

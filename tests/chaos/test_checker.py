@@ -29,12 +29,12 @@ def check(
     at: float,
     pid: int | None = HEALTHY,
     *,
-    dispatched: bool = True,
+    started: bool = True,
     saw: int | None = None,
 ) -> Check:
     """An ack's record; a row-mode one (with a pid) carries the attempt its handler saw (`saw`,
     by default the fence's)."""
-    return Check(source, unit, attempt, dispatched, (saw or attempt) if pid is not None else saw, pid, at)
+    return Check(source, unit, attempt, started, (saw or attempt) if pid is not None else saw, pid, at)
 
 
 def healthy_rows(at: float = 160.0) -> tuple[dict[tuple[str, int, int], list[int]], list[Check]]:
@@ -93,7 +93,7 @@ def test_two_acks_for_one_attempt_are_a_double_ack() -> None:
 def test_acks_no_fenced_ack_could_have_made_are_unexpected() -> None:
     runs, checks = healthy_rows()
     checks += [
-        check("rows", 1, 9, 161.0, dispatched=False),  # also a second ack: double
+        check("rows", 1, 9, 161.0, started=False),  # also a second ack: double
         check("rows", 2, 7, 161.0),  # an attempt that never ran
         check("rows", 3, 9, 161.0, saw=8),  # the handler saw another attempt
         check("rows", 4, 9, 161.0, pid=STOPPED),  # by a process that never ran it
@@ -101,7 +101,7 @@ def test_acks_no_fenced_ack_could_have_made_are_unexpected() -> None:
     ]
     verdict = classify_rescan([ROWS], runs, checks, FAULTS, END)
     assert verdict.unexpected == [
-        "rows unit 1 attempt 9: acked while not dispatched",
+        "rows unit 1 attempt 9: acked while not started",
         "rows unit 2 attempt 7: acked, but rows [2] never ran under that attempt",
         "rows unit 3 attempt 9: the ack carried the handler's attempt 8",
         "rows unit 4 attempt 9: acked by pid 11, which never ran it",

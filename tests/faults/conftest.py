@@ -38,6 +38,7 @@ from tests.faults.env import (  # noqa: F401  (re-exported: tests import these f
     KILL_AFTER_POP,
     KINDS,
     REDIS_DOWN,
+    RUNNING,
     SESSION_LOST,
     SOURCE_NAMES,
     WAIT_S,

@@ -26,7 +26,7 @@ APP = "tests.faults.app"
 CRASH_AFTER_COMMIT = "tests.faults.crash_after_commit"  # the dispatcher exits (70) before its first push
 KILL_AFTER_POP = "tests.faults.kill_after_pop"  # the worker SIGKILLs itself as its first pop returns
 WAIT_S = 30.0  # generous: only a failing test ever waits this long
-IDLE, DISPATCHED = 0, 1
+IDLE, DISPATCHED, RUNNING = 0, 1, 2
 SOURCE_NAMES = {"oneoff": app.ONEOFF, "rescan": app.RESCAN}
 # Scenarios that do not depend on the kind of source run on both: the one-off kind (ack = DELETE)
 # is the issue's; the re-scan kind (ack = UPDATE) also records which attempt's ack landed.
@@ -143,26 +143,6 @@ class FaultEnv:
     def session_alive(self, thread_id: int) -> bool:
         return bool(self.query("SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = %s", (thread_id,)))
 
-    def waiting_for_lock(self, proc: Proc) -> bool:
-        """Whether one of `proc`'s sessions is inside a locking read on the test table: with the
-        rows held elsewhere, that statement is blocked on their lock. (A PRIMARY lookup of one id
-        waits in the optimizer's const-row read, before INNODB_TRX lists a LOCK WAIT.)"""
-        sessions = self.mysql_sessions(proc)
-        if not sessions:
-            return False
-        rows = self.query(
-            "SELECT INFO FROM information_schema.PROCESSLIST WHERE ID IN %s AND COMMAND = 'Query'",
-            (tuple(sessions),),
-        )
-        return any(f"`{self.source.table}`" in str(info) and "FOR UPDATE" in str(info) for (info,) in rows)
-
-    def rows_locked_by(self, thread_id: int) -> int:
-        rows = self.query(
-            "SELECT trx_rows_locked FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = %s",
-            (thread_id,),
-        )
-        return int(rows[0][0]) if rows else 0
-
     # ---------------------------------------------------------------- SQL
 
     def query(self, stmt: str, args: Any = None) -> list[tuple[Any, ...]]:
@@ -205,29 +185,29 @@ class FaultEnv:
     def column(self, name: str) -> dict[int, Any]:
         return {int(i): v for i, v in self.query(f"SELECT id, `{name}` FROM {{t}}")}
 
-    def back_date(self, ids: Iterable[int], attempt: int | None = None) -> int:
-        """Age these DISPATCHED rows (still at `attempt`, if given) past any visibility timeout;
-        returns how many. Waits for a row lock like any statement: age only rows no worker holds."""
+    def back_date(self, ids: Iterable[int], attempt: int | None = None, seconds: float = 3600) -> int:
+        """Age these rows in flight (still at `attempt`, if given) by `seconds`: a DISPATCHED row's
+        dispatch (past any visibility timeout, by default), a started (RUNNING) row's lease, from
+        its last renewal (past any lease). Returns how many; waits for a row lock like any statement."""
         ids = tuple(ids)
         if not ids:
             return 0
         fence = "" if attempt is None else f" AND dc_attempt = {int(attempt)}"
         self.query(
-            "UPDATE {t} SET dc_dispatched_at = NOW(6) - INTERVAL 1 HOUR "
-            f"WHERE id IN %s AND dc_state = %s{fence}",
-            (ids, DISPATCHED),
+            "UPDATE {t} SET dc_dispatched_at = dc_dispatched_at - INTERVAL %s MICROSECOND "
+            f"WHERE id IN %s AND dc_state IN (%s, %s){fence}",
+            (round(seconds * 1e6), ids, DISPATCHED, RUNNING),
         )
         return int(self.sql.rowcount)
 
-    def held_count(self) -> int:
-        """DISPATCHED rows some transaction holds locked right now (a worker's batch)."""
-        self.sql.execute("BEGIN")
-        try:
-            (total,) = self.query("SELECT COUNT(*) FROM {t} WHERE dc_state = %s", (DISPATCHED,))[0]
-            free = self.query("SELECT id FROM {t} WHERE dc_state = %s FOR UPDATE SKIP LOCKED", (DISPATCHED,))
-        finally:
-            self.sql.execute("ROLLBACK")
-        return int(total) - len(free)
+    def leased_since(self, ids: Iterable[int]) -> float:
+        """Seconds since the least recent lease renewal of these started rows (by NOW(6))."""
+        rows = self.query(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, MIN(dc_dispatched_at), NOW(6)) FROM {t} "
+            "WHERE id IN %s AND dc_state = %s",
+            (tuple(ids), RUNNING),
+        )
+        return float(rows[0][0]) / 1e6
 
     # ---------------------------------------------------------------- Redis
 

@@ -1,6 +1,7 @@
 """(d) The same entry queued several times (a retried RPUSH, a replayed list) runs once per attempt:
-the first worker to lock the row runs it; a copy waits for that lock (up to mysql.lock_wait_s, then
-skips what is still held) and no longer matches the fence once the ack has committed.
+the first worker to start the row runs it; the start is committed (RUNNING) before its handler runs,
+so a copy finds the row no longer dispatched under that attempt, at once, whatever becomes of the
+holder: it is running, it failed, or it was killed.
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from duecast.shared.fanout.keys import Entry
-from tests.faults.conftest import DISPATCHED, KINDS, FaultEnv
-from tests.faults.known_bugs import COPY_RERUNS_AFTER_HOLDER_KILLED
+from tests.faults.conftest import DISPATCHED, IDLE, KINDS, RUNNING, FaultEnv
 
 pytestmark = pytest.mark.faults
 
@@ -51,11 +51,9 @@ def test_entry_pushed_three_times_runs_once(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_copy_of_a_row_held_past_the_lock_wait_is_skipped(
-    fault_env: Callable[..., FaultEnv], kind: str
-) -> None:
-    """The holder outlasts the other worker's lock wait: the copy is skipped (SKIP LOCKED fallback),
-    not run, and does not stall that worker."""
+def test_copy_of_a_row_being_checked_is_stale_at_once(fault_env: Callable[..., FaultEnv], kind: str) -> None:
+    """The holder is parked in its handler: the other worker's copies find the row started (no lock
+    to wait for, however long mysql.lock_wait_s is), count as stale entries, and run nothing."""
     env = fault_env(kind)
     (row,) = env.insert(1)
     env.dispatch_directly([row], attempt=1)
@@ -65,7 +63,8 @@ def test_copy_of_a_row_held_past_the_lock_wait_is_skipped(
         name: env.worker(
             name,
             DUECAST_WORKER__POP_BATCH=1,
-            DUECAST_MYSQL__LOCK_WAIT_S=1,
+            DUECAST_MYSQL__LOCK_WAIT_S=30,
+            DUECAST_MYSQL__READ_TIMEOUT_S=60,
             DUECAST_TEST_GATE=gate,
             DUECAST_TEST_BATCH_MARKER=marker,
         )
@@ -77,14 +76,15 @@ def test_copy_of_a_row_held_past_the_lock_wait_is_skipped(
     env.push([Entry(row, 1)] * COPIES)
     env.wait_for(lambda: any(m.exists() for m in markers.values()), "one worker to start the row")
     holder = next(name for name, m in markers.items() if m.exists())
-    # The other worker pops both remaining copies, waits out the lock wait on each and skips it:
-    # counted as held by another session, not as stale.
+    # Well inside one lock wait (30 s): the copies never waited for anything.
     env.wait_for(
-        lambda: env.llen() == 0 and env.stats().get("locked_skipped", 0) == COPIES - 1,
-        "the other worker to give up on both copies",
+        lambda: env.llen() == 0 and env.stats().get("stale_entries", 0) == COPIES - 1,
+        "the copies to be popped and found stale",
+        timeout=10,
     )
-    assert env.stats().get("stale_entries", 0) == 0
+    assert env.stats().get("locked_skipped", 0) == 0
     assert env.pending() == {row}, "the holder has not acked yet"
+    assert env.rows() == {row: (RUNNING, 1)}
     gate.touch()
     env.wait_for(lambda: not env.pending(), "the holder to run and ack the row")
 
@@ -96,17 +96,16 @@ def test_copy_of_a_row_held_past_the_lock_wait_is_skipped(
     assert not any(m.exists() for name, m in markers.items() if name != holder)
 
 
-@pytest.mark.parametrize(
-    "holder_fate", [pytest.param("killed", marks=COPY_RERUNS_AFTER_HOLDER_KILLED), "handler_fails"]
-)
-def test_copy_waiting_on_a_holder_that_does_not_ack_does_not_rerun_the_attempt(
+@pytest.mark.parametrize("holder_fate", ["killed", "handler_fails"])
+def test_a_copy_never_reruns_an_attempt_whose_holder_did_not_ack(
     fault_env: Callable[..., FaultEnv], holder_fate: str
 ) -> None:
-    """The holder of a row runs it and then never acks it (SIGKILLed, or its handler raises) while a
-    copy of the same entry waits for the row lock in another worker. When the lock comes free the
-    row is still DISPATCHED: the copy must not run the same attempt a second time. (The row is the
-    sweeper's to retry, after its visibility timeout, under a new attempt.) A failing handler now
-    burns the attempt in its transaction; a kill rolls everything back: a known limit (xfail)."""
+    """The holder of a row runs it and then never acks it (SIGKILLed, or its handler raises), with
+    copies of the same entry arriving before and after. None of them runs the attempt again: the
+    start was committed before the handler ran. (Formerly a KNOWN LIMIT: a copy waiting for the
+    holder's row lock ran the attempt again once a SIGKILL rolled the holder back.) The row is the
+    sweeper's to retry under a new attempt: once its lease runs out (killed), or at its next period
+    (failed)."""
     env = fault_env("rescan")
     (row,) = env.insert(1)
     env.dispatch_directly([row], attempt=1)
@@ -123,30 +122,36 @@ def test_copy_waiting_on_a_holder_that_does_not_ack_does_not_rerun_the_attempt(
     env.push([Entry(row, 1)])
     env.wait_for(lambda: len(env.executions(holder.pid)) == 1, "the holder to run the row")
 
-    copy = env.worker(
-        "copy", DUECAST_MYSQL__LOCK_WAIT_S=30, DUECAST_MYSQL__READ_TIMEOUT_S=60
-    )  # waits for the lock, not skips it
+    copy = env.worker("copy", DUECAST_MYSQL__LOCK_WAIT_S=30, DUECAST_MYSQL__READ_TIMEOUT_S=60)
     env.wait_listening(copy)
-    env.push([Entry(row, 1)])
-    env.wait_for(lambda: env.waiting_for_lock(copy), "the copy to wait for the holder's row lock")
+    env.push([Entry(row, 1)])  # a copy while the holder is parked
+    env.wait_for(lambda: env.stats().get("stale_entries", 0) == 1, "the copy to be found stale", timeout=10)
 
     if holder_fate == "killed":
         env.procs.kill(holder)
     else:
-        gate.touch()  # the handler raises: no ack, the holder commits and lets the row go
-    # popped counts ticks that finished: the copy's, and the failing holder's.
-    env.wait_for(lambda: env.stats().get("popped", 0) == 1 + (holder_fate != "killed"), "the copy's tick")
-    # (The log shows the row's attempt, which a failure burns: what matters is who ran it.)
-    assert env.executions(copy.pid) == [], "the copy ran the row again"
+        gate.touch()  # the handler raises: no ack; the row's check counts as done, and failed
+        env.wait_for(lambda: env.stats().get("failed", 0) == 1, "the holder to record the failure")
+    env.push([Entry(row, 1)])  # and a copy after the holder's end
+    env.wait_for(lambda: env.stats().get("stale_entries", 0) == 2, "the second copy to be found stale")
+    assert env.executions(copy.pid) == [], "a copy ran the row again"
     env.procs.kill(holder)  # a retry must not meet the injected failure again
-    # Whatever is left is the sweeper's: age it and let it be redelivered under a new attempt.
+    # Whatever is left is the sweeper's: time passes in SQL, and it is redelivered under a new attempt.
     env.dispatcher()
-    env.back_date(env.pending())
+    if holder_fate == "killed":
+        assert env.rows() == {row: (RUNNING, 1)}
+        env.back_date([row], seconds=env.source.lease_s + 1)  # its lease ran out
+    else:
+        assert env.rows() == {row: (IDLE, 1)}
+        env.query(
+            "UPDATE {t} SET due_at = due_at - INTERVAL %s SECOND", (env.source.period_s,)
+        )  # a period on
     env.wait_for(lambda: not env.pending(), "the row to be run under a new attempt")
 
     verdict = env.verdict([row])
     assert not verdict.lost
     assert not verdict.duplicates, "one execution per (id, attempt)"
+    assert verdict.attempts(row) == [1, 2]
 
 
 @pytest.mark.parametrize("kind", KINDS)

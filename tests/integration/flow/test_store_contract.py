@@ -23,14 +23,7 @@ from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, Settings, SourceSettings
 from duecast.shared.storage.range_store import RANGE_KEY, RangeStore
 from duecast.shared.storage.source_store import Store
-from tests.unit.store_contract import (
-    AckContract,
-    ClaimContract,
-    ContractStore,
-    StartContract,
-    StoreContract,
-    SweepContract,
-)
+from tests.unit.store_contract import ContractStore, StoreContract
 
 pytestmark = pytest.mark.integration
 
@@ -166,10 +159,7 @@ class TestRowStore(StoreContract):
         kind.close()
 
 
-# Acks of a range are not fenced per row: a range batch acks the ranges it holds locked (their
-# fence was checked when they were locked, and no sweep can requeue them under that lock), so a
-# row from an earlier batch is never its to ack. StaleAckContract does not apply.
-class TestRangeStore(ClaimContract, StartContract, AckContract, SweepContract):
+class TestRangeStore(StoreContract):
     @pytest.fixture
     def kind(self, mysql_settings: MySQLSettings, sql: pymysql.cursors.Cursor) -> Iterator[SqlKind]:
         table = f"t_ranged_{uuid.uuid4().hex[:8]}"
