@@ -265,6 +265,8 @@ class Worker:
             observe.batch_done("worker", flight.source, flight.started)
 
     def _close(self, flight: Flight) -> None:
+        result = flight.batch.settle()  # counts of spans a last fail() finished
+        self.acker.stats(flight.source).update(acked=result.acked, stale_acks=result.stale)
         flight.batch.close()
         if not flight.later:
             return
