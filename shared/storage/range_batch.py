@@ -71,7 +71,7 @@ class RangeBatch:
         return [self.rows] if self.rows else []
 
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
-        for _, ack in acks:
+        for ack in {id(ack): ack for _, ack in acks}.values():  # most rows share one Ack object
             self._store.group_key(ack)  # a bad Ack is refused before anything is recorded
         late, strangers = self._record(acks)
         counts = self._finish_complete() + self._store.write_late(self._spans_batch, late)
