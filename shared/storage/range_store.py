@@ -123,7 +123,11 @@ class RangeStore:
             spans.give_back()  # nothing ran: due again now, not after a lease
             raise
         batch = RangeBatch(self, spans, rows)
-        batch.settle()
+        try:
+            batch.settle()
+        except BaseException:
+            batch.close()  # the caller gets no batch to close: its spans' leases run out instead
+            raise
         return batch
 
     def _read(self, ranges: list[Row], columns: Sequence[str]) -> list[Row]:

@@ -27,18 +27,9 @@ from duecast.shared.storage.row_batch import RowBatch, guarded
 from duecast.shared.storage.schema import check_source, describe
 from duecast.shared.storage.units import MYSQL_ERRORS, Cursor, lock_or_skip
 
-# The protocols live in storage.protocol (so that RowBatch can use them too); the roles import
+# Re-exported: the protocols live in storage.protocol (RowBatch uses them too), and the roles import
 # them from here, as they always have.
-__all__ = [
-    "STATUS_COUNT_CAP",
-    "AckCounts",
-    "SkipsLocked",
-    "SourceStatus",
-    "SourceStore",
-    "StaleAck",
-    "Store",
-    "WorkBatch",
-]
+__all__ = ["AckCounts", "SkipsLocked", "SourceStatus", "SourceStore", "StaleAck", "Store", "WorkBatch"]
 
 log = logging.getLogger("duecast.worker")
 STATUS_COUNT_CAP = 100_000  # due-backlog counts stop here: a bounded index read per status call

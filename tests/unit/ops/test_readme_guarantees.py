@@ -33,7 +33,7 @@ def test_one_run_per_attempt_is_stated_for_every_kind_with_its_test() -> None:
         "runs at most once",
         "commits before any handler runs",
         "row mode and in range mode",
-        "One-off jobs, cluster consumer groups",
+        "one-off jobs, cluster consumer groups",
         "SIGKILLed after running it",
     ):
         assert words in section, f"the Guarantees section no longer says {words!r}"
