@@ -331,10 +331,11 @@ def ack_now(pending: int, oldest_age_s: float, left: int) -> bool:
 
 def in_flight_cap(setting: int | None, pop_batch: int, any_async: bool) -> int:
     """Rows a worker keeps started and unacked. Set: that. Unset: room for many awaiting checks
-    (async handlers wait, they do not compute), else the batch being run and the next one."""
+    (async handlers wait, they do not compute), else one batch, refilled as its rows finish (a killed
+    worker's started rows, back only when their leases run out, stay at most a batch)."""
     if setting is not None:
         return setting
-    return max(10_000, 2 * pop_batch) if any_async else 2 * pop_batch
+    return max(10_000, 2 * pop_batch) if any_async else pop_batch
 
 
 def pop_room(cap: int, in_flight: int, pop_batch: int) -> int:

@@ -42,7 +42,7 @@ class WorkerSettings(_Section):
     concurrency: int = Field(1, ge=1, le=256)  # threads for plain (not async def) handlers
     # Rows started and not yet acked, per process: async handlers await all of them at once, plain
     # ones run `concurrency` at a time. Unset: 10,000 (at least 2 x pop_batch) when the app has an
-    # async handler, else 2 x pop_batch (the batch running and the next one).
+    # async handler, else pop_batch (one batch, refilled as its rows finish).
     max_in_flight: int | None = Field(None, ge=1, le=1_000_000)
     error_backoff_s: float = Field(1.0, gt=0, le=60)
     # How long a batch's unit is retried after transient MySQL errors (a restart takes tens of

@@ -24,7 +24,7 @@ def test_ack_now(pending: int, age: float, left: int, expected: bool) -> None:
 
 def test_in_flight_cap() -> None:
     assert in_flight_cap(123, 2000, any_async=True) == 123  # a setting wins
-    assert in_flight_cap(None, 2000, any_async=False) == 4000  # the batch running and the next
+    assert in_flight_cap(None, 2000, any_async=False) == 2000  # one batch, refilled as rows finish
     assert in_flight_cap(None, 2000, any_async=True) == 10_000  # awaiting checks cost no thread
     assert in_flight_cap(None, 8000, any_async=True) == 16_000
 
