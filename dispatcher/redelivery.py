@@ -25,6 +25,7 @@ from duecast.shared.policy import (
 from duecast.shared.process.loop import Tick
 from duecast.shared.settings import Settings, SourceSettings
 from duecast.shared.storage.source_store import Store
+from duecast.shared.storage.units import TransientError
 from duecast.shared.storage.worker_registry import WorkerRegistry
 from duecast.shared.telemetry import observe
 
@@ -169,7 +170,20 @@ class Redelivery:
         stores = {store.src.name: store for store in self.stores}
         total = 0
         for worker in self.registry.dead():
-            total += self._requeue_hold(worker, stores)
+            try:
+                total += self._requeue_hold(worker, stores)
+            except TransientError as exc:
+                # Its rows are still locked (a worker stalled, not dead: SIGSTOP, a long pause,
+                # holds its open batch), or MySQL failed: this worker waits for the next look, and
+                # the other dead workers' rows go back now, as with a hold that does not parse.
+                log.warning(
+                    "worker %s is silent but its hold could not be requeued (%s); trying again at the "
+                    "next look",
+                    worker,
+                    exc,
+                    extra={"event": "redelivery.held_failed", "worker": worker},
+                )
+                continue
             self.queue.release_hold(worker)
             self.registry.deregister(worker)
         self.counts["held"] += total

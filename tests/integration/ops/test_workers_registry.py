@@ -4,6 +4,7 @@ had popped goes back to pending at once, fenced, while a live worker's batch is 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -104,3 +105,34 @@ def test_a_heartbeat_registers_beats_and_leaves(registry: tuple[Env, WorkerRegis
     finally:
         beat.stop()
     assert reg.alive() == []
+
+
+def test_a_silent_worker_whose_batch_is_still_locked_does_not_hold_up_the_other_dead_ones(
+    registry: tuple[Env, WorkerRegistry], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker stopped (SIGSTOP, a long pause) in a row-mode batch looks dead but holds its rows'
+    locks: requeueing its hold waits for them and fails (a lock wait timeout). Found by the chaos
+    soak: that failure ended the whole look, every heartbeat, so no other dead worker's rows came
+    back while it stayed stopped. Each worker is handled on its own, as a corrupt hold record is."""
+    env, reg = registry
+    entries = env.store.claim_due(20)
+    stalled_batch, dead_batch = entries[:10], entries[10:]
+    for name, batch in (("a-stalled", stalled_batch), ("b-dead", dead_batch)):  # asked in name order
+        reg.register(name, [env.source.name])
+        env.queue.push(env.source.name, batch)
+        assert env.queue.pop_held(name, [env.source.name], 10, 1.0) is not None
+        silence(env, reg, name, 16)
+    stalled = env.other_store()  # the stopped worker's session
+    reaper = _reaper(env, reg)
+    with stalled.started(stalled_batch) as batch, caplog.at_level(logging.WARNING, "duecast.redelivery"):
+        assert len(batch.rows) == 10  # locked until the block ends, as by a worker stopped mid-batch
+        assert reaper.requeue("held") == 10
+        states = env.states()
+        assert {states[e.id] for e in dead_batch} == {(0, 1)}
+        assert {states[e.id] for e in stalled_batch} == {(1, 1)}
+        assert [r.getMessage() for r in caplog.records if "a-stalled" in r.getMessage()]
+        assert env.queue.held_by("a-stalled") is not None  # kept for the next look
+    assert reaper.requeue("held") == 10  # the lock is gone: its rows go back too
+    assert {env.states()[e.id] for e in stalled_batch} == {(0, 1)}
+    assert reg.alive() == []
+    assert reg.dead() == []
