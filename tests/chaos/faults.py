@@ -199,6 +199,7 @@ def corrupt_a_dead_workers_hold(chaos: Chaos, within_s: float) -> None:
     """Issue 16.2: two workers die, and the hold record of one is overwritten with 0xff bytes. The
     leader must quarantine that record and still take the other's hold (and forget both workers) in
     the same look: before, the first corrupt record failed the whole look, every heartbeat."""
+    backlog(chaos)
     corrupt = holder(chaos, (JOBS,)) or chaos.rng.choice(chaos.live_workers())
     other = holder(chaos, (JOBS,), but=corrupt.pid)
     kill_worker(chaos, corrupt)
@@ -226,8 +227,8 @@ def corrupt_a_dead_workers_hold(chaos: Chaos, within_s: float) -> None:
 def restart_mariadb(chaos: Chaos, server: PrivateMariaDB, down_s: float) -> None:
     """SIGKILL the server (a crash: InnoDB recovers on start), keep it down `down_s`, start it again.
     What the workers held is measured from when it answers again."""
+    held = _in_hand(chaos)
     chaos.fault("mariadb_restart")
-    held = [held_by(chaos, p.pid) for p in chaos.live_workers()]
     server.kill()
     time.sleep(down_s)  # the outage itself: nothing to poll for
     server.start()
@@ -241,11 +242,29 @@ def hold_read_lock(chaos: Chaos, lock_s: float) -> None:
     locker = connect(chaos.mysql)
     try:
         with locker.cursor() as cur:
+            held = _in_hand(chaos)
             chaos.fault("mariadb_read_lock")
-            held = [held_by(chaos, p.pid) for p in chaos.live_workers()]
             cur.execute("FLUSH TABLES WITH READ LOCK")
             time.sleep(lock_s)  # the stall itself: nothing to poll for
             cur.execute("UNLOCK TABLES")
     finally:
         locker.close()
     caught(chaos, chaos.faults[-1], held, chaos.db_now())
+
+
+def _in_hand(chaos: Chaos) -> list[Held]:
+    """Every live worker's hold, once one holds jobs or messages (if one does within 5 s), so that a
+    server fault meets work in flight."""
+    backlog(chaos)
+    holder(chaos, chaos.acks_tables())
+    return [held_by(chaos, p.pid) for p in chaos.live_workers()]
+
+
+def backlog(chaos: Chaos, messages: bool = False) -> None:
+    """A few batches' worth of jobs (or of the group's messages) just before a fault, so that it
+    meets workers with a batch of them in hand whatever the pace of the waves."""
+    if messages:
+        assert chaos.group is not None
+        chaos.group.publish(chaos.settings, 4 * chaos.pop_batch)
+    else:
+        chaos.enqueue(4 * chaos.pop_batch)

@@ -17,6 +17,7 @@ from tests.chaos.app import RESCAN_RANGES, RESCAN_ROWS
 from tests.chaos.faults import (
     JOBS,
     all_acked,
+    backlog,
     corrupt_a_dead_workers_hold,
     hold_read_lock,
     holder,
@@ -190,7 +191,7 @@ def _inject(
         hold_read_lock(chaos, plan.read_lock_s)
     else:
         assert chaos.group is not None
-        if step == "kill_group":  # a backlog, so that a worker is caught with a batch of it
-            chaos.group.publish(chaos.settings, 4 * chaos.pop_batch)
+        if step != "kill_rescan":  # a backlog, so that a worker is caught with a batch of it
+            backlog(chaos, step == "kill_group")
         aim = {"kill": (JOBS,), "kill_rescan": rescans, "kill_group": (chaos.group.source,)}[step]
         kill_worker(chaos, holder(chaos, aim))
