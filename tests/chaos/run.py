@@ -72,21 +72,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     redis = PrivateRedis(tmp)
     procs = Procs(tmp)
-    with running_with(tmp, "duecast_chaos") as server:
-        try:
-            redis.start()
-            mysql = server.settings("duecast_chaos")
-            jobs = {"visibility_timeout_s": 60.0} if args.defaults else {}
-            chaos = Chaos(mysql, redis, procs, tmp, seed, lease_s, jobs, pop_batch=pop_batch)
-            started = time.monotonic()
-            sizes = {"rows": args.rescan_rows, "range_rows": args.range_rows}
-            took = soak(chaos, args.jobs, plan, rescan=sizes, server=server)
-            code = report(chaos, args, sizes, took, time.monotonic() - started)
-        finally:
-            procs.kill_all()
-            redis.kill()
-    shutil.rmtree(server.data, ignore_errors=True)  # the logs stay in tmp
-    return code
+    try:
+        with running_with(tmp, "duecast_chaos") as server:
+            try:
+                redis.start()
+                mysql = server.settings("duecast_chaos")
+                jobs = {"visibility_timeout_s": 60.0} if args.defaults else {}
+                chaos = Chaos(mysql, redis, procs, tmp, seed, lease_s, jobs, pop_batch=pop_batch)
+                started = time.monotonic()
+                sizes = {"rows": args.rescan_rows, "range_rows": args.range_rows}
+                took = soak(chaos, args.jobs, plan, rescan=sizes, server=server)
+                return report(chaos, args, sizes, took, time.monotonic() - started)
+            finally:
+                procs.kill_all()
+                redis.kill()
+    finally:
+        shutil.rmtree(tmp / "mariadb-data", ignore_errors=True)  # the processes' logs stay in tmp
 
 
 def report(chaos: Chaos, args: argparse.Namespace, sizes: dict[str, int], took: float, wall: float) -> int:
@@ -140,7 +141,7 @@ def _work_figures(w: WorkRecovery) -> dict[str, object]:
     medians, counts = w.medians(), w.by_kind()
     return {
         f"{kind} {source}": {
-            "faults": len(counts[(kind, source)]),
+            "holdings": len(counts[(kind, source)]),
             "median": _round(medians.get((kind, source))),
             "worst": _round(worst),
         }
