@@ -1,6 +1,6 @@
 """One chaos run: a private Redis, duecast processes on a fresh jobs table (and, for the soak, re-scan
-sources beside it), a fault log, a supervisor that restarts dead workers (as systemd or Kubernetes
-would), and the checkers at the end.
+sources and a cluster group beside it), a fault log with what each fault caught in workers' hands, a
+supervisor that restarts dead workers (as systemd or Kubernetes would), and the checkers at the end.
 
 Every random choice comes from one seed, printed at the start, so a run can be replayed.
 """

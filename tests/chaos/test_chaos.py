@@ -1,8 +1,9 @@
-"""The chaos suite, short versions (CI): real processes, signals and Redis restarts against one-off
-jobs (and, in the soak, re-scan sources beside them), checked by tests/chaos/checker.py and
-rescan_checker.py. Pass: nothing lost, nothing acked twice, nothing unexpected, every redundant run
-explained by an injected fault. Each prints its seed; replay with DUECAST_CHAOS_SEED=<seed>. The
-long version is `python -m tests.chaos.run` (docs/reliability.md).
+"""The chaos suite, short versions (CI): real processes, signals, Redis and MariaDB restarts against
+one-off jobs (and, in the soak, re-scan sources and a cluster group beside them, on a private
+MariaDB), checked by tests/chaos/checker.py and rescan_checker.py. Pass: nothing lost, nothing
+acked twice, nothing unexpected, every redundant run explained by an injected fault. Each prints
+its seed; replay with DUECAST_CHAOS_SEED=<seed>. The long version is `python -m tests.chaos.run`
+(docs/reliability.md).
 """
 
 from __future__ import annotations
