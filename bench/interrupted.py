@@ -8,6 +8,12 @@ run out on their own. The claims and stale entries in the Redis stats show any c
 
     scripts/dev shell python bench/interrupted.py                 # 2,000 rows, 3 runs per kind
     scripts/dev shell python bench/interrupted.py --runs 1 --json /tmp/interrupted.json
+    scripts/dev shell python bench/interrupted.py --poison        # a job that kills every worker
+
+With --poison there is no kill from outside: one job of the batch (the middle one) SIGKILLs the
+worker that runs it, every time, and a supervisor loop starts a new worker at once. Measured from
+the first death: when each healthy batch-mate was done, how many deaths the poison job caused, and
+that it ended dead (jobs.max_interruptions, 3).
 
 Runs in database duecast_bench / key prefix duecast-bench (see bench/harness.py); it empties that
 database's jobs table and its interrupted_* topic tables, and their keys.
@@ -130,6 +136,70 @@ def one_run(settings: Settings, kind: str, args: argparse.Namespace) -> dict[str
     }
 
 
+def poison_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    """A batch of --batch jobs, its middle one poison; real time, default settings."""
+    table, _ = prepare(settings, "jobs", 0)
+    enqueuer = Enqueuer(settings, None)
+    half = args.batch // 2
+    enqueuer.enqueue_many(Job("quick", i) for i in range(half))
+    poison = enqueuer.enqueue("die", "poison")
+    enqueuer.enqueue_many(Job("quick", i) for i in range(half, args.batch - 1))
+    enqueuer.db.close()
+    logs = Path(tempfile.mkdtemp(prefix="duecast-poison-bench-"))
+    config = logs / "poison.toml"
+    config.write_text("[jobs]\nretention_s = 3600\n")  # done jobs stay, with their finish time
+    fleet = Fleet(config, APP, logs, extra_env={"PYTHONPATH": str(BENCH_DIR)})
+    with closing(connect(settings.mysql)) as poll:
+        poll.autocommit(True)
+        try:
+            with poll.cursor() as cur:
+                deaths = supervise(fleet, cur, table, args.timeout, logs)
+                cur.execute(
+                    f"SELECT UNIX_TIMESTAMP(finished_at) FROM {table} WHERE task = 'quick' AND dc_state = %s",
+                    (int(State.DONE),),
+                )
+                done = sorted(float(r[0]) - deaths[0] for r in cur.fetchall()) if deaths else []
+                cur.execute(f"SELECT dc_state, interruptions FROM {table} WHERE id = %s", (poison,))
+                state, interruptions = cur.fetchone() or (None, None)
+        finally:
+            fleet.stop()
+    return {
+        "kind": "poison",
+        "deaths": len(deaths),
+        "poison_dead": state == int(State.DEAD),
+        "poison_interruptions": interruptions,
+        "healthy": len(done),
+        "healthy_done_p50_s": statistics.median(done) if done else None,
+        "healthy_done_max_s": max(done, default=None),
+        "healthy_after_30s": sum(1 for t in done if t > 30.0),
+    }
+
+
+def supervise(fleet: Fleet, cur: Any, table: str, timeout_s: float, logs: Path) -> list[float]:
+    """Run a dispatcher and a worker, starting a new worker whenever the last one dies (as systemd
+    or Kubernetes would), until no job is left to run; returns the deaths' times (the database's)."""
+    deaths: list[float] = []
+    fleet.start_dispatcher()
+    worker = "worker-0"
+    fleet.start_worker(worker, "--source", JOBS_SOURCE)
+    left = f"SELECT COUNT(*) FROM {table} WHERE dc_state NOT IN ({int(State.DONE)}, {int(State.DEAD)})"
+    deadline = time.monotonic() + timeout_s
+    while count(cur, left):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"not done within {timeout_s:.0f}s; process logs: {logs}")
+        if worker not in fleet.alive():
+            deaths.append(now_s(cur))
+            worker = f"worker-{len(deaths)}"
+            fleet.start_worker(worker, "--source", JOBS_SOURCE)
+        time.sleep(0.05)
+    return deaths
+
+
+def now_s(cur: Any) -> float:
+    cur.execute("SELECT UNIX_TIMESTAMP(NOW(6))")
+    return float(cur.fetchone()[0])
+
+
 def table(args: argparse.Namespace, results: list[dict[str, Any]]) -> Table:
     t = Table(title=f"a worker SIGKILLed holding {args.batch:,} rows; lease_s 15 s, default batches")
     for col in ("kind", "run", "kill -> last done s", "max attempt", "claimed", "stale entries"):
@@ -150,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=2000, help="rows the killed worker holds (one batch)")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--poison", action="store_true", help="a poison job in the batch, no kill from outside")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     harness.use_bench_namespace()
@@ -158,11 +229,16 @@ def main(argv: list[str] | None = None) -> int:
     harness.check_namespace(settings)
     results = []
     with harness.exclusive(settings):
-        for kind in KINDS:
+        for kind in ("poison",) if args.poison else KINDS:
             for _ in range(args.runs):
+                if kind == "poison":
+                    results.append(poison_run(settings, args))
+                    print(results[-1], file=sys.stderr)
+                    continue
                 results.append(one_run(settings, kind, args))
                 print(f"{kind}: done {results[-1]['kill_to_done_s']:.1f}s after the kill", file=sys.stderr)
-    harness.report_console().print(table(args, results))
+    if not args.poison:
+        harness.report_console().print(table(args, results))
     if args.json:
         harness.write_json(args.json, {"args": vars(args), "results": results})
     return 0

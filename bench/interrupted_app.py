@@ -1,10 +1,11 @@
 """The workers' handlers for bench/interrupted.py: a job task and a cluster group's consumer that hold
 their batch until the file DUECAST_BENCH_GATE names exists (so the kill lands mid-batch), then do
-nothing."""
+nothing; and for --poison, a healthy job that does nothing and a poison job that kills its worker."""
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -29,3 +30,14 @@ def hold(payload: Any) -> None:
 @handlers.consumer("interrupted", group="held")
 def held(message: Message) -> None:
     _hold()
+
+
+@handlers.task("quick")
+def quick(payload: Any) -> None:
+    """A healthy job for --poison: nothing to do."""
+
+
+@handlers.task("die")
+def die(payload: Any) -> None:
+    """A poison job for --poison: it SIGKILLs whichever worker runs it, every time."""
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -76,6 +76,7 @@ class Enqueuer(Outbox):
     ) -> None:
         self.jobs = settings.jobs
         self.db = Database(settings.mysql)
+        self.retry_s = settings.mysql.writer_retry_s
         self.client = client
         self.keys = Keys(settings.redis.key_prefix)
         self.tasks = frozenset(tasks) if tasks is not None else None

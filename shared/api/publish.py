@@ -68,6 +68,7 @@ class Publisher(Outbox):
     def __init__(self, settings: Settings, client: redis.Redis | None) -> None:
         self.topics = settings.topics
         self.db = Database(settings.mysql)
+        self.retry_s = settings.mysql.writer_retry_s
         self.client = client
         self.keys = Keys(settings.redis.key_prefix)
         self.sql = render_topics(self.topics)

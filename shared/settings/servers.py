@@ -27,6 +27,12 @@ class MySQLSettings(_Section):
     # connection, well inside the lease (every lease_s must exceed about 4.3 times this; see
     # docs/reliability.md). Never waits for locks.
     lease_keeper_timeout_s: float = Field(2.0, gt=0, le=60)
+    # How long an Enqueuer or Publisher keeps retrying a write of its own (not one joining the
+    # caller's transaction) that failed for a reason that passes before its COMMIT was sent: the
+    # server down or restarting (a MariaDB restart or failover takes tens of seconds), a deadlock, a
+    # lock wait timeout. The call blocks meanwhile. A failure at the COMMIT is never retried (it may
+    # have landed). 0: one try.
+    writer_retry_s: float = Field(30.0, ge=0, le=600)
     # TLS (docs/security.md). `tls = true` requires it: a server without TLS is refused, never
     # used in plaintext. The server's certificate is checked against tls_ca_file (default: the
     # system's CAs) and its name against `host`.

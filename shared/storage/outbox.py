@@ -1,5 +1,5 @@
 """What every writer of new work shares (Enqueuer for jobs, Publisher for topic messages): its own
-transaction (retried only when it never started), joining the caller's (transactional outbox), and
+transaction (retried while it never reached its COMMIT), joining the caller's (transactional outbox), and
 waking the dispatcher after a commit. MySQL errors come out as duecast's (storage.units), never the driver's.
 """
 
@@ -19,44 +19,51 @@ from duecast.shared.storage.units import (
     DRIVER_ERRORS,
     Connection,
     Cursor,
-    NotConnected,
+    is_transient,
     retry_transient,
     translated,
 )
 
 T = TypeVar("T")
 log = logging.getLogger("duecast.outbox")
-# Opening a connection that fails (a server restarting, failing over) is tried this many more times,
-# about 2 s in all, before NotConnected reaches the caller. Nothing else is retried: a connection
-# lost later may have lost a COMMIT that landed, and running the writes again would write twice.
-CONNECT_RETRIES = 4
 
 
 class Outbox:
-    """Base of the writers: `client` may be None (no wake-ups: the dispatcher's poll finds the work)."""
+    """Base of the writers: `client` may be None (no wake-ups: the dispatcher's poll finds the work).
+    `retry_s` is mysql.writer_retry_s."""
 
     client: redis.Redis | None
     keys: Keys
     db: Database
+    retry_s: float
 
     def on_own_connection(self, write: Callable[[Cursor], T], what: str) -> T:
         """Run `write` in a transaction of the writer's own connection and commit. A dead idle
-        connection is replaced before it starts (a ping), and a connection that cannot be opened is
-        tried again (CONNECT_RETRIES): in both cases nothing was sent yet."""
+        connection is replaced before it starts (a ping). A transient error (the server down or
+        restarting, a deadlock, a lock wait timeout, a connection lost) that struck before the COMMIT
+        was sent is retried for up to `retry_s`: the unit was rolled back whole, so nothing was
+        written. One at the COMMIT reaches the caller: it may have landed, and writing again could
+        enqueue twice."""
+        committing = False
 
         def unit() -> T:
+            nonlocal committing
+            committing = False
             with self.db.transaction(check=True) as cur:
-                return write(cur)
+                result = write(cur)
+                committing = True  # the block ends: Database.transaction sends the COMMIT
+            return result
 
         return retry_transient(
             unit,
             what=what,
-            retries=CONNECT_RETRIES,
+            retries=0,
             log=log,
             base_s=0.1,
             cap_s=1.0,
-            retry_on=lambda exc: isinstance(exc, NotConnected),
-            event="outbox.connect_retried",
+            retry_on=lambda exc: is_transient(exc) and not committing,
+            event="outbox.retried",
+            budget_s=self.retry_s,
         )
 
     @contextmanager

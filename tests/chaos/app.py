@@ -1,9 +1,11 @@
 """The chaos suite's tasks and re-scan handlers, with a record independent of duecast's bookkeeping.
 
 `work` is a transactional task: it appends "n pid" to the execution log (DUECAST_CHAOS_EXEC_LOG,
-one O_APPEND write per record, see execlog) when it runs, and inserts (n, pid) into the acks table
-(DUECAST_CHAOS_ACKS) in the transaction that finishes the job. So the log holds every execution
-and the table every ack that committed: the checker needs nothing else. Poison tasks: `raise`
+one O_APPEND write per record, see execlog) when it runs, and inserts (n, job id, pid, time) into
+the acks table (DUECAST_CHAOS_ACKS) in the transaction that finishes the job. So the log holds every
+execution and the table every ack that committed (and when: recovery times are read from it): the
+checker needs nothing else. The soak's cluster group's consumer does the same for each message
+(DUECAST_CHAOS_MSG_LOG, DUECAST_CHAOS_MSG_ACKS; the message's id in place of the job's). Poison tasks: `raise`
 (always fails), `die` (SIGKILLs its worker), `hang` (never returns). The re-scan handlers append
 "source id attempt pid" per row to DUECAST_CHAOS_RESCAN_LOG; their acks are recorded by triggers
 (tests/chaos/rescan.py).
@@ -18,7 +20,7 @@ from typing import Any
 
 import pymysql.cursors
 
-from duecast import Ack, Registry, Row
+from duecast import Ack, Message, Registry, Row, current_job
 from tests.chaos import execlog
 
 handlers = Registry()
@@ -27,6 +29,10 @@ RESCAN_RANGES = "chaos_ranges"  # range mode: a plain success, no business row w
 # A check costs something (a real one reads or calls out): a batch of 100 rows lasts 50 ms, long
 # enough for the soak's faults to meet re-scan batches half-way.
 RESCAN_ROW_S = 0.0005
+TOPIC, GROUP = (
+    "chaos_events",
+    "chaos_group",
+)  # the soak's cluster group (source topics.chaos_events-chaos_group)
 
 
 def log_execution(n: int) -> None:
@@ -37,9 +43,22 @@ def log_execution(n: int) -> None:
 def work(payload: Any, cursor: pymysql.cursors.Cursor) -> None:
     n = int(payload["n"])
     log_execution(n)
+    record_ack(cursor, "DUECAST_CHAOS_ACKS", n, current_job().id)
+
+
+def record_ack(cursor: pymysql.cursors.Cursor, table: str, n: int, unit: int) -> None:
+    """In the transaction that finishes the job or message: it lands if and only if that does."""
     cursor.execute(
-        f"INSERT INTO `{os.environ['DUECAST_CHAOS_ACKS']}` (n, pid) VALUES (%s, %s)", (n, os.getpid())
+        f"INSERT INTO `{os.environ[table]}` (n, unit, pid, at) VALUES (%s, %s, %s, UNIX_TIMESTAMP(NOW(6)))",
+        (n, unit, os.getpid()),
     )
+
+
+@handlers.consumer(TOPIC, group=GROUP, transactional=True)
+def consume(message: Message, cursor: pymysql.cursors.Cursor) -> None:
+    n = int(message.payload["n"])
+    execlog.append("DUECAST_CHAOS_MSG_LOG", n, os.getpid())
+    record_ack(cursor, "DUECAST_CHAOS_MSG_ACKS", n, message.id)
 
 
 @handlers.task("raise")

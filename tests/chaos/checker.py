@@ -1,4 +1,6 @@
-"""Classify a chaos run's jobs from the execution log, the acks table, the fault log and the jobs left.
+"""Classify a chaos run's jobs (and the cluster group's messages) from the execution log, the acks
+table, the fault log and the jobs left; and measure how long the work each fault caught in workers'
+hands took to be acked.
 
 lost: a healthy job never acked; double-ack: a job acked more than once; redundant: a job run more
 than once, each extra run explained by a fault injected into the process that ran it (killed,
@@ -9,10 +11,12 @@ the re-scan checker (tests/chaos/rescan_checker.py).
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median
 
 from tests.chaos.execlog import records
 
@@ -114,3 +118,81 @@ def classify(
         if n not in expected:
             v.unexpected.append(f"job {n} acked but never enqueued as healthy")
     return v
+
+
+# ---------------------------------------------------------------- recovery of held work
+
+
+@dataclass(frozen=True)
+class Holding:
+    """The units (job ids, or message ids of a cluster group) one worker held when `fault` hit."""
+
+    fault: Fault
+    source: str
+    units: frozenset[int]
+    since: float  # measured from here: the fault, or its end for one that lasts (a server down)
+
+
+@dataclass
+class WorkRecovery:
+    """Per Holding, the seconds from its `since` until every unit it held that was not acked before
+    the fault had been acked (None: one never was)."""
+
+    results: list[tuple[Holding, float | None]]
+
+    def by_kind(self) -> dict[tuple[str, str], list[float | None]]:
+        """(fault kind, source) -> the recoveries measured for it."""
+        out: dict[tuple[str, str], list[float | None]] = defaultdict(list)
+        for holding, seconds in self.results:
+            out[(holding.fault.kind, holding.source)].append(seconds)
+        return dict(out)
+
+    def worst(self) -> dict[tuple[str, str], float | None]:
+        return {
+            key: None if None in values else max(v for v in values if v is not None)
+            for key, values in self.by_kind().items()
+        }
+
+    def medians(self) -> dict[tuple[str, str], float]:
+        done = {key: [v for v in values if v is not None] for key, values in self.by_kind().items()}
+        return {key: median(values) for key, values in done.items() if values}
+
+    def lines(self) -> list[str]:
+        kinds, medians = self.by_kind(), self.medians()
+        return [
+            f"{kind} ({source}, {len(kinds[key])}): median {_seconds(medians.get(key), '-')}, "
+            f"worst {_seconds(worst, 'never')}"
+            for key, worst in sorted(self.worst().items())
+            for kind, source in [key]
+        ]
+
+
+def _seconds(value: float | None, missing: str) -> str:
+    return missing if value is None else f"{value:.1f}s"
+
+
+def work_recovery(
+    holdings: Sequence[Holding], acked_at: Mapping[str, Mapping[int, list[float]]]
+) -> WorkRecovery:
+    """`acked_at`: source -> unit -> the sorted times of its acks (the database's clock, as faults').
+    Units acked before the fault are left out; a holding with none left is not measured."""
+    results: list[tuple[Holding, float | None]] = []
+    for h in holdings:
+        times = acked_at.get(h.source, {})
+        waiting = [u for u in h.units if not (times.get(u) and times[u][0] < h.fault.at)]
+        if waiting:
+            results.append((h, _latest_first_ack(times, waiting, h.fault.at, h.since)))
+    return WorkRecovery(results)
+
+
+def _latest_first_ack(
+    times: Mapping[int, list[float]], units: Iterable[int], after: float, since: float
+) -> float | None:
+    latest = since
+    for u in units:
+        at = times.get(u, [])
+        i = bisect.bisect_left(at, after)
+        if i == len(at):
+            return None
+        latest = max(latest, at[i])
+    return latest - since

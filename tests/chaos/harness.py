@@ -1,13 +1,12 @@
 """One chaos run: a private Redis, duecast processes on a fresh jobs table (and, for the soak, re-scan
-sources beside it), a fault log, a supervisor that restarts dead workers (as systemd or Kubernetes
-would), and the checkers at the end.
+sources and a cluster group beside it), a fault log with what each fault caught in workers' hands, a
+supervisor that restarts dead workers (as systemd or Kubernetes would), and the checkers at the end.
 
 Every random choice comes from one seed, printed at the start, so a run can be replayed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -19,14 +18,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pymysql
-
 from duecast.admin import migrate
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.settings import JOBS_SOURCE, MySQLSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.db import connect
-from tests.chaos.checker import Fault, Verdict, classify, read_executions
+from tests.chaos.checker import (
+    Fault,
+    Holding,
+    Verdict,
+    WorkRecovery,
+    classify,
+    read_executions,
+    work_recovery,
+)
+from tests.chaos.group import ClusterGroup, acks_table
 from tests.chaos.rescan import RescanTables
 from tests.chaos.rescan_checker import RescanVerdict, classify_rescan, read_rescan_log
 from tests.faults.conftest import _NOT_INHERITED, REDIS_DOWN, SESSION_LOST
@@ -51,12 +57,16 @@ class Chaos:
     faults: list[Fault] = field(default_factory=list)
     healthy: set[int] = field(default_factory=set)
     poison: set[int] = field(default_factory=set)
+    holdings: list[Holding] = field(default_factory=list)  # what faults caught in workers' hands
+    measured: dict[str, list[float]] = field(default_factory=dict)  # other recoveries (s), by name
+    pop_batch: int = 100
     workers: dict[str, Proc] = field(default_factory=dict)
     dispatchers: dict[str, Proc] = field(default_factory=dict)
     rescan: RescanTables | None = None
+    group: ClusterGroup | None = None
     faults_end: float | None = None  # the database's clock once the last fault was over
     _next: int = 0
-    _stopped: set[int] = field(default_factory=set)
+    stopped: set[int] = field(default_factory=set)  # pids SIGSTOPped (tests/chaos/soak.py)
     _serves: dict[str, Sequence[str]] = field(default_factory=dict)  # worker name -> its --source list
 
     def __post_init__(self) -> None:
@@ -65,6 +75,7 @@ class Chaos:
         self.table = f"chaos_jobs_{suffix}"
         self.acks = f"chaos_acks_{suffix}"
         self.exec_log = self.tmp / "executions.log"
+        self.msg_log = self.tmp / "messages.log"
         self.rescan_log = self.tmp / "rescan.log"
         self.jobs = {
             "table": self.table,
@@ -86,10 +97,7 @@ class Chaos:
         migrate.apply(self.settings)
         self.sql = connect(self.mysql)
         self.sql.autocommit(True)
-        self.query(
-            f"CREATE TABLE `{self.acks}` (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
-            "n BIGINT NOT NULL, pid INT NOT NULL, KEY (n))"
-        )
+        acks_table(self.query, self.acks)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED)}
         self.env.update(
             {
@@ -103,12 +111,13 @@ class Chaos:
                 "DUECAST_DISPATCHER__POLL_INTERVAL_S": "0.05",
                 "DUECAST_DISPATCHER__SWEEP_INTERVAL_S": "0.5",
                 "DUECAST_DISPATCHER__LEADER_LEASE_S": "3",
-                "DUECAST_WORKER__POP_BATCH": "100",
+                "DUECAST_WORKER__POP_BATCH": str(self.pop_batch),
                 "DUECAST_WORKER__BLOCK_TIMEOUT_S": "0.5",
                 "DUECAST_WORKER__ERROR_BACKOFF_S": "0.2",
                 "DUECAST_CHAOS_EXEC_LOG": str(self.exec_log),
                 "DUECAST_CHAOS_ACKS": self.acks,
                 "DUECAST_CHAOS_RESCAN_LOG": str(self.rescan_log),
+                "DUECAST_CHAOS_MSG_LOG": str(self.msg_log),
                 "PYTHONUNBUFFERED": "1",
             }
         )
@@ -118,6 +127,8 @@ class Chaos:
         self.query(f"DROP TABLE IF EXISTS `{self.table}`, `{self.table}_s`, `{self.acks}`")
         if self.rescan is not None:
             self.rescan.drop()
+        if self.group is not None:
+            self.group.drop()
         # The next scenario's dispatcher must not wait out this one's leader lease.
         self.query("DELETE FROM duecast_leases")
         self.query("DELETE FROM duecast_workers")
@@ -141,6 +152,16 @@ class Chaos:
         self.rescan.create_triggers()
         self.env["DUECAST_SOURCES"] = json.dumps([s.model_dump(mode="json") for s in self.rescan.sources])
         return self.rescan
+
+    def add_group(self) -> ClusterGroup:
+        """A cluster group for the processes started from now on (see tests/chaos/group.py)."""
+        self.group = ClusterGroup(self.query, self.suffix, self.jobs)
+        self.group.create_tables()
+        self.settings = self.settings.model_copy(update={"topics": self.group.topics})
+        migrate.apply(self.settings)
+        self.env["DUECAST_TOPICS"] = self.group.topics.model_dump_json()
+        self.env["DUECAST_CHAOS_MSG_ACKS"] = self.group.acks
+        return self.group
 
     # ---------------------------------------------------------------- load
 
@@ -207,25 +228,7 @@ class Chaos:
 
     def live_workers(self) -> list[Proc]:
         self.supervise()  # never "kill" a worker that is already gone
-        return [p for p in self.workers.values() if p.pid not in self._stopped and p.alive()]
-
-    def kill_random_worker(self, proc: Proc | None = None) -> None:
-        """SIGKILL `proc`, or a random live worker."""
-        proc = proc or self.rng.choice(self.live_workers())
-        self.fault("sigkill", proc.pid)
-        self.procs.kill(proc)
-
-    def stop_worker_past_lease(self, proc: Proc | None = None) -> Proc:
-        """SIGSTOP `proc`, or a random live worker; `resume` it later."""
-        proc = proc or self.rng.choice(self.live_workers())
-        self.fault("sigstop", proc.pid)
-        os.kill(proc.pid, signal.SIGSTOP)
-        self._stopped.add(proc.pid)
-        return proc
-
-    def resume(self, proc: Proc) -> None:
-        os.kill(proc.pid, signal.SIGCONT)
-        self._stopped.discard(proc.pid)
+        return [p for p in self.workers.values() if p.pid not in self.stopped and p.alive()]
 
     def leader(self) -> Proc | None:
         rows = self.query("SELECT holder FROM duecast_leases WHERE expires_at > NOW(6)")
@@ -254,7 +257,8 @@ class Chaos:
 
         def done() -> bool:
             self.supervise()
-            return self.acked() >= len(self.healthy) and self.poison_settled()
+            messages = self.group is None or self.group.acked() >= len(self.group.expected)
+            return messages and self.acked() >= len(self.healthy) and self.poison_settled()
 
         wait_for(done, timeout_s, f"all {len(self.healthy):,} healthy jobs acked (seed {self.seed})")
         return time.monotonic() - started
@@ -277,29 +281,29 @@ class Chaos:
         acks = {int(n): int(c) for n, c in self.query(f"SELECT n, COUNT(*) FROM `{self.acks}` GROUP BY n")}
         return classify(self.healthy, self.poison, read_executions(self.exec_log), acks, self.faults)
 
+    def message_verdict(self) -> Verdict:
+        """The cluster group's messages, judged as jobs are (none of them poison)."""
+        assert self.group is not None
+        executions = read_executions(self.msg_log)
+        return classify(self.group.expected, set(), executions, self.group.acks_by_number(), self.faults)
+
+    def acks_tables(self) -> dict[str, str]:
+        """Source -> the table its handler records acks in (app.record_ack)."""
+        group = {self.group.source: self.group.acks} if self.group is not None else {}
+        return {f"{JOBS_SOURCE}.default": self.acks, **group}
+
+    def work_recovery(self) -> WorkRecovery:
+        """How long the jobs and messages each fault caught in workers' hands took to be acked."""
+        times: dict[str, dict[int, list[float]]] = {}
+        for source, table in self.acks_tables().items():
+            per_unit = times[source] = {}
+            for unit, at in self.query(f"SELECT unit, at FROM `{table}` ORDER BY at"):
+                per_unit.setdefault(int(unit), []).append(float(at))
+        return work_recovery(self.holdings, times)
+
     def rescan_verdict(self) -> RescanVerdict:
         """Read once every process has stopped (`stop_all`): no execution may be in flight."""
         assert self.rescan is not None
         assert self.faults_end is not None
         runs, checks = read_rescan_log(self.rescan_log), self.rescan.checks()
         return classify_rescan(self.rescan.expected(), runs, checks, self.faults, self.faults_end)
-
-
-def kill_mysql_session(chaos: Chaos) -> bool:
-    """KILL one MySQL session of a random live duecast process (found by its TCP client ports)."""
-    from tests.faults.procs import tcp_peers  # noqa: PLC0415 - Linux /proc, the fault tier's helper
-
-    procs = [p for p in [*chaos.workers.values(), *chaos.dispatchers.values()] if p.alive()]
-    chaos.rng.shuffle(procs)
-    rows = chaos.query(
-        "SELECT ID, HOST FROM information_schema.PROCESSLIST WHERE DB = %s", (chaos.mysql.database,)
-    )
-    for proc in procs:
-        ports = {str(local) for local, remote in tcp_peers(proc.pid) if remote == chaos.mysql.port}
-        ids = [int(i) for i, host in rows if str(host).rsplit(":", 1)[-1] in ports]
-        if ids:
-            chaos.fault("mysql_kill", proc.pid)
-            with contextlib.suppress(pymysql.err.OperationalError):  # it may have ended meanwhile
-                chaos.query(f"KILL CONNECTION {chaos.rng.choice(ids)}")
-            return True
-    return False

@@ -2,11 +2,15 @@
 
     scripts/dev shell python -m tests.chaos.run --jobs 1000000 --waves 200
     scripts/dev shell python -m tests.chaos.run --jobs 20000 --seed 1234     # replay a seed
+    scripts/dev shell python -m tests.chaos.run --jobs 40000 --waves 16 --defaults --settle  # recovery
 
-It works in its own database (duecast_chaos_<random>, dropped afterwards) and a private
-redis-server on a free port, prints the faults as they are injected and the verdicts at the end
-(jobs, then the re-scan sources that ran beside them), and exits 1 unless nothing was lost, acked
-twice or unexpected. --json writes the figures.
+It starts its own MariaDB server (a private one on a free port, which the soak crashes, restarts
+and read-locks) and redis-server, prints the faults as they are injected and the verdicts at the
+end (jobs, the cluster group's messages, then the re-scan sources that ran beside them) with each
+fault's recovery, and exits 1 unless nothing was lost, acked twice or unexpected. --defaults runs
+the processes with duecast's default leases (15 s), batches (2,000), visibility timeout (60 s) and
+worker heartbeats (dead after 15 s) instead of the suite's short ones (3 s, 100, 5 s, 2 s);
+--settle measures each fault's recovery alone. --json writes the figures.
 """
 
 from __future__ import annotations
@@ -14,19 +18,19 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import signal
 import sys
 import tempfile
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
-from duecast.shared.settings import Settings
-from duecast.shared.storage.db import connect
+from tests.chaos.checker import Verdict, WorkRecovery
 from tests.chaos.harness import Chaos
+from tests.chaos.private_mariadb import running_with
 from tests.chaos.rescan_checker import RescanVerdict
-from tests.chaos.soak import soak
+from tests.chaos.soak import Plan, soak
 from tests.faults.private_redis import PrivateRedis
 from tests.faults.procs import Procs
 
@@ -35,74 +39,114 @@ def _exit_on_sigterm(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)  # unwinds through main's finally: processes, Redis, database
 
 
-def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", type=int, default=1_000_000)
     p.add_argument("--waves", type=int, default=200, help="jobs arrive in this many waves, a fault each")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--rescan-rows", type=int, default=2000, help="rows of the row-mode re-scan source")
     p.add_argument("--range-rows", type=int, default=5000, help="rows of the range-mode re-scan source")
+    p.add_argument("--defaults", action="store_true", help="duecast's default leases, batches, timeouts")
+    p.add_argument("--settle", action="store_true", help="each fault waits for the last one's work")
+    p.add_argument("--server-faults", type=int, default=2, help="MariaDB restarts, and as many read locks")
+    p.add_argument("--mariadb-down-s", type=float, default=10.0, help="how long each restart keeps it down")
+    p.add_argument("--read-lock-s", type=float, help="how long each read lock lasts (default: lease + 1 s)")
     p.add_argument("--json", type=Path)
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    args = parse(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     tmp = Path(tempfile.mkdtemp(prefix="duecast-chaos-"))
-    mysql = Settings().mysql.model_copy(update={"database": f"duecast_chaos_{uuid.uuid4().hex[:6]}"})
-    admin = connect(mysql, database=False)
-    with admin.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{mysql.database}` CHARACTER SET utf8mb4")
+    lease_s, pop_batch = (15.0, 2000) if args.defaults else (3.0, 100)
+    plan = Plan(
+        waves=args.waves,
+        mariadb_restarts=args.server_faults,
+        read_locks=args.server_faults,
+        mariadb_down_s=args.mariadb_down_s,
+        read_lock_s=args.read_lock_s or lease_s + 1,
+        settle=args.settle,
+        fast_death=not args.defaults,
+    )
     redis = PrivateRedis(tmp)
     procs = Procs(tmp)
-    chaos = None
     try:
-        redis.start()
-        chaos = Chaos(mysql, redis, procs, tmp, seed)
-        started = time.monotonic()
-        sizes = {"rows": args.rescan_rows, "range_rows": args.range_rows}
-        took = soak(chaos, args.jobs, waves=args.waves, rescan=sizes)
-        verdict = chaos.verdict()
-        rescan = chaos.rescan_verdict()
-        faults = Counter(f.kind for f in chaos.faults)
-        print(verdict.summary())
-        print(rescan.summary())
-        print(
-            f"{len(chaos.healthy):,} jobs in {took:.0f}s "
-            f"({len(chaos.healthy) / took:,.0f} jobs/s) under faults:"
-        )
-        for kind, n in sorted(faults.items()):
-            print(f"  {kind}: {n}")
-        print("every re-scan row checked again after a fault within (s):")
-        medians = rescan.median_recovery()
-        for kind, worst in sorted(rescan.worst_recovery().items()):
-            print(f"  {kind}: median {medians.get(kind, float('nan')):.1f}, worst {_seconds(worst)}")
-        if args.json:
-            args.json.write_text(
-                json.dumps(
-                    {
-                        "seed": seed,
-                        "jobs": len(chaos.healthy),
-                        "seconds": round(time.monotonic() - started, 1),
-                        "faults": dict(faults),
-                        "lost": len(verdict.lost),
-                        "double_ack": len(verdict.double_ack),
-                        "redundant": len(verdict.redundant),
-                        "redundant_causes": dict(Counter(verdict.redundant.values())),
-                        "unexpected": verdict.unexpected[:50],
-                        "rescan": _rescan_figures(rescan, sizes),
-                    },
-                    indent=2,
-                )
-                + "\n"
-            )
-        return 0 if verdict.ok and rescan.ok else 1
+        with running_with(tmp, "duecast_chaos") as server:
+            try:
+                redis.start()
+                mysql = server.settings("duecast_chaos")
+                jobs = {"visibility_timeout_s": 60.0} if args.defaults else {}
+                chaos = Chaos(mysql, redis, procs, tmp, seed, lease_s, jobs, pop_batch=pop_batch)
+                started = time.monotonic()
+                sizes = {"rows": args.rescan_rows, "range_rows": args.range_rows}
+                took = soak(chaos, args.jobs, plan, rescan=sizes, server=server)
+                return report(chaos, args, sizes, took, time.monotonic() - started)
+            finally:
+                procs.kill_all()
+                redis.kill()
     finally:
-        procs.kill_all()
-        if chaos is not None:
-            chaos.close()
-        redis.kill()
-        with admin.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{mysql.database}`")
-        admin.close()
+        shutil.rmtree(tmp / "mariadb-data", ignore_errors=True)  # the processes' logs stay in tmp
+
+
+def report(chaos: Chaos, args: argparse.Namespace, sizes: dict[str, int], took: float, wall: float) -> int:
+    verdict, rescan, work = chaos.verdict(), chaos.rescan_verdict(), chaos.work_recovery()
+    messages = chaos.message_verdict()
+    faults = Counter(f.kind for f in chaos.faults)
+    print(verdict.summary())
+    print("cluster group:", messages.summary())
+    print(rescan.summary())
+    print(
+        f"{len(chaos.healthy):,} jobs in {took:.0f}s ({len(chaos.healthy) / took:,.0f} jobs/s) under faults:"
+    )
+    for kind, n in sorted(faults.items()):
+        print(f"  {kind}: {n}")
+    print("the jobs and messages a fault caught in workers' hands, all acked after it within:")
+    for line in work.lines():
+        print(f"  {line}")
+    print("a corrupt hold quarantined and the other dead worker's taken within (s):", chaos.measured)
+    print("every re-scan row checked again after a fault within (s):")
+    medians = rescan.median_recovery()
+    for kind, worst in sorted(rescan.worst_recovery().items()):
+        print(f"  {kind}: median {medians.get(kind, float('nan')):.1f}, worst {_seconds(worst)}")
+    if args.json:
+        figures = {
+            "seed": chaos.seed,
+            "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "jobs": len(chaos.healthy),
+            "seconds": round(wall, 1),
+            "faults": dict(faults),
+            **_verdict_figures(verdict),
+            "messages": {"expected": messages.expected, **_verdict_figures(messages)},
+            "held_work_recovery_s": _work_figures(work),
+            "measured_s": {k: [round(v, 2) for v in vs] for k, vs in chaos.measured.items()},
+            "rescan": _rescan_figures(rescan, sizes),
+        }
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0 if verdict.ok and messages.ok and rescan.ok else 1
+
+
+def _verdict_figures(v: Verdict) -> dict[str, object]:
+    return {
+        "lost": len(v.lost),
+        "double_ack": len(v.double_ack),
+        "redundant": len(v.redundant),
+        "redundant_causes": dict(Counter(v.redundant.values())),
+        "unexpected": v.unexpected[:50],
+    }
+
+
+def _work_figures(w: WorkRecovery) -> dict[str, object]:
+    medians, counts = w.medians(), w.by_kind()
+    return {
+        f"{kind} {source}": {
+            "holdings": len(counts[(kind, source)]),
+            "median": _round(medians.get((kind, source))),
+            "worst": _round(worst),
+        }
+        for (kind, source), worst in sorted(w.worst().items())
+    }
 
 
 def _seconds(value: float | None) -> str:

@@ -1,18 +1,34 @@
-"""Scenario 1, the soak: one-off jobs in waves with re-scan sources beside them, a fault per wave. The
-CI test (test_chaos.py) and the long runner (run.py) both run this; the checkers judge the outcome.
+"""Scenario 1, the soak: one-off jobs and a cluster group's messages in waves, with re-scan sources
+beside them, a fault per wave. The CI test (test_chaos.py) and the long runner (run.py) both run
+this; the checkers judge the outcome, and each fault's recovery is measured (checker.WorkRecovery,
+rescan_checker).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from duecast.shared.fanout.keys import Keys
 from duecast.shared.settings import JOBS_SOURCE
 from tests.chaos.app import RESCAN_RANGES, RESCAN_ROWS
+from tests.chaos.faults import (
+    JOBS,
+    all_acked,
+    backlog,
+    corrupt_a_dead_workers_hold,
+    hold_read_lock,
+    holder,
+    keys,
+    kill_worker,
+    restart_mariadb,
+    resume,
+    stop_worker,
+)
 from tests.chaos.harness import Chaos
+from tests.chaos.private_mariadb import PrivateMariaDB
 from tests.faults.conftest import CRASH_AFTER_COMMIT
 from tests.faults.procs import Proc, wait_for
 
@@ -21,6 +37,46 @@ from tests.faults.procs import Proc, wait_for
 # its lease first, one it had only popped its silence or the visibility timeout). Only a failing run
 # waits it out.
 RESCAN_BOUND_S = 60.0
+# A dead worker is found after 2 s (its hold requeued at once), well before the 5 s visibility
+# timeout: so the leader's look at dead workers' holds (issue 16.2) is what brings their rows back.
+FAST_DEATH = {"DUECAST_WORKER__HEARTBEAT_S": "0.5", "DUECAST_WORKER__DEAD_AFTER_S": "2"}
+SETTLE_S = 120.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many of each fault the soak injects (the rest of its waves are worker SIGKILLs, aimed in
+    turn at a worker holding jobs, re-scan rows and the group's messages), and how long the server
+    faults last."""
+
+    waves: int = 14
+    flushes: int = 1
+    redis_restarts: int = 2
+    wrong_types: int = 1
+    group_kills: int = 1  # SIGKILL a worker holding a batch of the cluster group
+    bad_holds: int = 1  # two workers SIGKILLed, one's hold record overwritten with 0xff bytes
+    mariadb_restarts: int = 1  # needs the soak's private MariaDB
+    read_locks: int = 1  # FLUSH TABLES WITH READ LOCK, held read_lock_s; needs it too
+    mariadb_down_s: float = 2.0
+    read_lock_s: float = 4.0  # past the 3 s job lease: workers holding batches fence themselves
+    # Each fault waits until the work the last one caught is done (at most SETTLE_S), so that each
+    # recovery is measured alone; otherwise faults come in a row, a wave apart (the harder test).
+    settle: bool = False
+    fast_death: bool = True  # FAST_DEATH; False: worker.heartbeat_s and dead_after_s as by default
+
+    @property
+    def hold_handled_s(self) -> float:
+        return 10.0 if self.fast_death else 30.0  # dead_after_s (2 s or 15 s) plus a look or two
+
+    def steps(self, server: bool) -> list[str]:
+        plan = ["flush"] * self.flushes + ["redis_restart"] * self.redis_restarts + ["stop", "stop_rescan"]
+        plan += ["wrong_type"] * self.wrong_types + ["kill_group"] * self.group_kills
+        plan += ["bad_hold"] * self.bad_holds
+        if server:
+            plan += ["mariadb_restart"] * self.mariadb_restarts + ["read_lock"] * self.read_locks
+        fixed = len(plan)
+        plan += ["kill", "kill_rescan", "kill_group"] * max(0, self.waves - fixed)
+        return plan[: max(self.waves, fixed)]
 
 
 def _flowing(chaos: Chaos, target: int) -> bool:
@@ -31,73 +87,76 @@ def _after(deadline: float) -> bool:
     return time.monotonic() > deadline
 
 
-def rescan_holder(chaos: Chaos, timeout_s: float = 5.0) -> Proc | None:
-    """A live worker in the middle of a re-scan batch, found by the hold record every worker keeps
-    in Redis while it works a batch (the one the reaper reads); None if none is seen in time."""
-    assert chaos.rescan is not None
-    names = {s.name.encode() for s in chaos.rescan.sources}
-    pattern = Keys(f"chaos-{chaos.suffix}").inflight("*")
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        live = {p.pid: p for p in chaos.live_workers()}
-        for key in chaos.redis.client.scan_iter(match=pattern):
-            held = chaos.redis.client.get(key)
-            source = held.split(b"\n", 1)[0] if isinstance(held, bytes) else b""
-            pid = int(key.rsplit(b":", 1)[1])  # the worker's name is host:pid
-            if source in names and pid in live:
-                return live[pid]
-        time.sleep(0.01)
-    return None
+def _settled(chaos: Chaos, done: set[int]) -> bool:
+    """Every job and message the faults so far caught in workers' hands has been acked (`done`: the
+    indexes of holdings found so, not read again)."""
+    chaos.supervise()
+    for i, holding in enumerate(chaos.holdings):
+        if i not in done:
+            if not all_acked(chaos, holding):
+                return False
+            done.add(i)
+    return True
 
 
 def soak(
     chaos: Chaos,
     jobs: int,
+    plan: Plan | None = None,
     *,
-    waves: int = 10,
-    flushes: int = 1,
-    redis_restarts: int = 2,
     rescan: Mapping[str, Any] | None = None,
-    wrong_types: int = 1,
+    server: PrivateMariaDB | None = None,
 ) -> float:
-    """One-off jobs enqueued in waves, and a row-mode and a range-mode re-scan source (`rescan`:
-    their sizes, see RescanTables) served by the same dispatcher all along, under worker SIGKILLs
-    (every other one aimed at a worker in a re-scan batch), Redis restarts and a FLUSHALL, a ready
-    list SET to a string (issue 16.3), one dispatcher SIGKILLed right after a COMMIT, and two workers
-    SIGSTOPped past the job lease then resumed (one at random, one in a re-scan batch). Returns the
-    seconds until every job is acked; then waits for every re-scan row to be checked again and stops
-    every process."""
-    per_wave = max(1, jobs // waves)
+    """One-off jobs and a cluster group's messages (a quarter as many) enqueued in waves, and a
+    row-mode and a range-mode re-scan source (`rescan`: their sizes, see RescanTables) served by the
+    same dispatcher all along, under the faults of `plan`: worker SIGKILLs (aimed at workers holding
+    jobs, re-scan rows or the group's messages), Redis restarts and a FLUSHALL, a ready list SET to
+    a string (issue 16.3), a dead worker's hold record made garbage (16.2), a dispatcher SIGKILLed
+    right after a COMMIT, two workers SIGSTOPped past the lease then resumed, and with `server` (the
+    private MariaDB the run's database lives on) a MariaDB crash and restart and a read lock. Returns
+    the seconds until every job and message is acked; then waits for every re-scan row to be checked
+    again and stops every process."""
+    plan = plan or Plan()
+    per_wave = max(1, jobs // plan.waves)
     chaos.add_rescan(**(rescan or {}))
+    group = chaos.add_group()
+    if plan.fast_death:
+        chaos.env.update(FAST_DEATH)
     chaos.enqueue(per_wave)
+    group.publish(chaos.settings, per_wave // 4)
     first = chaos.dispatcher("dispatcher-crash", CRASH_AFTER_COMMIT)
     chaos.procs.wait_exit(first, 60)
     chaos.fault("dispatcher_killed_after_commit", first.pid)
     chaos.dispatcher("dispatcher")
     # Re-scan first: a worker pops the first non-empty list it serves, and the jobs list is never
-    # empty here. Every worker serves all three; each list is popped by its own count.
+    # empty here. Every worker serves all four; each list is popped by its own count.
     for i in range(4):
-        chaos.worker(f"worker-{i}", (RESCAN_ROWS, RESCAN_RANGES, JOBS_SOURCE))
+        chaos.worker(f"worker-{i}", (RESCAN_ROWS, RESCAN_RANGES, group.source, JOBS_SOURCE))
     started = time.monotonic()
-    plan = ["flush"] * flushes + ["redis_restart"] * redis_restarts + ["stop", "stop_rescan"]
-    plan += ["wrong_type"] * wrong_types
-    fixed = len(plan)
-    plan += ["kill", "kill_rescan"] * max(0, waves - len(plan))
-    plan = plan[: max(waves, fixed)]
-    chaos.rng.shuffle(plan)
+    steps = plan.steps(server is not None)
+    chaos.rng.shuffle(steps)
     stopped: list[tuple[Proc, float]] = []
-    for step in plan:
+    settled: set[int] = set()
+    for step in steps:
         target = chaos.acked() + per_wave // 2
         chaos.enqueue(per_wave)
+        group.publish(chaos.settings, per_wave // 4)
         # The next fault lands once half a wave has been worked off: faults meet work in flight.
         wait_for(partial(_flowing, chaos, target), 300, "work to flow", chaos.procs.check)
         for proc, until in [s for s in stopped if time.monotonic() > s[1]]:
-            chaos.resume(proc)
+            resume(chaos, proc)
             stopped.remove((proc, until))
-        _inject(chaos, step, stopped)
+        if plan.settle:
+            wait_for(
+                partial(_settled, chaos, settled),
+                SETTLE_S,
+                "the work the last fault caught",
+                chaos.procs.check,
+            )
+        _inject(chaos, step, stopped, plan, server)
     for proc, until in stopped:
         wait_for(partial(_after, until), 60, "a stopped worker's lease to pass")
-        chaos.resume(proc)
+        resume(chaos, proc)
     chaos.faults_end = chaos.db_now()
     chaos.wait_done(max(300, jobs / 200))
     took = time.monotonic() - started
@@ -106,7 +165,10 @@ def soak(
     return took
 
 
-def _inject(chaos: Chaos, step: str, stopped: list[tuple[Proc, float]]) -> None:
+def _inject(
+    chaos: Chaos, step: str, stopped: list[tuple[Proc, float]], plan: Plan, server: PrivateMariaDB | None
+) -> None:
+    rescans = (RESCAN_ROWS, RESCAN_RANGES)
     if step == "flush":
         chaos.fault("redis_flush")
         chaos.redis.client.flushall()
@@ -117,9 +179,20 @@ def _inject(chaos: Chaos, step: str, stopped: list[tuple[Proc, float]]) -> None:
         # A stray SET over the row-mode source's ready list (its entries with it): the first role to
         # meet the WRONGTYPE moves it aside, and the dispatcher requeues what the list held.
         chaos.fault("redis_wrong_type")
-        chaos.redis.client.set(Keys(f"chaos-{chaos.suffix}").ready(RESCAN_ROWS), b"not a list")
+        chaos.redis.client.set(keys(chaos).ready(RESCAN_ROWS), b"not a list")
     elif step in ("stop", "stop_rescan"):
-        proc = chaos.stop_worker_past_lease(rescan_holder(chaos) if step == "stop_rescan" else None)
+        proc = stop_worker(chaos, holder(chaos, rescans) if step == "stop_rescan" else None)
         stopped.append((proc, time.monotonic() + chaos.lease_s * 2))
+    elif step == "bad_hold":
+        corrupt_a_dead_workers_hold(chaos, plan.hold_handled_s)
+    elif step == "mariadb_restart":
+        assert server is not None
+        restart_mariadb(chaos, server, plan.mariadb_down_s)
+    elif step == "read_lock":
+        hold_read_lock(chaos, plan.read_lock_s)
     else:
-        chaos.kill_random_worker(rescan_holder(chaos) if step == "kill_rescan" else None)
+        assert chaos.group is not None
+        if step != "kill_rescan":  # a backlog, so that a worker is caught with a batch of it
+            backlog(chaos, step == "kill_group")
+        aim = {"kill": (JOBS,), "kill_rescan": rescans, "kill_group": (chaos.group.source,)}[step]
+        kill_worker(chaos, holder(chaos, aim))

@@ -1,8 +1,9 @@
-"""The chaos suite, short versions (CI): real processes, signals and Redis restarts against one-off
-jobs (and, in the soak, re-scan sources beside them), checked by tests/chaos/checker.py and
-rescan_checker.py. Pass: nothing lost, nothing acked twice, nothing unexpected, every redundant run
-explained by an injected fault. Each prints its seed; replay with DUECAST_CHAOS_SEED=<seed>. The
-long version is `python -m tests.chaos.run` (docs/reliability.md).
+"""The chaos suite, short versions (CI): real processes, signals, Redis and MariaDB restarts against
+one-off jobs (and, in the soak, re-scan sources and a cluster group beside them, on a private
+MariaDB), checked by tests/chaos/checker.py and rescan_checker.py. Pass: nothing lost, nothing
+acked twice, nothing unexpected, every redundant run explained by an injected fault. Each prints
+its seed; replay with DUECAST_CHAOS_SEED=<seed>. The long version is `python -m tests.chaos.run`
+(docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
@@ -17,11 +19,11 @@ import pymysql
 import pytest
 
 from duecast.demo.fleet import cpu_seconds
-from duecast.shared.settings import MySQLSettings
+from duecast.shared.settings import JOBS_SOURCE, MySQLSettings
 from tests.chaos.app import RESCAN_RANGES, RESCAN_ROWS
-from tests.chaos.deadlock import force_deadlock
-from tests.chaos.harness import Chaos, kill_mysql_session
-from tests.chaos.private_mariadb import PrivateMariaDB
+from tests.chaos.faults import force_deadlock, kill_mysql_session
+from tests.chaos.harness import Chaos
+from tests.chaos.private_mariadb import PrivateMariaDB, running_with
 from tests.chaos.soak import soak
 from tests.faults.private_redis import PrivateRedis
 from tests.faults.procs import Procs, wait_for
@@ -43,19 +45,60 @@ def assert_clean(chaos: Chaos) -> None:
     assert not verdict.unexpected, f"{verdict.unexpected[:10]} (seed {chaos.seed})"
 
 
-def test_soak_with_worker_kills_redis_restarts_a_flush_a_dispatcher_kill_and_a_stopped_worker(
-    chaos: Chaos,
+@pytest.fixture
+def private_chaos(
+    private_redis: PrivateRedis, procs: Procs, tmp_path: Path
+) -> Iterator[tuple[Chaos, PrivateMariaDB]]:
+    """A chaos run on a private MariaDB of its own, which the scenario may crash, restart and lock."""
+    seed = int(os.environ.get("DUECAST_CHAOS_SEED") or random.SystemRandom().randrange(1 << 31))
+    with running_with(tmp_path, "duecast_chaos") as server:
+        run = Chaos(server.settings("duecast_chaos"), private_redis, procs, tmp_path, seed)
+        try:
+            yield run, server
+        finally:
+            procs.kill_all()
+            run.close()
+
+
+def test_soak_with_worker_kills_redis_restarts_a_mariadb_restart_a_read_lock_and_garbage_in_redis(
+    private_chaos: tuple[Chaos, PrivateMariaDB],
 ) -> None:
-    took = soak(chaos, 20_000)
-    print(f"soak: {len(chaos.healthy):,} jobs in {took:.1f}s under {len(chaos.faults)} faults")
+    chaos, server = private_chaos
+    took = soak(chaos, 20_000, server=server)
+    assert chaos.group is not None
+    print(
+        f"soak: {len(chaos.healthy):,} jobs, {len(chaos.group.expected):,} messages in {took:.1f}s under ",
+        end="",
+    )
+    print(f"{len(chaos.faults)} faults")
     assert {f.kind for f in chaos.faults} >= {
         "sigkill",
         "redis_restart",
         "redis_flush",
         "redis_wrong_type",
         "dispatcher_killed_after_commit",
+        "bad_hold",
+        "mariadb_restart",
+        "mariadb_read_lock",
     }
     assert_clean(chaos)
+    messages = chaos.message_verdict()
+    print("cluster group:", messages.summary())
+    assert not messages.lost, f"messages lost {messages.lost[:20]} (seed {chaos.seed})"
+    assert not messages.double_ack, f"messages acked twice {messages.double_ack[:20]} (seed {chaos.seed})"
+    assert not messages.unexpected, f"{messages.unexpected[:10]} (seed {chaos.seed})"
+    # Every job and message a fault caught in a worker's hands is done within the bound after it.
+    work = chaos.work_recovery()
+    print("held work done after a fault within:", *work.lines(), sep="\n  ")
+    killed = {source for kind, source in work.worst() if kind == "sigkill"}
+    assert killed == {f"{JOBS_SOURCE}.default", chaos.group.source}, (
+        f"killed holding {killed} (seed {chaos.seed})"
+    )
+    print("a corrupt hold quarantined and the other dead worker's taken within (s):", chaos.measured)
+    slow_work = {k: s for k, s in work.worst().items() if s is None or s > RECOVERY_BOUND_S}
+    assert not slow_work, (
+        f"held work not done within {RECOVERY_BOUND_S}s after {slow_work} (seed {chaos.seed})"
+    )
     verdict = chaos.rescan_verdict()
     print(verdict.summary())
     worst = verdict.worst_recovery()

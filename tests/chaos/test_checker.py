@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.checker import Fault, classify, read_executions
+from tests.chaos.checker import Fault, Holding, classify, read_executions, work_recovery
 from tests.chaos.rescan_checker import Check, RescanSource, classify_rescan, read_rescan_log
 
 pytestmark = pytest.mark.faults
@@ -179,3 +179,23 @@ def test_jobs_runs_beyond_the_acked_one_need_a_fault_on_their_process() -> None:
     assert verdict.double_ack == [3]
     assert verdict.redundant == {2: "sigkill"}
     assert len(verdict.unexpected) == 3  # 3 ran twice unexplained; 7 ran and 9 acked, never enqueued
+
+
+def test_held_work_recovers_when_the_last_unit_not_acked_before_the_fault_is_acked() -> None:
+    kill, lock = FAULTS[0], Fault(120.0, "mariadb_read_lock", None)
+    holdings = [
+        Holding(kill, "jobs", frozenset({1, 2, 3}), kill.at),  # 1 was acked before the kill
+        Holding(lock, "group", frozenset({7}), 124.0),  # measured from the lock's end
+        Holding(kill, "jobs", frozenset({1}), kill.at),  # nothing left to wait for: not measured
+    ]
+    acked = {"jobs": {1: [99.0], 2: [103.5], 3: [100.5, 104.0]}, "group": {7: [125.5]}}
+    work = work_recovery(holdings, acked)
+    assert [seconds for _, seconds in work.results] == [3.5, 1.5]
+    assert work.worst() == {("sigkill", "jobs"): 3.5, ("mariadb_read_lock", "group"): 1.5}
+
+
+def test_held_work_never_acked_after_the_fault_has_no_recovery() -> None:
+    holding = Holding(FAULTS[0], "jobs", frozenset({1, 2}), FAULTS[0].at)
+    work = work_recovery([holding], {"jobs": {1: [101.0]}})  # 2 is lost
+    assert work.worst() == {("sigkill", "jobs"): None}
+    assert work.lines() == ["sigkill (jobs, 1): median -, worst never"]

@@ -1,0 +1,270 @@
+"""The faults the chaos scenarios inject, and what each one caught in workers' hands: worker kills
+and stops, a dead worker's hold record made garbage, the MariaDB server crashed and restarted or
+read-locked, a MySQL session killed, and a real InnoDB deadlock with a worker starting its batch.
+
+The deadlock: a rival session writes ballast rows first (InnoDB rolls back the transaction that
+changed fewer rows, so the worker is the victim), locks the newest dispatched job, waits until a
+worker's start waits for that row (INNODB_LOCK_WAITS), and asks for the first job of the waiting
+worker's batch, which the worker locked before (ids are locked in order): a cycle. The worker must
+retry its unit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Collection
+
+import pymysql
+
+from duecast.shared.fanout.keys import BadEntry, BadHold, Keys, decode_entry, decode_hold
+from duecast.shared.fanout.retype import NO_SOURCE
+from duecast.shared.settings import JOBS_SOURCE
+from duecast.shared.states import State
+from duecast.shared.storage.db import connect
+from tests.chaos.checker import Fault, Holding
+from tests.chaos.harness import Chaos
+from tests.chaos.private_mariadb import PrivateMariaDB
+from tests.faults.procs import Proc, wait_for
+
+JOBS = f"{JOBS_SOURCE}.default"
+_FIRST_ID = re.compile(r"`id` IN \((\d+)")
+POLL_S = 0.2  # MariaDB refreshes its INNODB_* tables only when they were not read for 100 ms
+
+
+def force_deadlock(chaos: Chaos, timeout_s: float = 10.0) -> bool:
+    """True when the rival closed a cycle with a waiting worker (InnoDB then rolls one back)."""
+    ballast = f"chaos_ballast_{uuid.uuid4().hex[:8]}"
+    chaos.query(f"CREATE TABLE `{ballast}` (id INT AUTO_INCREMENT PRIMARY KEY, pad CHAR(8) NOT NULL)")
+    conn = connect(chaos.mysql)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"INSERT INTO `{ballast}` (pad) SELECT 'x' FROM seq_1_to_1000")
+            cur.execute(
+                f"SELECT id FROM `{chaos.table}` WHERE dc_state = %s ORDER BY id DESC LIMIT 1 "
+                "FOR UPDATE SKIP LOCKED",
+                (int(State.DISPATCHED),),
+            )
+            if cur.fetchone() is None:
+                return False
+            cur.execute(
+                "SELECT trx_id FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = CONNECTION_ID()"
+            )
+            (trx,) = cur.fetchone() or (None,)
+            first = _first_of_waiting_batch(chaos, trx, time.monotonic() + timeout_s)
+            if first is None:
+                return False
+            chaos.fault("mysql_deadlock")
+            try:
+                cur.execute(f"SELECT id FROM `{chaos.table}` WHERE id = %s FOR UPDATE", (first,))
+            except pymysql.err.OperationalError:  # the rival lost after all (or waited too long)
+                return False
+            return True
+    finally:
+        conn.rollback()
+        conn.close()
+        chaos.query(f"DROP TABLE IF EXISTS `{ballast}`")
+
+
+def _first_of_waiting_batch(chaos: Chaos, trx: object, deadline: float) -> int | None:
+    """The first job id in the start statement of a worker waiting for the rival's lock."""
+    while time.monotonic() < deadline:
+        rows = chaos.query(
+            "SELECT r.trx_query FROM information_schema.INNODB_LOCK_WAITS w "
+            "JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id "
+            "WHERE w.blocking_trx_id = %s",
+            (trx,),
+        )
+        for (query,) in rows:
+            found = _FIRST_ID.search(str(query or ""))
+            if found:
+                return int(found.group(1))
+        time.sleep(POLL_S)
+    return None
+
+
+def kill_mysql_session(chaos: Chaos) -> bool:
+    """KILL one MySQL session of a random live duecast process (found by its TCP client ports)."""
+    from tests.faults.procs import tcp_peers  # noqa: PLC0415 - Linux /proc, the fault tier's helper
+
+    procs = [p for p in [*chaos.workers.values(), *chaos.dispatchers.values()] if p.alive()]
+    chaos.rng.shuffle(procs)
+    rows = chaos.query(
+        "SELECT ID, HOST FROM information_schema.PROCESSLIST WHERE DB = %s", (chaos.mysql.database,)
+    )
+    for proc in procs:
+        ports = {str(local) for local, remote in tcp_peers(proc.pid) if remote == chaos.mysql.port}
+        ids = [int(i) for i, host in rows if str(host).rsplit(":", 1)[-1] in ports]
+        if ids:
+            chaos.fault("mysql_kill", proc.pid)
+            with contextlib.suppress(pymysql.err.OperationalError):  # it may have ended meanwhile
+                chaos.query(f"KILL CONNECTION {chaos.rng.choice(ids)}")
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- worker faults
+
+Held = tuple[str, frozenset[int]] | None  # a worker's hold record: (source, unit ids)
+
+
+def worker_name(pid: int) -> str:
+    """As duecast names a worker process (worker_registry.worker_name): they all run on this host."""
+    return f"{socket.gethostname()[:100]}:{pid}"
+
+
+def keys(chaos: Chaos) -> Keys:
+    return Keys(f"chaos-{chaos.suffix}")
+
+
+def held_by(chaos: Chaos, pid: int) -> Held:
+    """(source, unit ids) of a worker's hold record in Redis, or None (none, or it does not parse)."""
+    value = chaos.redis.client.get(keys(chaos).inflight(worker_name(pid)))
+    try:
+        source, raws = decode_hold(value) if isinstance(value, bytes) else ("", [])
+    except BadHold:
+        return None
+    units = set()
+    for raw in raws:
+        try:
+            units.add(decode_entry(raw).id)
+        except BadEntry:
+            continue
+    return (source, frozenset(units)) if source else None
+
+
+def holder(chaos: Chaos, sources: Collection[str], timeout_s: float = 5.0, but: int = 0) -> Proc | None:
+    """A live worker (not pid `but`) in the middle of a batch of one of `sources`, found by the hold
+    record every worker keeps in Redis while it works a batch (the one redelivery reads); None if
+    none is seen in time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for proc in chaos.live_workers():
+            record = held_by(chaos, proc.pid)
+            if record is not None and record[0] in sources and proc.pid != but:
+                return proc
+        time.sleep(0.01)
+    return None
+
+
+def caught(chaos: Chaos, fault: Fault, held: Collection[Held], since: float | None = None) -> None:
+    """Record the jobs and messages workers held when `fault` hit (`held_by` each: a dead worker's
+    hold record stays in Redis until redelivery takes it); `since`: when recovery counts from
+    (default: the fault). Re-scan batches are left to the re-scan checker."""
+    measured = {JOBS} | ({chaos.group.source} if chaos.group else set())
+    for record in held:
+        if record is not None and record[0] in measured:
+            chaos.holdings.append(Holding(fault, *record, fault.at if since is None else since))
+
+
+def all_acked(chaos: Chaos, holding: Holding) -> bool:
+    """Whether every unit of `holding` has been acked, before the fault or after."""
+    if not holding.units:
+        return True
+    units = ",".join(str(int(u)) for u in holding.units)
+    table = chaos.acks_tables()[holding.source]
+    rows = chaos.query(f"SELECT COUNT(DISTINCT unit) FROM `{table}` WHERE unit IN ({units})")
+    return int(rows[0][0]) == len(holding.units)
+
+
+def kill_worker(chaos: Chaos, proc: Proc | None = None) -> Proc:
+    """SIGKILL `proc`, or a random live worker, and record what it held."""
+    proc = proc or chaos.rng.choice(chaos.live_workers())
+    chaos.fault("sigkill", proc.pid)
+    chaos.procs.kill(proc)
+    caught(chaos, chaos.faults[-1], [held_by(chaos, proc.pid)])
+    return proc
+
+
+def stop_worker(chaos: Chaos, proc: Proc | None = None) -> Proc:
+    """SIGSTOP `proc`, or a random live worker; `resume` it later."""
+    proc = proc or chaos.rng.choice(chaos.live_workers())
+    chaos.fault("sigstop", proc.pid)
+    os.kill(proc.pid, signal.SIGSTOP)
+    chaos.stopped.add(proc.pid)
+    return proc
+
+
+def resume(chaos: Chaos, proc: Proc) -> None:
+    os.kill(proc.pid, signal.SIGCONT)
+    chaos.stopped.discard(proc.pid)
+
+
+def corrupt_a_dead_workers_hold(chaos: Chaos, within_s: float) -> None:
+    """Issue 16.2: two workers die, and the hold record of one is overwritten with 0xff bytes. The
+    leader must quarantine that record and still take the other's hold (and forget both workers) in
+    the same look: before, the first corrupt record failed the whole look, every heartbeat."""
+    backlog(chaos)
+    corrupt = holder(chaos, (JOBS,)) or chaos.rng.choice(chaos.live_workers())
+    other = holder(chaos, (JOBS,), but=corrupt.pid)
+    kill_worker(chaos, corrupt)
+    # At once: redelivery takes a dead worker's hold 2 s after its last heartbeat.
+    chaos.redis.client.set(keys(chaos).inflight(worker_name(corrupt.pid)), b"\xff" * 64)
+    chaos.fault("bad_hold", corrupt.pid)
+    other = kill_worker(chaos, other)
+    quarantine = keys(chaos).quarantine(NO_SOURCE)
+    mark = f"hold:{worker_name(corrupt.pid)}:".encode()
+
+    def handled() -> bool:
+        quarantined = any(item.startswith(mark) for item in chaos.redis.client.lrange(quarantine, 0, -1))
+        names = [worker_name(p.pid) for p in (corrupt, other)]
+        rows = chaos.query("SELECT COUNT(*) FROM duecast_workers WHERE name IN (%s, %s)", names)
+        return quarantined and rows[0][0] == 0
+
+    wait_for(handled, within_s, "the corrupt hold quarantined and both dead workers handled")
+    # From the kills: dead_after_s and the leader's next look (every heartbeat_s).
+    chaos.measured.setdefault("bad_hold_handled_s", []).append(chaos.db_now() - chaos.faults[-3].at)
+
+
+# ---------------------------------------------------------------- server faults
+
+
+def restart_mariadb(chaos: Chaos, server: PrivateMariaDB, down_s: float) -> None:
+    """SIGKILL the server (a crash: InnoDB recovers on start), keep it down `down_s`, start it again.
+    What the workers held is measured from when it answers again."""
+    held = _in_hand(chaos)
+    chaos.fault("mariadb_restart")
+    server.kill()
+    time.sleep(down_s)  # the outage itself: nothing to poll for
+    server.start()
+    chaos.reconnect()
+    caught(chaos, chaos.faults[-1], held, chaos.db_now())
+
+
+def hold_read_lock(chaos: Chaos, lock_s: float) -> None:
+    """FLUSH TABLES WITH READ LOCK for `lock_s` (issue 16.8): every write and commit waits; workers
+    whose lease renewals cannot land fence themselves. Measured from the UNLOCK."""
+    locker = connect(chaos.mysql)
+    try:
+        with locker.cursor() as cur:
+            held = _in_hand(chaos)
+            chaos.fault("mariadb_read_lock")
+            cur.execute("FLUSH TABLES WITH READ LOCK")
+            time.sleep(lock_s)  # the stall itself: nothing to poll for
+            cur.execute("UNLOCK TABLES")
+    finally:
+        locker.close()
+    caught(chaos, chaos.faults[-1], held, chaos.db_now())
+
+
+def _in_hand(chaos: Chaos) -> list[Held]:
+    """Every live worker's hold, once one holds jobs or messages (if one does within 5 s), so that a
+    server fault meets work in flight."""
+    backlog(chaos)
+    holder(chaos, chaos.acks_tables())
+    return [held_by(chaos, p.pid) for p in chaos.live_workers()]
+
+
+def backlog(chaos: Chaos, messages: bool = False) -> None:
+    """A few batches' worth of jobs (or of the group's messages) just before a fault, so that it
+    meets workers with a batch of them in hand whatever the pace of the waves."""
+    if messages:
+        assert chaos.group is not None
+        chaos.group.publish(chaos.settings, 4 * chaos.pop_batch)
+    else:
+        chaos.enqueue(4 * chaos.pop_batch)
