@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from duecast.shared.acks import Ack, Row
@@ -330,9 +330,12 @@ class Registry:
 
     def handler(self, source: str) -> Handler:
         try:
-            return self._handlers[source]
+            handler = self._handlers[source]
         except KeyError:
             raise KeyError(f"no handler registered for source {source!r}") from None
+        if source == JOBS_SOURCE and not self._async_tasks:
+            return replace(handler, afn=None)  # plain tasks only: no event loop for them
+        return handler
 
 
 class AppError(ValueError):

@@ -13,6 +13,7 @@ checker needs nothing else. The soak's cluster group's consumer does the same fo
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -76,7 +77,7 @@ def die(payload: Any) -> None:
 @handlers.task("hang")
 def hang(payload: Any) -> None:
     log_execution(int(payload["n"]))
-    while True:  # until jobs.timeout_s makes the worker leave
+    while True:  # given up at jobs.timeout_s; its stuck thread makes the worker leave (code 75)
         time.sleep(1)
 
 
@@ -96,6 +97,10 @@ def check_rows(rows: list[Row]) -> list[Ack]:
     return [Ack.touch(checked_by_attempt=int(r["dc_attempt"]), checked_by_pid=os.getpid()) for r in rows]
 
 
-@handlers.batch(RESCAN_RANGES, columns=["id"])
-def check_ranges(rows: list[Row]) -> None:
-    check_each(RESCAN_RANGES, rows)
+@handlers.row(RESCAN_RANGES, columns=["id"])
+async def check_range_row(row: Row) -> None:
+    """The range-mode source's check is an `async def`: its rows overlap on the worker's event loop."""
+    execlog.append(
+        "DUECAST_CHAOS_RESCAN_LOG", RESCAN_RANGES, int(row["id"]), int(row["dc_attempt"]), os.getpid()
+    )
+    await asyncio.sleep(RESCAN_ROW_S)
