@@ -80,6 +80,8 @@ def serve(
     finally:
         worker.close()
         heartbeat.stop()
+        for store in stores.values():
+            store.close()
     log.info("worker stopped; %s", dict(worker.counts))
     return worker
 
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queu
         topics = settings.topics.model_validate({**settings.topics.model_dump(), "member": args.member})
         settings = settings.model_copy(update={"topics": topics})
     worker = serve(settings, stop, drain=args.drain, make_queue=make_queue)
-    if worker.threads.stuck:
+    if worker is not None and worker.threads.stuck:
         # Python joins every handler thread at exit, and a stuck call may never return: leave now.
         log.warning(
             "exiting with %d handler thread(s) still stuck in calls given up at their timeout_s",

@@ -185,13 +185,10 @@ class Registry:
                 self._timeouts[name] = timeout_s
             if JOBS_SOURCE not in self._handlers:
                 self._handlers[JOBS_SOURCE] = Handler(
-                    JOBS_SOURCE,
-                    self._run_job,
-                    batch=False,
-                    columns=("task", "payload"),
-                    afn=self._run_job_async,
-                    route=self._route_job,
+                    JOBS_SOURCE, self._run_job, batch=False, columns=("task", "payload"), route=self._route_job
                 )
+            if is_async:  # the event loop serves the jobs source only once some task is async
+                self._handlers[JOBS_SOURCE] = replace(self._handlers[JOBS_SOURCE], afn=self._run_job_async)
             return fn
 
         return decorate
@@ -333,8 +330,6 @@ class Registry:
             handler = self._handlers[source]
         except KeyError:
             raise KeyError(f"no handler registered for source {source!r}") from None
-        if source == JOBS_SOURCE and not self._async_tasks:
-            return replace(handler, afn=None)  # plain tasks only: no event loop for them
         return handler
 
 

@@ -71,6 +71,10 @@ class RangeStore:
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
         return self.ranges.requeue_expired(visibility_timeout_s, limit)
 
+    def close(self) -> None:
+        """Close this store's session (a lease keeper thread keeps the store itself alive)."""
+        self.db.close()
+
     def reset_dispatched(self) -> int:
         return self.ranges.reset_dispatched()
 

@@ -286,6 +286,10 @@ class SourceStore:
             stmt = self.sql.release_unpushed.format(fence=self._entry_fence(entries))
             return int(cur.execute(stmt))
 
+    def close(self) -> None:
+        """Close this store's session (a lease keeper thread keeps the store itself alive)."""
+        self.db.close()
+
     def reset_dispatched(self) -> int:
         """Every DISPATCHED or RUNNING row -> IDLE. Only when no dispatcher or worker runs (demo start-up)."""
         with self.db.transaction() as cur:

@@ -243,6 +243,9 @@ class FakeStore:
             self.rows[i].state = State.IDLE
         return len(found[:limit])
 
+    def close(self) -> None:
+        """Nothing to close: no session."""
+
     def release_unpushed(self, entries: Sequence[Entry]) -> int:
         """Claimed but never pushed -> IDLE at once, fenced on the claim's attempt."""
         self.released.extend(entries)

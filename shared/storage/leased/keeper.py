@@ -177,7 +177,7 @@ class LeaseKeeper:
     def _keep(self) -> None:
         db = Database(keeper_settings(self._mysql))
         while True:
-            hold = self._next_due()
+            hold = self._next_due(idle=db.close)
             sent = time.monotonic()
             try:
                 result: Extended | None = self._extend(db, hold.entries)
@@ -187,13 +187,18 @@ class LeaseKeeper:
                 result = None
             self._record(hold, sent, result)
 
-    def _next_due(self) -> Hold:
+    def _next_due(self, idle: Callable[[], None]) -> Hold:
+        """The hold whose renewal is due, once it is; `idle()` first whenever no batch is held (the
+        keeper's connection is closed then, and opened again at the next renewal: a store that
+        holds nothing for long, or is dropped, keeps no session open)."""
         with self._cond:
             while True:
                 now = time.monotonic()
                 due = min(self._holds.values(), key=lambda h: h.next_try, default=None)
                 if due is not None and due.next_try <= now:
                     return due
+                if due is None:
+                    idle()
                 self._cond.wait(None if due is None else due.next_try - now)
 
     def _record(self, hold: Hold, sent: float, result: Extended | None) -> None:

@@ -260,6 +260,10 @@ class LeasedStore(ABC):
             stmt = self.scope.sql.release_unpushed.format(fence=self._fence(entries))
             return self._run(cur, stmt, *self.scope.where)
 
+    def close(self) -> None:
+        """Close this store's session (its lease keeper thread keeps the store itself alive)."""
+        self.db.close()
+
     def reset_dispatched(self) -> int:
         """Every DISPATCHED or RUNNING row -> pending. Only when no dispatcher or worker runs."""
         with self.db.transaction() as cur:

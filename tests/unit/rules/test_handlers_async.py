@@ -4,12 +4,24 @@ be async (a transactional task or consumer) is refused at registration, in one c
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Coroutine
 from typing import Any
 
 import pytest
 
 from duecast import Ack, Message, Registry, Row
 from duecast.shared.settings import JOBS_SOURCE
+
+
+def arun(coro: Coroutine[Any, Any, Any]) -> Any:
+    """asyncio.run on a thread of its own, as the worker's loop runs: this thread may have a loop
+    running already (the browser tests' Playwright leaves one)."""
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(asyncio.run(coro)))
+    thread.start()
+    thread.join()
+    return out[0]
 
 
 def test_an_async_row_handler_runs_on_the_loop() -> None:
@@ -24,7 +36,7 @@ def test_an_async_row_handler_runs_on_the_loop() -> None:
     assert handler.fn is None
     assert handler.afn is check
     assert handler.plan({"id": 1}) == (True, None)
-    assert asyncio.run(handler.run_one({"id": 1, "status": "x"})) == Ack.touch(status="ok")
+    assert arun(handler.run_one({"id": 1, "status": "x"})) == Ack.touch(status="ok")
 
 
 def test_an_async_batch_handler_returning_a_wrong_count_fails_every_row() -> None:
@@ -34,7 +46,7 @@ def test_an_async_batch_handler_returning_a_wrong_count_fails_every_row() -> Non
     async def check_all(rows: list[Row]) -> list[Ack]:
         return [Ack.default()]
 
-    out = asyncio.run(reg.handler("users").run_batch([{"id": 1}, {"id": 2}]))
+    out = arun(reg.handler("users").run_batch([{"id": 1}, {"id": 2}]))
     assert len(out) == 2
     assert all(isinstance(o, ValueError) for o in out)
 
@@ -64,7 +76,7 @@ def test_plain_and_async_tasks_share_the_jobs_source_and_each_row_takes_its_own_
         "errors": 0,
         "max_attempts": 3,
     }
-    assert asyncio.run(handler.run_one(row)) == Ack.default()
+    assert arun(handler.run_one(row)) == Ack.default()
     assert handler.run([{**row, "task": "plain"}]) == [Ack.default()]
     assert seen == [("slow", [1]), ("plain", [1])]
 
