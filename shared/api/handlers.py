@@ -185,7 +185,11 @@ class Registry:
                 self._timeouts[name] = timeout_s
             if JOBS_SOURCE not in self._handlers:
                 self._handlers[JOBS_SOURCE] = Handler(
-                    JOBS_SOURCE, self._run_job, batch=False, columns=("task", "payload"), route=self._route_job
+                    JOBS_SOURCE,
+                    self._run_job,
+                    batch=False,
+                    columns=("task", "payload"),
+                    route=self._route_job,
                 )
             if is_async:  # the event loop serves the jobs source only once some task is async
                 self._handlers[JOBS_SOURCE] = replace(self._handlers[JOBS_SOURCE], afn=self._run_job_async)

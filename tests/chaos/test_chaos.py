@@ -170,7 +170,12 @@ def test_poison_jobs_that_raise_kill_or_hang_mixed_with_healthy_ones(chaos: Chao
     rows = chaos.query(f"SELECT task, dc_state, errors, interruptions FROM `{chaos.table}` ORDER BY task")
     (die, hang, (task, state, errors, interruptions)) = rows
     assert die == ("die", 4, 0, 3)  # dead after 3 interruptions
-    assert hang == ("hang", 4, 3, 0)  # given up at its timeout_s each run: dead after 3 failures (max_attempts)
+    assert hang == (
+        "hang",
+        4,
+        3,
+        0,
+    )  # given up at its timeout_s each run: dead after 3 failures (max_attempts)
     # Dead after 3 errors. Sharing a batch with the job that kills its worker may cost it an
     # interruption too (seed 366293757 puts them together), but never a third: that one dies alone.
     assert (task, state, errors) == ("raise", 4, 3)
