@@ -48,6 +48,8 @@ class Flight:
         self.batch = batch
         self.rows: list[Row] = batch.rows
         self.later = [list(group) for group in later]  # groups to start once this one is over
+        self.exclusive = batch.suspects  # runs with nothing else in flight beside it
+        self.submitted = False  # handed to the runners (an exclusive one waits for the others)
         self.started = time.monotonic()
         self.settled_at = self.started
         if handler.route is None:  # one way and one limit for every row

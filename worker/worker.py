@@ -96,7 +96,8 @@ class Worker:
             self._leave_when_quiet()
             self.completions.wait(WAIT_S)
             return Tick(0.0, idle=False)
-        room = 0 if self.holding else pop_room(self.cap, self.in_flight, self.settings.pop_batch)
+        alone = self.holding or any(f.exclusive for f in self.flights)  # suspects run with nothing beside
+        room = 0 if alone else pop_room(self.cap, self.in_flight, self.settings.pop_batch)
         if room:
             popped = self._pop(room, block=not self.flights)
             if popped is not None:
@@ -194,10 +195,19 @@ class Worker:
             self._close(flight)
             return
         self.flights.append(flight)
-        on_loop = [i for i, a in enumerate(flight.on_loop) if a]
-        on_threads = [i for i, a in enumerate(flight.on_loop) if not a]
-        self.loop.submit(flight, on_loop)
-        self.threads.submit(flight, on_threads)
+        self._submit_waiting()
+
+    def _submit_waiting(self) -> None:
+        """Hand started rows to the runners; suspects only once nothing else is in flight (a death
+        while they run must be theirs: shared.policy.blame_interruptions)."""
+        for flight in self.flights:
+            if flight.submitted:
+                continue
+            if flight.exclusive and any(f.submitted for f in self.flights):
+                return
+            flight.submitted = True
+            self.loop.submit(flight, [i for i, a in enumerate(flight.on_loop) if a])
+            self.threads.submit(flight, [i for i, a in enumerate(flight.on_loop) if not a])
 
     def _hand_back(self, source: str, raws: list[bytes]) -> None:
         """Put a batch whose start this worker gave up on (MySQL still failing after
@@ -263,6 +273,7 @@ class Worker:
         for flight in over:
             self._close(flight)
             observe.batch_done("worker", flight.source, flight.started)
+        self._submit_waiting()
 
     def _close(self, flight: Flight) -> None:
         result = flight.batch.settle()  # counts of spans a last fail() finished

@@ -56,6 +56,9 @@ class WorkBatch(Protocol):
     # Entries locked but left to start later, one group at a time after this batch is finished
     # (leased stores: suspects, shared.policy.start_groups); empty for the others.
     later: list[list[Entry]]
+    # Its rows' earlier runs were interrupted (leased stores: a group of suspects): the worker runs
+    # nothing else beside them, so a death while they run is theirs to be blamed for.
+    suspects: bool
 
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts: ...
     def fail(self, failures: Sequence[tuple[Row, object]]) -> None: ...

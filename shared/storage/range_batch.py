@@ -60,6 +60,7 @@ class RangeBatch:
         self.skipped = spans.skipped
         self.skipped_locked = spans.skipped_locked  # spans another session held past the lock wait
         self.later: list[list[Entry]] = []
+        self.suspects = False  # never interrupted-and-blamed: rows and spans have no such count
         self._started = time.monotonic()
         seen = Counter(int(row[RANGE_KEY]) for row in rows)
         self._spans = {int(r["lo"]): Span(r, seen[int(r["lo"])]) for r in spans.rows}

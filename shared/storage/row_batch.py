@@ -58,6 +58,7 @@ class RowBatch:
         self.skipped = skipped
         self.skipped_locked = locked  # of `skipped`: current rows another session held past the lock wait
         self.later: list[list[Entry]] = []
+        self.suspects = False  # never interrupted-and-blamed: rows and spans have no such count
         self.entries = store.entries(rows)
         self.hold: Hold | None = None  # the lease keeper's, until close()
         self._kept: AbstractContextManager[Hold] | None = None

@@ -57,6 +57,7 @@ class FakeBatch:
         self.rows = rows
         self.skipped = skipped
         self.later: list[list[Entry]] = []
+        self.suspects = False  # never interrupted-and-blamed: rows and spans have no such count
         self.ids = {int(r[store.id_column]) for r in rows}
 
     def phases(self) -> list[list[Row]]:

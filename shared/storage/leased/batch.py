@@ -50,6 +50,8 @@ class LeasedBatch:
         # Entries locked with these but left DISPATCHED: suspects, each group to start on its own
         # once this one is acked (shared.policy.start_groups).
         self.later = later or []
+        # A group of suspects (start_groups keeps clean rows and suspects apart): run alone.
+        self.suspects = any(int(r.get("interruptions", 0)) > 0 for r in rows)
         self._kept: AbstractContextManager[Hold] | None = None
 
     def keep(self, holding: AbstractContextManager[Hold]) -> None:

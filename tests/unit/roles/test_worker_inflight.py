@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from duecast.shared.acks import Row
@@ -16,7 +16,7 @@ from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import WorkerSettings
 from duecast.shared.storage.source_store import SourceStore
 from duecast.worker.worker import EXIT_STUCK, Worker
-from tests.unit.fakes import FakeWorkStore, rescan_source
+from tests.unit.fakes import FakeBatch, FakeWorkStore, rescan_source
 
 SETTINGS = WorkerSettings(pop_batch=10, block_timeout_s=0.1, max_in_flight=100)
 
@@ -166,4 +166,41 @@ def test_stopping_acks_what_is_in_flight(ready_queue: ReadyQueue) -> None:
         assert _acked(store) == set(range(1, 6))
         assert ready_queue.length("users") == 0
     finally:
+        worker.close()
+
+
+class _SuspectStore(FakeWorkStore):
+    """Its second start is a group of suspects (rows whose earlier runs were interrupted)."""
+
+    def start(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> FakeBatch:
+        batch = super().start(entries, columns)
+        batch.suspects = len(self.started_with) == 2
+        return batch
+
+
+def test_suspects_run_with_nothing_else_in_flight_and_nothing_is_popped_beside_them(
+    ready_queue: ReadyQueue,
+) -> None:
+    store = _SuspectStore(rescan_source(), dict.fromkeys(range(1, 31), 1))
+    release = threading.Event()
+    ran: list[int] = []
+
+    async def check(row: Row) -> None:
+        ran.append(int(row["user_id"]))
+        if row["user_id"] <= 10:
+            await asyncio.get_running_loop().run_in_executor(None, release.wait, 10)
+
+    worker = _worker(store, Handler("users", None, batch=False, afn=check), ready_queue)
+    ready_queue.push("users", [Entry(i, 1) for i in range(1, 31)])
+    try:
+        tick_until(worker, lambda: len(store.started_with) == 2, "the suspects to be started")
+        for _ in range(20):
+            worker.tick()
+        assert sorted(ran) == list(range(1, 11))  # the suspects (11-20) wait for the first batch
+        assert len(store.started_with) == 2  # and nothing more is popped beside them
+        release.set()
+        tick_until(worker, lambda: len(_acked(store)) == 30, "every check acked")
+        assert ran[10:20] == list(range(11, 21))  # then they ran, alone, before the last batch
+    finally:
+        release.set()
         worker.close()
