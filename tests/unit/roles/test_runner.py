@@ -24,6 +24,7 @@ class _Batch:
         self.rows = rows
         self.skipped = 0
         self.later: list[list[object]] = []
+        self.suspects = False
 
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
         raise AssertionError("the runners never ack")
