@@ -38,6 +38,13 @@ class JobsEnv:
             self.tasks,
         )
 
+    def with_app(self, app: str, tasks: frozenset[str], **worker: Any) -> JobsEnv:
+        """The same table, served by another handler app (its tasks enqueued by name)."""
+        settings = self.settings.model_copy(
+            update={"worker": self.settings.worker.model_copy(update={"app": app, **worker})}
+        )
+        return JobsEnv(settings, self.sql, tasks)
+
     def run_once(self) -> None:
         """One dispatch and one worker drain: every due job runs (at most) once."""
         serve_dispatcher(self.settings, threading.Event(), drain=True)

@@ -3,12 +3,21 @@ past its timeout_s is cancelled (async) or given up (plain), counted as a failur
 
 from __future__ import annotations
 
+import pytest
+
 from duecast.shared.api.enqueue import Job
 from duecast.shared.states import State
 from tests.integration import async_app
 from tests.integration.jobs.jobs_env import JobsEnv
 
 TALLY = async_app.TALLY
+
+
+@pytest.fixture
+def env(env: JobsEnv) -> JobsEnv:
+    """The jobs tables, served by the async app (4 threads for its plain tasks)."""
+    TALLY.reset()
+    return env.with_app("tests.integration.async_app", async_app.handlers.task_names, concurrency=4)
 
 
 def test_async_tasks_run_concurrently_and_all_finish(env: JobsEnv) -> None:
