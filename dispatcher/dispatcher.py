@@ -47,7 +47,10 @@ class Dispatcher:
 
     def _dispatch(self, store: Store) -> float:
         src = store.src
-        room = claim_room(self.queue.length(src.name), src.high_water, src.claim_batch)
+        # A job queue's entry is a run of up to run_size jobs, and its claim_batch and high_water
+        # count jobs: its list's length is weighed by that, and so is a claim's result.
+        weight = store.claim_weight
+        room = claim_room(self.queue.length(src.name) * weight, src.high_water, src.claim_batch)
         if room == 0:
             return self.settings.poll_interval_s  # backpressure: workers are behind
         started = time.perf_counter()
@@ -65,7 +68,7 @@ class Dispatcher:
             observe.batch_done("dispatcher", src.name, started)
             self.queue.add_stats(src.name, {"claimed": len(entries)})
             self.counts[src.name] += len(entries)
-        return dispatch_delay_s(len(entries), room, self.settings.poll_interval_s)
+        return dispatch_delay_s(len(entries) * weight, room, self.settings.poll_interval_s)
 
     def _report_locked(self, store: Store) -> None:
         """Count due rows the claim passed over because another session (an application's long

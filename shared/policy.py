@@ -117,6 +117,17 @@ def start_groups(interruptions: Sequence[int], max_interruptions: int) -> list[l
     return groups
 
 
+def form_runs(interruptions: Sequence[int], run_size: int, max_interruptions: int) -> list[list[int]]:
+    """Due jobs (their interruptions, in claim order) -> runs, as indices: the clean jobs in runs of
+    up to run_size, then each group of suspects start_groups makes, a run of its own (the worker
+    runs a run of suspects with nothing beside it)."""
+    groups = start_groups(interruptions, max_interruptions)
+    if not groups or interruptions[groups[0][0]] >= 1:
+        return groups
+    clean, suspects = groups[0], groups[1:]
+    return [clean[k : k + run_size] for k in range(0, len(clean), run_size)] + suspects
+
+
 def blame_interruptions(
     running: Sequence[tuple[int, int, object]], max_interruptions: int
 ) -> tuple[list[int], list[int]]:

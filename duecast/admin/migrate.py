@@ -13,11 +13,13 @@ from duecast.shared.settings import Settings, SourceSettings
 from duecast.shared.storage.db import connect
 from duecast.shared.storage.schema import (
     check_business_columns,
+    cursors_table_ddl,
     describe,
     index_columns,
     jobs_migration,
     jobs_table_ddl,
     leases_table_ddl,
+    runs_table_ddl,
     schedules_table_ddl,
     source_migration,
     workers_migration,
@@ -43,6 +45,7 @@ def plan(settings: Settings) -> list[str]:
         steps.append(workers_table_ddl(settings.worker.registry_table))
         if settings.jobs.enabled:
             steps += [jobs_table_ddl(settings.jobs), schedules_table_ddl(settings.jobs)]
+            steps += [runs_table_ddl(settings.jobs), cursors_table_ddl(settings.jobs)]
         steps += topic_steps(None, settings.topics)
         return steps  # sources live in a database that does not exist yet: nothing to alter
     try:
@@ -74,6 +77,10 @@ def _jobs_steps(cur: Cursor, settings: Settings) -> list[str]:
         steps.extend(jobs_migration(jobs, info, index_columns(cur, jobs.table)))
     if not describe(cur, jobs.schedules_table).columns:
         steps.append(schedules_table_ddl(jobs))
+    if not describe(cur, jobs.runs_table).columns:
+        steps.append(runs_table_ddl(jobs))
+    if not describe(cur, jobs.cursors_table).columns:
+        steps.append(cursors_table_ddl(jobs))
     return steps
 
 

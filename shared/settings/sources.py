@@ -123,9 +123,28 @@ class JobsSettings(_Section):
     claim_batch: int = Field(2000, ge=1, le=10_000)
     high_water: int = Field(40_000, ge=1, le=10_000_000)
     visibility_timeout_s: float = Field(60.0, ge=1, le=86400)  # dispatched but never started
+    # Jobs are dispatched in runs: consecutive due jobs of one queue and priority, one row of the
+    # runs table and one ready-list entry for up to this many (docs/architecture.md, "Job runs").
+    # claim_batch and high_water count jobs.
+    run_size: int = Field(500, ge=1, le=10_000)
+
+    @property
+    def runs_table(self) -> str:
+        """The jobs' runs (dispatch, start, lease and fence of a run of jobs): `<table>_runs`."""
+        return f"{self.table}_runs"
+
+    @property
+    def cursors_table(self) -> str:
+        """How far each queue and priority has been dispatched: `<table>_cursors`."""
+        return f"{self.table}_cursors"
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
+        if len(self.cursors_table) > 64:
+            raise ValueError(
+                f"jobs.table {self.table!r} is too long: its {self.cursors_table!r} must fit MySQL's "
+                "64 characters"
+            )
         dupes = sorted({q for q in self.queues if self.queues.count(q) > 1})
         if dupes:
             raise ValueError(f"jobs.queues repeats {', '.join(dupes)}")

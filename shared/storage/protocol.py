@@ -84,7 +84,11 @@ class Store(Protocol):
     @property
     def id_column(self) -> str: ...  # the business table's key, as in the rows handlers get
     @property
-    def rows_per_entry(self) -> int: ...  # 1, or range_size in range mode
+    def rows_per_entry(self) -> int: ...  # 1, or range_size in range mode, run_size for a job queue
+    @property
+    def claim_weight(
+        self,
+    ) -> int: ...  # what an entry counts as in claim_batch and high_water: 1, or run_size
 
     def verify(self) -> None: ...
     def claim_due(self, limit: int) -> list[Entry]: ...

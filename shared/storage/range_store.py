@@ -51,6 +51,7 @@ class RangeStore:
         self.id_column = business.id_column
         self._pk = quote(business.id_column)
         self.rows_per_entry = business.range_size
+        self.claim_weight = 1  # a range counts as one in claim_batch and high_water
 
     def verify(self) -> None:
         with self.db.transaction() as cur:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from duecast.shared.identifiers import quote
+from duecast.shared.queries.job_runs import RUN_ID_BASE
 from duecast.shared.settings import JobsSettings, SourceSettings
 from duecast.shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN
 from duecast.shared.storage.units import Cursor
@@ -104,6 +105,40 @@ def leases_table_ddl(table: str) -> str:
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
 
 
+def runs_table_ddl(jobs: JobsSettings) -> str:
+    """Job runs (shared/queries/job_runs.py). Ids start at RUN_ID_BASE, above every job id, so a
+    ready-list entry names a job or a run by its id. `members`: the ids still to finish, as
+    `a-b,c,...` (shared.storage.leased.members); `jobs`: how many; `suspects`: interruptions behind
+    its members (0: a clean run)."""
+    return f"""CREATE TABLE IF NOT EXISTS {quote(jobs.runs_table)} (
+  `id` BIGINT NOT NULL AUTO_INCREMENT,
+  `queue` VARCHAR(48) NOT NULL,
+  `priority` TINYINT UNSIGNED NOT NULL,
+  `suspects` SMALLINT UNSIGNED NOT NULL DEFAULT 0,
+  `jobs` INT UNSIGNED NOT NULL,
+  `members` MEDIUMTEXT NOT NULL,
+  `dc_state` TINYINT UNSIGNED NOT NULL DEFAULT 0,
+  `dc_attempt` INT UNSIGNED NOT NULL DEFAULT 0,
+  `dc_dispatched_at` DATETIME(6) NULL,
+  `started_at` DATETIME(6) NULL,
+  `lease_until` DATETIME(6) NULL,
+  `worker` VARCHAR(128) NULL,
+  PRIMARY KEY (`id`),
+  KEY `dc_runs` (`queue`, `dc_state`, `priority`)
+) ENGINE=InnoDB AUTO_INCREMENT={RUN_ID_BASE} DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
+
+
+def cursors_table_ddl(jobs: JobsSettings) -> str:
+    """Per queue and priority, the (run_at, id) of the last job dispatched in a run."""
+    return f"""CREATE TABLE IF NOT EXISTS {quote(jobs.cursors_table)} (
+  `queue` VARCHAR(48) NOT NULL,
+  `priority` TINYINT UNSIGNED NOT NULL,
+  `run_at` DATETIME(6) NOT NULL,
+  `id` BIGINT NOT NULL,
+  PRIMARY KEY (`queue`, `priority`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
+
+
 def schedules_table_ddl(jobs: JobsSettings) -> str:
     return f"""CREATE TABLE IF NOT EXISTS {quote(jobs.schedules_table)} (
   `name` VARCHAR(64) NOT NULL,
@@ -151,8 +186,9 @@ def check_jobs_table(cur: Cursor, jobs: JobsSettings) -> None:
         raise SchemaError(
             f"the jobs table {jobs.table} is missing or older than this duecast; run `duecast migrate`"
         )
-    if not describe(cur, jobs.schedules_table).columns:
-        raise SchemaError(f"the schedules table {jobs.schedules_table} is missing; run `duecast migrate`")
+    for table in (jobs.schedules_table, jobs.runs_table, jobs.cursors_table):
+        if not describe(cur, table).columns:
+            raise SchemaError(f"the table {table} is missing; run `duecast migrate`")
 
 
 @dataclass(frozen=True)

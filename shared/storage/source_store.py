@@ -49,6 +49,7 @@ class SourceStore:
         self.columns: frozenset[str] = frozenset()
         self.id_column = src.id_column
         self.rows_per_entry = 1
+        self.claim_weight = 1
         self._period_us = _us(src.period_s)
         self._lease_us = _us(src.lease_s)
         self.skipped_locked = 0  # due rows the last claim passed over: another session held them

@@ -112,6 +112,7 @@ class FakeStore:
         self.src = src
         self.id_column = src.id_column
         self.rows_per_entry = 1
+        self.claim_weight = 1
         self.columns = frozenset({src.id_column, src.due_column, ATTEMPT_COLUMN, *columns})
         self.rows: dict[int, FakeRow] = {}
         self.live: dict[int, FakeBatch] = {}  # open batches, whose leases are kept

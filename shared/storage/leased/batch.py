@@ -8,17 +8,17 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
+from duecast.shared.settings import SourceSettings
+from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.keeper import Hold
+from duecast.shared.storage.leased.scope import Scope
 from duecast.shared.storage.source_store import AckCounts
 from duecast.shared.storage.units import Cursor, is_transient, retry_transient, rollback_to, savepoint
 from duecast.shared.telemetry import observe
-
-if TYPE_CHECKING:
-    from duecast.shared.storage.leased.store import LeasedStore
 
 FINISH_RETRIES = 3
 ERROR_TEXT_MAX = 16_000  # characters of message + traceback kept per failure
@@ -34,12 +34,25 @@ def error_text(outcome: object) -> str:
     return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 20] + "\n...(truncated)"
 
 
+class Finisher(Protocol):
+    """What a batch finishes its rows with: a LeasedStore (each row fenced on its own attempt), or a
+    job queue's store (rows fenced by their run: shared.storage.leased.runs)."""
+
+    db: Database
+    src: SourceSettings
+    scope: Scope
+
+    def finish_ok(self, cur: Cursor, rows: Sequence[Row]) -> int: ...
+    def finish_failed(self, cur: Cursor, row: Row, outcome: object) -> str: ...
+    def finish_special(self, cur: Cursor, row: Row, ack: Ack) -> int: ...
+
+
 class LeasedBatch:
     """Work started (RUNNING, committed) for one worker batch. `ack` and `fail` each commit, retried
     as units on transient errors."""
 
     def __init__(
-        self, store: LeasedStore, rows: list[Row], skipped: int, later: list[list[Entry]] | None = None
+        self, store: Finisher, rows: list[Row], skipped: int, later: list[list[Entry]] | None = None
     ) -> None:
         self._store = store
         self._key = store.scope.key
@@ -83,6 +96,14 @@ class LeasedBatch:
             unit, what=what, redo="the finish", retries=FINISH_RETRIES, log=self._store.scope.log
         )
 
+    def _fenced(self, cur: Cursor, rows: Sequence[Row]) -> set[int]:
+        """The ids of `rows` this batch may still finish, checked in the finish's transaction. Here
+        every one: each finishing statement is fenced on the row's own (id, attempt) and RUNNING."""
+        return {int(r[self._key]) for r in rows}
+
+    def _finished(self, cur: Cursor, rows: Sequence[Row]) -> None:
+        """Record, in the finish's transaction, that `rows` are finished (nothing to record here)."""
+
     def phases(self) -> list[list[Row]]:
         """One phase: a start holds one group (the clean rows, or suspects of one count)."""
         return [self.rows] if self.rows else []
@@ -102,6 +123,9 @@ class LeasedBatch:
         acked = stale = discarded = 0
         failures: list[tuple[Row, object]] = []
         with store.db.transaction() as cur:
+            mine = self._fenced(cur, [row for row, _ in acks])
+            stale = len(acks) - len(mine)
+            acks = [(row, ack) for row, ack in acks if int(row[self._key]) in mine]
             done = [row for row, ack in acks if ack.action in ("default", "delete")]
             if done:
                 n = store.finish_ok(cur, done)
@@ -121,6 +145,8 @@ class LeasedBatch:
                         stale += 1
                     else:
                         failures.append((row, outcome))
+            failed = {id(row) for row, _ in failures}  # finished by fail(), in its own transaction
+            self._finished(cur, [row for row, _ in acks if id(row) not in failed])
         observe.count(store.src.name, "dead", discarded)
         return (acked, stale), failures
 
@@ -156,8 +182,12 @@ class LeasedBatch:
         def once() -> Counter[str]:
             outcomes: Counter[str] = Counter()
             with self._store.db.transaction() as cur:
-                for row, outcome in failures:
+                mine = self._fenced(cur, [row for row, _ in failures])
+                outcomes[""] += len(failures) - len(mine)
+                ended = [(row, outcome) for row, outcome in failures if int(row[self._key]) in mine]
+                for row, outcome in ended:
                     outcomes[self._store.finish_failed(cur, row, outcome)] += 1
+                self._finished(cur, [row for row, _ in ended])
             return outcomes
 
         outcomes = self._retrying(once)

@@ -40,6 +40,7 @@ class LeasedStore(ABC):
     """Leased work of one scope, as a Store the dispatcher, sweeper and worker drive."""
 
     rows_per_entry = 1
+    claim_weight = 1
 
     def __init__(
         self,

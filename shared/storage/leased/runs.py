@@ -1,0 +1,77 @@
+"""Work a job queue's store started as runs: its jobs' finishes, fenced by their run's row.
+
+A run's jobs keep their rows untouched while they run; each finish locks the run's row (still
+RUNNING under the attempt started), finishes the jobs still among its members, and takes them out of
+`members` (the run's row goes with its last member), all in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from duecast.shared.acks import Row
+from duecast.shared.fanout.keys import Entry
+from duecast.shared.queries.job_runs import RunSQL
+from duecast.shared.queries.source import fence, in_list
+from duecast.shared.storage.leased.batch import Finisher, LeasedBatch
+from duecast.shared.storage.leased.members import decode_members, encode_members
+from duecast.shared.storage.units import Cursor
+
+RUN_KEY = "`id`"
+
+
+class RunBatch(LeasedBatch):
+    """Jobs of the runs a worker started in one start. The lease keeper keeps the runs' leases."""
+
+    def __init__(
+        self,
+        store: Finisher,
+        rows: list[Row],
+        skipped: int,
+        *,
+        runs: Sequence[Entry],
+        run_of: dict[int, int],
+        sql: RunSQL,
+        later: list[list[Entry]] | None = None,
+    ) -> None:
+        super().__init__(store, rows, skipped, later)
+        self.entries = list(runs)  # what the lease keeper holds: the runs, not their jobs
+        self._runs = {e.id: e for e in runs}
+        self._run_of = run_of  # job id -> its run's id
+        self._sql = sql
+        self._members: dict[int, set[int]] = {}  # run id -> members, as locked by the last _fenced
+
+    def _fenced(self, cur: Cursor, rows: Sequence[Row]) -> set[int]:
+        """Lock the rows' runs still RUNNING under the attempt this worker started; the rows of
+        those runs still among their members are this batch's to finish."""
+        runs = {self._run_of[int(r["id"])] for r in rows}
+        if not runs:
+            return set()
+        cur.execute(self._sql.lock_running.format(fence=fence((self._runs[i] for i in runs), RUN_KEY)))
+        self._members = {int(i): set(decode_members(m)) for i, m in cur.fetchall()}
+        mine = set()
+        for r in rows:
+            job = int(r["id"])
+            if job in self._members.get(self._run_of[job], ()):
+                mine.add(job)
+        return mine
+
+    def _finished(self, cur: Cursor, rows: Sequence[Row]) -> None:
+        """Take the finished jobs out of their runs' members; a run left with none goes."""
+        by_run: dict[int, set[int]] = defaultdict(set)
+        for r in rows:
+            job = int(r["id"])
+            by_run[self._run_of[job]].add(job)
+        emptied = []
+        for run, done in by_run.items():
+            left = self._members.get(run, set()) - done
+            self._members[run] = left
+            if left:
+                cur.execute(self._sql.keep_members, (encode_members(left), len(left), run))
+            else:
+                emptied.append(run)
+        if emptied:
+            if self.hold is not None:  # its row leaving is the run's end, not a lost lease
+                self.hold.finishing(emptied)
+            cur.execute(self._sql.drop_runs.format(ids=in_list(RUN_KEY, emptied)))
