@@ -139,7 +139,7 @@ class Supervisor:
             child.send_signal(signal.SIGTERM)
         code = child.wait()  # waitpid without WUNTRACED: a stopped child is not an exited one
         lived_s = self.clock() - started
-        self.quick_exits = self.quick_exits + 1 if lived_s < QUICK_EXIT_S else 1
+        self.quick_exits = self.quick_exits + 1 if lived_s < QUICK_EXIT_S else 0
         worker = worker_name(child.pid)
         why = f"interrupted: its worker process {describe(code)} before finishing it"
         try:
