@@ -11,9 +11,12 @@ run out on their own. The claims and stale entries in the Redis stats show any c
     scripts/dev shell python bench/interrupted.py --poison        # a job that kills every worker
 
 With --poison there is no kill from outside: one job of the batch (the middle one) SIGKILLs the
-worker that runs it, every time, and a supervisor loop starts a new worker at once. Measured from
-the first death: when each healthy batch-mate was done, how many deaths the poison job caused, and
-that it ended dead (jobs.max_interruptions, 3).
+worker that runs it, every time, and the worker runs under `duecast worker --supervise`, which hands
+back a dead child's jobs at once and starts a new one. Measured from the first death (the poison job
+writes the time before it kills its worker): when each healthy batch-mate was done, how many deaths
+the poison job caused, and that it ended dead (jobs.max_interruptions, 3). With --unsupervised, a
+plain worker and a loop here that starts a new one at each death, as systemd would (the leases and
+the leader's look for dead workers bring the jobs back).
 
 Runs in database duecast_bench / key prefix duecast-bench (see bench/harness.py); it empties that
 database's jobs table and its interrupted_* topic tables, and their keys.
@@ -148,12 +151,19 @@ def poison_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     logs = Path(tempfile.mkdtemp(prefix="duecast-poison-bench-"))
     config = logs / "poison.toml"
     config.write_text("[jobs]\nretention_s = 3600\n")  # done jobs stay, with their finish time
-    fleet = Fleet(config, APP, logs, extra_env={"PYTHONPATH": str(BENCH_DIR)})
+    extra = {"PYTHONPATH": str(BENCH_DIR), "DUECAST_BENCH_DEATHS": str(logs / "deaths")}
+    fleet = Fleet(config, APP, logs, extra_env=extra)
     with closing(connect(settings.mysql)) as poll:
         poll.autocommit(True)
         try:
             with poll.cursor() as cur:
-                deaths = supervise(fleet, cur, table, args.timeout, logs)
+                if args.unsupervised:
+                    deaths = restart_loop(fleet, cur, table, args.timeout, logs)
+                else:
+                    fleet.start_dispatcher()
+                    fleet.start_worker("worker", "--supervise", "--source", JOBS_SOURCE)
+                    wait_done(fleet, cur, table, args.timeout, logs)
+                    deaths = [float(t) for t in (logs / "deaths").read_text().split()]
                 cur.execute(
                     f"SELECT UNIX_TIMESTAMP(finished_at) FROM {table} WHERE task = 'quick' AND dc_state = %s",
                     (int(State.DONE),),
@@ -165,6 +175,7 @@ def poison_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
             fleet.stop()
     return {
         "kind": "poison",
+        "supervised": not args.unsupervised,
         "deaths": len(deaths),
         "poison_dead": state == int(State.DEAD),
         "poison_interruptions": interruptions,
@@ -175,29 +186,39 @@ def poison_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def supervise(fleet: Fleet, cur: Any, table: str, timeout_s: float, logs: Path) -> list[float]:
-    """Run a dispatcher and a worker, starting a new worker whenever the last one dies (as systemd
-    or Kubernetes would), until no job is left to run; returns the deaths' times (the database's)."""
-    deaths: list[float] = []
+def left_to_run(table: str) -> str:
+    return f"SELECT COUNT(*) FROM {table} WHERE dc_state NOT IN ({int(State.DONE)}, {int(State.DEAD)})"
+
+
+def wait_done(fleet: Fleet, cur: Any, table: str, timeout_s: float, logs: Path) -> None:
+    """Wait until no job is left to run; the supervised worker must not exit meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while count(cur, left_to_run(table)):
+        if time.monotonic() > deadline or "worker" not in fleet.alive():
+            raise SystemExit(
+                f"not done within {timeout_s:.0f}s, or the supervisor exited; process logs: {logs}"
+            )
+        time.sleep(0.05)
+
+
+def restart_loop(fleet: Fleet, cur: Any, table: str, timeout_s: float, logs: Path) -> list[float]:
+    """--unsupervised: run a dispatcher and a plain worker, starting a new worker whenever the last
+    one dies (as systemd or Kubernetes would), until no job is left to run; returns the deaths'
+    times, as the poison job wrote them."""
     fleet.start_dispatcher()
-    worker = "worker-0"
+    restarts, worker = 0, "worker-0"
     fleet.start_worker(worker, "--source", JOBS_SOURCE)
-    left = f"SELECT COUNT(*) FROM {table} WHERE dc_state NOT IN ({int(State.DONE)}, {int(State.DEAD)})"
+    left = left_to_run(table)
     deadline = time.monotonic() + timeout_s
     while count(cur, left):
         if time.monotonic() > deadline:
             raise SystemExit(f"not done within {timeout_s:.0f}s; process logs: {logs}")
         if worker not in fleet.alive():
-            deaths.append(now_s(cur))
-            worker = f"worker-{len(deaths)}"
+            restarts += 1
+            worker = f"worker-{restarts}"
             fleet.start_worker(worker, "--source", JOBS_SOURCE)
         time.sleep(0.05)
-    return deaths
-
-
-def now_s(cur: Any) -> float:
-    cur.execute("SELECT UNIX_TIMESTAMP(NOW(6))")
-    return float(cur.fetchone()[0])
+    return [float(t) for t in (logs / "deaths").read_text().split()]
 
 
 def table(args: argparse.Namespace, results: list[dict[str, Any]]) -> Table:
@@ -221,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--poison", action="store_true", help="a poison job in the batch, no kill from outside")
+    p.add_argument(
+        "--unsupervised", action="store_true", help="--poison without `--supervise` (restarts from here)"
+    )
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     harness.use_bench_namespace()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
@@ -26,6 +27,7 @@ from duecast.shared.storage.source_store import Store
 from duecast.shared.storage.worker_registry import Heartbeat
 from duecast.shared.telemetry.observe import timed
 from duecast.worker.broadcast import broadcast_members, running, served_topic_sources
+from duecast.worker.supervisor import supervise
 from duecast.worker.worker import Worker
 
 log = logging.getLogger("duecast.worker")
@@ -180,14 +182,23 @@ def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queu
         help="job queues to serve, in strict order (repeat; default: jobs.queues)",
     )
     parser.add_argument("--drain", action="store_true", help="exit once the ready lists are empty")
+    parser.add_argument(
+        "--supervise",
+        action="store_true",
+        help="run the worker as a child process and restart it when it exits; what a child that died "
+        "held goes back at once, not after its leases (docs/runbook.md#the-worker-supervisor)",
+    )
     parser.add_argument("--member", help="broadcast groups: this process's member name (topics.member)")
     parser.add_argument(
         "--health-port",
         type=int,
         help="serve /healthz, /readyz and /metrics on this port (overrides health.port; 0 = off)",
     )
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     settings, stop = start_process(args.config)
+    if args.supervise:
+        return supervise(settings, [a for a in argv if not (len(a) > 3 and "--supervise".startswith(a))])
     settings = with_port(settings, args.health_port)
     overrides = {
         k: v

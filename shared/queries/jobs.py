@@ -88,6 +88,8 @@ class JobSQL:
     find_expired_running: str
     interrupted_retry: str
     interrupted_dead: str
+    find_worker_running: str
+    lock_worker_running: str
     find_prunable: str
     prune: str
     release_all: str
@@ -262,6 +264,19 @@ def render_jobs(table: str, lock_columns: tuple[str, ...] = JOB_COLUMNS) -> JobS
         interrupted_dead=(
             f"UPDATE {t} SET `dc_state` = {DEAD}, `interruptions` = `interruptions` + 1, "
             f"`last_error` = %s, {finished} WHERE {{ids}} AND `dc_state` = {RUNNING}"
+        ),
+        # Supervisor (worker/supervisor.py), per queue: the RUNNING jobs of a worker process its
+        # parent saw exit (waitpid: nothing of it runs any more). Step 1, a plain read of the
+        # (RUNNING, queue) prefix of dc_due: it locks nothing, so live workers' rows are not held up.
+        find_worker_running=(
+            f"SELECT `id` FROM {t} FORCE INDEX (`dc_due`) WHERE `dc_state` = {RUNNING} AND `queue` = %s "
+            "AND `worker` = %s LIMIT %s"
+        ),
+        # Step 2: lock those still RUNNING under that worker (PRIMARY); waits only for the dead
+        # process's own sessions, rolled back as MySQL sees them close. Then interrupted_retry/dead.
+        lock_worker_running=(
+            f"SELECT `id`, `interruptions`, `worker`, `started_at` FROM {t} FORCE INDEX (PRIMARY) "
+            f"WHERE {{ids}} AND `dc_state` = {RUNNING} AND `worker` = %s FOR UPDATE"
         ),
         # Pruner: finished jobs older than their retention (run_at is the finish time once a job
         # is done or dead). dc_due ranges per (state, queue, priority).

@@ -73,6 +73,8 @@ class TopicSQL:
     find_expired_running: str
     interrupted_retry: str
     interrupted_dead: str
+    find_worker_running: str
+    lock_worker_running: str
     release_all: str
     count_state: str
     count_due: str
@@ -248,6 +250,16 @@ def render_topics(topics: TopicsSettings) -> TopicSQL:
         interrupted_dead=(
             f"UPDATE {d} SET `dc_state` = {DEAD}, `interruptions` = `interruptions` + 1, `last_error` = %s, "
             f"{finished} WHERE " + running.replace("{where}", "{ids}")
+        ),
+        # Supervisor, as for jobs: a plain read of the (RUNNING, group) prefix for an exited worker's
+        # deliveries, then a lock of those still its own by PRIMARY (group, seq).
+        find_worker_running=(
+            f"SELECT `seq` FROM {d} FORCE INDEX (`dc_due`) WHERE `dc_state` = {RUNNING} "
+            "AND `group_id` = %s AND `worker` = %s LIMIT %s"
+        ),
+        lock_worker_running=(
+            f"SELECT `seq`, `interruptions`, `worker`, `started_at` FROM {d} FORCE INDEX (PRIMARY) "
+            "WHERE " + running.replace("{where}", "{ids}") + " AND `worker` = %s FOR UPDATE"
         ),
         release_all=(
             f"UPDATE {d} SET `dc_state` = {IDLE}, `lease_until` = NULL "

@@ -21,10 +21,11 @@ from duecast.shared.storage.units import MYSQL_ERRORS
 log = logging.getLogger("duecast.workers")
 
 
-def worker_name() -> str:
+def worker_name(pid: int | None = None) -> str:
     """Who a worker process is: host and pid, as the registry names it and as started jobs and
-    messages record it in `worker`."""
-    return f"{socket.gethostname()[:100]}:{os.getpid()}"
+    messages record it in `worker`. `pid`: a process of this host other than this one (a supervisor
+    names its child so)."""
+    return f"{socket.gethostname()[:100]}:{os.getpid() if pid is None else pid}"
 
 
 def is_job_queue(source: str) -> bool:

@@ -81,5 +81,10 @@ def park(payload: Any) -> None:
 
 @handlers.task("kill_worker")
 def kill_worker(payload: Any) -> None:
-    """A poison job: takes its worker process down with it (never use in-process)."""
+    """A poison job: takes its worker process down with it (never use in-process). With
+    DUECAST_TEST_DEATHS set, it first appends the time of its death to that file."""
+    deaths = os.environ.get("DUECAST_TEST_DEATHS")
+    if deaths:
+        with open(deaths, "a") as f:
+            f.write(f"{time.time()}\n")
     os.kill(os.getpid(), signal.SIGKILL)

@@ -226,34 +226,61 @@ class LeasedStore(ABC):
     def interrupt_expired(self, limit: int) -> int:
         """RUNNING rows whose lease ran out: their worker died. Each such run is an interruption; only
         a row that ran alone can be dead for it (shared.policy.blame_interruptions)."""
-        s, cap = self.scope, self.max_interruptions
+        s = self.scope
         with self.db.transaction() as cur:
             cur.execute(s.sql.find_expired_running, (*s.claim, limit))
             found: list[Interrupted] = [(int(r[0]), int(r[1]), tuple(r[2:])) for r in cur.fetchall()]
             if not found:
                 return 0
-            self._trace(cur, self._ids(i for i, _, _ in found), "interrupted", INTERRUPTED, RUNNING)
-            again, dead = blame_interruptions(found, cap)
-            if again:
-                self._run(cur, s.sql.interrupted_retry.format(ids=self._ids(again)), INTERRUPTED, *s.where)
-            if dead:
-                text = f"dead: interrupted {cap} times; its worker keeps dying (killed, out of memory...)"
-                self._run(cur, s.sql.interrupted_dead.format(ids=self._ids(dead)), text, *s.where)
-                fields = {
-                    "event": f"{s.noun}.dead_interrupted",
-                    "source": self.src.name,
-                    f"{s.noun}_ids": dead,
-                }
-                s.log.error(
-                    "%d %s(s) of %s dead after %d interruptions",
-                    len(dead),
-                    s.noun,
-                    s.place,
-                    cap,
-                    extra=fields,
-                )
+            dead = self._interrupt(cur, found, INTERRUPTED)
         observe.count(self.src.name, "dead", len(dead))
         return len(found)
+
+    def interrupt_worker(self, worker: str, why: str, limit: int = 10_000) -> int:
+        """RUNNING rows started by `worker`, a process its supervisor saw exit (waitpid: nothing of
+        it can still run), -> interrupted now, as if their leases had run out: each an
+        interruption (`why` is their last_error), blamed as the sweep blames. Never for a process
+        that may still run (a stalled one keeps its leases). Returns the rows interrupted."""
+        s, total = self.scope, 0
+        while True:
+            with self.db.transaction() as cur:
+                cur.execute(s.sql.find_worker_running, (*s.claim, worker, limit))
+                ids = [int(r[0]) for r in cur.fetchall()]
+                if not ids:
+                    return total
+                cur.execute(s.sql.lock_worker_running.format(ids=self._ids(ids)), (*s.where, worker))
+                found: list[Interrupted] = [(int(r[0]), int(r[1]), tuple(r[2:])) for r in cur.fetchall()]
+                dead = self._interrupt(cur, found, why) if found else []
+            observe.count(self.src.name, "dead", len(dead))
+            total += len(found)
+            if len(ids) < limit:
+                return total
+
+    def _interrupt(self, cur: Cursor, found: list[Interrupted], why: str) -> list[int]:
+        """Interrupted runs (locked, RUNNING) -> pending again or dead; returns the dead ids. Only a
+        row that ran alone can be dead for it (shared.policy.blame_interruptions)."""
+        s, cap = self.scope, self.max_interruptions
+        self._trace(cur, self._ids(i for i, _, _ in found), "interrupted", why, RUNNING)
+        again, dead = blame_interruptions(found, cap)
+        if again:
+            self._run(cur, s.sql.interrupted_retry.format(ids=self._ids(again)), why, *s.where)
+        if dead:
+            text = f"dead: interrupted {cap} times; its worker keeps dying (killed, out of memory...)"
+            self._run(cur, s.sql.interrupted_dead.format(ids=self._ids(dead)), text, *s.where)
+            fields = {
+                "event": f"{s.noun}.dead_interrupted",
+                "source": self.src.name,
+                f"{s.noun}_ids": dead,
+            }
+            s.log.error(
+                "%d %s(s) of %s dead after %d interruptions",
+                len(dead),
+                s.noun,
+                s.place,
+                cap,
+                extra=fields,
+            )
+        return dead
 
     def release_unpushed(self, entries: Sequence[Entry]) -> int:
         """Claimed but never pushed (Redis refused) -> pending now, fenced on the new attempt."""
