@@ -17,6 +17,7 @@ from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue
 from duecast.shared.process.runtime import build_queue, build_stores, store_kinds
 from duecast.shared.settings import Settings
 from duecast.shared.storage.db import Database
+from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.leased.store import LeasedStore
 from duecast.shared.storage.schema import SchemaError
 from duecast.shared.storage.source_store import Store
@@ -66,7 +67,9 @@ class Handback:
     def _interrupt(self, worker: str, why: str) -> int:
         try:
             stores = self._leased()
-            return sum(s.interrupt_worker(worker, why) for s in stores if isinstance(s, LeasedStore))
+            return sum(
+                s.interrupt_worker(worker, why) for s in stores if isinstance(s, LeasedStore | JobStore)
+            )
         except FAILURES as exc:
             self._failed(worker, "end its leases", exc)
             return 0

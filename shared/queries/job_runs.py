@@ -44,6 +44,7 @@ class RunSQL:
     requeue_dispatched: str
     release_unpushed: str
     expired_running: str
+    worker_running: str
     release: str
     release_legacy: str
     in_flight: str
@@ -177,6 +178,11 @@ def render_runs(
         expired_running=(
             f"SELECT `id`, `members`, `worker` FROM {r} FORCE INDEX (`dc_runs`) WHERE `dc_state` = {RUNNING} "
             "AND `queue` = %s AND `lease_until` < NOW(6) LIMIT %s FOR UPDATE SKIP LOCKED"
+        ),
+        # Supervisor (worker/handback.py): the runs a worker process that exited was running.
+        worker_running=(
+            f"SELECT `id`, `members`, `worker` FROM {r} FORCE INDEX (`dc_runs`) WHERE `dc_state` = {RUNNING} "
+            "AND `queue` = %s AND `worker` = %s LIMIT %s FOR UPDATE"
         ),
         # Only with no dispatcher or worker running: every run of the queue goes, and its jobs,
         # pending and behind the cursors, are found by the next claim's sweep.

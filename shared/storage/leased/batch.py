@@ -8,6 +8,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
+from logging import Logger
 from typing import Protocol, TypeVar
 
 from duecast.shared.acks import Ack, Row
@@ -15,7 +16,6 @@ from duecast.shared.fanout.keys import Entry
 from duecast.shared.settings import SourceSettings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.keeper import Hold
-from duecast.shared.storage.leased.scope import Scope
 from duecast.shared.storage.source_store import AckCounts
 from duecast.shared.storage.units import Cursor, is_transient, retry_transient, rollback_to, savepoint
 from duecast.shared.telemetry import observe
@@ -34,13 +34,26 @@ def error_text(outcome: object) -> str:
     return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 20] + "\n...(truncated)"
 
 
+class Naming(Protocol):
+    """How a store's rows are keyed and named in log lines (a Scope, or a job queue's)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def noun(self) -> str: ...
+    @property
+    def log(self) -> Logger: ...
+
+
 class Finisher(Protocol):
     """What a batch finishes its rows with: a LeasedStore (each row fenced on its own attempt), or a
     job queue's store (rows fenced by their run: shared.storage.leased.runs)."""
 
     db: Database
     src: SourceSettings
-    scope: Scope
+
+    @property
+    def scope(self) -> Naming: ...
 
     def finish_ok(self, cur: Cursor, rows: Sequence[Row]) -> int: ...
     def finish_failed(self, cur: Cursor, row: Row, outcome: object) -> str: ...

@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -38,7 +39,6 @@ from duecast.shared.storage.leased.batch import error_text
 from duecast.shared.storage.leased.keeper import Extended, LeaseKeeper, renew_leases
 from duecast.shared.storage.leased.members import decode_members, encode_members
 from duecast.shared.storage.leased.runs import RUN_KEY, RunBatch
-from duecast.shared.storage.leased.scope import Scope
 from duecast.shared.storage.packed import read_packed
 from duecast.shared.storage.schema import check_jobs_table
 from duecast.shared.storage.source_store import STATUS_COUNT_CAP, SourceStatus, _scalar, _us
@@ -55,6 +55,15 @@ BEHIND_LIMIT = 1_000_000  # the jobs a look behind reads at most: the runs in fl
 Key = tuple[datetime | str, int]  # a cursor: (run_at, id)
 
 
+@dataclass(frozen=True)
+class JobNaming:
+    """How a RunBatch names a queue's jobs (shared.storage.leased.batch.Naming)."""
+
+    key: str
+    noun: str
+    log: logging.Logger
+
+
 class JobStore:
     """One queue of the jobs table, dispatched in runs."""
 
@@ -65,18 +74,8 @@ class JobStore:
         self.queue = src.name.split(".", 1)[1]
         self.sql: JobSQL = render_jobs(jobs.table)
         self.runs: RunSQL = render_runs(jobs.table, jobs.runs_table, jobs.cursors_table, JOB_COLUMNS)
-        self.scope = Scope(
-            sql=self.sql,
-            key="id",
-            claim=(self.queue,),
-            where=(),
-            done=self.runs.finish_done if jobs.retention_s > 0 else self.runs.finish_delete,
-            noun="job",
-            place=f"queue {self.queue}",
-            handler="a job's handler",
-            author="task",
-            log=log,
-        )
+        self.scope = JobNaming("id", "job", log)
+        self._done = self.runs.finish_done if jobs.retention_s > 0 else self.runs.finish_delete
         self.max_interruptions = jobs.max_interruptions
         self.worker = worker_name()
         self.rows_per_entry = jobs.run_size  # a worker pops entries for this many jobs each
@@ -322,7 +321,7 @@ class JobStore:
 
     def finish_ok(self, cur: Cursor, rows: Sequence[Row]) -> int:
         args = (self.worker,) if self.jobs.retention_s > 0 else None
-        return int(cur.execute(self.scope.done.format(ids=self._ids(rows)), args))
+        return int(cur.execute(self._done.format(ids=self._ids(rows)), args))
 
     def finish_failed(self, cur: Cursor, row: Row, outcome: object) -> str:
         """A failed run: "retried" (pending after the backoff) or "dead"; "" when it was stale."""
@@ -406,43 +405,59 @@ class JobStore:
         return jobs if cur.execute(stmt) else 0
 
     def interrupt_expired(self, limit: int) -> int:
-        """RUNNING runs whose lease ran out: their worker died. Their members still pending are
-        each interrupted once (pending again now, ahead of the cursor), or dead when one ran alone
-        for the max_interruptions-th time (shared.policy.blame_interruptions); the run goes."""
-        cap = self.max_interruptions
+        """RUNNING runs whose lease ran out: their worker died."""
         with self.db.transaction() as cur:
             cur.execute(self.runs.expired_running, (self.queue, limit))
-            runs = [(int(i), decode_members(m), w) for i, m, w in cur.fetchall()]
-            if not runs:
-                return 0
-            run_of = {job: run for run, members, _ in runs for job in members}
-            ran_by = {run: worker for run, _, worker in runs}
-            found: list[tuple[int, int, object]] = []
-            if run_of:
-                cur.execute(self.runs.member_interruptions.format(ids=in_list("`id`", run_of)))
-                found = [(int(i), int(n), run_of[int(i)]) for i, n in cur.fetchall()]
-            again, dead = blame_interruptions(found, cap)
-            text = f"dead: interrupted {cap} times; its worker keeps dying (killed, out of memory...)"
-            for stmt, jobs, why in (
-                (self.runs.interrupted_retry, again, INTERRUPTED),
-                (self.runs.interrupted_dead, dead, text),
-            ):
-                by_run: dict[int, list[int]] = {}
-                for job in jobs:
-                    by_run.setdefault(run_of[job], []).append(job)
-                for run, ids in by_run.items():  # each job records the worker it was running on
-                    cur.execute(stmt.format(ids=in_list("`id`", ids)), (ran_by[run], why))
-            if dead:
-                log.error(
-                    "%d job(s) of queue %s dead after %d interruptions",
-                    len(dead),
-                    self.queue,
-                    cap,
-                    extra={"event": "job.dead_interrupted", "source": self.src.name, "job_ids": dead},
-                )
-            cur.execute(self.runs.drop_runs.format(ids=in_list(RUN_KEY, (r for r, _, _ in runs))))
-        observe.count(self.src.name, "dead", len(dead))
-        return len(found)
+            found, dead = self._interrupt_runs(cur, cur.fetchall(), INTERRUPTED)
+        observe.count(self.src.name, "dead", dead)
+        return found
+
+    def interrupt_worker(self, worker: str, why: str, limit: int = 10_000) -> int:
+        """RUNNING runs of `worker`, a process its supervisor saw exit (waitpid: nothing of it can
+        still run) -> interrupted now, as if their leases had run out (`why` is their jobs'
+        last_error). Never for a process that may still run. Returns the jobs interrupted."""
+        with self.db.transaction() as cur:
+            cur.execute(self.runs.worker_running, (self.queue, worker, limit))
+            found, dead = self._interrupt_runs(cur, cur.fetchall(), why)
+        observe.count(self.src.name, "dead", dead)
+        return found
+
+    def _interrupt_runs(self, cur: Cursor, locked: Sequence[Sequence[Any]], why: str) -> tuple[int, int]:
+        """Runs (locked: id, members, worker) whose worker is gone: their members still pending
+        are each interrupted once (pending again now, ahead of the cursor), or dead when one ran
+        alone for the max_interruptions-th time (shared.policy.blame_interruptions); the runs go.
+        Returns (jobs interrupted, jobs dead)."""
+        cap = self.max_interruptions
+        runs = [(int(i), decode_members(m), w) for i, m, w in locked]
+        if not runs:
+            return 0, 0
+        run_of = {job: run for run, members, _ in runs for job in members}
+        ran_by = {run: worker for run, _, worker in runs}
+        found: list[tuple[int, int, object]] = []
+        if run_of:
+            cur.execute(self.runs.member_interruptions.format(ids=in_list("`id`", run_of)))
+            found = [(int(i), int(n), run_of[int(i)]) for i, n in cur.fetchall()]
+        again, dead = blame_interruptions(found, cap)
+        text = f"dead: interrupted {cap} times; its worker keeps dying (killed, out of memory...)"
+        for stmt, jobs, reason in (
+            (self.runs.interrupted_retry, again, why),
+            (self.runs.interrupted_dead, dead, text),
+        ):
+            by_run: dict[int, list[int]] = {}
+            for job in jobs:
+                by_run.setdefault(run_of[job], []).append(job)
+            for run, ids in by_run.items():  # each job records the worker it was running on
+                cur.execute(stmt.format(ids=in_list("`id`", ids)), (ran_by[run], reason))
+        if dead:
+            log.error(
+                "%d job(s) of queue %s dead after %d interruptions",
+                len(dead),
+                self.queue,
+                cap,
+                extra={"event": "job.dead_interrupted", "source": self.src.name, "job_ids": dead},
+            )
+        cur.execute(self.runs.drop_runs.format(ids=in_list(RUN_KEY, (r for r, _, _ in runs))))
+        return len(found), len(dead)
 
     def close(self) -> None:
         """Close this store's session (its lease keeper thread keeps the store itself alive)."""

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from logging import Logger
 from typing import Any
 
-from duecast.shared.queries.jobs import JobSQL
 from duecast.shared.queries.topics import TopicSQL
 
 
@@ -16,7 +15,7 @@ class Scope:
     """What a leased store's statements touch, and how its log lines name it. Every statement
     takes its SET values first, then the scope's `where` arguments, then its own."""
 
-    sql: JobSQL | TopicSQL  # the kind's catalog: both name the shared statements alike
+    sql: TopicSQL  # the kind's catalog (job queues are dispatched in runs: shared.storage.leased.jobs)
     key: str  # the id column of its rows and entries: a job's `id`, a delivery's `seq`
     # The leading arguments of the statements that find the scope's rows (claim_due, the sweeps'
     # find_expired_*, release_all): the queue, or the group's id.
