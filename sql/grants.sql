@@ -7,6 +7,7 @@
 --   'duecast_...'@'%'                   account names, and the hosts they connect from
 --   user_block_status, account_checks   your sources: copy the block of each source's mode
 --   duecast_jobs, duecast_schedules     jobs.table and jobs.schedules_table, if you renamed them
+--   duecast_jobs_runs, _cursors         named after jobs.table: <table>_runs, <table>_cursors
 --
 -- Order: create the accounts; run the migrations GRANT; run `duecast migrate` as duecast_migrate;
 -- then run the rest (a table-level GRANT needs its table to exist). For example:
@@ -32,6 +33,13 @@ GRANT SELECT, INSERT, UPDATE ON `app`.`duecast_schedules` TO 'duecast_dispatcher
 GRANT SELECT, UPDATE, DELETE ON `app`.`duecast_jobs` TO 'duecast_worker'@'%';
 -- (Every role's start-up check looks for the schedules table; REFERENCES shows it, not its rows.)
 GRANT REFERENCES ON `app`.`duecast_schedules` TO 'duecast_worker'@'%';
+-- Job runs (docs/architecture.md, "Job runs"). Dispatcher: inserts runs and moves the cursors,
+-- requeues and drops the runs of dead workers. Worker: starts, leases and finishes runs; it never
+-- inserts one, and only looks for the cursors table.
+GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`duecast_jobs_runs` TO 'duecast_dispatcher'@'%';
+GRANT SELECT, INSERT, UPDATE ON `app`.`duecast_jobs_cursors` TO 'duecast_dispatcher'@'%';
+GRANT SELECT, UPDATE, DELETE ON `app`.`duecast_jobs_runs` TO 'duecast_worker'@'%';
+GRANT REFERENCES ON `app`.`duecast_jobs_cursors` TO 'duecast_worker'@'%';
 
 -- The leader lease (dispatcher.leases_table): dispatchers take, renew and hand it over.
 GRANT SELECT, INSERT, UPDATE ON `app`.`duecast_leases` TO 'duecast_dispatcher'@'%';

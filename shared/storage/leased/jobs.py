@@ -386,7 +386,12 @@ class JobStore:
         if not mine:
             return 0
         with self.db.transaction() as cur:
-            return self._jobs_of(cur, mine, self.runs.release_unpushed.format(fence=fence(mine, RUN_KEY)))
+            cur.execute(self.runs.lock_dispatched.format(fence=fence(mine, RUN_KEY)))
+            found = {int(i): len(decode_members(m)) for i, _, _, m in cur.fetchall()}
+            if not found:
+                return 0
+            cur.execute(self.runs.requeue_dispatched.format(ids=in_list(RUN_KEY, found)))
+            return sum(found.values())
 
     def _requeue_dispatched(self, after_s: float, limit: int) -> int:
         with self.db.transaction() as cur:
@@ -395,14 +400,10 @@ class JobStore:
             if not found:
                 return 0
             ids = in_list(RUN_KEY, found)
-            return self._jobs_of(cur, found, self.runs.requeue_dispatched.format(ids=ids))
-
-    def _jobs_of(self, cur: Cursor, runs: Sequence[Entry] | Sequence[int], stmt: str) -> int:
-        """Run `stmt` on runs (now locked), and return how many jobs the runs it changed hold."""
-        ids = [r.id if isinstance(r, Entry) else r for r in runs]
-        cur.execute(self.runs.jobs_of_runs.format(ids=in_list(RUN_KEY, ids)))
-        jobs = int(_scalar(cur) or 0)
-        return jobs if cur.execute(stmt) else 0
+            cur.execute(self.runs.jobs_of_runs.format(ids=ids))
+            jobs = int(_scalar(cur) or 0)
+            cur.execute(self.runs.requeue_dispatched.format(ids=ids))
+            return jobs
 
     def interrupt_expired(self, limit: int) -> int:
         """RUNNING runs whose lease ran out: their worker died."""

@@ -68,7 +68,7 @@ def test_status_names_what_no_worker_serves_until_one_worker_serves_two_apps(
     finally:
         stop.set()
         worker.join(15)
-        sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
+        sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`, `{table}_runs`, `{table}_cursors`")
 
 
 def test_worker_app_can_be_given_several_times(monkeypatch: pytest.MonkeyPatch) -> None:

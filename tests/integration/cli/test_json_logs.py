@@ -43,7 +43,7 @@ def jobs_env(
     settings = Settings(mysql=mysql_settings, redis=redis_settings, jobs=jobs)  # type: ignore[arg-type]
     migrate.apply(settings)
     yield env, Enqueuer(settings, connect_redis(redis_settings)), table
-    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
+    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`, `{table}_runs`, `{table}_cursors`")
 
 
 def run(env: dict[str, str], *args: str) -> list[dict[str, Any]]:

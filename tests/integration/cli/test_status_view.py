@@ -95,7 +95,7 @@ def jobs_env(
     assert cli.main(["migrate"]) == 0
     settings = Settings(mysql=mysql_settings, redis=redis_settings, jobs={"table": table})  # type: ignore[arg-type]
     yield Enqueuer(settings, connect_redis(redis_settings))
-    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
+    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`, `{table}_runs`, `{table}_cursors`")
 
 
 def test_workers_running_jobs_are_listed(

@@ -51,7 +51,7 @@ def settings(
     )
     migrate.apply(s)
     yield s
-    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
+    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`, `{table}_runs`, `{table}_cursors`")
 
 
 def _worker(settings: Settings, app_dir: Path) -> subprocess.CompletedProcess[str]:

@@ -1,7 +1,8 @@
 """The store contract (tests/unit/store_contract.py) against every real store kind on MariaDB.
 
-Row-mode and range-mode sources, a job queue and a cluster consumer group, each built by
-build_stores as the roles build them. The same suite runs against the unit tests' fake
+Row-mode and range-mode sources and a cluster consumer group, each built by build_stores as the roles
+build them. (A job queue's entries are runs of jobs, not rows: tests/integration/jobs/test_job_runs.py
+proves the same behaviours of it.) The same suite runs against the unit tests' fake
 (tests/unit/storage/test_store_fakes.py). State is arranged in SQL: rows inserted with the due order each
 kind sorts by, and time passed by back-dating the dispatch (and lease) columns.
 """
@@ -122,17 +123,6 @@ class RangeKind(SqlKind):
         return int(row[RANGE_KEY]) // RANGE_SIZE + 1  # a business row's span
 
 
-class JobKind(SqlKind):
-    def seed(self, n: int) -> list[int]:
-        ids = self.next_ids(n)
-        self.sql.executemany(
-            f"INSERT INTO `{self.table}` (id, queue, task, payload, run_at) "
-            "VALUES (%s, 'default', 'contract', '{}', TIMESTAMP('2020-01-01') - INTERVAL %s SECOND)",
-            [(i, i) for i in ids],
-        )
-        return ids
-
-
 class GroupKind(SqlKind):
     """A cluster group's entries are its topic's messages: published in order, claimed in order."""
 
@@ -181,17 +171,6 @@ class TestRangeStore(StoreContract):
         yield kind
         kind.close()
         sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{ranges_table(src)}`")
-
-
-class TestJobQueueStore(StoreContract):
-    @pytest.fixture
-    def kind(self, mysql_settings: MySQLSettings, sql: pymysql.cursors.Cursor) -> Iterator[SqlKind]:
-        table = f"jobs_{uuid.uuid4().hex[:8]}"
-        settings = _settings(mysql_settings, jobs={"table": table, "schedules_table": f"{table}_s"})
-        kind = JobKind(settings, settings.jobs.queue_sources(), sql, table, "id", timed=LEASED)
-        yield kind
-        kind.close()
-        sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
 
 
 class TestClusterGroupStore(StoreContract):

@@ -35,4 +35,4 @@ def env(
     migrate.apply(settings)
     jobs_app.RUNS.clear()
     yield JobsEnv(settings, sql)
-    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
+    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`, `{table}_runs`, `{table}_cursors`")

@@ -15,6 +15,7 @@ from duecast.shared.settings import Settings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.jobs import JobStore
+from duecast.shared.storage.leased.members import decode_members
 from duecast.worker.main import serve as serve_worker
 from tests.integration import jobs_app
 
@@ -59,6 +60,24 @@ class JobsEnv:
         row = self.sql.fetchone()
         assert row is not None, f"job {job_id} is gone"
         return tuple(row)
+
+    def runs(self, *columns: str) -> list[tuple[Any, ...]]:
+        """Every run of the table (shared/queries/job_runs.py), in id order."""
+        self.sql.execute(f"SELECT {', '.join(columns)} FROM `{self.settings.jobs.runs_table}` ORDER BY id")
+        return [tuple(r) for r in self.sql.fetchall()]
+
+    def run_of(self, job_id: int, *columns: str) -> tuple[Any, ...]:
+        """The columns of the one run whose members hold `job_id`."""
+        found = [row[1:] for row in self.runs("members", *columns) if job_id in decode_members(row[0])]
+        assert len(found) == 1, f"job {job_id} is in {len(found)} runs"
+        return found[0]
+
+    def expire_leases(self) -> None:
+        """Time passes: every started run's lease has run out."""
+        self.sql.execute(
+            f"UPDATE `{self.settings.jobs.runs_table}` SET lease_until = NOW(6) - INTERVAL 1 SECOND "
+            "WHERE lease_until IS NOT NULL"
+        )
 
     def exists(self, job_id: int) -> bool:
         self.sql.execute(f"SELECT COUNT(*) FROM `{self.table}` WHERE id = %s", (job_id,))

@@ -107,11 +107,13 @@ def test_an_interrupted_job_runs_again_and_is_dead_after_max_interruptions(env: 
     for n in (1, 2):
         (entry,) = store.claim_due(10)
         with store.started([entry]):
-            pass  # the worker "died" here: RUNNING was committed, nothing finished it
-        assert env.job(job_id, "dc_state", "worker IS NOT NULL") == (State.RUNNING, 1)
+            pass  # the worker "died" here: its run's RUNNING was committed, nothing finished it
+        assert env.run_of(job_id, "dc_state", "worker IS NOT NULL") == (State.RUNNING, 1)
+        assert env.job(job_id, "dc_state") == (State.IDLE,)  # a run's job row is not written until it ends
         assert store.requeue_expired(60, 100) == 0  # the lease still holds: not interrupted
-        env.sql.execute(f"UPDATE `{env.table}` SET lease_until = NOW(6) - INTERVAL 1 SECOND")
+        env.expire_leases()
         assert store.requeue_expired(60, 100) == 1
+        assert env.runs("id") == []  # the interrupted run is gone
         state, interruptions, errors = env.job(job_id, "dc_state", "interruptions", "errors")
         assert (interruptions, errors) == (n, 0)
         assert state == (State.IDLE if n == 1 else State.DEAD)
@@ -125,10 +127,10 @@ def test_a_running_jobs_lease_is_extended_while_its_handler_runs(env: JobsEnv) -
     job_id = env.enqueuer.enqueue("record", "long")
     (entry,) = store.claim_due(10)
     with store.started([entry]):
-        (first,) = env.job(job_id, "lease_until")
+        (first,) = env.run_of(job_id, "lease_until")
 
         def extended() -> bool:
-            return bool(env.job(job_id, "lease_until")[0] > first)
+            return bool(env.run_of(job_id, "lease_until")[0] > first)
 
         wait_until(extended, "the lease keeper to extend the lease", timeout_s=5)
         assert store.requeue_expired(60, 100) == 0
@@ -139,7 +141,7 @@ def test_a_late_ack_of_an_interrupted_run_is_stale(env: JobsEnv) -> None:
     job_id = env.enqueuer.enqueue("record", "late")
     (entry,) = store.claim_due(10)
     with store.started([entry]) as batch:
-        env.sql.execute(f"UPDATE `{env.table}` SET lease_until = NOW(6) - INTERVAL 1 SECOND")
+        env.expire_leases()
         assert store.requeue_expired(60, 100) == 1
         counts = batch.ack([(batch.rows[0], Ack.default())])
     assert (counts.acked, counts.stale) == (0, 1)
@@ -174,8 +176,8 @@ def test_a_transactional_tasks_writes_are_undone_when_its_ack_is_stale(env: Jobs
     env.enqueuer.enqueue("credit", {"table": accounts, "account": 3, "amount": 30})
     (entry,) = store.claim_due(10)
     with store.started([entry]) as batch:
-        env.sql.execute(f"UPDATE `{env.table}` SET lease_until = NOW(6) - INTERVAL 1 SECOND")
-        store.requeue_expired(60, 100)  # another run owns the job now
+        env.expire_leases()
+        assert store.requeue_expired(60, 100) == 1  # the run is interrupted: its job is pending again
         (outcome,) = jobs_app.handlers.handler("jobs").run(batch.rows)
         assert isinstance(outcome, Ack)
         counts = batch.ack([(batch.rows[0], outcome)])

@@ -44,7 +44,7 @@ def settings(
     migrate.apply(s)
     jobs_app.RUNS.clear()
     yield s
-    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
+    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`, `{table}_runs`, `{table}_cursors`")
 
 
 @pytest.fixture
@@ -197,10 +197,11 @@ def test_a_packed_batch_cut_short_is_read_row_by_row(
     (store,) = build_stores(settings, [settings.source("jobs.default")])
     assert isinstance(store, JobStore)
     entries = store.claim_due(100)
+    assert len(entries) == 1  # one run of all 50 (consecutive ids, one priority)
     with store.db.transaction() as cur:
         cur.execute("SET SESSION group_concat_max_len = 1024")
     with caplog.at_level(logging.WARNING, logger="duecast.packed"), store.started(entries) as batch:
-        assert sorted(r["id"] for r in batch.rows) == sorted(e.id for e in entries)
+        assert len({r["id"] for r in batch.rows}) == 50
         assert [json.loads(r["payload"])["n"] for r in batch.rows] == list(range(50))
         batch.ack([(row, Ack.default()) for row in batch.rows])
     assert "packed read of jobs gave 0 of 50 rows" in caplog.text

@@ -1,5 +1,5 @@
-"""Each job queue's store requeues only its own queue's jobs (issue 16.5), so the sweep's log lines and
-counters name the queue the jobs are in. Real MariaDB and Redis; time passes by back-dating in SQL."""
+"""Each job queue's store requeues only its own queue's runs of jobs (issue 16.5), so the sweep's log lines
+and counters name the queue the jobs are in. Real MariaDB and Redis; time passes by back-dating in SQL."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def settings(
     )
     migrate.apply(s)
     yield s
-    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
+    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`, `{table}_runs`, `{table}_cursors`")
 
 
 def _stores(settings: Settings) -> dict[str, JobStore]:
@@ -51,12 +51,14 @@ def _claimed(settings: Settings, stores: dict[str, JobStore], per_queue: dict[st
     enqueuer = Enqueuer(settings, connect_redis(settings.redis), tasks=jobs_app.handlers.task_names)
     for queue, n in per_queue.items():
         enqueuer.enqueue_many(Job("record", {"n": i}, queue=queue) for i in range(n))
-        assert len(stores[queue].claim_due(100)) == n
+        assert len(stores[queue].claim_due(100)) == 1  # one run holds them all
 
 
 def _by_queue(sql: pymysql.cursors.Cursor, settings: Settings, state: int) -> dict[str, int]:
+    """Jobs per queue in runs of `state`."""
     sql.execute(
-        f"SELECT queue, COUNT(*) FROM `{settings.jobs.table}` WHERE dc_state = %s GROUP BY queue", (state,)
+        f"SELECT queue, SUM(jobs) FROM `{settings.jobs.runs_table}` WHERE dc_state = %s GROUP BY queue",
+        (state,),
     )
     return {str(q): int(n) for q, n in sql.fetchall()}
 
@@ -66,7 +68,7 @@ def test_a_queues_sweep_requeues_only_its_own_expired_dispatched_jobs(
 ) -> None:
     stores = _stores(settings)
     _claimed(settings, stores, {"default": 3, "mail": 2})
-    sql.execute(f"UPDATE `{settings.jobs.table}` SET dc_dispatched_at = NOW(6) - INTERVAL 1 HOUR")
+    sql.execute(f"UPDATE `{settings.jobs.runs_table}` SET dc_dispatched_at = NOW(6) - INTERVAL 1 HOUR")
 
     assert stores["mail"].requeue_expired(60, 100) == 2
     assert _by_queue(sql, settings, DISPATCHED) == {"default": 3}
@@ -81,7 +83,8 @@ def test_a_queues_sweep_takes_only_its_own_interrupted_runs(
     stores = _stores(settings)
     _claimed(settings, stores, {"default": 3, "mail": 2})
     sql.execute(
-        f"UPDATE `{settings.jobs.table}` SET dc_state = {RUNNING}, started_at = NOW(6) - INTERVAL 1 HOUR, "
+        f"UPDATE `{settings.jobs.runs_table}` SET dc_state = {RUNNING}, "
+        "started_at = NOW(6) - INTERVAL 1 HOUR, "
         "lease_until = NOW(6) - INTERVAL 1 MINUTE, worker = 'gone:1'"
     )
 
@@ -98,7 +101,7 @@ def test_the_sweep_logs_and_counts_each_queues_jobs_under_that_queue(
     default (the first queue's store took them all)."""
     stores = _stores(settings)
     _claimed(settings, stores, {"default": 5})
-    sql.execute(f"UPDATE `{settings.jobs.table}` SET dc_dispatched_at = NOW(6) - INTERVAL 1 HOUR")
+    sql.execute(f"UPDATE `{settings.jobs.runs_table}` SET dc_dispatched_at = NOW(6) - INTERVAL 1 HOUR")
     queue = build_queue(settings)
 
     with caplog.at_level(logging.WARNING, logger="duecast.redelivery"):

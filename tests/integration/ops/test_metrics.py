@@ -195,7 +195,7 @@ def jobs_settings(
     migrate.apply(settings)
     jobs_app.RUNS.clear()
     yield settings
-    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
+    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`, `{table}_runs`, `{table}_cursors`")
 
 
 def test_jobs_count_retries_and_dead_letters(jobs_settings: Settings) -> None:

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 def jobs_table(sql: pymysql.cursors.Cursor) -> Iterator[str]:
     name = f"jobs_{uuid.uuid4().hex[:8]}"
     yield name
-    sql.execute(f"DROP TABLE IF EXISTS `{name}`, `{name}_schedules`")
+    sql.execute(f"DROP TABLE IF EXISTS `{name}`, `{name}_schedules`, `{name}_runs`, `{name}_cursors`")
 
 
 def test_the_jobs_table_is_created_when_jobs_are_enabled(
@@ -40,7 +40,9 @@ def test_the_jobs_table_is_created_when_jobs_are_enabled(
 
     assert steps[0].startswith(f"CREATE TABLE IF NOT EXISTS `{jobs_table}`")
     assert steps[1].startswith(f"CREATE TABLE IF NOT EXISTS `{jobs_table}_schedules`")
-    assert len(steps) == 4  # jobs and schedules tables, then the source's columns and index
+    assert steps[2].startswith(f"CREATE TABLE IF NOT EXISTS `{jobs_table}_runs`")
+    assert steps[3].startswith(f"CREATE TABLE IF NOT EXISTS `{jobs_table}_cursors`")
+    assert len(steps) == 6  # jobs, schedules, runs and cursors tables, then the source's columns and index
     migrate.apply(settings)
     cols = columns(sql, jobs_table)
     assert {"id", "queue", "task", "payload", "run_at", "priority", "unique_slot", "last_error"} <= set(cols)
@@ -84,7 +86,9 @@ def test_an_older_jobs_table_is_upgraded_in_place_keeping_its_jobs(
     assert index_columns(sql, jobs_table) == ["dc_state", "queue", "priority", "run_at"]
     sql.execute(f"SELECT task, priority, errors, max_attempts FROM `{jobs_table}`")
     assert sql.fetchall() == (("old", 0, 0, 20),)
-    assert [e.id for e in store.claim_due(10)] == [1]
+    (run,) = store.claim_due(10)  # the old job, dispatched in a run of its own
+    with store.started([run]) as batch:
+        assert [r["id"] for r in batch.rows] == [1]
 
 
 def test_global_unique_keys_of_an_older_table_become_per_task_keeping_every_job(

@@ -93,7 +93,7 @@ def source_env(
         "DUECAST_JOBS__TABLE": table,
         "DUECAST_JOBS__SCHEDULES_TABLE": f"{table}_s",
     }
-    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
+    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`, `{table}_runs`, `{table}_cursors`")
 
 
 def database_exists(sql: pymysql.cursors.Cursor, name: str) -> bool:

@@ -59,7 +59,7 @@ def settings(
     migrate.apply(s)
     jobs_app.RUNS.clear()
     yield s
-    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
+    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`, `{table}_runs`, `{table}_cursors`")
 
 
 @pytest.mark.parametrize("skew_s", [600.0, -600.0])

@@ -193,6 +193,7 @@ class JobsRun:
     store: JobStore
     worker: Worker
     ids: list[int]
+    runs: list[int]  # the runs they were claimed in, in id order (more than one: see run_size)
 
     def states(self) -> dict[int, tuple[int, int]]:
         with self.store.db.transaction() as cur:
@@ -216,7 +217,14 @@ def jobs_run(
             mysql=mysql_settings.model_copy(update=mysql),
             redis=redis_settings,
             # A long lease: the keeper does not renew (or fence) while the test holds rows locked.
-            jobs={"table": table, "schedules_table": f"{table}_s", "lease_s": 60, "retention_s": 3600},  # type: ignore[arg-type]
+            # Two runs, so a start locks two run rows, in order: a rival can close a cycle with it.
+            jobs={  # type: ignore[arg-type]
+                "table": table,
+                "schedules_table": f"{table}_s",
+                "lease_s": 60,
+                "retention_s": 3600,
+                "run_size": ROWS // 2,
+            },
         )
         migrate.apply(settings)
         enqueuer = Enqueuer(settings, None)
@@ -225,14 +233,15 @@ def jobs_run(
         src = settings.source("jobs.default")
         store = JobStore(Database(settings.mysql), src, settings.jobs, settings.mysql)
         queue = ReadyQueue(connect_redis(redis_settings), Keys(redis_settings.key_prefix))
-        queue.push(src.name, store.claim_due(100))
+        entries = store.claim_due(100)
+        queue.push(src.name, entries)
         worker = Worker(
             {src.name: cast(Store, store)},
             {src.name: handlers.handler("jobs")},
             queue,
             WorkerSettings(block_timeout_s=0.1),
         )
-        made.append(JobsRun(settings, store, worker, sorted(ids)))
+        made.append(JobsRun(settings, store, worker, sorted(ids), sorted(e.id for e in entries)))
         return made[-1]
 
     yield make
@@ -256,12 +265,12 @@ def test_a_real_deadlock_while_jobs_start_retries_the_unit(
 ) -> None:
     caplog.set_level(logging.WARNING)
     run = jobs_run()
-    table = run.settings.jobs.table
     GATE.open.set()  # the tasks run straight through: the deadlock is at the start
     rival.write_ballast()
-    rival.lock(table, "id", run.ids[-1])
+    runs = run.settings.jobs.runs_table  # a start locks its runs' rows, in id order
+    rival.lock(runs, "id", run.runs[-1])
     ticking = InThread(run.worker)
-    rival.close_cycle(sql, run.ids[0])
+    rival.close_cycle(sql, run.runs[0])
     ticking.join()
 
     assert retries(caplog, "retrying the start", 1213), "the worker was not the deadlock victim"

@@ -35,12 +35,14 @@ def settings(
     s = Settings(
         mysql=mysql_settings,
         redis=redis_settings.model_copy(update={"key_prefix": prefix}),
-        jobs={"table": table, "schedules_table": f"{table}_s"},  # type: ignore[arg-type]
+        jobs={"table": table, "schedules_table": f"{table}_s", "run_size": 1},  # type: ignore[arg-type]
         worker={"registry_table": f"{table}_w"},  # type: ignore[arg-type]
     )
     migrate.apply(s)
     yield s
-    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`, `{table}_w`")
+    sql.execute(
+        f"DROP TABLE IF EXISTS `{table}`, `{table}_s`, `{table}_w`, `{table}_runs`, `{table}_cursors`"
+    )
     queue = build_queue(s)
     queue.client.delete(*queue.client.keys(f"{{{prefix}}}:*") or [f"{{{prefix}}}:none"])
 
@@ -49,7 +51,7 @@ def test_an_exited_workers_started_jobs_are_interrupted_and_its_pop_requeued_oth
     settings: Settings, sql: pymysql.cursors.Cursor
 ) -> None:
     table = f"`{settings.jobs.table}`"
-    Enqueuer(settings, None).enqueue_many(Job("record", i) for i in range(10))
+    Enqueuer(settings, None).enqueue_many(Job("record", i) for i in range(10))  # ids 1-10
     (store,) = build_stores(settings, [settings.source(SOURCE)])
     queue = build_queue(settings)
     queue.push(SOURCE, store.claim_due(10))
@@ -59,16 +61,15 @@ def test_an_exited_workers_started_jobs_are_interrupted_and_its_pop_requeued_oth
     registry = WorkerRegistry(Database(settings.mysql), settings.worker)
     registry.register(EXITED, [SOURCE])
     registry.register(LIVE, [SOURCE])
-    sql.execute(
-        f"UPDATE {table} SET dc_state = {int(State.RUNNING)}, started_at = NOW(6), "
-        "lease_until = NOW(6) + INTERVAL 15 SECOND, worker = %s WHERE id IN (1, 2, 3)",
-        (EXITED,),
-    )
-    sql.execute(
-        f"UPDATE {table} SET dc_state = {int(State.RUNNING)}, started_at = NOW(6), "
-        "lease_until = NOW(6) + INTERVAL 15 SECOND, worker = %s WHERE id > 5",
-        (LIVE,),
-    )
+    # Runs of one job each (run_size 1): the runs of jobs 1-3 started by the exited worker, 6-10 by
+    # the live one. A run's members are its jobs' ids.
+    runs = f"`{settings.jobs.runs_table}`"
+    for worker, where in ((EXITED, "members IN ('1', '2', '3')"), (LIVE, "CAST(members AS UNSIGNED) > 5")):
+        sql.execute(
+            f"UPDATE {runs} SET dc_state = {int(State.RUNNING)}, started_at = NOW(6), "
+            f"lease_until = NOW(6) + INTERVAL 15 SECOND, worker = %s WHERE {where}",
+            (worker,),
+        )
 
     back = Handback(settings).after_exit(EXITED, WHY)
 
@@ -77,7 +78,13 @@ def test_an_exited_workers_started_jobs_are_interrupted_and_its_pop_requeued_oth
     rows = {int(i): (int(s), int(n), e) for i, s, n, e in sql.fetchall()}
     assert {i: rows[i] for i in (1, 2, 3)} == {i: (int(State.IDLE), 1, WHY) for i in (1, 2, 3)}
     assert {i: rows[i] for i in (4, 5)} == {i: (int(State.IDLE), 0, None) for i in (4, 5)}
-    assert {rows[i][:2] for i in range(6, 11)} == {(int(State.RUNNING), 0)}
+    sql.execute(f"SELECT CAST(members AS UNSIGNED), dc_state, worker FROM {runs} ORDER BY 1")
+    # 1-3's runs are gone (interrupted), 4-5's pending again (never started), the live one's running.
+    assert sql.fetchall() == (
+        (4, int(State.IDLE), None),
+        (5, int(State.IDLE), None),
+        *((i, int(State.RUNNING), LIVE) for i in range(6, 11)),
+    )
     assert queue.held_by(EXITED) is None
     assert queue.held_by(LIVE) is not None
     assert {w.name for w in registry.alive()} == {LIVE}
