@@ -128,6 +128,18 @@ def form_runs(interruptions: Sequence[int], run_size: int, max_interruptions: in
     return [clean[k : k + run_size] for k in range(0, len(clean), run_size)] + suspects
 
 
+LOOK_BEHIND_CHEAP_JOBS = 2_000  # jobs in runs whose count behind the cursors costs well under a ms
+LOOK_BEHIND_EVERY_S = 0.5
+
+
+def look_behind_every_s(jobs_in_runs: int) -> float:
+    """How often a job queue's claim looks behind its cursors for a job whose insert committed after
+    a later one was claimed. The look counts the due jobs behind the cursors (the runs' members,
+    mostly), so it costs as much as the jobs in flight: every claim while they are few (a late job
+    then waits for no interval), at most every LOOK_BEHIND_EVERY_S once they are many."""
+    return 0.0 if jobs_in_runs <= LOOK_BEHIND_CHEAP_JOBS else LOOK_BEHIND_EVERY_S
+
+
 def blame_interruptions(
     running: Sequence[tuple[int, int, object]], max_interruptions: int
 ) -> tuple[list[int], list[int]]:

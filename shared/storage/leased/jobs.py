@@ -20,7 +20,13 @@ from typing import Any
 
 from duecast.shared.acks import Ack, Row
 from duecast.shared.fanout.keys import Entry
-from duecast.shared.policy import blame_interruptions, dead_after_failure, form_runs, retry_delay_s
+from duecast.shared.policy import (
+    blame_interruptions,
+    dead_after_failure,
+    form_runs,
+    look_behind_every_s,
+    retry_delay_s,
+)
 from duecast.shared.queries.job_runs import RUN_ID_BASE, RunSQL, cursor_rows, render_runs
 from duecast.shared.queries.jobs import (
     DEAD,
@@ -48,9 +54,6 @@ from duecast.shared.telemetry import observe
 
 log = logging.getLogger("duecast.jobs")
 INTERRUPTED = "interrupted: its worker stopped (killed, crashed or stalled) before finishing it"
-# How often a claim also looks behind the cursors for due jobs no run holds: a job whose insert
-# committed after a later one was dispatched, or one enqueued with a run_at in the past.
-BEHIND_EVERY_S = 0.5
 BEHIND_LIMIT = 1_000_000  # the jobs a look behind reads at most: the runs in flight, and those left
 Key = tuple[datetime | str, int]  # a cursor: (run_at, id)
 
@@ -85,6 +88,7 @@ class JobStore:
         self._rng = random.Random()
         self._cursors_made = False
         self._behind_at = 0.0  # time.monotonic() of the last look behind the cursors
+        self._behind_every_s = 0.0  # shared.policy.look_behind_every_s of the jobs in runs then
 
     @property
     def id_column(self) -> str:
@@ -98,7 +102,7 @@ class JobStore:
 
     def claim_due(self, limit: int) -> list[Entry]:
         """Up to `limit` due jobs, in runs: pending runs first, then jobs no run holds behind the
-        cursors (every BEHIND_EVERY_S), then jobs past the cursors in claim order. Each run is
+        cursors (shared.policy.look_behind_every_s), then jobs past the cursors in claim order. Each run is
         committed DISPATCHED under a new attempt on return; no job row is written."""
         if not self._cursors_made:
             values, args = cursor_rows(self.queue)
@@ -110,7 +114,7 @@ class JobStore:
             cursors: dict[int, Key] = {int(p): (at, int(i)) for p, at, i in cur.fetchall()}
             entries, left = self._claim_pending(cur, limit)
             now = time.monotonic()
-            if left > 0 and now - self._behind_at >= BEHIND_EVERY_S:
+            if left > 0 and now - self._behind_at >= self._behind_every_s:
                 self._behind_at = now
                 behind, left = self._claim_behind(cur, cursors, left)
                 entries += behind
@@ -133,6 +137,7 @@ class JobStore:
         later), so the second read cannot take it for one no run holds."""
         cur.execute(self.runs.jobs_in_runs, (self.queue,))
         held_count = int(_scalar(cur) or 0)
+        self._behind_every_s = look_behind_every_s(held_count)
         cursor_args = self._cursor_args(cursors)
         cur.execute(self.runs.count_behind, (self.queue, *cursor_args))
         if int(_scalar(cur) or 0) <= held_count:

@@ -17,7 +17,6 @@ from duecast.shared.fanout.keys import Entry
 from duecast.shared.queries.job_runs import RUN_ID_BASE
 from duecast.shared.states import State
 from duecast.shared.storage.db import connect
-from duecast.shared.storage.leased import jobs as job_store
 from duecast.shared.storage.leased.jobs import JobStore
 from tests.integration.jobs.jobs_env import JobsEnv
 
@@ -28,12 +27,6 @@ RUN_SIZE = 2
 @pytest.fixture
 def runs_env(env: JobsEnv) -> JobsEnv:
     return env.with_jobs(run_size=RUN_SIZE)
-
-
-@pytest.fixture(autouse=True)
-def look_behind_every_claim(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every claim looks behind the cursors (by default at most every BEHIND_EVERY_S)."""
-    monkeypatch.setattr(job_store, "BEHIND_EVERY_S", 0.0)
 
 
 def enqueue(env: JobsEnv, n: int, **job: Any) -> list[int]:
