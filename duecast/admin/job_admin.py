@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from duecast.shared.queries.jobs import SHOW_COLUMNS, JobSQL, render_jobs
+from duecast.shared.queries.job_runs import RunSQL, render_runs
+from duecast.shared.queries.jobs import JOB_COLUMNS, SHOW_COLUMNS, JobSQL, render_jobs
 from duecast.shared.queries.source import in_list
 from duecast.shared.settings import JobsSettings
 from duecast.shared.states import STATE_NAMES, State
 from duecast.shared.storage.db import Database
+from duecast.shared.storage.leased.members import decode_members
 from duecast.shared.storage.units import DuplicateKey, savepoint, translated
 
 PAGE = 1000
@@ -72,6 +74,7 @@ class JobAdmin:
     def __init__(self, db: Database, jobs: JobsSettings) -> None:
         self.db = db
         self.sql: JobSQL = render_jobs(jobs.table)
+        self.runs: RunSQL = render_runs(jobs.table, jobs.runs_table, jobs.cursors_table, JOB_COLUMNS)
 
     def find(self, flt: Filter, limit: int = 50, newest_first: bool = True) -> list[dict[str, Any]]:
         where, params = flt.where()
@@ -81,8 +84,22 @@ class JobAdmin:
             return [dict(zip(SHOW_COLUMNS, row, strict=True)) for row in cur.fetchall()]
 
     def show(self, job_id: int) -> dict[str, Any] | None:
+        """A job's columns. A pending job a run holds shows its run's state (dispatched or running),
+        worker, start and lease, as the job's own row records them only once it finishes."""
         found = self.find(Filter(ids=[job_id]), limit=1)
-        return found[0] if found else None
+        if not found:
+            return None
+        job = found[0]
+        if job["dc_state"] == State.IDLE:
+            with self.db.transaction() as cur:
+                cur.execute(self.runs.all_runs)
+                held = [r for r in cur.fetchall() if job_id in decode_members(r[-1])]
+            if held:
+                run, state, attempt, worker, started_at, lease_until, _ = held[0]
+                if state != State.IDLE:
+                    job.update(dc_state=state, worker=worker, started_at=started_at, lease_until=lease_until)
+                job["run"] = f"{run} (attempt {attempt})"
+        return job
 
     def revive(self, flt: Filter, progress: Callable[[int], None] = lambda _n: None) -> Outcome:
         """Done or dead -> pending now, errors and interruptions reset (retry, replay)."""
@@ -107,13 +124,19 @@ class JobAdmin:
         return Outcome(matched, changed, skipped)
 
     def discard(self, flt: Filter, progress: Callable[[int], None] = lambda _n: None) -> Outcome:
-        """Delete jobs for good; never one in flight (dispatched or running)."""
+        """Delete jobs for good; never one in flight: a pending job a run holds is left alone. The
+        queues' cursors are locked first, so no claim puts one of them in a run meanwhile."""
         flt = flt.narrowed_to([State.IDLE, State.DONE, State.DEAD])
         matched = changed = 0
         for ids in self._pages(flt):
             matched += len(ids)
             with self.db.transaction() as cur:
-                changed += int(cur.execute(self.sql.discard.format(ids=in_list("`id`", ids))))
+                cur.execute(self.runs.lock_all_cursors)
+                cur.execute(self.runs.all_members)
+                held = {job for (members,) in cur.fetchall() for job in decode_members(members)}
+                free = [i for i in ids if i not in held]
+                if free:
+                    changed += int(cur.execute(self.sql.discard.format(ids=in_list("`id`", free))))
             progress(len(ids))
         return Outcome(matched, changed)
 

@@ -27,6 +27,9 @@ class RunSQL:
     read_behind: str
     count_behind: str
     live_members: str
+    lock_all_cursors: str
+    all_members: str
+    all_runs: str
     insert_run: str
     claim_idle: str
     mark_dispatched: str
@@ -114,6 +117,13 @@ def render_runs(
             + " LIMIT %s) AS `behind`"
         ),
         live_members=f"SELECT `members` FROM {r} FORCE INDEX (`dc_runs`) WHERE `queue` = %s",
+        # `duecast jobs discard`: no claim runs meanwhile, and the jobs runs hold are left alone.
+        lock_all_cursors=f"SELECT `queue` FROM {c} FOR UPDATE",
+        all_members=f"SELECT `members` FROM {r}",
+        # `duecast jobs show`: which run, if any, holds a pending job, and how far it has gone.
+        all_runs=(
+            f"SELECT `id`, `dc_state`, `dc_attempt`, `worker`, `started_at`, `lease_until`, `members` FROM {r}"
+        ),
         # A new run is dispatched at once, under attempt 1 (the claim pushes its entry).
         insert_run=(
             f"INSERT INTO {r} (`queue`, `priority`, `suspects`, `jobs`, `members`, `dc_state`, "

@@ -23,6 +23,7 @@ from duecast.shared.process.failures import EXIT_NO, EXIT_UNCONFIRMED
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
+from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.worker_registry import WorkerRegistry
 from duecast.worker.main import serve as serve_worker
 from tests.integration import jobs_app
@@ -55,7 +56,7 @@ def table(
     migrate.apply(Settings())
     jobs_app.RUNS.clear()
     yield name
-    sql.execute(f"DROP TABLE IF EXISTS `{name}`, `{name}_s`")
+    sql.execute(f"DROP TABLE IF EXISTS `{name}`, `{name}_s`, `{name}_runs`, `{name}_cursors`")
 
 
 def states(sql: pymysql.cursors.Cursor, table: str) -> dict[int, int]:
@@ -187,6 +188,28 @@ def test_show_list_retry_replay_and_discard(
     assert "discard: 2 of 2 job(s)" in capsys.readouterr().out
     assert 3 not in states(sql, table)
     assert 4 not in states(sql, table)
+
+
+def test_a_job_in_a_running_run_shows_as_running_and_is_not_discarded(
+    table: str, sql: pymysql.cursors.Cursor, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run's jobs keep their rows untouched while they run: `show` reads their run instead, and
+    `discard` leaves them alone (never a job in flight)."""
+    assert cli.main(["enqueue", "record"]) == 0
+    settings = Settings()
+    src = settings.source("jobs.default")
+    store = JobStore(Database(settings.mysql), src, settings.jobs, settings.mysql)
+    (run,) = store.claim_due(10)
+    with store.started([run]):
+        capsys.readouterr()
+        assert cli.main(["jobs", "show", "1"]) == 0
+        out = capsys.readouterr().out
+        assert "running" in out
+        assert f"{run.id} (attempt 1)" in out
+        assert store.worker in out
+        assert cli.main(["jobs", "discard", "1", "--yes"]) == 0
+        assert "discard: 0 of 1 job(s)" in capsys.readouterr().out
+        assert states(sql, table) == {1: State.IDLE}
 
 
 class Terminal(io.StringIO):
