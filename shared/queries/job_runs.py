@@ -122,7 +122,8 @@ def render_runs(
         all_members=f"SELECT `members` FROM {r}",
         # `duecast jobs show`: which run, if any, holds a pending job, and how far it has gone.
         all_runs=(
-            f"SELECT `id`, `dc_state`, `dc_attempt`, `worker`, `started_at`, `lease_until`, `members` FROM {r}"
+            "SELECT `id`, `dc_state`, `dc_attempt`, `worker`, `started_at`, `lease_until`, `members` "
+            f"FROM {r}"
         ),
         # A new run is dispatched at once, under attempt 1 (the claim pushes its entry).
         insert_run=(
