@@ -50,6 +50,7 @@ class RunSQL:
     worker_running: str
     release: str
     release_legacy: str
+    requeue_legacy: str
     in_flight: str
     jobs_in_runs: str
     jobs_of_runs: str
@@ -202,6 +203,15 @@ def render_runs(
         release_legacy=(
             f"UPDATE {j} SET `dc_state` = {IDLE}, `lease_until` = NULL "
             f"WHERE `dc_state` IN ({DISPATCHED}, {RUNNING}) AND `queue` = %s"
+        ),
+        # ...and the sweeper's, for those a duecast before runs left when it stopped: dispatched
+        # past the visibility timeout, or running past its lease. Pending again now, ahead of the
+        # cursor. (Empty after an upgrade's first sweep: two index dives.)
+        requeue_legacy=(
+            f"UPDATE {j} FORCE INDEX (`dc_due`) "
+            f"SET `dc_state` = {IDLE}, `run_at` = NOW(6), `lease_until` = NULL "
+            f"WHERE `queue` = %s AND ((`dc_state` = {DISPATCHED} AND `dc_dispatched_at` < "
+            f"NOW(6) - INTERVAL %s MICROSECOND) OR (`dc_state` = {RUNNING} AND `lease_until` < NOW(6)))"
         ),
         in_flight=(
             f"SELECT `dc_state`, COALESCE(SUM(`jobs`), 0) FROM {r} FORCE INDEX (`dc_runs`) "

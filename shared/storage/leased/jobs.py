@@ -370,8 +370,11 @@ class JobStore:
     # -- requeue -----------------------------------------------------------------------------------
 
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
-        """Runs dispatched and never started -> pending; runs whose lease ran out -> interrupted."""
-        return self._requeue_dispatched(visibility_timeout_s, limit) + self.interrupt_expired(limit)
+        """Runs dispatched and never started -> pending; runs whose lease ran out -> interrupted;
+        and jobs an older duecast left dispatched or running on their own rows -> pending."""
+        with self.db.transaction() as cur:
+            legacy = int(cur.execute(self.runs.requeue_legacy, (self.queue, _us(visibility_timeout_s))))
+        return legacy + self._requeue_dispatched(visibility_timeout_s, limit) + self.interrupt_expired(limit)
 
     def requeue_lost(self, limit: int) -> int:
         """Every DISPATCHED run no worker started -> pending now: Redis lost its entries."""

@@ -230,6 +230,23 @@ def test_runs_dispatched_and_never_started_go_back_under_a_new_attempt(runs_env:
     assert members(store, again) == [ids[0:2], ids[2:3]]
 
 
+def test_jobs_an_older_duecast_left_in_flight_on_their_rows_are_swept_and_run_in_runs(
+    runs_env: JobsEnv,
+) -> None:
+    store = runs_env.store()
+    dispatched, running, live = enqueue(runs_env, 3)
+    runs_env.sql.execute(
+        f"UPDATE `{runs_env.table}` SET dc_state = CASE id WHEN %s THEN 1 ELSE 2 END, dc_attempt = 1, "
+        "dc_dispatched_at = NOW(6) - INTERVAL 1 HOUR, "
+        "lease_until = IF(id = %s, NOW(6) + INTERVAL 1 HOUR, NOW(6) - INTERVAL 1 SECOND)",
+        (dispatched, live),
+    )
+    assert store.claim_due(10) == []  # in flight, as far as their rows say
+    assert store.requeue_expired(60, 100) == 2  # the live lease is left to run out
+    assert members(store, store.claim_due(10)) == [[dispatched, running]]
+    assert runs_env.job(live, "dc_state") == (State.RUNNING,)
+
+
 def test_a_refused_push_gives_the_runs_back_at_once(runs_env: JobsEnv) -> None:
     store = runs_env.store()
     enqueue(runs_env, 3)
