@@ -28,11 +28,17 @@ def rates(raw: Raw, jobs: int) -> Raw:
         # Without the workers' start-up: from the first job done to the last (what a warm fleet does).
         "steady_per_s": done / (raw["drain_s"] - first) if first and raw["drain_s"] > first else None,
         "done": done,
+        # MariaDB's CPU per job drained, in µs: what a MySQL-backed system costs the database.
+        "mariadb_us_per_job": _per_job(raw.get("mariadb_cpu_s"), done),
         "cut_short": bool(raw["timed_out"]),
         "first_progress_s": raw["first_progress_s"],
         "errors": raw["errors"],
         "shutdown_errors": raw.get("shutdown_errors", []),
     }
+
+
+def _per_job(cpu_s: float | None, done: int) -> float | None:
+    return 1e6 * cpu_s / done if cpu_s and done else None
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -64,6 +70,7 @@ def summarise(names: list[str], runs: list[dict[str, Raw]], baseline: str = "due
                 "drain_ratio_to_duecast": _median(ratios),
                 "first_job_s": _median([r.get("first_progress_s") for r in mine]),
                 "steady_per_s": _median([r.get("steady_per_s") for r in mine]),
+                "mariadb_us_per_job": _median([r.get("mariadb_us_per_job") for r in mine]),
                 "drain_spread": spread,
                 "cut_short": any(r.get("cut_short") for r in mine),
                 "failed": any(not r.get("ok") for r in mine),
@@ -137,6 +144,7 @@ COLUMNS = (
     ("first job done (s)", "right"),
     ("drain jobs/s after first job", "right"),
     ("drain jobs/s per run", "right"),
+    ("MariaDB CPU µs/job", "right"),
     ("notes", "left"),
 )
 
@@ -152,6 +160,7 @@ def cells(row: Raw, label: str, jobs: int) -> list[str]:
         "-" if first is None else f"{first:.1f}",
         num(row["steady_per_s"]),
         ", ".join(num(r.get("drain_per_s")) for r in row["runs"]),
+        "-" if row.get("mariadb_us_per_job") is None else f"{row['mariadb_us_per_job']:.0f}",
         notes(row, jobs),
     ]
 
