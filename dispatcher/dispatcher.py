@@ -15,6 +15,7 @@ from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue
 from duecast.shared.policy import claim_room, dispatch_delay_s
 from duecast.shared.process.loop import Tick
 from duecast.shared.settings import DispatcherSettings
+from duecast.shared.storage.protocol import ClaimsRuns
 from duecast.shared.storage.source_store import SkipsLocked, Store
 from duecast.shared.telemetry import observe
 
@@ -66,8 +67,9 @@ class Dispatcher:
                 self.redelivery.release_unpushed(store, entries)
                 raise
             observe.batch_done("dispatcher", src.name, started)
-            self.queue.add_stats(src.name, {"claimed": len(entries)})
-            self.counts[src.name] += len(entries)
+            claimed = store.claimed_rows if isinstance(store, ClaimsRuns) else len(entries)
+            self.queue.add_stats(src.name, {"claimed": claimed})
+            self.counts[src.name] += claimed
         return dispatch_delay_s(len(entries) * weight, room, self.settings.poll_interval_s)
 
     def _report_locked(self, store: Store) -> None:

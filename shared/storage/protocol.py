@@ -76,6 +76,13 @@ class SkipsLocked(Protocol):
     skipped_locked: int  # in the last claim, or in this batch's start
 
 
+@runtime_checkable
+class ClaimsRuns(Protocol):
+    """A store whose entries are runs of rows (a job queue): its last claim's rows, for the counts."""
+
+    claimed_rows: int
+
+
 class Store(Protocol):
     """What the roles need from a source's store (row mode: SourceStore; range mode: RangeStore)."""
 

@@ -87,6 +87,7 @@ class JobStore:
         self._leases = LeaseKeeper(self.extend_leases, jobs.lease_s, mysql, f"job runs of {src.name}")
         self._rng = random.Random()
         self._cursors_made = False
+        self.claimed_rows = 0  # jobs in the runs the last claim made or dispatched again
         self._behind_at = 0.0  # time.monotonic() of the last look behind the cursors
         self._behind_every_s = 0.0  # shared.policy.look_behind_every_s of the jobs in runs then
 
@@ -119,7 +120,10 @@ class JobStore:
                 behind, left = self._claim_behind(cur, cursors, left)
                 entries += behind
             if left > 0:
-                entries += self._claim_ahead(cur, cursors, left)
+                ahead = self._claim_ahead(cur, cursors, left)
+                entries += ahead[0]
+                left -= ahead[1]
+        self.claimed_rows = limit - left
         return entries
 
     def _claim_pending(self, cur: Cursor, limit: int) -> tuple[list[Entry], int]:
@@ -146,10 +150,9 @@ class JobStore:
         held: set[int] = set()
         for (members,) in cur.fetchall():
             held.update(decode_members(members))
-        packed = read_packed(
-            cur, self.runs.read_behind, (self.queue, *cursor_args, BEHIND_LIMIT), what="jobs"
-        )
-        left = [(int(i), int(p), int(n)) for i, p, n in packed or () if int(i) not in held][:limit]
+        args = (self.queue, *cursor_args, BEHIND_LIMIT)
+        packed = _whole(read_packed(cur, self.runs.read_behind, args, what="jobs behind the cursors"))
+        left = [(int(i), int(p), int(n)) for i, p, n in packed if int(i) not in held][:limit]
         if left:
             log.info(
                 "%d due jobs of queue %s were behind the dispatch cursor (committed late, or enqueued "
@@ -160,19 +163,18 @@ class JobStore:
             )
         return self._make_runs(cur, left), limit - len(left)
 
-    def _claim_ahead(self, cur: Cursor, cursors: dict[int, Key], limit: int) -> list[Entry]:
-        packed = read_packed(
-            cur, self.runs.read_ahead, (self.queue, *self._cursor_args(cursors), limit), what="jobs"
-        )
+    def _claim_ahead(self, cur: Cursor, cursors: dict[int, Key], limit: int) -> tuple[list[Entry], int]:
+        args = (self.queue, *self._cursor_args(cursors), limit)
+        packed = _whole(read_packed(cur, self.runs.read_ahead, args, what="due jobs"))
         if not packed:
-            return []
+            return [], 0
         rows = sorted((int(p), str(at), int(i), int(n)) for p, at, i, n in packed)  # claim order
         last: dict[int, tuple[str, int]] = {}
         for p, at, i, _ in rows:
             last[p] = (at, i)  # the last of each priority
         for p, (at, i) in last.items():
             cur.execute(self.runs.advance_cursor, (at, i, self.queue, p))
-        return self._make_runs(cur, [(i, p, n) for p, _, i, n in rows])
+        return self._make_runs(cur, [(i, p, n) for p, _, i, n in rows]), len(rows)
 
     def _make_runs(self, cur: Cursor, jobs: list[tuple[int, int, int]]) -> list[Entry]:
         """(id, priority, interruptions) of due jobs -> runs, one per priority and group
