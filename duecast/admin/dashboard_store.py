@@ -44,7 +44,7 @@ class DashboardStore:
     def __init__(self, db: Database, jobs: JobsSettings) -> None:
         self.db = db
         self.jobs = jobs
-        self.sql: DashboardSQL = render_dashboard(jobs.table, jobs.schedules_table)
+        self.sql: DashboardSQL = render_dashboard(jobs.runs_table, jobs.schedules_table)
 
     def workers(self) -> list[WorkerRow]:
         """Worker processes that run jobs now. Workers on re-scan sources leave no row to see them by;

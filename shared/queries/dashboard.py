@@ -20,16 +20,17 @@ class DashboardSQL:
     now: str
 
 
-def render_dashboard(jobs_table: str, schedules_table: str) -> DashboardSQL:
-    jobs, schedules = quote(jobs_table), quote(schedules_table)
+def render_dashboard(runs_table: str, schedules_table: str) -> DashboardSQL:
+    runs, schedules = quote(runs_table), quote(schedules_table)
     return DashboardSQL(
-        # Jobs running now, per worker process (host:pid): the dc_due prefix (2), so the read is
-        # bounded by the jobs in flight. Seconds since the latest start, and whether every lease
-        # is still live (an expired one means the worker died and the sweeper will take it back).
+        # Jobs running now, per worker process (host:pid), from their runs (a run's jobs keep
+        # their rows untouched while they run): a small table, one row per run in flight. Seconds
+        # since the latest start, and whether every lease is still live (an expired one means the
+        # worker died and the sweeper will take its runs back).
         running_by_worker=(
-            "SELECT `worker`, COUNT(*), TIMESTAMPDIFF(MICROSECOND, MAX(`started_at`), NOW(6)), "
+            "SELECT `worker`, SUM(`jobs`), TIMESTAMPDIFF(MICROSECOND, MAX(`started_at`), NOW(6)), "
             "MIN(`lease_until` > NOW(6)), GROUP_CONCAT(DISTINCT `queue` ORDER BY `queue`) "
-            f"FROM {jobs} FORCE INDEX (`dc_due`) WHERE `dc_state` = {RUNNING} "
+            f"FROM {runs} WHERE `dc_state` = {RUNNING} "
             f"GROUP BY `worker` ORDER BY `worker` LIMIT {MAX_ROWS}"
         ),
         # Every schedule's last fire time (UTC, as the recurring duty writes it) and run count.

@@ -102,10 +102,12 @@ def test_workers_running_jobs_are_listed(
     jobs_env: Enqueuer, sql: pymysql.cursors.Cursor, capsys: pytest.CaptureFixture[str]
 ) -> None:
     job_id = jobs_env.enqueue("anything", {"n": 1})
+    # Its run, started by worker box-7:4242 three seconds ago (a run's job row is not written).
     sql.execute(
-        "UPDATE status_jobs SET dc_state = %s, worker = 'box-7:4242', "
-        "started_at = NOW(6) - INTERVAL 3 SECOND, lease_until = NOW(6) + INTERVAL 1 MINUTE WHERE id = %s",
-        (int(State.RUNNING), job_id),
+        "INSERT INTO status_jobs_runs (queue, priority, jobs, members, dc_state, dc_attempt, worker, "
+        "started_at, lease_until) VALUES ('default', 0, 1, %s, %s, 1, 'box-7:4242', "
+        "NOW(6) - INTERVAL 3 SECOND, NOW(6) + INTERVAL 1 MINUTE)",
+        (str(job_id), int(State.RUNNING)),
     )
     capsys.readouterr()
     assert cli.main(["status"]) == 0

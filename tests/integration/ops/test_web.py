@@ -138,10 +138,11 @@ def test_hostile_payloads_and_paths_are_escaped_or_refused(web: Web) -> None:
 def test_workers_are_seen_through_the_jobs_they_run(web: Web) -> None:
     assert "No worker is running a job now" in web.page("/workers")
     job_id = web.enqueuer.enqueue("record", "r")
-    web.sql.execute(
-        f"UPDATE `{web.jobs_table}` SET dc_state = %s, worker = 'host-a:42', started_at = NOW(6), "
-        "lease_until = NOW(6) + INTERVAL 1 MINUTE WHERE id = %s",
-        (int(State.RUNNING), job_id),
+    web.sql.execute(  # its run, started by host-a:42 (a run's job row is not written while it runs)
+        f"INSERT INTO `{web.settings.jobs.runs_table}` (queue, priority, jobs, members, dc_state, "
+        "dc_attempt, worker, started_at, lease_until) VALUES ('default', 0, 1, %s, %s, 1, 'host-a:42', "
+        "NOW(6), NOW(6) + INTERVAL 1 MINUTE)",
+        (str(job_id), int(State.RUNNING)),
     )
     html = web.page("/workers")
     assert "host-a:42" in html
