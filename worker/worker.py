@@ -281,6 +281,13 @@ class Worker:
         flight.batch.close()
         if not flight.later:
             return
+        if self.leaving:
+            # Its threads are stuck: a group started now would never run, and its rows would come
+            # back only through their leases, as interrupted, blamed on whoever is left in them (a
+            # lone suspect dead-lettered for a hang it never ran beside). Unstarted, they go back now.
+            self.holding = False
+            self._hand_back(flight.source, [encode_entry(e.id, e.attempt) for g in flight.later for e in g])
+            return
         try:  # the next group of its popped batch (suspects, one group at a time)
             self._start(flight.source, flight.later[0], flight.later[1:])
         except Exception as exc:
