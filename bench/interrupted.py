@@ -4,7 +4,9 @@
 Per kind and run: --batch rows are made, a dispatcher and worker A start with the default settings
 (lease_s 15 s, pop and claim batches of 2,000); once A has the whole batch RUNNING its handlers
 hold, it is SIGKILLed, and worker B starts at once (as a supervisor would). Real time: the leases
-run out on their own. The claims and stale entries in the Redis stats show any churn.
+run out on their own. The claims and stale entries in the Redis stats show any churn (a job queue's
+claims count runs: up to jobs.run_size jobs each). A job's max attempt is its ended runs: 2 (the
+interrupted one, and the one that did it).
 
     scripts/dev shell python bench/interrupted.py                 # 2,000 rows, 3 runs per kind
     scripts/dev shell python bench/interrupted.py --runs 1 --json /tmp/interrupted.json
@@ -69,6 +71,9 @@ def prepare(settings: Settings, kind: str, rows: int) -> tuple[str, str]:
     migrate.apply(settings)
     with closing(connect(settings.mysql)) as conn, conn.cursor() as cur:
         cur.execute(f"TRUNCATE TABLE {quote(settings.jobs.table)}")
+        # DELETE, not TRUNCATE: the runs table's ids must stay above RUN_ID_BASE (its AUTO_INCREMENT).
+        cur.execute(f"DELETE FROM {quote(settings.jobs.runs_table)}")
+        cur.execute(f"DELETE FROM {quote(settings.jobs.cursors_table)}")
         conn.commit()
     harness.clear_keys(settings, [f"{JOBS_SOURCE}.default", GROUP_SOURCE])
     if kind == "jobs":
@@ -98,10 +103,15 @@ def one_run(settings: Settings, kind: str, args: argparse.Namespace) -> dict[str
     extra = {"PYTHONPATH": str(BENCH_DIR), "DUECAST_BENCH_GATE": str(gate)}
     fleet = Fleet(config, APP, logs, extra_env=extra)
     sources = ("--source", JOBS_SOURCE if kind == "jobs" else source)
-    running, unfinished = (
-        f"SELECT COUNT(*) FROM {table} WHERE dc_state = {int(State.RUNNING)}",
-        f"SELECT COUNT(*) FROM {table} WHERE dc_state <> {int(State.DONE)}",
+    # A job runs as a member of a run (docs/architecture.md, "Job runs"): the batch is running when
+    # its runs are; a message's delivery row is its own.
+    runs = quote(settings.jobs.runs_table)
+    running = (
+        f"SELECT COALESCE(SUM(jobs), 0) FROM {runs} WHERE dc_state = {int(State.RUNNING)}"
+        if kind == "jobs"
+        else f"SELECT COUNT(*) FROM {table} WHERE dc_state = {int(State.RUNNING)}"
     )
+    unfinished = f"SELECT COUNT(*) FROM {table} WHERE dc_state <> {int(State.DONE)}"
     with closing(connect(settings.mysql)) as poll:
         poll.autocommit(True)
         try:

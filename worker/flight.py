@@ -66,16 +66,32 @@ class Flight:
         self._running: dict[int, float] = {}  # first index of a thread item -> when it began
         self._items: dict[int, Sequence[int]] = {}
         self._lock = threading.Lock()
+        self.began = False  # a thread began one of its rows
+        self.withdrawn = False  # taken back before any row began (withdraw): no row may begin
         # Outcomes as calls end: (row index, outcome), appended by handler threads and the event
         # loop, drained by the worker thread (deque appends and pops are thread-safe).
         self.inbox: deque[tuple[int, Outcome]] = deque()
 
     # -- from handler threads and the event loop ----------------------------------------------
 
-    def begin(self, item: Sequence[int]) -> None:
+    def begin(self, item: Sequence[int]) -> bool:
+        """A thread begins `item`; False when the flight was withdrawn (the thread skips it)."""
         with self._lock:
+            if self.withdrawn:
+                return False
+            self.began = True
             self._running[item[0]] = time.monotonic()
             self._items[item[0]] = item
+            return True
+
+    def withdraw(self) -> bool:
+        """Take back a flight none of whose rows began (all on threads, none begun, none with an
+        outcome): no thread will begin one from now on. False when one may have begun."""
+        with self._lock:
+            if self.began or any(self.on_loop) or self.left < len(self.rows):
+                return False
+            self.withdrawn = True
+            return True
 
     def end(self, item: Sequence[int]) -> bool:
         """The thread is done with `item`; False when it had been given up (its outcome is late)."""

@@ -76,7 +76,8 @@ class ThreadRunner:
                 item = items.popleft()
             except IndexError:
                 return
-            flight.begin(item)
+            if not flight.begin(item):
+                return  # withdrawn: its rows go back unrun
             outcomes = handler.run([flight.rows[i] for i in item])
             if not flight.end(item):  # it was given up: this thread is free again
                 with self._lock:

@@ -18,6 +18,7 @@ from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.policy import in_flight_cap, pop_room, too_many_stuck
 from duecast.shared.process.loop import Tick
 from duecast.shared.settings import WorkerSettings
+from duecast.shared.storage.protocol import GivesBack
 from duecast.shared.storage.source_store import SkipsLocked, Store
 from duecast.shared.storage.units import is_transient, retry_transient
 from duecast.shared.telemetry import observe
@@ -281,6 +282,13 @@ class Worker:
         flight.batch.close()
         if not flight.later:
             return
+        if self.leaving:
+            # Its threads are stuck: a group started now would never run, and its rows would come
+            # back only through their leases, as interrupted, blamed on whoever is left in them (a
+            # lone suspect dead-lettered for a hang it never ran beside). Unstarted, they go back now.
+            self.holding = False
+            self._hand_back(flight.source, [encode_entry(e.id, e.attempt) for g in flight.later for e in g])
+            return
         try:  # the next group of its popped batch (suspects, one group at a time)
             self._start(flight.source, flight.later[0], flight.later[1:])
         except Exception as exc:
@@ -298,11 +306,38 @@ class Worker:
         busy = sum(f.running_on_threads() for f in self.flights) + self.loop.pending
         if busy:
             return
+        self._give_back_unrun()
         for flight in self.flights:
             if flight.pending:
                 self.acker.ack(flight)
         self._send_stats(time.monotonic(), force=True)
         self._leave(EXIT_STUCK)
+
+    def _give_back_unrun(self) -> None:
+        """Leaving: batches started none of whose rows began (suspects waiting to run alone, queued
+        behind a stuck thread) go back now rather than through their leases, which would count an
+        interruption blamed on their rows (a lone suspect dead-lettered for a hang it never ran
+        beside: the chaos poison test). Stores that cannot are left to their leases, as before."""
+        for flight in list(self.flights):
+            batch = flight.batch
+            if not isinstance(batch, GivesBack) or not flight.withdraw():
+                continue
+            try:
+                given = batch.give_back()
+            except Exception as exc:  # MySQL: the leases bring them back, as before
+                log.warning("could not give back a batch of %s never run: %r", flight.source, exc)
+                continue
+            self.flights.remove(flight)
+            if flight.later:  # its groups not started either: due again now, not at the hold's look
+                self._hand_back(
+                    flight.source, [encode_entry(e.id, e.attempt) for g in flight.later for e in g]
+                )
+            log.warning(
+                "leaving: gave back %d started entries of %s none of whose rows ran",
+                given,
+                flight.source,
+                extra={"event": "worker.gave_back_unrun", "source": flight.source, "count": given},
+            )
 
     # -- counts --------------------------------------------------------------------------------
 

@@ -69,6 +69,13 @@ class WorkBatch(Protocol):
 
 
 @runtime_checkable
+class GivesBack(Protocol):
+    """A started batch that can be handed back whole before any of its rows ran (a job queue's runs)."""
+
+    def give_back(self) -> int: ...  # pending again now, fenced: no attempt used up, no interruption
+
+
+@runtime_checkable
 class SkipsLocked(Protocol):
     """A store whose claims, or a batch whose start, report the rows they passed over because
     another session held their lock (row mode, and range mode's ranges): counted as `locked_skipped`."""

@@ -3,10 +3,13 @@ and stops, a dead worker's hold record made garbage, the MariaDB server crashed 
 read-locked, a MySQL session killed, and a real InnoDB deadlock with a worker starting its batch.
 
 The deadlock: a rival session writes ballast rows first (InnoDB rolls back the transaction that
-changed fewer rows, so the worker is the victim), locks the newest dispatched job, waits until a
-worker's start waits for that row (INNODB_LOCK_WAITS), and asks for the first job of the waiting
+changed fewer rows, so the worker is the victim), locks the newest dispatched job run, waits until a
+worker's start waits for that row (INNODB_LOCK_WAITS), and asks for the first run of the waiting
 worker's batch, which the worker locked before (ids are locked in order): a cycle. The worker must
 retry its unit.
+
+A job is dispatched, started and leased as a member of a run (shared/queries/job_runs.py): a
+worker's hold names runs, which `held_by` reads as the jobs they still hold.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from duecast.shared.fanout.retype import NO_SOURCE
 from duecast.shared.settings import JOBS_SOURCE
 from duecast.shared.states import State
 from duecast.shared.storage.db import connect
+from duecast.shared.storage.leased.members import decode_members
 from tests.chaos.checker import Fault, Holding
 from tests.chaos.harness import Chaos
 from tests.chaos.private_mariadb import PrivateMariaDB
@@ -46,7 +50,7 @@ def force_deadlock(chaos: Chaos, timeout_s: float = 10.0) -> bool:
         with conn.cursor() as cur:
             cur.execute(f"INSERT INTO `{ballast}` (pad) SELECT 'x' FROM seq_1_to_1000")
             cur.execute(
-                f"SELECT id FROM `{chaos.table}` WHERE dc_state = %s ORDER BY id DESC LIMIT 1 "
+                f"SELECT id FROM `{runs_table(chaos)}` WHERE dc_state = %s ORDER BY id DESC LIMIT 1 "
                 "FOR UPDATE SKIP LOCKED",
                 (int(State.DISPATCHED),),
             )
@@ -61,7 +65,7 @@ def force_deadlock(chaos: Chaos, timeout_s: float = 10.0) -> bool:
                 return False
             chaos.fault("mysql_deadlock")
             try:
-                cur.execute(f"SELECT id FROM `{chaos.table}` WHERE id = %s FOR UPDATE", (first,))
+                cur.execute(f"SELECT id FROM `{runs_table(chaos)}` WHERE id = %s FOR UPDATE", (first,))
             except pymysql.err.OperationalError:  # the rival lost after all (or waited too long)
                 return False
             return True
@@ -72,7 +76,7 @@ def force_deadlock(chaos: Chaos, timeout_s: float = 10.0) -> bool:
 
 
 def _first_of_waiting_batch(chaos: Chaos, trx: object, deadline: float) -> int | None:
-    """The first job id in the start statement of a worker waiting for the rival's lock."""
+    """The first run id in the start statement of a worker waiting for the rival's lock."""
     while time.monotonic() < deadline:
         rows = chaos.query(
             "SELECT r.trx_query FROM information_schema.INNODB_LOCK_WAITS w "
@@ -122,8 +126,14 @@ def keys(chaos: Chaos) -> Keys:
     return Keys(f"chaos-{chaos.suffix}")
 
 
+def runs_table(chaos: Chaos) -> str:
+    return chaos.settings.jobs.runs_table
+
+
 def held_by(chaos: Chaos, pid: int) -> Held:
-    """(source, unit ids) of a worker's hold record in Redis, or None (none, or it does not parse)."""
+    """(source, unit ids) of a worker's hold record in Redis, or None (none, or it does not parse).
+    A job queue's entries are runs: their units are the jobs the runs still hold (a run's finished
+    jobs have left its members; a run gone has none left)."""
     value = chaos.redis.client.get(keys(chaos).inflight(worker_name(pid)))
     try:
         source, raws = decode_hold(value) if isinstance(value, bytes) else ("", [])
@@ -135,6 +145,10 @@ def held_by(chaos: Chaos, pid: int) -> Held:
             units.add(decode_entry(raw).id)
         except BadEntry:
             continue
+    if source == JOBS and units:
+        ids = ",".join(str(int(u)) for u in units)
+        rows = chaos.query(f"SELECT members FROM `{runs_table(chaos)}` WHERE id IN ({ids})")
+        units = {job for (members,) in rows for job in decode_members(members)}
     return (source, frozenset(units)) if source else None
 
 

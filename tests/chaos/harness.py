@@ -20,6 +20,7 @@ from typing import Any
 
 from duecast.admin import migrate
 from duecast.shared.api.enqueue import Enqueuer, Job
+from duecast.shared.fanout.keys import decode_entry
 from duecast.shared.settings import JOBS_SOURCE, MySQLSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.db import connect
@@ -87,6 +88,9 @@ class Chaos:
             "retry_base_s": 0.2,
             "retry_cap_s": 1.0,
             "visibility_timeout_s": 5,
+            # A worker's batch is pop_batch jobs in runs of a quarter of it: four runs per pop, as
+            # with the defaults (2,000 / 500), so that faults meet batches of several runs.
+            "run_size": max(1, self.pop_batch // 4),
             **self.jobs,
         }
         # Short leases need a lease keeper that gives a stalled renewal up sooner (settings check).
@@ -124,7 +128,9 @@ class Chaos:
         print(f"chaos seed {self.seed} (replay: DUECAST_CHAOS_SEED={self.seed}); logs in {self.tmp}")
 
     def close(self) -> None:
-        self.query(f"DROP TABLE IF EXISTS `{self.table}`, `{self.table}_s`, `{self.acks}`")
+        jobs = self.settings.jobs
+        tables = (jobs.table, jobs.schedules_table, jobs.runs_table, jobs.cursors_table, self.acks)
+        self.query("DROP TABLE IF EXISTS " + ", ".join(f"`{t}`" for t in tables))
         if self.rescan is not None:
             self.rescan.drop()
         if self.group is not None:
@@ -245,6 +251,36 @@ class Chaos:
         self.sql = connect(self.mysql)
         self.sql.autocommit(True)
 
+    def claims(self) -> tuple[int, dict[int, int], list[tuple[Any, ...]]]:
+        """What every claim of jobs changes: the runs table's AUTO_INCREMENT (a new run), each run's
+        attempt (a run dispatched again) and the dispatch cursors (jobs read past them)."""
+        runs = self.settings.jobs.runs_table
+        (auto,) = self.query(
+            "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+            "AND TABLE_NAME = %s",
+            (runs,),
+        )[0]
+        attempts = {int(i): int(a) for i, a in self.query(f"SELECT id, dc_attempt FROM `{runs}`")}
+        cursors = self.query(f"SELECT * FROM `{self.settings.jobs.cursors_table}` ORDER BY queue, priority")
+        return int(auto), attempts, cursors
+
+    def claims_since(self, before: tuple[int, dict[int, int], list[tuple[Any, ...]]]) -> list[str]:
+        """The claims made since `claims()` returned `before` (a finished run's row goes: no claim)."""
+        auto, attempts, cursors = self.claims()
+        made = [f"runs made: {before[0]} -> {auto}"] if auto != before[0] else []
+        again = [f"run {i} dispatched again" for i, a in attempts.items() if a != before[1].get(i, a)]
+        moved = ["a cursor moved"] if cursors != before[2] else []
+        return made + again + moved
+
+    def jobs_listed(self, entries: Sequence[bytes | str]) -> int:
+        """The jobs the runs of these ready-list entries hold."""
+        ids = [decode_entry(e if isinstance(e, bytes) else e.encode()).id for e in entries]
+        if not ids:
+            return 0
+        runs = self.settings.jobs.runs_table
+        found = self.query(f"SELECT COALESCE(SUM(jobs), 0) FROM `{runs}` WHERE id IN %s", (tuple(ids),))
+        return int(found[0][0])
+
     def poison_settled(self) -> bool:
         rows = self.query(
             f"SELECT COUNT(*) FROM `{self.table}` WHERE task <> 'work' AND dc_state <> %s", (int(State.DEAD),)
@@ -260,8 +296,28 @@ class Chaos:
             messages = self.group is None or self.group.acked() >= len(self.group.expected)
             return messages and self.acked() >= len(self.healthy) and self.poison_settled()
 
-        wait_for(done, timeout_s, f"all {len(self.healthy):,} healthy jobs acked (seed {self.seed})")
+        try:
+            wait_for(done, timeout_s, f"all {len(self.healthy):,} healthy jobs acked (seed {self.seed})")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; left: {self.left()}") from None
         return time.monotonic() - started
+
+    def left(self) -> str:
+        """What a run that timed out left: jobs by (task, state), and runs by state (their jobs)."""
+        jobs = self.settings.jobs
+        states = self.query(f"SELECT task, dc_state, COUNT(*) FROM `{jobs.table}` GROUP BY task, dc_state")
+        runs = self.query(
+            f"SELECT dc_state, COUNT(*), SUM(jobs), MIN(dc_dispatched_at), MIN(lease_until) "
+            f"FROM `{jobs.runs_table}` GROUP BY dc_state"
+        )
+        due = self.query(f"SELECT COUNT(*) FROM `{jobs.table}` WHERE dc_state = 0 AND run_at <= NOW(6)")
+        cursors = self.query(f"SELECT priority, run_at, id FROM `{jobs.cursors_table}` WHERE run_at > '1000-01-02'")
+        dead = self.query(
+            f"SELECT id, errors, interruptions, dc_attempt, worker, LEFT(last_error, 300) FROM `{jobs.table}` "
+            "WHERE task = 'work' AND dc_state = %s LIMIT 5",
+            (int(State.DEAD),),
+        )
+        return f"jobs {states}, due {due}, runs {runs}, cursors {cursors}, healthy jobs dead {dead}"
 
     def wait_rescanned(self, timeout_s: float) -> bool:
         """Until every re-scan row has been checked since the faults ended (or `timeout_s`: the

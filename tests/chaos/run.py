@@ -8,8 +8,9 @@ It starts its own MariaDB server (a private one on a free port, which the soak c
 and read-locks) and redis-server, prints the faults as they are injected and the verdicts at the
 end (jobs, the cluster group's messages, then the re-scan sources that ran beside them) with each
 fault's recovery, and exits 1 unless nothing was lost, acked twice or unexpected. --defaults runs
-the processes with duecast's default leases (15 s), batches (2,000), visibility timeout (60 s) and
-worker heartbeats (dead after 15 s) instead of the suite's short ones (3 s, 100, 5 s, 2 s);
+the processes with duecast's default leases (15 s), batches (2,000, in job runs of 500), visibility
+timeout (60 s) and worker heartbeats (dead after 15 s) instead of the suite's short ones (3 s, 100 in
+runs of 25, 5 s, 2 s);
 --settle measures each fault's recovery alone. --json writes the figures.
 """
 

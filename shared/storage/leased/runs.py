@@ -75,3 +75,15 @@ class RunBatch(LeasedBatch):
             if self.hold is not None:  # its row leaving is the run's end, not a lost lease
                 self.hold.finishing(emptied)
             cur.execute(self._sql.drop_runs.format(ids=in_list(RUN_KEY, emptied)))
+
+    def give_back(self) -> int:
+        """None of these runs' jobs ran (a worker leaving with stuck threads had started them, to run
+        beside nothing): the runs go back to pending now, fenced on the attempt started, as a late
+        start's do; no job counts an interruption or an attempt for them, where letting their leases
+        run out would blame whoever is left in them. Returns the runs given back."""
+        runs = list(self._runs.values())
+        self.close()  # first: a run leaving RUNNING under a kept lease reads as a lost lease
+        if not runs:
+            return 0
+        with self._store.db.transaction() as cur:
+            return int(cur.execute(self._sql.give_back.format(fence=fence(runs, RUN_KEY))))

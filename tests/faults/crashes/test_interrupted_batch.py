@@ -3,7 +3,8 @@ group). Every one of them is then a suspect; they must run again in groups, not 
 no entry may cost a claim of its own again and again (the churn: millions of claims and stale
 entries for a few thousand rows). Real dispatcher and worker processes.
 
-Time passes by back-dating the dead worker's leases in SQL, never by waiting a lease out.
+A job's lease is its run's (tests/faults/runs.py), a message's its delivery row's. Time passes by
+back-dating the dead worker's leases in SQL, never by waiting a lease out.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from duecast.admin import migrate
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.api.publish import Publish, Publisher
 from duecast.shared.fanout.keys import Keys
+from duecast.shared.policy import suspect_group_size
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
 from tests.faults.conftest import _NOT_INHERITED
 from tests.faults.procs import Proc, Procs, wait_for
+from tests.faults.runs import drop_job_tables, expire_runs, running_jobs, runs, runs_made
 
 pytestmark = pytest.mark.faults
 
@@ -71,13 +74,16 @@ def recover(
     procs: Procs,
     dispatcher: Proc,
     query: Callable[[str], list[tuple[Any, ...]]],
-    table: str,
     *,
+    running: Callable[[], int],
+    expire: Callable[[], object],
+    left: Callable[[], int],
     spawn: Callable[[str], Any],
     gate: Path,
 ) -> float:
-    """With every row RUNNING under the first worker: kill it, end its leases, start another worker;
-    the seconds from the leases' end to the last row done."""
+    """With the whole batch RUNNING under the first worker (`running`: how many units are): kill it,
+    end its leases (`expire`), start another worker; the seconds from the leases' end until `left`
+    (units not done) is 0."""
     # The sweeps are the leader's: a lease left by another test's dispatcher must not be timed.
     wait_for(
         lambda: any(
@@ -89,25 +95,13 @@ def recover(
         procs.check,
     )
     doomed = spawn("doomed")
-    wait_for(
-        lambda: query(f"SELECT COUNT(*) FROM {table} WHERE dc_state = {int(State.RUNNING)}") == [(BATCH,)],
-        WAIT_S,
-        "the first worker to start the whole batch",
-        procs.check,
-    )
+    wait_for(lambda: running() == BATCH, WAIT_S, "the first worker to start the whole batch", procs.check)
     procs.kill(doomed)
     gate.touch()  # the parked handler returns at once from now on
-    query(
-        f"UPDATE {table} SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE dc_state = {int(State.RUNNING)}"
-    )
+    expire()
     leases_out = time.monotonic()
     spawn("survivor")
-    wait_for(
-        lambda: query(f"SELECT COUNT(*) FROM {table} WHERE dc_state <> {int(State.DONE)}") == [(0,)],
-        WAIT_S,
-        "every interrupted row to be done",
-        procs.check,
-    )
+    wait_for(lambda: left() == 0, WAIT_S, "every interrupted unit to be done", procs.check)
     return time.monotonic() - leases_out
 
 
@@ -120,7 +114,7 @@ def jobs_settings(
     settings = Settings(mysql=mysql_settings, redis=redis_settings, jobs=jobs)  # type: ignore[arg-type]
     migrate.apply(settings)
     yield settings, jobs
-    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
+    drop_job_tables(sql, settings.jobs)
 
 
 def test_a_killed_batch_of_jobs_runs_again_in_groups_without_claim_churn(
@@ -142,16 +136,36 @@ def test_a_killed_batch_of_jobs_runs_again_in_groups_without_claim_churn(
         return procs.spawn(name, ["-m", "duecast.worker", "--app", "tests.integration.jobs_app"], env)
 
     dispatcher = procs.spawn("dispatcher", ["-m", "duecast.dispatcher"], env, allow=SWEEP_MEETS_STARTS)
-    took_s = recover(procs, dispatcher, query, table, spawn=spawn, gate=Path(env["DUECAST_TEST_GATE"]))
+    # A job runs as a member of a run: the batch is running when its runs are, and their leases
+    # are the runs' rows'. A done job's row is kept (retention_s), so "left" is read on the jobs.
+    took_s = recover(
+        procs,
+        dispatcher,
+        query,
+        running=lambda: len(running_jobs(sql, settings.jobs)),
+        expire=lambda: expire_runs(sql, settings.jobs),
+        left=lambda: query(f"SELECT COUNT(*) FROM {table} WHERE dc_state <> {int(State.DONE)}")[0][0],
+        spawn=spawn,
+        gate=Path(env["DUECAST_TEST_GATE"]),
+    )
     print(f"every interrupted job done {took_s:.1f}s after the leases ran out")
 
-    # Each job: claimed once, then once more after its interruption (counted once): no churn.
+    # Each job: in one run interrupted, then in one run done (dc_attempt counts a job's ended runs;
+    # the interruption counted once): no churn.
     assert query(
         f"SELECT MIN(dc_attempt), MAX(dc_attempt), MIN(interruptions), MAX(interruptions) FROM {table}"
     ) == [(2, 2, 1, 1)]
     counts = stats(env, "jobs.default")
-    assert counts.get("claimed", 0) == 2 * BATCH
+    # A claim's entry is a run: every run was claimed (pushed) once, never dispatched again, and the
+    # suspects ran in groups: the batch's clean runs, then its suspects in groups of up to
+    # suspect_group_size (a claim that met only part of a group at its end may cut one in two).
+    made = runs_made(sql, settings.jobs)
+    clean = -(-BATCH // settings.jobs.run_size)
+    groups = -(-BATCH // suspect_group_size(1, settings.jobs.max_interruptions))
+    assert counts.get("claimed", 0) == made
+    assert clean + groups <= made <= clean + 2 * groups, made
     assert counts.get("stale_entries", 0) == 0
+    assert runs(sql, settings.jobs) == []  # every run ended with its last member
     assert took_s < RECOVER_S
 
 
@@ -205,11 +219,16 @@ def test_a_killed_batch_of_a_cluster_group_runs_again_in_groups_without_claim_ch
             "topics.orders-billing",
         ]
         dispatcher = procs.spawn("dispatcher", ["-m", "duecast.dispatcher"], env, allow=SWEEP_MEETS_STARTS)
+        running, done = int(State.RUNNING), int(State.DONE)
         took_s = recover(
             procs,
             dispatcher,
             query,
-            deliveries,
+            running=lambda: query(f"SELECT COUNT(*) FROM {deliveries} WHERE dc_state = {running}")[0][0],
+            expire=lambda: query(
+                f"UPDATE {deliveries} SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE dc_state = {running}"
+            ),
+            left=lambda: query(f"SELECT COUNT(*) FROM {deliveries} WHERE dc_state <> {done}")[0][0],
             spawn=lambda name: procs.spawn(name, args, env),
             gate=Path(env["DUECAST_TEST_GATE"]),
         )

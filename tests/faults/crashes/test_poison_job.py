@@ -27,6 +27,7 @@ from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
 from tests.faults.conftest import _NOT_INHERITED
 from tests.faults.procs import Procs, wait_for
+from tests.faults.runs import drop_job_tables, run_of
 
 pytestmark = pytest.mark.faults
 
@@ -61,7 +62,7 @@ def jobs_env(
         }
     )
     yield settings, env
-    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
+    drop_job_tables(sql, settings.jobs)
 
 
 def children(pid: int) -> list[int]:
@@ -116,8 +117,8 @@ def test_a_poison_jobs_batch_mates_are_done_within_30s_of_its_first_death_under_
 def test_a_stopped_child_keeps_its_leases_the_supervisor_acts_on_exits_only(
     jobs_env: tuple[Settings, dict[str, str]], procs: Procs, sql: pymysql.cursors.Cursor, tmp_path: Path
 ) -> None:
-    """SIGSTOP is not an exit: the parked job stays RUNNING under its first attempt while the child
-    is stopped, and is done once, uninterrupted, after SIGCONT."""
+    """SIGSTOP is not an exit: the parked job's run stays RUNNING under its first attempt while the
+    child is stopped, and the job is done once, uninterrupted, after SIGCONT."""
     settings, env = jobs_env
     gate = tmp_path / "gate"
     env["DUECAST_TEST_GATE"] = str(gate)
@@ -130,9 +131,14 @@ def test_a_stopped_child_keeps_its_leases_the_supervisor_acts_on_exits_only(
         state, attempt, interruptions = sql.fetchone()  # type: ignore[misc]
         return int(state), int(attempt), int(interruptions)
 
+    def run() -> tuple[int, int] | None:
+        """(state, attempt) of the job's run; None once no run holds it."""
+        found = run_of(sql, settings.jobs, job)
+        return None if found is None else (found.state, found.attempt)
+
     procs.spawn("dispatcher", ["-m", "duecast.dispatcher"], env)
     supervisor = procs.spawn("worker", WORKER, env)
-    wait_for(lambda: row()[0] == State.RUNNING, WAIT_S, "the job to run", procs.check)
+    wait_for(lambda: run() == (State.RUNNING, 1), WAIT_S, "the job to run", procs.check)
     (child,) = children(supervisor.pid)
     os.kill(child, signal.SIGSTOP)
     wait_for(lambda: stopped(child), WAIT_S, "the child to be stopped")
@@ -140,12 +146,15 @@ def test_a_stopped_child_keeps_its_leases_the_supervisor_acts_on_exits_only(
     # milliseconds of waitpid's report; it is given a second (the lease, 15 s, is far off).
     time.sleep(1.0)
     procs.check()
-    assert row() == (State.RUNNING, 1, 0)
+    # Still running in its first run (attempt 1); its own row untouched (no run of it ended).
+    assert run() == (State.RUNNING, 1)
+    assert row() == (State.IDLE, 0, 0)
     assert children(supervisor.pid) == [child]
     os.kill(child, signal.SIGCONT)
     gate.touch()
     wait_for(lambda: row()[0] == State.DONE, WAIT_S, "the job to finish", procs.check)
-    assert row() == (State.DONE, 1, 0)
+    assert row() == (State.DONE, 1, 0)  # one run ended: done, never interrupted
+    assert run() is None
     assert children(supervisor.pid) == [child]
 
 

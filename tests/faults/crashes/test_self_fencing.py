@@ -30,6 +30,7 @@ from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.leased.keeper import EXIT_FENCED
 from tests.faults.conftest import _NOT_INHERITED, SESSION_LOST
 from tests.faults.procs import Proc, Procs, tcp_peers, wait_for
+from tests.faults.runs import drop_job_tables, expire_runs, run_of
 
 pytestmark = pytest.mark.faults
 
@@ -54,8 +55,18 @@ class Fencing:
         found = self.sql.fetchone()
         return tuple(found) if found is not None else ()
 
+    def run(self, job_id: int, *columns: str) -> tuple[Any, ...]:
+        """Columns of the run holding the job (its lease is the run's); () once none holds it."""
+        found = run_of(self.sql, self.settings.jobs, job_id)
+        if found is None:
+            return ()
+        self.sql.execute(
+            f"SELECT {', '.join(columns)} FROM `{self.settings.jobs.runs_table}` WHERE id = %s", (found.id,)
+        )
+        return tuple(self.sql.fetchone() or ())
+
     def start_parked_job(self) -> tuple[int, Proc]:
-        """A `park` job, claimed and pushed, and a worker running it (RUNNING committed)."""
+        """A `park` job, claimed and pushed, and a worker running it (its run RUNNING, committed)."""
         enqueuer = Enqueuer(self.settings, None)
         job_id = enqueuer.enqueue("park", "p")
         enqueuer.db.close()
@@ -68,7 +79,7 @@ class Fencing:
             allow=SESSION_LOST,
         )
         wait_for(
-            lambda: self.row(job_id, "dc_state") == (State.RUNNING,),
+            lambda: self.run(job_id, "dc_state") == (State.RUNNING,),
             WAIT_S,
             "the job to start",
             self.procs.check,
@@ -76,7 +87,7 @@ class Fencing:
         return job_id, worker
 
     def lease_left_s(self, job_id: int) -> float:
-        (left_us,) = self.row(job_id, "TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_until)")
+        (left_us,) = self.run(job_id, "TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_until)")
         return float(left_us) / 1e6
 
 
@@ -110,17 +121,20 @@ def fencing(
     yield Fencing(settings, env, store, sql, procs, tmp_path / "gate")
     procs.kill_all()
     store.db.close()
-    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`")
+    drop_job_tables(sql, settings.jobs)
 
 
 def test_a_worker_that_cannot_renew_its_lease_exits_unacked_before_the_lease_runs_out(
     fencing: Fencing, mysql_settings: MySQLSettings
 ) -> None:
     job_id, worker = fencing.start_parked_job()
-    holder = connect(mysql_settings)  # holds the job's row: every renewal skips it, none confirms
+    (run_id,) = fencing.run(job_id, "id")
+    holder = connect(mysql_settings)  # holds the job's run's row: every renewal skips it, none confirms
     try:
         with holder.cursor() as cur:
-            cur.execute(f"SELECT id FROM `{fencing.settings.jobs.table}` WHERE id = %s FOR UPDATE", (job_id,))
+            cur.execute(
+                f"SELECT id FROM `{fencing.settings.jobs.runs_table}` WHERE id = %s FOR UPDATE", (run_id,)
+            )
         assert fencing.procs.wait_exit(worker, WAIT_S) == EXIT_FENCED
         left_s = fencing.lease_left_s(job_id)
     finally:
@@ -128,24 +142,24 @@ def test_a_worker_that_cannot_renew_its_lease_exits_unacked_before_the_lease_run
         holder.close()
     assert left_s > 0, "the worker was still running when its lease ran out"
     assert "no confirmed lease renewal" in worker.log.read_text()
-    # Never acked: still RUNNING under its first attempt, for the sweeper once the lease is out.
-    assert fencing.row(job_id, "dc_state", "dc_attempt", "finished_at") == (State.RUNNING, 1, None)
-    fencing.sql.execute(
-        f"UPDATE `{fencing.settings.jobs.table}` SET lease_until = NOW(6) - INTERVAL 1 SECOND"
-    )
+    # Never acked: its run still RUNNING under its first attempt, for the sweeper once the lease is
+    # out; the job's own row untouched (pending, no run of it ended).
+    assert fencing.run(job_id, "dc_state", "dc_attempt") == (State.RUNNING, 1)
+    assert fencing.row(job_id, "dc_state", "dc_attempt", "finished_at") == (State.IDLE, 0, None)
+    assert expire_runs(fencing.sql, fencing.settings.jobs) == 1
     assert fencing.store.requeue_expired(60, 10) == 1
     assert fencing.row(job_id, "dc_state", "interruptions") == (State.IDLE, 1)
+    assert fencing.run(job_id, "id") == ()
 
 
 def test_a_worker_whose_lease_was_taken_exits_at_its_next_renewal(fencing: Fencing) -> None:
     job_id, worker = fencing.start_parked_job()
-    # The lease "ran out" and the sweeper gave the job to the next worker, under the parked handler.
-    fencing.sql.execute(
-        f"UPDATE `{fencing.settings.jobs.table}` SET lease_until = NOW(6) - INTERVAL 1 SECOND"
-    )
+    # The run's lease "ran out" and the sweeper gave the job back, under the parked handler.
+    assert expire_runs(fencing.sql, fencing.settings.jobs) == 1
     assert fencing.store.requeue_expired(60, 10) == 1
     assert fencing.procs.wait_exit(worker, LEASE_S) == EXIT_FENCED  # at the next renewal, every 2 s
     assert "lost a lease" in worker.log.read_text()
+    # Pending again, its interrupted run counted (dc_attempt counts a job's ended runs).
     assert fencing.row(job_id, "dc_state", "dc_attempt", "interruptions") == (State.IDLE, 1, 1)
 
 
@@ -157,18 +171,18 @@ def test_a_lease_keeper_whose_session_was_killed_renews_on_a_new_one(fencing: Fe
     )
     ports = {str(local) for local, remote in tcp_peers(worker.pid) if remote == fencing.settings.mysql.port}
     sessions = [int(i) for i, host in fencing.sql.fetchall() if str(host).rsplit(":", 1)[-1] in ports]
-    (before,) = fencing.row(job_id, "lease_until")
+    (before,) = fencing.run(job_id, "lease_until")
     for session in sessions:  # the keeper's among them, and the worker's own
         fencing.sql.execute(f"KILL {session}")
     wait_for(
-        lambda: fencing.row(job_id, "lease_until")[0] > before,
+        lambda: fencing.run(job_id, "lease_until")[0] > before,
         WAIT_S,
         "a renewal on a new session",
         fencing.procs.check,
     )
-    second = fencing.row(job_id, "lease_until")[0]
+    second = fencing.run(job_id, "lease_until")[0]
     wait_for(
-        lambda: fencing.row(job_id, "lease_until")[0] > second,
+        lambda: fencing.run(job_id, "lease_until")[0] > second,
         WAIT_S,
         "the next renewal",
         fencing.procs.check,

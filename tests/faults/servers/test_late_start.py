@@ -1,7 +1,8 @@
 """Issue 16.8: a job never starts once its lease may have run out. A `FLUSH TABLES WITH READ LOCK`
-stalls a batch's start (its mark_running) past the whole lease; when the lock goes and the start
-commits, the worker runs none of the batch (its handler never sees a row) and makes the jobs due
-again at once, fenced, without using up an attempt; the next start runs each of them once.
+stalls a batch's start (its commit) past the whole lease; when the lock goes and the start
+commits, the worker runs none of the batch (its handler never sees a row) and makes the jobs' run
+pending again at once, fenced, without using up an attempt of any job; the next start runs each of
+them once.
 
 A private MariaDB, so the test may take the global read lock.
 """
@@ -26,6 +27,7 @@ from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.units import Cursor
 from tests.chaos.private_mariadb import PrivateMariaDB, running_with
 from tests.faults.procs import wait_for
+from tests.faults.runs import runs
 
 pytestmark = pytest.mark.faults
 
@@ -75,7 +77,9 @@ def test_a_start_stalled_past_its_lease_runs_no_handler(
     enqueuer = Enqueuer(settings, None, None)
     ids = [int(enqueuer.enqueue("noop", {"n": i})) for i in range(N)]
     entries = store.claim_due(N)
-    assert sorted(e.id for e in entries) == sorted(ids)
+    (first,) = runs(_root(server), jobs)  # one run holds them all, dispatched under attempt 1
+    assert [(e.id, e.attempt) for e in entries] == [(first.id, 1)]
+    assert first.members == set(ids)
 
     ran: list[Row] = []  # what a handler would have been given: the worker runs only batch.rows
     started_s: list[float] = []
@@ -87,17 +91,18 @@ def test_a_start_stalled_past_its_lease_runs_no_handler(
             for rows in batch.phases():
                 ran.extend(rows)
 
-    # The read lock is taken the moment the start has locked its rows, so what it stalls is the
-    # start's mark_running and commit: after the lease clock began, as in the issue.
+    # The read lock is taken the moment the start has locked its run and marked it running (its
+    # members are read next), so what it stalls is the start's commit: after the lease clock began,
+    # as in the issue.
     root = _root(server)
-    lock_rows = store._lock
+    read_members = store._read_members
 
-    def lock_then_stall(cur: Cursor, where: str) -> list[Row]:
-        rows = lock_rows(cur, where)
+    def read_then_stall(cur: Cursor, members: list[int]) -> list[Row]:
+        rows = read_members(cur, members)
         root.execute("FLUSH TABLES WITH READ LOCK")
         return rows
 
-    monkeypatch.setattr(store, "_lock", lock_then_stall)
+    monkeypatch.setattr(store, "_read_members", read_then_stall)
     with caplog.at_level(logging.WARNING):
         starter = threading.Thread(target=start, name="stalled-start")
         starter.start()
@@ -114,20 +119,29 @@ def test_a_start_stalled_past_its_lease_runs_no_handler(
     assert ran == []  # ...and not one of its jobs reached a handler
     assert [r for r in caplog.records if getattr(r, "event", None) == "job.start_too_late"]
 
-    # Given back at once, fenced, as Ack.retry(): due now, same attempt, no attempt used up, no lease.
+    # Given back at once, fenced, as Ack.retry(): the run pending again, no lease, its members whole;
+    # the jobs' rows untouched: due now, no run of them ended, so no attempt used up.
     root.execute(
-        f"SELECT dc_state, dc_attempt, lease_until IS NULL, run_at <= NOW(6) FROM `{jobs.table}` "
-        "WHERE id IN %s",
-        (tuple(ids),),
+        f"SELECT dc_state, dc_attempt, lease_until IS NULL FROM `{jobs.runs_table}` WHERE id = %s",
+        (first.id,),
     )
-    assert set(root.fetchall()) == {(int(State.IDLE), 1, 1, 1)}
+    assert root.fetchall() == ((int(State.IDLE), 1, 1),)
+    assert runs(root, jobs)[0].members == set(ids)
+    root.execute(
+        f"SELECT dc_state, dc_attempt, run_at <= NOW(6) FROM `{jobs.table}` WHERE id IN %s", (tuple(ids),)
+    )
+    assert set(root.fetchall()) == {(int(State.IDLE), 0, 1)}
 
     monkeypatch.undo()
-    # The next start (any worker) runs every one of them, once.
+    # The next start (any worker) runs every one of them, once: the same run, dispatched again
+    # under attempt 2, each job still at its first attempt.
     again = store.claim_due(N)
-    assert sorted(e.id for e in again) == sorted(ids)
-    assert {e.attempt for e in again} == {2}
+    assert [(e.id, e.attempt) for e in again] == [(first.id, 2)]
     with store.started(again) as batch:
         assert sorted(int(r["id"]) for r in batch.rows) == sorted(ids)
+        assert {int(r["dc_attempt"]) for r in batch.rows} == {1}
         batch.ack([(row, Ack.default()) for row in batch.rows])
+    assert runs(root, jobs) == []
+    root.execute(f"SELECT COUNT(*) FROM `{jobs.table}` WHERE id IN %s", (tuple(ids),))
+    assert root.fetchall() == ((0,),)
     root.connection.close()

@@ -152,6 +152,87 @@ def test_a_worker_whose_only_thread_is_stuck_leaves_with_its_exit_code(ready_que
         worker.close()
 
 
+class _LaterStore(FakeWorkStore):
+    """Starts the first entry, and leaves the others for later, one group each (suspects)."""
+
+    def start(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> FakeBatch:
+        first = not self.started_with
+        batch = super().start(list(entries[:1]) if first else list(entries), columns)
+        if first:
+            batch.later = [[e] for e in entries[1:]]
+        return batch
+
+
+def test_a_stuck_worker_starts_no_group_left_for_later_and_hands_them_back(ready_queue: ReadyQueue) -> None:
+    """Leaving, it would start the next group only for it never to run (its one thread is stuck), and
+    its lease to run out as an interruption blamed on that group: the chaos poison test dead-lettered a
+    healthy job so. The groups go back to the ready list unstarted, under their attempts."""
+    store = _LaterStore(rescan_source(timeout_s=0.2), dict.fromkeys(range(1, 4), 1))
+    release = threading.Event()
+    left: list[int] = []
+
+    def check(row: Row) -> None:
+        release.wait(10)  # the first row hangs
+
+    worker = _worker(store, Handler("users", check, batch=False), ready_queue, leave=left.append)
+    ready_queue.push("users", [Entry(i, 1) for i in (1, 2, 3)])
+    try:
+        tick_until(worker, lambda: left, "the worker to leave")
+        assert left == [EXIT_STUCK]
+        assert [e for e, _ in store.started_with] == [[Entry(1, 1)]]  # nothing started after the hang
+        assert [int(r["user_id"]) for r in store.failed] == [1]
+        assert sorted(ready_queue.pop(["users"], 10, 0.01)[1]) == [b"2:1", b"3:1"]  # due again now
+    finally:
+        release.set()
+        worker.close()
+
+
+class _GivingBackBatch(FakeBatch):
+    given_back = 0
+
+    def give_back(self) -> int:
+        type(self).given_back += 1
+        return 1
+
+
+class _SuspectsLaterStore(FakeWorkStore):
+    """Its second start is a group of suspects, one that can be given back (as a job run can)."""
+
+    def start(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> FakeBatch:
+        batch = super().start(entries, columns)
+        if len(self.started_with) == 2:
+            batch.__class__ = _GivingBackBatch
+            batch.suspects = True
+        return batch
+
+
+def test_a_stuck_worker_gives_back_suspects_it_started_and_never_ran(ready_queue: ReadyQueue) -> None:
+    """Suspects started while a call hangs wait to run alone; the worker leaving gives them back
+    rather than leave them to their leases (an interruption blamed on them)."""
+    store = _SuspectsLaterStore(rescan_source(timeout_s=0.3), dict.fromkeys((1, 2), 1))
+    release = threading.Event()
+    left: list[int] = []
+    ran: list[int] = []
+
+    def check(row: Row) -> None:
+        ran.append(int(row["user_id"]))
+        release.wait(10)
+
+    worker = _worker(store, Handler("users", check, batch=False), ready_queue, leave=left.append)
+    ready_queue.push("users", [Entry(1, 1)])
+    try:
+        tick_until(worker, lambda: ran, "the first row to hang")
+        ready_queue.push("users", [Entry(2, 1)])
+        tick_until(worker, lambda: len(store.started_with) == 2, "the suspect to be started")
+        tick_until(worker, lambda: left, "the worker to leave")
+        assert left == [EXIT_STUCK]
+        assert ran == [1]
+        assert _GivingBackBatch.given_back == 1
+    finally:
+        release.set()
+        worker.close()
+
+
 def test_stopping_acks_what_is_in_flight(ready_queue: ReadyQueue) -> None:
     store = FakeWorkStore(rescan_source(), dict.fromkeys(range(1, 6), 1))
 
