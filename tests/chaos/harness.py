@@ -311,10 +311,12 @@ class Chaos:
             f"FROM `{jobs.runs_table}` GROUP BY dc_state"
         )
         due = self.query(f"SELECT COUNT(*) FROM `{jobs.table}` WHERE dc_state = 0 AND run_at <= NOW(6)")
-        cursors = self.query(f"SELECT priority, run_at, id FROM `{jobs.cursors_table}` WHERE run_at > '1000-01-02'")
+        cursors = self.query(
+            f"SELECT priority, run_at, id FROM `{jobs.cursors_table}` WHERE run_at > '1000-01-02'"
+        )
         dead = self.query(
-            f"SELECT id, errors, interruptions, dc_attempt, worker, LEFT(last_error, 300) FROM `{jobs.table}` "
-            "WHERE task = 'work' AND dc_state = %s LIMIT 5",
+            "SELECT id, errors, interruptions, dc_attempt, worker, LEFT(last_error, 300) "
+            f"FROM `{jobs.table}` WHERE task = 'work' AND dc_state = %s LIMIT 5",
             (int(State.DEAD),),
         )
         return f"jobs {states}, due {due}, runs {runs}, cursors {cursors}, healthy jobs dead {dead}"
