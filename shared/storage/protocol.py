@@ -70,7 +70,8 @@ class WorkBatch(Protocol):
 
 @runtime_checkable
 class GivesBack(Protocol):
-    """A started batch that can be handed back whole before any of its rows ran (a job queue's runs)."""
+    """A started batch that can be handed back whole before any of its rows ran (a job queue's runs,
+    a row-mode batch)."""
 
     def give_back(self) -> int: ...  # pending again now, fenced: no attempt used up, no interruption
 

@@ -124,9 +124,11 @@ class RowBatch:
 
         self.retrying(once)
 
-    def give_back(self) -> None:
-        """Nothing was run after all (range mode could not read the spans' rows): stop keeping the
-        leases and make the rows due again now, as a late start does."""
+    def give_back(self) -> int:
+        """Nothing was run after all (range mode could not read the spans' rows, or a worker leaving
+        with stuck threads never began them): stop keeping the leases and make the rows due again
+        now, as a late start does. Returns the rows given back (best effort: see the store's)."""
         self.close()
         if self.rows:
             self._store.give_back(self.rows)
+        return len(self.rows)
