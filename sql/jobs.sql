@@ -1,4 +1,5 @@
--- Generated from shared/storage/schema.py (jobs_table_ddl, schedules_table_ddl); do not edit by hand.
+-- Generated from shared/storage/schema.py (jobs_table_ddl, schedules_table_ddl, runs_table_ddl,
+-- cursors_table_ddl); do not edit by hand.
 CREATE TABLE IF NOT EXISTS `duecast_jobs` (
   `id` BIGINT NOT NULL AUTO_INCREMENT,
   `queue` VARCHAR(48) NOT NULL DEFAULT 'default',
@@ -33,4 +34,29 @@ CREATE TABLE IF NOT EXISTS `duecast_schedules` (
   `last_run_at` DATETIME(6) NOT NULL,
   `runs` BIGINT UNSIGNED NOT NULL DEFAULT 0,
   PRIMARY KEY (`name`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS `duecast_jobs_runs` (
+  `id` BIGINT NOT NULL AUTO_INCREMENT,
+  `queue` VARCHAR(48) NOT NULL,
+  `priority` TINYINT UNSIGNED NOT NULL,
+  `suspects` SMALLINT UNSIGNED NOT NULL DEFAULT 0,
+  `jobs` INT UNSIGNED NOT NULL,
+  `members` MEDIUMTEXT NOT NULL,
+  `dc_state` TINYINT UNSIGNED NOT NULL DEFAULT 0,
+  `dc_attempt` INT UNSIGNED NOT NULL DEFAULT 0,
+  `dc_dispatched_at` DATETIME(6) NULL,
+  `started_at` DATETIME(6) NULL,
+  `lease_until` DATETIME(6) NULL,
+  `worker` VARCHAR(128) NULL,
+  PRIMARY KEY (`id`),
+  KEY `dc_runs` (`queue`, `dc_state`, `priority`)
+) ENGINE=InnoDB AUTO_INCREMENT=4611686018427387904 DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS `duecast_jobs_cursors` (
+  `queue` VARCHAR(48) NOT NULL,
+  `priority` TINYINT UNSIGNED NOT NULL,
+  `run_at` DATETIME(6) NOT NULL,
+  `id` BIGINT NOT NULL,
+  PRIMARY KEY (`queue`, `priority`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -4,7 +4,14 @@ from pathlib import Path
 
 from duecast.demo.data import source
 from duecast.shared.settings import JobsSettings
-from duecast.shared.storage.schema import TableInfo, jobs_table_ddl, schedules_table_ddl, source_migration
+from duecast.shared.storage.schema import (
+    TableInfo,
+    cursors_table_ddl,
+    jobs_table_ddl,
+    runs_table_ddl,
+    schedules_table_ddl,
+    source_migration,
+)
 
 SQL_DIR = Path(__file__).resolve().parents[3] / "sql"
 
@@ -19,6 +26,8 @@ def test_jobs_sql_matches_generated_ddl() -> None:
     assert _statements(SQL_DIR / "jobs.sql") == [
         jobs_table_ddl(JobsSettings()),
         schedules_table_ddl(JobsSettings()),
+        runs_table_ddl(JobsSettings()),
+        cursors_table_ddl(JobsSettings()),
     ]
 
 
