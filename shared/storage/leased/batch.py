@@ -34,6 +34,16 @@ def error_text(outcome: object) -> str:
     return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 20] + "\n...(truncated)"
 
 
+def finish_group(ack: Ack, handler: str) -> tuple[object, ...]:
+    """How a leased batch groups acks into finishes: successes together (one statement), each
+    retry, discard or transactional task on its own; `handler` names who may not return the rest."""
+    if ack.action in ("default", "delete"):
+        return ("done",)
+    if ack.action in ("retry", "discard", "transaction"):
+        return (ack.action, id(ack))
+    raise ValueError(f"{handler} may not return Ack.{ack.action}(); use retry or discard")
+
+
 class Naming(Protocol):
     """How a store's rows are keyed and named in log lines (a Scope, or a job queue's)."""
 

@@ -41,7 +41,7 @@ from duecast.shared.queries.jobs import (
 from duecast.shared.queries.source import fence, in_list
 from duecast.shared.settings import JobsSettings, MySQLSettings, SourceSettings
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased.batch import error_text
+from duecast.shared.storage.leased.batch import error_text, finish_group
 from duecast.shared.storage.leased.keeper import Extended, LeaseKeeper, renew_leases
 from duecast.shared.storage.leased.members import decode_members, encode_members
 from duecast.shared.storage.leased.runs import RUN_KEY, RunBatch
@@ -318,11 +318,7 @@ class JobStore:
             )
 
     def group_key(self, ack: Ack) -> Any:
-        if ack.action in ("default", "delete"):
-            return ("done",)
-        if ack.action in ("retry", "discard", "transaction"):
-            return (ack.action, id(ack))
-        raise ValueError(f"a job's handler may not return Ack.{ack.action}(); use retry or discard")
+        return finish_group(ack, "a job's handler")
 
     # -- finishing, used by RunBatch under its runs' locks: members still pending ----------------
 

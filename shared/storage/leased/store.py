@@ -22,7 +22,7 @@ from duecast.shared.queries.source import fence, in_list
 from duecast.shared.settings import MySQLSettings, SourceSettings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased.batch import LeasedBatch, error_text
+from duecast.shared.storage.leased.batch import LeasedBatch, error_text, finish_group
 from duecast.shared.storage.leased.keeper import Extended, LeaseKeeper, renew_leases
 from duecast.shared.storage.leased.scope import Scope
 from duecast.shared.storage.source_store import SourceStatus, _us
@@ -187,11 +187,7 @@ class LeasedStore(ABC):
             )
 
     def group_key(self, ack: Ack) -> Any:
-        if ack.action in ("default", "delete"):
-            return ("done",)
-        if ack.action in ("retry", "discard", "transaction"):
-            return (ack.action, id(ack))
-        raise ValueError(f"{self.scope.handler} may not return Ack.{ack.action}(); use retry or discard")
+        return finish_group(ack, self.scope.handler)
 
     # -- requeue -----------------------------------------------------------------------------------
 
