@@ -78,7 +78,15 @@ def test_sweeper_never_takes_rows_a_live_worker_holds(fault_env: Callable[..., F
     env.push([Entry(i, 1) for i in held])  # the canary's entry is lost
 
     gate, marker = env.tmp / "gate", env.tmp / "slow.marker"
-    slow = env.worker("slow", DUECAST_TEST_GATE=gate, DUECAST_TEST_BATCH_MARKER=marker)
+    # Room for its five held rows only: a worker pops while its rows run, and the canary, requeued
+    # and pushed again, must go to `fast` (popped by `slow`, it waited behind the gate until `slow`
+    # left at its 30 s time limit: the race that failed this test in CI).
+    slow = env.worker(
+        "slow",
+        DUECAST_TEST_GATE=gate,
+        DUECAST_TEST_BATCH_MARKER=marker,
+        DUECAST_WORKER__MAX_IN_FLIGHT=len(held),
+    )
     assert env.wait_batch(marker).ids == set(held)
     # Time passes in SQL: 8 of the lease's 15 s are gone before its first renewal (5 s after the
     # start), so without that renewal the leases would run out while the sweeper watches.
