@@ -40,8 +40,7 @@ import harness
 from rich.table import Table
 from topics import toml_fields
 
-from duecast.admin import migrate
-from duecast.demo.fleet import Fleet
+from duecast.cli.demo.fleet import Fleet
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.api.publish import Publish, Publisher
 from duecast.shared.fanout.keys import Keys
@@ -49,6 +48,7 @@ from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.identifiers import quote
 from duecast.shared.settings import JOBS_SOURCE, Settings, TopicsSettings, load_settings
 from duecast.shared.states import State
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
 
 BENCH_DIR = Path(__file__).resolve().parent

@@ -27,12 +27,12 @@ import harness
 import rescan
 from rich.table import Table
 
-from duecast.admin import migrate
-from duecast.demo.fleet import Fleet, cpu_seconds
+from duecast.cli.demo.fleet import Fleet, cpu_seconds
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.identifiers import quote
 from duecast.shared.settings import JOBS_SOURCE, Settings, load_settings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
 
 BENCH_DIR = Path(__file__).resolve().parent

@@ -21,11 +21,11 @@ from rich.console import Console
 from rich.progress import Progress
 
 from duecast import Enqueuer, Job
-from duecast.admin import migrate
-from duecast.demo.fleet import Fleet
+from duecast.cli.demo.fleet import Fleet
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.identifiers import quote
 from duecast.shared.settings import JOBS_SOURCE, Settings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
 
 BENCH_DIR = Path(__file__).resolve().parent

@@ -23,9 +23,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from duecast.demo import data as demo_data
-from duecast.demo import run as demo
-from duecast.demo.fleet import cpu_seconds
+from duecast.cli.demo import data as demo_data
+from duecast.cli.demo import run as demo
+from duecast.cli.demo.fleet import cpu_seconds
 from duecast.shared.process.runtime import build_queue
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import Settings, load_settings

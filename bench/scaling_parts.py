@@ -16,11 +16,11 @@ import rescan
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from duecast.admin import migrate
-from duecast.demo import run as demo
+from duecast.cli.demo import run as demo
 from duecast.shared.identifiers import quote
 from duecast.shared.queries.source import SourceSQL, in_list, render
 from duecast.shared.settings import JobsSettings, Settings, SourceSettings, load_settings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
 
 TABLE_PREFIX = "bench_scan_"

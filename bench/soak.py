@@ -1,6 +1,6 @@
 """Benchmark: does memory stay flat over a long run? (target: no growth after warm-up)
 
-Runs the demo's re-scan (duecast/demo/run.py's table, handler and settings: one dispatcher and
+Runs the demo's re-scan (cli/demo/run.py's table, handler and settings: one dispatcher and
 --workers workers as real processes on --users users) for --seconds, and every --interval seconds
 reads each process's resident memory (VmRSS in /proc/<pid>/status) and the acked counter. Reports
 per process the RSS at the start (the first sample after --warmup), the middle and the end, its
@@ -34,14 +34,14 @@ from rich.live import Live
 from rich.progress import Progress
 from rich.table import Table
 
-from duecast.admin import migrate
-from duecast.demo import data as demo_data
-from duecast.demo import run as demo
-from duecast.demo.fleet import Fleet
+from duecast.cli.demo import data as demo_data
+from duecast.cli.demo import run as demo
+from duecast.cli.demo.fleet import Fleet
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.process.loop import stop_on_signals
 from duecast.shared.process.runtime import build_queue, build_stores
 from duecast.shared.settings import Settings, load_settings
+from duecast.shared.storage.admin import migrate
 
 FLAT_MB_PER_10_MIN = 2.0  # |slope| at or below this counts as flat
 MB = 1024.0  # /proc reports kB
@@ -65,7 +65,7 @@ def memory_kb(pid: int) -> dict[str, int]:
 
 
 def start_fleet(settings: Settings, args: argparse.Namespace, console: Console) -> tuple[Fleet, Path]:
-    """What duecast.demo.run.run does before it starts watching: table, migration, clean keys, processes."""
+    """What the demo (duecast.cli.demo.run) does before watching: table, migration, clean keys, processes."""
     src = settings.sources[0]
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"preparing {args.users:,} users", total=args.users)

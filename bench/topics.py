@@ -30,10 +30,10 @@ import harness
 from bench_topics_app import CLUSTER
 from rich.table import Table
 
-from duecast.admin import migrate
-from duecast.demo.fleet import Fleet
+from duecast.cli.demo.fleet import Fleet
 from duecast.shared.api.publish import Publish, Publisher
 from duecast.shared.settings import Settings, TopicsSettings, load_settings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database, connect
 from duecast.shared.storage.topic_schema import KINDS
 

@@ -2,7 +2,7 @@
 
 import sys
 
-from duecast.dispatcher.main import main
-from duecast.shared.process.failures import run_command
+from ..shared.process.failures import run_command
+from .main import main
 
 sys.exit(run_command("duecast dispatcher", main, sys.argv[1:]))

@@ -7,9 +7,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from duecast.shared.monitor.coverage import label, serving, unserved_line
-from duecast.shared.storage.worker_registry import WorkerRegistry
-from duecast.shared.telemetry import metrics
+from ..shared.monitor.coverage import label, serving, unserved_line
+from ..shared.storage.worker_registry import WorkerRegistry
+from ..shared.telemetry import metrics
 
 log = logging.getLogger("duecast.coverage")
 

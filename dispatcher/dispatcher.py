@@ -10,14 +10,14 @@ import logging
 import time
 from collections import Counter
 
-from duecast.dispatcher.redelivery import Redelivery
-from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue
-from duecast.shared.policy import claim_room, dispatch_delay_s
-from duecast.shared.process.loop import Tick
-from duecast.shared.settings import DispatcherSettings
-from duecast.shared.storage.protocol import ClaimsRuns
-from duecast.shared.storage.source_store import SkipsLocked, Store
-from duecast.shared.telemetry import observe
+from ..shared.fanout.queue import REDIS_ERRORS, ReadyQueue
+from ..shared.policy import claim_room, dispatch_delay_s
+from ..shared.process.loop import Tick
+from ..shared.settings import DispatcherSettings
+from ..shared.storage.protocol import ClaimsRuns
+from ..shared.storage.source_store import SkipsLocked, Store
+from ..shared.telemetry import observe
+from .redelivery import Redelivery
 
 log = logging.getLogger("duecast.dispatcher")
 LOCKED_LOG_EVERY_S = 30.0  # rows held by another session: one log line per source at most this often

@@ -10,10 +10,10 @@ from collections.abc import Callable
 
 from prometheus_client import Gauge
 
-from duecast.shared.fanout.queue import ReadyQueue
-from duecast.shared.monitor.status import SourceSnapshot, source_snapshot
-from duecast.shared.storage.source_store import Store
-from duecast.shared.telemetry import metrics
+from ..shared.fanout.queue import ReadyQueue
+from ..shared.monitor.status import SourceSnapshot, source_snapshot
+from ..shared.storage.source_store import Store
+from ..shared.telemetry import metrics
 
 log = logging.getLogger("duecast.gauges")
 

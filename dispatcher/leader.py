@@ -12,11 +12,11 @@ import secrets
 import socket
 import time
 
-from duecast.shared.process.failures import log_failure
-from duecast.shared.process.loop import Tick
-from duecast.shared.queries.source import LeaderSQL, render_leases
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.units import retry_transient
+from ..shared.process.failures import log_failure
+from ..shared.process.loop import Tick
+from ..shared.queries.source import LeaderSQL, render_leases
+from ..shared.storage.db import Database
+from ..shared.storage.units import retry_transient
 
 log = logging.getLogger("duecast.leader")
 

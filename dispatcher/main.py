@@ -7,37 +7,37 @@ import logging
 import threading
 from collections.abc import Callable
 
-from duecast.dispatcher.coverage import Coverage
-from duecast.dispatcher.dispatcher import Dispatcher
-from duecast.dispatcher.gauges import SystemGauges
-from duecast.dispatcher.leader import Leadership, LeaseStore
-from duecast.dispatcher.pruner import Pruner
-from duecast.dispatcher.ranges import RangeKeeper
-from duecast.dispatcher.recurring import TICK_S, Recurring
-from duecast.dispatcher.redelivery import LEADER, Redelivery, cadence, sweeper
-from duecast.dispatcher.schedule_store import ScheduleStore
-from duecast.dispatcher.scheduler import start as scheduler_start
-from duecast.dispatcher.topics import topic_duties
-from duecast.shared.api.enqueue import Enqueuer
-from duecast.shared.api.handlers import load_registry
-from duecast.shared.fanout.queue import ReadyQueue
-from duecast.shared.policy import Cause
-from duecast.shared.process.failures import retry_startup
-from duecast.shared.process.health import serving, with_port
-from duecast.shared.process.loop import run
-from duecast.shared.process.runtime import (
+from ..shared.api.enqueue import Enqueuer
+from ..shared.api.handlers import load_registry
+from ..shared.fanout.queue import ReadyQueue
+from ..shared.policy import Cause
+from ..shared.process.failures import retry_startup
+from ..shared.process.health import serving, with_port
+from ..shared.process.loop import run
+from ..shared.process.runtime import (
     QueueFactory,
     build_queue,
     build_stores,
     check_redis,
     start_process,
 )
-from duecast.shared.settings import Settings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased.jobs import JobStore
-from duecast.shared.storage.range_store import RangeStore
-from duecast.shared.storage.source_store import Store
-from duecast.shared.storage.worker_registry import WorkerRegistry
+from ..shared.settings import Settings
+from ..shared.storage.db import Database
+from ..shared.storage.leased.jobs import JobStore
+from ..shared.storage.range_store import RangeStore
+from ..shared.storage.source_store import Store
+from ..shared.storage.worker_registry import WorkerRegistry
+from .coverage import Coverage
+from .dispatcher import Dispatcher
+from .gauges import SystemGauges
+from .leader import Leadership, LeaseStore
+from .pruner import Pruner
+from .ranges import RangeKeeper
+from .recurring import TICK_S, Recurring
+from .redelivery import LEADER, Redelivery, cadence, sweeper
+from .schedule_store import ScheduleStore
+from .scheduler import start as scheduler_start
+from .topics import topic_duties
 
 log = logging.getLogger("duecast.dispatcher")
 

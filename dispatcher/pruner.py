@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import logging
 
-from duecast.shared.process.loop import Tick
-from duecast.shared.storage.leased.jobs import JobStore
+from ..shared.process.loop import Tick
+from ..shared.storage.leased.jobs import JobStore
 
 log = logging.getLogger("duecast.pruner")
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 
-from duecast.shared.process.loop import Tick
-from duecast.shared.settings import DispatcherSettings
-from duecast.shared.storage.range_store import RangeStore
+from ..shared.process.loop import Tick
+from ..shared.settings import DispatcherSettings
+from ..shared.storage.range_store import RangeStore
 
 log = logging.getLogger("duecast.ranges")
 

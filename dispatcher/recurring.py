@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import logging
 
-from duecast.dispatcher.schedule_store import ScheduleStore
-from duecast.shared.process.failures import log_failure
-from duecast.shared.process.loop import Tick
-from duecast.shared.schedules import Trigger, build_trigger
-from duecast.shared.settings import ScheduleSettings
+from ..shared.process.failures import log_failure
+from ..shared.process.loop import Tick
+from ..shared.schedules import Trigger, build_trigger
+from ..shared.settings import ScheduleSettings
+from .schedule_store import ScheduleStore
 
 log = logging.getLogger("duecast.recurring")
 

@@ -12,10 +12,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from duecast.shared.fanout.keys import BadEntry, BadHold, Entry, decode_entry
-from duecast.shared.fanout.queue import ReadyQueue
-from duecast.shared.fanout.retype import NO_SOURCE
-from duecast.shared.policy import (
+from ..shared.fanout.keys import BadEntry, BadHold, Entry, decode_entry
+from ..shared.fanout.queue import ReadyQueue
+from ..shared.fanout.retype import NO_SOURCE
+from ..shared.policy import (
     LEADER_CAUSES,
     Cause,
     interrupted_every_s,
@@ -23,12 +23,12 @@ from duecast.shared.policy import (
     redelivery_delay_s,
     redelivery_due,
 )
-from duecast.shared.process.loop import Tick
-from duecast.shared.settings import Settings, SourceSettings
-from duecast.shared.storage.source_store import Store
-from duecast.shared.storage.units import TransientError
-from duecast.shared.storage.worker_registry import WorkerRegistry
-from duecast.shared.telemetry import observe
+from ..shared.process.loop import Tick
+from ..shared.settings import Settings, SourceSettings
+from ..shared.storage.source_store import Store
+from ..shared.storage.units import TransientError
+from ..shared.storage.worker_registry import WorkerRegistry
+from ..shared.telemetry import observe
 
 log = logging.getLogger("duecast.redelivery")
 

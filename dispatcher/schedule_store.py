@@ -9,11 +9,11 @@ import logging
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from duecast.shared.api.enqueue import Enqueuer, Job, encode
-from duecast.shared.queries.jobs import render_schedules
-from duecast.shared.schedules import Trigger, due_runs
-from duecast.shared.settings import JobsSettings, ScheduleSettings
-from duecast.shared.storage.db import Database
+from ..shared.api.enqueue import Enqueuer, Job, encode
+from ..shared.queries.jobs import render_schedules
+from ..shared.schedules import Trigger, due_runs
+from ..shared.settings import JobsSettings, ScheduleSettings
+from ..shared.storage.db import Database
 
 log = logging.getLogger("duecast.schedules")
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from duecast.shared.process.failures import log_failure
-from duecast.shared.storage.units import retry_transient
+from ..shared.process.failures import log_failure
+from ..shared.storage.units import retry_transient
 
 log = logging.getLogger("duecast.scheduler")
 DUTY_RETRIES = 3  # about 0.7-2 s of retries: a reconnect, not a long outage (the next interval is)

@@ -8,13 +8,13 @@ import logging
 import threading
 from collections.abc import Callable
 
-from duecast.dispatcher import topic_metrics
-from duecast.shared.monitor.topic_status import TopicMonitor
-from duecast.shared.process.failures import retry_startup
-from duecast.shared.process.loop import Tick
-from duecast.shared.settings import Settings, TopicsSettings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.topic_admin import TopicAdmin
+from ..shared.monitor.topic_status import TopicMonitor
+from ..shared.process.failures import retry_startup
+from ..shared.process.loop import Tick
+from ..shared.settings import Settings, TopicsSettings
+from ..shared.storage.db import Database
+from ..shared.storage.topic_admin import TopicAdmin
+from . import topic_metrics
 
 log = logging.getLogger("duecast.topics")
 

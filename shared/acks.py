@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from duecast.shared.identifiers import check_identifier
-from duecast.shared.states import DISPATCH_COLUMNS
+from .identifiers import check_identifier
+from .states import DISPATCH_COLUMNS
 
 Row = dict[str, Any]
 

@@ -13,7 +13,7 @@ from typing import Literal, Protocol
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from duecast.shared.settings import ScheduleSettings
+from .settings import ScheduleSettings
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SCAN_LIMIT = 100_000  # fire times looked at per call: bounds a tick after very long downtime

@@ -2,7 +2,7 @@
 
 import sys
 
-from duecast.shared.process.failures import run_command
-from duecast.worker.main import main
+from ..shared.process.failures import run_command
+from .main import main
 
 sys.exit(run_command("duecast worker", main, sys.argv[1:]))

@@ -10,11 +10,11 @@ import random
 import time
 from collections import Counter
 
-from duecast.shared.acks import Ack, Row
-from duecast.shared.policy import ack_now, error_backoff_s
-from duecast.shared.storage.source_store import Store
-from duecast.worker.flight import Flight, Outcome, TimedOut
-from duecast.worker.report import log_failures
+from ..shared.acks import Ack, Row
+from ..shared.policy import ack_now, error_backoff_s
+from ..shared.storage.source_store import Store
+from .flight import Flight, Outcome, TimedOut
+from .report import log_failures
 
 log = logging.getLogger("duecast.worker")
 SETTLE_EVERY_S = 0.1  # how often a flight's store is asked to settle what waits on time

@@ -10,12 +10,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from duecast.shared.api.handlers import Handler, Registry
-from duecast.shared.process.failures import StartupError, retry_startup
-from duecast.shared.process.loop import Tick, run
-from duecast.shared.settings import Settings, TopicsSettings
-from duecast.shared.storage.db import Database
-from duecast.worker.member_store import LostMember, MemberStore, member_name
+from ..shared.api.handlers import Handler, Registry
+from ..shared.process.failures import StartupError, retry_startup
+from ..shared.process.loop import Tick, run
+from ..shared.settings import Settings, TopicsSettings
+from ..shared.storage.db import Database
+from .member_store import LostMember, MemberStore, member_name
 
 log = logging.getLogger("duecast.broadcast")
 

@@ -13,10 +13,10 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from duecast.shared.acks import Ack, Row
-from duecast.shared.api.handlers import Handler
-from duecast.shared.fanout.keys import Entry
-from duecast.shared.storage.source_store import Store, WorkBatch
+from ..shared.acks import Ack, Row
+from ..shared.api.handlers import Handler
+from ..shared.fanout.keys import Entry
+from ..shared.storage.source_store import Store, WorkBatch
 
 Outcome = Ack | BaseException
 

@@ -12,17 +12,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from duecast.shared.fanout.keys import BadEntry, BadHold, decode_entry
-from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue
-from duecast.shared.process.runtime import build_queue, build_stores, store_kinds
-from duecast.shared.settings import Settings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased.jobs import JobStore
-from duecast.shared.storage.leased.store import LeasedStore
-from duecast.shared.storage.schema import SchemaError
-from duecast.shared.storage.source_store import Store
-from duecast.shared.storage.units import MYSQL_ERRORS
-from duecast.shared.storage.worker_registry import WorkerRegistry
+from ..shared.fanout.keys import BadEntry, BadHold, decode_entry
+from ..shared.fanout.queue import REDIS_ERRORS, ReadyQueue
+from ..shared.process.runtime import build_queue, build_stores, store_kinds
+from ..shared.settings import Settings
+from ..shared.storage.db import Database
+from ..shared.storage.leased.jobs import JobStore
+from ..shared.storage.leased.store import LeasedStore
+from ..shared.storage.schema import SchemaError
+from ..shared.storage.source_store import Store
+from ..shared.storage.units import MYSQL_ERRORS
+from ..shared.storage.worker_registry import WorkerRegistry
 
 log = logging.getLogger("duecast.supervisor")
 # What a step may meet and leave to the leases and the leader (KeyError: a hold's source not configured here).

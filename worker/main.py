@@ -10,11 +10,11 @@ import threading
 from collections.abc import Mapping
 from dataclasses import replace
 
-from duecast.shared.api.handlers import Handler, Registry, load_registry
-from duecast.shared.process.failures import StartupError, retry_startup
-from duecast.shared.process.health import serving, with_port
-from duecast.shared.process.loop import run
-from duecast.shared.process.runtime import (
+from ..shared.api.handlers import Handler, Registry, load_registry
+from ..shared.process.failures import StartupError, retry_startup
+from ..shared.process.health import serving, with_port
+from ..shared.process.loop import run
+from ..shared.process.runtime import (
     QueueFactory,
     build_queue,
     build_stores,
@@ -22,13 +22,13 @@ from duecast.shared.process.runtime import (
     is_job_queue,
     start_process,
 )
-from duecast.shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
-from duecast.shared.storage.source_store import Store
-from duecast.shared.storage.worker_registry import Heartbeat
-from duecast.shared.telemetry.observe import timed
-from duecast.worker.broadcast import broadcast_members, running, served_topic_sources
-from duecast.worker.supervisor import supervise
-from duecast.worker.worker import Worker
+from ..shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
+from ..shared.storage.source_store import Store
+from ..shared.storage.worker_registry import Heartbeat
+from ..shared.telemetry.observe import timed
+from .broadcast import broadcast_members, running, served_topic_sources
+from .supervisor import supervise
+from .worker import Worker
 
 log = logging.getLogger("duecast.worker")
 FINISH_GRACE_S = 30.0  # on SIGTERM: how long in-flight checks may take to finish and be acked

@@ -12,14 +12,14 @@ import os
 import socket
 from collections.abc import Sequence
 
-from duecast.shared.acks import Ack, Row
-from duecast.shared.queries.topics import MESSAGE_COLUMNS, render_topics
-from duecast.shared.settings import GroupSettings, TopicsSettings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.source_store import _us
-from duecast.shared.storage.topic_ids import group_id, start_position, topic_id
-from duecast.shared.storage.topic_schema import check_topic_tables
-from duecast.shared.storage.units import Cursor, is_transient, savepoint
+from ..shared.acks import Ack, Row
+from ..shared.queries.topics import MESSAGE_COLUMNS, render_topics
+from ..shared.settings import GroupSettings, TopicsSettings
+from ..shared.storage.db import Database
+from ..shared.storage.source_store import _us
+from ..shared.storage.topic_ids import group_id, start_position, topic_id
+from ..shared.storage.topic_schema import check_topic_tables
+from ..shared.storage.units import Cursor, is_transient, savepoint
 
 log = logging.getLogger("duecast.topics")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import logging
 
-from duecast.shared.acks import Row
-from duecast.worker.flight import Flight, Outcome, TimedOut
+from ..shared.acks import Row
+from .flight import Flight, Outcome, TimedOut
 
 log = logging.getLogger("duecast.worker")
 

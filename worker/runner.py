@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from duecast.shared.acks import Ack, Row
-from duecast.worker.flight import Flight, Outcome, TimedOut
+from ..shared.acks import Ack, Row
+from .flight import Flight, Outcome, TimedOut
 
 _SLICES_PER_THREAD = 4  # a batch handler's rows in more slices than threads keeps threads busy
 

@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Literal
 
-from duecast.shared.process.failures import EXIT_CONFIG
-from duecast.shared.settings import Settings
-from duecast.shared.storage.worker_registry import worker_name
-from duecast.worker.handback import Handback
+from ..shared.process.failures import EXIT_CONFIG
+from ..shared.settings import Settings
+from ..shared.storage.worker_registry import worker_name
+from .handback import Handback
 
 log = logging.getLogger("duecast.supervisor")
 

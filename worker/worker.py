@@ -12,20 +12,20 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
-from duecast.shared.api.handlers import Handler
-from duecast.shared.fanout.keys import BadEntry, Entry, decode_entry, encode_entry
-from duecast.shared.fanout.queue import ReadyQueue
-from duecast.shared.policy import in_flight_cap, pop_room, too_many_stuck
-from duecast.shared.process.loop import Tick
-from duecast.shared.settings import WorkerSettings
-from duecast.shared.storage.protocol import GivesBack
-from duecast.shared.storage.source_store import SkipsLocked, Store
-from duecast.shared.storage.units import is_transient, retry_transient
-from duecast.shared.telemetry import observe
-from duecast.worker.acker import STATS_EVERY_S, Acker
-from duecast.worker.flight import Flight, TimedOut
-from duecast.worker.report import log_locked
-from duecast.worker.runner import Completions, LoopRunner, ThreadRunner
+from ..shared.api.handlers import Handler
+from ..shared.fanout.keys import BadEntry, Entry, decode_entry, encode_entry
+from ..shared.fanout.queue import ReadyQueue
+from ..shared.policy import in_flight_cap, pop_room, too_many_stuck
+from ..shared.process.loop import Tick
+from ..shared.settings import WorkerSettings
+from ..shared.storage.protocol import GivesBack
+from ..shared.storage.source_store import SkipsLocked, Store
+from ..shared.storage.units import is_transient, retry_transient
+from ..shared.telemetry import observe
+from .acker import STATS_EVERY_S, Acker
+from .flight import Flight, TimedOut
+from .report import log_locked
+from .runner import Completions, LoopRunner, ThreadRunner
 
 log = logging.getLogger("duecast.worker")
 UNIT_RETRIES = 1_000  # only a backstop: worker.unit_retry_s is what limits a start's retries

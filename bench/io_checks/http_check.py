@@ -43,8 +43,8 @@ from http_app import LIMIT_ENV, URL_ENV
 from rich.console import Console
 from rich.table import Table
 
-from duecast.demo import run as demo
-from duecast.demo.fleet import cpu_seconds
+from duecast.cli.demo import run as demo
+from duecast.cli.demo.fleet import cpu_seconds
 from duecast.shared.settings import Settings, load_settings
 
 HERE = Path(__file__).resolve().parent

@@ -40,7 +40,7 @@ from io_rescan_app import SLOW_S, STAMPS_ENV, hangs, is_slow
 from rich.console import Console
 from rich.table import Table
 
-from duecast.demo import run as demo
+from duecast.cli.demo import run as demo
 from duecast.shared.settings import Settings, load_settings
 
 

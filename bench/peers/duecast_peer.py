@@ -26,10 +26,10 @@ from harness import (
     time_drain,
 )
 
-from duecast.admin import migrate
 from duecast.shared.identifiers import quote
 from duecast.shared.process.runtime import build_queue
 from duecast.shared.settings import JOBS_SOURCE, Settings, load_settings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
 
 try:  # duecast's enqueue API (shared/api/enqueue.py); trees without it get the plain INSERT it wraps

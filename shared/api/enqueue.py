@@ -15,14 +15,14 @@ from typing import Any, Literal
 
 import redis
 
-from duecast.shared.api.job_input import MAX_PAYLOAD_DEPTH, EnqueueError, Job, JobRow, encode
-from duecast.shared.fanout.keys import Keys
-from duecast.shared.fanout.queue import connect_redis
-from duecast.shared.queries.jobs import render_jobs
-from duecast.shared.settings import Settings, load_settings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.outbox import Outbox
-from duecast.shared.storage.units import Connection, Cursor, DuplicateKey, translated
+from ..fanout.keys import Keys
+from ..fanout.queue import connect_redis
+from ..queries.jobs import render_jobs
+from ..settings import Settings, load_settings
+from ..storage.db import Database
+from ..storage.outbox import Outbox
+from ..storage.units import Connection, Cursor, DuplicateKey, translated
+from .job_input import MAX_PAYLOAD_DEPTH, EnqueueError, Job, JobRow, encode
 
 INSERT_CHUNK = 500  # rows per multi-row INSERT: 500 x 64 KiB stays under the default 64 MiB packet
 MERGE_TRIES = 3  # a duplicate whose holder finished before we could read it: insert again

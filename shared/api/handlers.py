@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from duecast.shared.acks import Ack, Row
-from duecast.shared.api.context import call_as, job_context, running
-from duecast.shared.api.messages import Message
-from duecast.shared.identifiers import check_identifier
-from duecast.shared.settings import JOBS_SOURCE, ScheduleSettings, topic_source
+from ..acks import Ack, Row
+from ..identifiers import check_identifier
+from ..settings import JOBS_SOURCE, ScheduleSettings, topic_source
+from .context import call_as, job_context, running
+from .messages import Message
 
 # Each may be a plain function or an `async def` one (a coroutine function) returning the same.
 RowHandler = Callable[[Row], Ack | None] | Callable[[Row], Awaitable[Ack | None]]

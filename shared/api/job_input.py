@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from duecast.shared.settings import JobsSettings
+from ..settings import JobsSettings
 
 TEXT_CHARS = 191  # task and unique_key: VARCHAR(191), the most utf8mb4 an index prefix took in 5.6
 SHOWN_CHARS = 60  # of a bad value, in an error message

@@ -13,14 +13,14 @@ from typing import Any
 
 import redis
 
-from duecast.shared.fanout.keys import Keys
-from duecast.shared.fanout.queue import connect_redis
-from duecast.shared.queries.topics import render_topics
-from duecast.shared.settings import Settings, TopicsSettings, load_settings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.outbox import Outbox
-from duecast.shared.storage.topic_ids import topic_id
-from duecast.shared.storage.units import Connection, Cursor, translated
+from ..fanout.keys import Keys
+from ..fanout.queue import connect_redis
+from ..queries.topics import render_topics
+from ..settings import Settings, TopicsSettings, load_settings
+from ..storage.db import Database
+from ..storage.outbox import Outbox
+from ..storage.topic_ids import topic_id
+from ..storage.units import Connection, Cursor, translated
 
 INSERT_CHUNK = 500  # rows per multi-row INSERT: 500 x 64 KiB stays under the default 64 MiB packet
 

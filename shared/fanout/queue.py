@@ -20,10 +20,10 @@ from redis.connection import parse_url
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from duecast.shared.fanout.keys import Entry, Keys, decode_hold, encode_entry
-from duecast.shared.fanout.retype import NO_SOURCE, Retyper, wrong_type
-from duecast.shared.settings import RedisSettings
-from duecast.shared.telemetry import observe
+from ..settings import RedisSettings
+from ..telemetry import observe
+from .keys import Entry, Keys, decode_hold, encode_entry
+from .retype import NO_SOURCE, Retyper, wrong_type
 
 QUARANTINE_CAP = 1000  # newest bad entries kept for inspection
 QUARANTINE_ITEM_BYTES = 256  # a 10 MB bad entry is kept as its first bytes only

@@ -13,8 +13,8 @@ from typing import TypeVar
 
 import redis
 
-from duecast.shared.fanout.keys import Keys
-from duecast.shared.telemetry import observe
+from ..telemetry import observe
+from .keys import Keys
 
 T = TypeVar("T")
 WRONG_TYPE_KEEP_S = 7 * 86400  # a key moved aside for holding the wrong type is kept this long

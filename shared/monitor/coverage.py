@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from duecast.shared.settings import JOBS_SOURCE, TOPICS_SOURCE
-from duecast.shared.storage.worker_registry import LiveWorker
+from ..settings import JOBS_SOURCE, TOPICS_SOURCE
+from ..storage.worker_registry import LiveWorker
 
 
 def serving(sources: Iterable[str], live: Iterable[LiveWorker]) -> dict[str, int]:

@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from duecast.shared.queries.freshness import FreshnessSQL, render_freshness
-from duecast.shared.settings import SourceSettings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.range_store import FRESH_SLACK_S, RangeStore
-from duecast.shared.storage.source_store import STATUS_COUNT_CAP, SourceStatus, SourceStore, Store
+from ..queries.freshness import FreshnessSQL, render_freshness
+from ..settings import SourceSettings
+from ..storage.db import Database
+from ..storage.range_store import FRESH_SLACK_S, RangeStore
+from ..storage.source_store import STATUS_COUNT_CAP, SourceStatus, SourceStore, Store
 
 COUNT_CAP = STATUS_COUNT_CAP  # rows counted exactly; beyond it the total is InnoDB's estimate
 

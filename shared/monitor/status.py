@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from duecast.shared.fanout.queue import ReadyQueue
-from duecast.shared.monitor.freshness import Freshness, measure
-from duecast.shared.storage.source_store import SourceStatus, Store
+from ..fanout.queue import ReadyQueue
+from ..storage.source_store import SourceStatus, Store
+from .freshness import Freshness, measure
 
 
 @dataclass(frozen=True)

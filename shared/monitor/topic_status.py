@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from duecast.shared.queries.topics import DEAD, DISPATCHED, IDLE, RUNNING, TopicSQL, render_topics
-from duecast.shared.settings import GroupSettings, TopicsSettings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.source_store import STATUS_COUNT_CAP, _scalar, _us
-from duecast.shared.storage.topic_ids import all_ids, finished_through
-from duecast.shared.storage.units import Cursor
+from ..queries.topics import DEAD, DISPATCHED, IDLE, RUNNING, TopicSQL, render_topics
+from ..settings import GroupSettings, TopicsSettings
+from ..storage.db import Database
+from ..storage.source_store import STATUS_COUNT_CAP, _scalar, _us
+from ..storage.topic_ids import all_ids, finished_through
+from ..storage.units import Cursor
 
 VOLUME_WINDOWS_S = {"minute": 60, "hour": 3600, "day": 86400}
 

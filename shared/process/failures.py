@@ -16,15 +16,15 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from duecast.shared.api.enqueue import EnqueueError
-from duecast.shared.api.handlers import AppError
-from duecast.shared.api.publish import PublishError
-from duecast.shared.fanout.queue import redis_problem
-from duecast.shared.settings.model import SettingsFileError
-from duecast.shared.storage.db import mysql_problem
-from duecast.shared.storage.schema import SchemaError
-from duecast.shared.storage.topic_admin import TopicError
-from duecast.shared.storage.units import NotConnected, is_transient, retry_transient
+from ..api.enqueue import EnqueueError
+from ..api.handlers import AppError
+from ..api.publish import PublishError
+from ..fanout.queue import redis_problem
+from ..settings.model import SettingsFileError
+from ..storage.db import mysql_problem
+from ..storage.schema import SchemaError
+from ..storage.topic_admin import TopicError
+from ..storage.units import NotConnected, is_transient, retry_transient
 
 T = TypeVar("T")
 _log = logging.getLogger("duecast.startup")

@@ -22,11 +22,11 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 import redis
 from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app
 
-from duecast.shared.fanout.queue import connect_redis
-from duecast.shared.settings import HealthSettings, MySQLSettings, Settings
-from duecast.shared.storage.db import connect
-from duecast.shared.storage.units import Connection
-from duecast.shared.telemetry import metrics
+from ..fanout.queue import connect_redis
+from ..settings import HealthSettings, MySQLSettings, Settings
+from ..storage.db import connect
+from ..storage.units import Connection
+from ..telemetry import metrics
 
 log = logging.getLogger("duecast.health")
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Protocol
 
-from duecast.shared.policy import error_backoff_s
-from duecast.shared.process.failures import log_failure
+from ..policy import error_backoff_s
+from .failures import log_failure
 
 log = logging.getLogger("duecast.loop")
 

@@ -10,18 +10,18 @@ import threading
 from collections.abc import Callable
 from typing import Literal
 
-from duecast.shared.fanout.keys import Keys
-from duecast.shared.fanout.queue import REDIS_ERRORS, ReadyQueue, connect_redis, redis_problem
-from duecast.shared.process import logs
-from duecast.shared.process.failures import retry_startup
-from duecast.shared.process.logs import LogFormat
-from duecast.shared.process.loop import stop_on_signals
-from duecast.shared.settings import JOBS_SOURCE, Settings, SourceSettings, load_settings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased.groups import GroupStore
-from duecast.shared.storage.leased.jobs import JobStore
-from duecast.shared.storage.range_store import RangeStore
-from duecast.shared.storage.source_store import SourceStore, Store
+from ..fanout.keys import Keys
+from ..fanout.queue import REDIS_ERRORS, ReadyQueue, connect_redis, redis_problem
+from ..settings import JOBS_SOURCE, Settings, SourceSettings, load_settings
+from ..storage.db import Database
+from ..storage.leased.groups import GroupStore
+from ..storage.leased.jobs import JobStore
+from ..storage.range_store import RangeStore
+from ..storage.source_store import SourceStore, Store
+from . import logs
+from .failures import retry_startup
+from .logs import LogFormat
+from .loop import stop_on_signals
 
 Leased = Literal["jobs", "group"]  # the LeasedStore kinds: JobStore, GroupStore
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from duecast.shared.identifiers import quote
-from duecast.shared.states import State
+from ..identifiers import quote
+from ..states import State
 
 RUNNING = int(State.RUNNING)
 MAX_ROWS = 1000  # a dashboard lists at most this many workers or schedules

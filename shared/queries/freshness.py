@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from duecast.shared.identifiers import quote
-from duecast.shared.settings import SourceSettings
-from duecast.shared.states import DUE_INDEX, STATE_COLUMN, State
+from ..identifiers import quote
+from ..settings import SourceSettings
+from ..states import DUE_INDEX, STATE_COLUMN, State
 
 IDLE, DISPATCHED, RUNNING = int(State.IDLE), int(State.DISPATCHED), int(State.RUNNING)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from duecast.shared.identifiers import quote
-from duecast.shared.queries.jobs import DEAD, DISPATCHED, DONE, IDLE, PRIORITIES, RUNNING
+from ..identifiers import quote
+from .jobs import DEAD, DISPATCHED, DONE, IDLE, PRIORITIES, RUNNING
 
 # Run ids start here (the runs table's AUTO_INCREMENT), above any job id a table will reach, so a
 # ready-list entry names a job or a run by its id alone and the entry codec stays one.

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from duecast.shared.identifiers import quote
-from duecast.shared.queries.source import int_list
-from duecast.shared.states import State
+from ..identifiers import quote
+from ..states import State
+from .source import int_list
 
 IDLE, DISPATCHED, RUNNING, DONE, DEAD = (
     int(State.IDLE),

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 
-from duecast.shared.identifiers import quote
-from duecast.shared.settings import SourceSettings
-from duecast.shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN
+from ..identifiers import quote
+from ..settings import SourceSettings
+from ..states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN
 
 RANGE_PREFIX = "dc_ranges_"
 

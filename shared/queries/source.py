@@ -10,11 +10,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from duecast.shared.fanout.keys import Entry
-from duecast.shared.identifiers import quote
-from duecast.shared.policy import catch_up_s
-from duecast.shared.settings import SourceSettings
-from duecast.shared.states import (
+from ..fanout.keys import Entry
+from ..identifiers import quote
+from ..policy import catch_up_s
+from ..settings import SourceSettings
+from ..states import (
     ATTEMPT_COLUMN,
     DISPATCHED_AT_COLUMN,
     DUE_INDEX,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from duecast.shared.identifiers import quote
-from duecast.shared.settings import TopicsSettings
-from duecast.shared.states import State
+from ..identifiers import quote
+from ..settings import TopicsSettings
+from ..states import State
 
 IDLE, DISPATCHED, RUNNING, DONE, DEAD = (int(s) for s in State)
 UNFINISHED = f"{IDLE}, {DISPATCHED}, {RUNNING}"

@@ -4,23 +4,23 @@ Sources: `DUECAST_*` environment variables (nested with `__`) over an optional T
 `SecretStr` and input values are never echoed in validation errors.
 """
 
-from duecast.shared.settings.base import Identifier
-from duecast.shared.settings.model import Settings, SettingsFileError, load_settings
-from duecast.shared.settings.roles import (
+from .base import Identifier
+from .model import Settings, SettingsFileError, load_settings
+from .roles import (
     DispatcherSettings,
     HealthSettings,
     WebSettings,
     WorkerSettings,
 )
-from duecast.shared.settings.servers import MySQLSettings, RedisSettings
-from duecast.shared.settings.sources import (
+from .servers import MySQLSettings, RedisSettings
+from .sources import (
     JOBS_SOURCE,
     JobsSettings,
     QueueName,
     ScheduleSettings,
     SourceSettings,
 )
-from duecast.shared.settings.topics import (
+from .topics import (
     RETRY_STEPS_S,
     TOPICS_SOURCE,
     GroupSettings,

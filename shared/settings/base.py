@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
-from duecast.shared.identifiers import check_identifier
+from ..identifiers import check_identifier
 
 Identifier = Annotated[str, AfterValidator(check_identifier)]
 

@@ -16,20 +16,20 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from duecast.shared.policy import keeper_fits, lease_timing, shortest_lease_s
-from duecast.shared.settings.roles import (
+from ..policy import keeper_fits, lease_timing, shortest_lease_s
+from .roles import (
     DispatcherSettings,
     HealthSettings,
     WebSettings,
     WorkerSettings,
 )
-from duecast.shared.settings.servers import MySQLSettings, RedisSettings
-from duecast.shared.settings.sources import (
+from .servers import MySQLSettings, RedisSettings
+from .sources import (
     JOBS_SOURCE,
     JobsSettings,
     SourceSettings,
 )
-from duecast.shared.settings.topics import TopicsSettings
+from .topics import TopicsSettings
 
 _toml_path: ContextVar[Path | None] = ContextVar("duecast_toml_path", default=None)
 

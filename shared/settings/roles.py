@@ -6,8 +6,8 @@ from typing import Self
 
 from pydantic import Field, SecretStr, model_validator
 
-from duecast.shared.settings.base import Identifier, _Section
-from duecast.shared.settings.sources import (
+from .base import Identifier, _Section
+from .sources import (
     QueueName,
 )
 
@@ -87,7 +87,7 @@ class HealthSettings(_Section):
 
 
 class WebSettings(_Section):
-    """`duecast web`: the dashboard (duecast/web). Read-only unless a token is set."""
+    """`duecast web`: the dashboard (cli/web). Read-only unless a token is set."""
 
     host: str = "127.0.0.1"  # 0.0.0.0 to reach it from elsewhere; put TLS in front (docs/observability.md)
     port: int = Field(9190, ge=0, le=65535)  # 0: any free port (tests)

@@ -7,7 +7,7 @@ from typing import Self
 
 from pydantic import Field, SecretStr, model_validator
 
-from duecast.shared.settings.base import Identifier, _Section
+from .base import Identifier, _Section
 
 
 class MySQLSettings(_Section):

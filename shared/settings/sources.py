@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from duecast.shared.settings.base import Identifier, _Section
+from .base import Identifier, _Section
 
 JOBS_SOURCE = "jobs"
 

@@ -7,9 +7,9 @@ from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator, Field, model_validator
 
-from duecast.shared.identifiers import check_identifier
-from duecast.shared.settings.base import Identifier, _Section
-from duecast.shared.settings.sources import (
+from ..identifiers import check_identifier
+from .base import Identifier, _Section
+from .sources import (
     SourceSettings,
 )
 

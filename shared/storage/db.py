@@ -15,8 +15,8 @@ import pymysql
 import pymysql.cursors
 from pymysql.constants import CLIENT
 
-from duecast.shared.settings import MySQLSettings
-from duecast.shared.storage.units import (
+from ..settings import MySQLSettings
+from .units import (
     DRIVER_ERRORS,
     Connection,
     Cursor,

@@ -12,10 +12,10 @@ from typing import TypeVar
 
 import redis
 
-from duecast.shared.fanout.keys import Keys
-from duecast.shared.fanout.queue import REDIS_ERRORS
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.units import (
+from ..fanout.keys import Keys
+from ..fanout.queue import REDIS_ERRORS
+from .db import Database
+from .units import (
     DRIVER_ERRORS,
     Connection,
     Cursor,

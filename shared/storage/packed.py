@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
-from duecast.shared.storage.units import Cursor
+from .units import Cursor
 
 log = logging.getLogger("duecast.packed")
 

@@ -9,9 +9,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from duecast.shared.acks import Ack, Row
-from duecast.shared.fanout.keys import Entry
-from duecast.shared.settings import SourceSettings
+from ..acks import Ack, Row
+from ..fanout.keys import Entry
+from ..settings import SourceSettings
 
 
 @dataclass(frozen=True)

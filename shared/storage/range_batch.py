@@ -14,15 +14,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from duecast.shared.acks import Ack, Row
-from duecast.shared.fanout.keys import Entry
-from duecast.shared.policy import span_settled
-from duecast.shared.states import ATTEMPT_COLUMN
-from duecast.shared.storage.protocol import NO_ACKS, AckCounts
-from duecast.shared.storage.row_batch import RowBatch
+from ..acks import Ack, Row
+from ..fanout.keys import Entry
+from ..policy import span_settled
+from ..states import ATTEMPT_COLUMN
+from .protocol import NO_ACKS, AckCounts
+from .row_batch import RowBatch
 
 if TYPE_CHECKING:
-    from duecast.shared.storage.range_store import RangeStore
+    from .range_store import RangeStore
 
 RANGE_KEY = "dc_range"  # each business row handed to a handler carries its span's first id
 

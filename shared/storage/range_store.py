@@ -14,21 +14,21 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from duecast.shared.acks import Ack, Row
-from duecast.shared.fanout.keys import Entry
-from duecast.shared.identifiers import quote
-from duecast.shared.queries.ranges import range_source, ranges_table
-from duecast.shared.queries.source import assignments, column_list, in_list, render_ranges, spans
-from duecast.shared.settings import SourceSettings
-from duecast.shared.states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.packed import PACKABLE_TYPES, read_packed
-from duecast.shared.storage.protocol import AckCounts, SourceStatus
-from duecast.shared.storage.range_batch import RANGE_KEY, Late, RangeBatch, Span
-from duecast.shared.storage.row_batch import RowBatch, guarded
-from duecast.shared.storage.schema import check_business_columns, describe
-from duecast.shared.storage.source_store import SourceStore
-from duecast.shared.storage.units import Cursor
+from ..acks import Ack, Row
+from ..fanout.keys import Entry
+from ..identifiers import quote
+from ..queries.ranges import range_source, ranges_table
+from ..queries.source import assignments, column_list, in_list, render_ranges, spans
+from ..settings import SourceSettings
+from ..states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
+from .db import Database
+from .packed import PACKABLE_TYPES, read_packed
+from .protocol import AckCounts, SourceStatus
+from .range_batch import RANGE_KEY, Late, RangeBatch, Span
+from .row_batch import RowBatch, guarded
+from .schema import check_business_columns, describe
+from .source_store import SourceStore
+from .units import Cursor
 
 __all__ = ["FRESH_SLACK_S", "RANGE_KEY", "RangeBatch", "RangeStore"]
 

@@ -9,14 +9,14 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, TypeVar
 
-from duecast.shared.acks import Ack, Row
-from duecast.shared.fanout.keys import Entry
-from duecast.shared.storage.leased.keeper import Hold
-from duecast.shared.storage.protocol import NO_ACKS, AckCounts
-from duecast.shared.storage.units import VALUE_ERRORS, Cursor, retry_transient, savepoint
+from ..acks import Ack, Row
+from ..fanout.keys import Entry
+from .leased.keeper import Hold
+from .protocol import NO_ACKS, AckCounts
+from .units import VALUE_ERRORS, Cursor, retry_transient, savepoint
 
 if TYPE_CHECKING:
-    from duecast.shared.storage.source_store import SourceStore
+    from .source_store import SourceStore
 
 log = logging.getLogger("duecast.worker")
 FINISH_RETRIES = 3

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from duecast.shared.identifiers import quote
-from duecast.shared.queries.job_runs import RUN_ID_BASE
-from duecast.shared.settings import JobsSettings, SourceSettings
-from duecast.shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN
-from duecast.shared.storage.units import Cursor
+from ..identifiers import quote
+from ..queries.job_runs import RUN_ID_BASE
+from ..settings import JobsSettings, SourceSettings
+from ..states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN
+from .units import Cursor
 
 DISPATCH_COLUMNS: dict[str, str] = {
     STATE_COLUMN: "TINYINT UNSIGNED NOT NULL DEFAULT 0",

@@ -15,17 +15,17 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-from duecast.shared.acks import Ack, Row
-from duecast.shared.fanout.keys import Entry
-from duecast.shared.queries.source import SourceSQL, assignments, column_list, fence, in_list, render
-from duecast.shared.settings import SourceSettings
-from duecast.shared.states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased.keeper import Extended, LeaseKeeper, renew_leases
-from duecast.shared.storage.protocol import AckCounts, SkipsLocked, SourceStatus, StaleAck, Store, WorkBatch
-from duecast.shared.storage.row_batch import RowBatch, guarded
-from duecast.shared.storage.schema import check_source, describe
-from duecast.shared.storage.units import MYSQL_ERRORS, Cursor, lock_or_skip
+from ..acks import Ack, Row
+from ..fanout.keys import Entry
+from ..queries.source import SourceSQL, assignments, column_list, fence, in_list, render
+from ..settings import SourceSettings
+from ..states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
+from .db import Database
+from .leased.keeper import Extended, LeaseKeeper, renew_leases
+from .protocol import AckCounts, SkipsLocked, SourceStatus, StaleAck, Store, WorkBatch
+from .row_batch import RowBatch, guarded
+from .schema import check_source, describe
+from .units import MYSQL_ERRORS, Cursor, lock_or_skip
 
 # Re-exported: the protocols live in storage.protocol (RowBatch uses them too), and the roles import
 # them from here, as they always have.

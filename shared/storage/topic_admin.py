@@ -13,11 +13,11 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from duecast.shared.queries.topics import ATTEMPT_COLUMNS, MESSAGE_COLUMNS, TRACE_COLUMNS, render_topics
-from duecast.shared.settings import GroupSettings, StartAt, TopicsSettings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.source_store import _scalar, _us
-from duecast.shared.storage.topic_ids import all_ids, finished_through, group_id, start_position, topic_id
+from ..queries.topics import ATTEMPT_COLUMNS, MESSAGE_COLUMNS, TRACE_COLUMNS, render_topics
+from ..settings import GroupSettings, StartAt, TopicsSettings
+from .db import Database
+from .source_store import _scalar, _us
+from .topic_ids import all_ids, finished_through, group_id, start_position, topic_id
 
 log = logging.getLogger("duecast.topics")
 REPLAY_PAGE = 5000  # message ids per replay transaction

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from duecast.shared.queries.topics import TopicSQL
-from duecast.shared.settings import GroupSettings, TopicsSettings
-from duecast.shared.storage.units import Cursor
+from ..queries.topics import TopicSQL
+from ..settings import GroupSettings, TopicsSettings
+from .units import Cursor
 
 
 def topic_id(cur: Cursor, sql: TopicSQL, name: str) -> int:

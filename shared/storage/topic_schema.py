@@ -5,11 +5,11 @@ Names come from topics.table_prefix; every table is InnoDB, utf8mb4. Nothing her
 
 from __future__ import annotations
 
-from duecast.shared.identifiers import quote
-from duecast.shared.settings import TopicsSettings
-from duecast.shared.states import DUE_INDEX, STATE_COLUMN
-from duecast.shared.storage.schema import DISPATCH_COLUMNS, SchemaError, describe
-from duecast.shared.storage.units import Cursor
+from ..identifiers import quote
+from ..settings import TopicsSettings
+from ..states import DUE_INDEX, STATE_COLUMN
+from .schema import DISPATCH_COLUMNS, SchemaError, describe
+from .units import Cursor
 
 # name -> (columns, keys). The first key is the PRIMARY KEY.
 _TABLES: dict[str, tuple[dict[str, str], list[str]]] = {

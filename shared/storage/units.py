@@ -16,7 +16,7 @@ from typing import TypeAlias, TypeVar
 import pymysql
 import pymysql.cursors
 
-from duecast.shared.policy import error_backoff_s
+from ..policy import error_backoff_s
 
 T = TypeVar("T")
 

@@ -12,11 +12,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from duecast.shared.queries.source import WorkerSQL, render_workers
-from duecast.shared.settings import JOBS_SOURCE, MySQLSettings, WorkerSettings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.schema import SchemaError, describe, workers_migration
-from duecast.shared.storage.units import MYSQL_ERRORS
+from ..queries.source import WorkerSQL, render_workers
+from ..settings import JOBS_SOURCE, MySQLSettings, WorkerSettings
+from .db import Database
+from .schema import SchemaError, describe, workers_migration
+from .units import MYSQL_ERRORS
 
 log = logging.getLogger("duecast.workers")
 

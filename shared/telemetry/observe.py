@@ -12,7 +12,7 @@ from typing import Any
 
 from prometheus_client import Histogram
 
-from duecast.shared.telemetry import metrics
+from . import metrics
 
 # Redis stats field -> counter in shared.telemetry.metrics.COUNTERS. The Redis names came first (and `duecast
 # status` shows them); the metric names are the ones operators search for.

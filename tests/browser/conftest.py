@@ -20,15 +20,15 @@ from typing import Any
 import pymysql
 import pytest
 
-from duecast.admin import migrate
+from duecast.cli.history import History
+from duecast.cli.sampler import Sampler
+from duecast.cli.web.context import WebContext
+from duecast.cli.web.serve import running as serve_web
 from duecast.dispatcher.main import serve as serve_dispatcher
-from duecast.history import History
-from duecast.sampler import Sampler
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
-from duecast.web.context import WebContext
-from duecast.web.serve import running as serve_web
+from duecast.shared.storage.admin import migrate
 from duecast.worker.main import serve as serve_worker
 from tests.browser import app
 from tests.integration.conftest import create_table

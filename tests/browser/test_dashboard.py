@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from duecast.admin.dashboard_store import DashboardStore
+from duecast.cli.history import History
+from duecast.cli.sampler import Sampler
 from duecast.cli.status_view import render
-from duecast.history import History
-from duecast.sampler import Sampler
 from duecast.shared.states import State
+from duecast.shared.storage.admin.dashboard_store import DashboardStore
 from duecast.shared.storage.db import Database
 from tests.browser import app
 from tests.browser.conftest import SHOTS, TOKEN, LiveSystem, screenshot

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from duecast.admin import migrate
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.fanout.keys import decode_entry
 from duecast.shared.settings import JOBS_SOURCE, MySQLSettings, Settings
 from duecast.shared.states import State
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
 from tests.chaos.checker import (
     Fault,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from duecast.demo.fleet import cpu_seconds
+from duecast.cli.demo.fleet import cpu_seconds
 from duecast.shared.settings import JOBS_SOURCE, MySQLSettings
 from tests.chaos.app import RESCAN_RANGES, RESCAN_ROWS
 from tests.chaos.faults import force_deadlock, kill_mysql_session

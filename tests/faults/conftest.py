@@ -18,7 +18,6 @@ import pymysql
 import pytest
 import redis
 
-from duecast.admin import migrate
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.settings import (
     DispatcherSettings,
@@ -29,6 +28,7 @@ from duecast.shared.settings import (
     SourceSettings,
     WorkerSettings,
 )
+from duecast.shared.storage.admin import migrate
 from tests.faults.env import (  # noqa: F401  (re-exported: tests import these from here)
     _NOT_INHERITED,
     APP,

@@ -1,6 +1,6 @@
 """Real duecast processes for the fault tier: start, signal, reap, and show their logs on failure.
 
-Not duecast.demo.fleet: each process here needs its own environment (gates, markers, delays), SIGKILL,
+Not duecast.cli.demo.fleet: each process here needs its own environment (gates, markers, delays), SIGKILL,
 and an alarm when a process the test did not stop exits by itself. Nothing here sleeps in place of
 an assertion: `wait_for` polls a predicate every 50 ms and fails with a message on timeout.
 """

@@ -15,10 +15,10 @@ from typing import Any
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import ReadyQueue, connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.source_store import SourceStore
 from tests.integration import apps

@@ -11,14 +11,14 @@ from contextlib import AbstractContextManager
 from logging import Logger
 from typing import Protocol, TypeVar
 
-from duecast.shared.acks import Ack, Row
-from duecast.shared.fanout.keys import Entry
-from duecast.shared.settings import SourceSettings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased.keeper import Hold
-from duecast.shared.storage.source_store import AckCounts
-from duecast.shared.storage.units import Cursor, is_transient, retry_transient, rollback_to, savepoint
-from duecast.shared.telemetry import observe
+from ...acks import Ack, Row
+from ...fanout.keys import Entry
+from ...settings import SourceSettings
+from ...telemetry import observe
+from ..db import Database
+from ..source_store import AckCounts
+from ..units import Cursor, is_transient, retry_transient, rollback_to, savepoint
+from .keeper import Hold
 
 FINISH_RETRIES = 3
 ERROR_TEXT_MAX = 16_000  # characters of message + traceback kept per failure

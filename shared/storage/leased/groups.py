@@ -11,18 +11,18 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from duecast.shared.acks import Row
-from duecast.shared.fanout.keys import Entry
-from duecast.shared.policy import dead_after_retries, stepped_delay_s
-from duecast.shared.queries.topics import DISPATCHED, MESSAGE_COLUMNS, RUNNING, TopicSQL, render_topics
-from duecast.shared.settings import MySQLSettings, SourceSettings, TopicsSettings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased.scope import Scope
-from duecast.shared.storage.leased.store import LeasedStore
-from duecast.shared.storage.source_store import STATUS_COUNT_CAP, SourceStatus, _scalar
-from duecast.shared.storage.topic_ids import group_id, topic_id
-from duecast.shared.storage.topic_schema import check_topic_tables
-from duecast.shared.storage.units import Cursor
+from ...acks import Row
+from ...fanout.keys import Entry
+from ...policy import dead_after_retries, stepped_delay_s
+from ...queries.topics import DISPATCHED, MESSAGE_COLUMNS, RUNNING, TopicSQL, render_topics
+from ...settings import MySQLSettings, SourceSettings, TopicsSettings
+from ..db import Database
+from ..source_store import STATUS_COUNT_CAP, SourceStatus, _scalar
+from ..topic_ids import group_id, topic_id
+from ..topic_schema import check_topic_tables
+from ..units import Cursor
+from .scope import Scope
+from .store import LeasedStore
 
 log = logging.getLogger("duecast.topics")
 

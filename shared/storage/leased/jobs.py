@@ -18,17 +18,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from duecast.shared.acks import Ack, Row
-from duecast.shared.fanout.keys import Entry
-from duecast.shared.policy import (
+from ...acks import Ack, Row
+from ...fanout.keys import Entry
+from ...policy import (
     blame_interruptions,
     dead_after_failure,
     form_runs,
     look_behind_every_s,
     retry_delay_s,
 )
-from duecast.shared.queries.job_runs import RUN_ID_BASE, RunSQL, cursor_rows, render_runs
-from duecast.shared.queries.jobs import (
+from ...queries.job_runs import RUN_ID_BASE, RunSQL, cursor_rows, render_runs
+from ...queries.jobs import (
     DEAD,
     DISPATCHED,
     DONE,
@@ -38,19 +38,19 @@ from duecast.shared.queries.jobs import (
     JobSQL,
     render_jobs,
 )
-from duecast.shared.queries.source import fence, in_list
-from duecast.shared.settings import JobsSettings, MySQLSettings, SourceSettings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased.batch import error_text, finish_group
-from duecast.shared.storage.leased.keeper import Extended, LeaseKeeper, renew_leases
-from duecast.shared.storage.leased.members import decode_members, encode_members
-from duecast.shared.storage.leased.runs import RUN_KEY, RunBatch
-from duecast.shared.storage.packed import read_packed
-from duecast.shared.storage.schema import check_jobs_table
-from duecast.shared.storage.source_store import STATUS_COUNT_CAP, SourceStatus, _scalar, _us
-from duecast.shared.storage.units import MYSQL_ERRORS, Cursor, StorageError, lock_or_skip
-from duecast.shared.storage.worker_registry import worker_name
-from duecast.shared.telemetry import observe
+from ...queries.source import fence, in_list
+from ...settings import JobsSettings, MySQLSettings, SourceSettings
+from ...telemetry import observe
+from ..db import Database
+from ..packed import read_packed
+from ..schema import check_jobs_table
+from ..source_store import STATUS_COUNT_CAP, SourceStatus, _scalar, _us
+from ..units import MYSQL_ERRORS, Cursor, StorageError, lock_or_skip
+from ..worker_registry import worker_name
+from .batch import error_text, finish_group
+from .keeper import Extended, LeaseKeeper, renew_leases
+from .members import decode_members, encode_members
+from .runs import RUN_KEY, RunBatch
 
 log = logging.getLogger("duecast.jobs")
 INTERRUPTED = "interrupted: its worker stopped (killed, crashed or stalled) before finishing it"

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from duecast.shared.fanout.keys import Entry
-from duecast.shared.policy import (
+from ...fanout.keys import Entry
+from ...policy import (
     Fence,
     LeaseTiming,
     fence_reason,
@@ -24,9 +24,9 @@ from duecast.shared.policy import (
     renewal_outcome,
     start_in_time,
 )
-from duecast.shared.settings import MySQLSettings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.units import Cursor
+from ...settings import MySQLSettings
+from ..db import Database
+from ..units import Cursor
 
 log = logging.getLogger("duecast.leases")
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from duecast.shared.acks import Row
-from duecast.shared.fanout.keys import Entry
-from duecast.shared.queries.job_runs import RunSQL
-from duecast.shared.queries.source import fence, in_list
-from duecast.shared.storage.leased.batch import Finisher, LeasedBatch
-from duecast.shared.storage.leased.members import decode_members, encode_members
-from duecast.shared.storage.units import Cursor
+from ...acks import Row
+from ...fanout.keys import Entry
+from ...queries.job_runs import RunSQL
+from ...queries.source import fence, in_list
+from ..units import Cursor
+from .batch import Finisher, LeasedBatch
+from .members import decode_members, encode_members
 
 RUN_KEY = "`id`"
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from logging import Logger
 from typing import Any
 
-from duecast.shared.queries.topics import TopicSQL
+from ...queries.topics import TopicSQL
 
 
 @dataclass(frozen=True)

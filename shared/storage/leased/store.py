@@ -14,21 +14,21 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from duecast.shared.acks import Ack, Row
-from duecast.shared.fanout.keys import Entry
-from duecast.shared.identifiers import quote
-from duecast.shared.policy import blame_interruptions, start_groups
-from duecast.shared.queries.source import fence, in_list
-from duecast.shared.settings import MySQLSettings, SourceSettings
-from duecast.shared.states import State
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased.batch import LeasedBatch, error_text, finish_group
-from duecast.shared.storage.leased.keeper import Extended, LeaseKeeper, renew_leases
-from duecast.shared.storage.leased.scope import Scope
-from duecast.shared.storage.source_store import SourceStatus, _us
-from duecast.shared.storage.units import MYSQL_ERRORS, Cursor, lock_or_skip
-from duecast.shared.storage.worker_registry import worker_name
-from duecast.shared.telemetry import observe
+from ...acks import Ack, Row
+from ...fanout.keys import Entry
+from ...identifiers import quote
+from ...policy import blame_interruptions, start_groups
+from ...queries.source import fence, in_list
+from ...settings import MySQLSettings, SourceSettings
+from ...states import State
+from ...telemetry import observe
+from ..db import Database
+from ..source_store import SourceStatus, _us
+from ..units import MYSQL_ERRORS, Cursor, lock_or_skip
+from ..worker_registry import worker_name
+from .batch import LeasedBatch, error_text, finish_group
+from .keeper import Extended, LeaseKeeper, renew_leases
+from .scope import Scope
 
 DISPATCHED, RUNNING = int(State.DISPATCHED), int(State.RUNNING)
 INTERRUPTED = "interrupted: its worker stopped (killed, crashed or stalled) before finishing it"

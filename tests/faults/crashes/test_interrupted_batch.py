@@ -21,13 +21,13 @@ import pymysql
 import pytest
 import redis
 
-from duecast.admin import migrate
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.api.publish import Publish, Publisher
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.policy import suspect_group_size
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
+from duecast.shared.storage.admin import migrate
 from tests.faults.conftest import _NOT_INHERITED
 from tests.faults.procs import Proc, Procs, wait_for
 from tests.faults.runs import drop_job_tables, expire_runs, running_jobs, runs, runs_made

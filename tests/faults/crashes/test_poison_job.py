@@ -21,10 +21,10 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
+from duecast.shared.storage.admin import migrate
 from tests.faults.conftest import _NOT_INHERITED
 from tests.faults.procs import Procs, wait_for
 from tests.faults.runs import drop_job_tables, run_of

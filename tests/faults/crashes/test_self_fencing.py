@@ -19,12 +19,12 @@ from typing import Any
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import ReadyQueue, connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database, connect
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.leased.keeper import EXIT_FENCED

@@ -17,11 +17,11 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.acks import Ack, Row
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.settings import JobsSettings, Settings
 from duecast.shared.states import State
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.units import Cursor

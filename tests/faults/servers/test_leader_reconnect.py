@@ -16,11 +16,11 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.dispatcher.leader import Leadership, LeaseStore
 from duecast.dispatcher.pruner import Pruner
 from duecast.dispatcher.scheduler import _guarded
 from duecast.shared.settings import Settings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.jobs import JobStore
 from tests.chaos.private_mariadb import PrivateMariaDB, running_with

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.dispatcher.leader import LEADER
 from duecast.shared.process.failures import EXIT_UNAVAILABLE
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import DispatcherSettings, MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
 from tests.faults.env import WAIT_S, _child_env
 from tests.faults.procs import Proc, Procs, wait_for

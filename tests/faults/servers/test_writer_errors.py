@@ -18,9 +18,9 @@ import pymysql
 import pytest
 
 from duecast import Enqueuer, Publisher
-from duecast.admin import migrate
 from duecast.shared.api.enqueue import Job, encode
 from duecast.shared.settings import MySQLSettings, Settings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
 from duecast.shared.storage.units import Cursor, NotConnected, StorageError, TransientError
 from tests.chaos.private_mariadb import PrivateMariaDB

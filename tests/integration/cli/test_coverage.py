@@ -10,12 +10,12 @@ from collections.abc import Callable
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.cli.status import StatusReader, as_json
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.settings import Settings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.worker_registry import WorkerRegistry
 from duecast.worker.main import main as worker_main

@@ -15,10 +15,10 @@ from typing import Any
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.admin import migrate
 
 pytestmark = pytest.mark.integration
 

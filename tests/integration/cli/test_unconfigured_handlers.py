@@ -15,11 +15,11 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.admin import migrate
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]

@@ -25,8 +25,8 @@ import pymysql
 import pytest
 import redis
 
-from duecast.admin import migrate
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
 from tests.conftest import TEST_DATABASE, TEST_PREFIX
 from tests.integration.docblocks import Block, blocks

@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.fanout.keys import MAX_ATTEMPT, MAX_ID, BadEntry, decode_entry, encode_entry
 from duecast.shared.fanout.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES
 from duecast.shared.process.runtime import build_queue, build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, WorkerSettings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.range_store import RangeStore
 from duecast.worker import main as worker_main
 from duecast.worker.worker import Worker

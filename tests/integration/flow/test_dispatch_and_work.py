@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.acks import Ack
 from duecast.shared.fanout.keys import encode_entry
 from duecast.shared.settings import JobsSettings, Settings
+from duecast.shared.storage.admin import migrate
 from duecast.worker.worker import Worker
 from tests.integration import apps
 from tests.integration.conftest import Env

@@ -16,12 +16,12 @@ from typing import Any, cast
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.acks import Row
 from duecast.shared.api.publish import Publish, Publisher
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, Settings, SourceSettings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.range_store import RANGE_KEY, RangeStore
 from duecast.shared.storage.source_store import Store
 from tests.unit.store_contract import ContractStore, StoreContract

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.admin import migrate
 from tests.integration import jobs_app
 from tests.integration.jobs.jobs_env import APP, JobsEnv
 

@@ -13,13 +13,13 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.acks import Ack
 from duecast.shared.api.enqueue import EnqueueError, Enqueuer, Job
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.worker.main import serve as serve_worker

@@ -17,11 +17,11 @@ import pymysql
 import pytest
 
 from duecast import cli
-from duecast.admin import migrate
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.process.failures import EXIT_NO, EXIT_UNCONFIRMED
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.worker_registry import WorkerRegistry

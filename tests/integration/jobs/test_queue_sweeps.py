@@ -10,13 +10,13 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.dispatcher.redelivery import sweeper
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.process.runtime import build_queue, build_stores
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.leased.jobs import JobStore
 from tests.integration import jobs_app
 

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.acks import Ack
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.settings import MySQLSettings, Settings
 from duecast.shared.states import State
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.leased.runs import RunBatch

@@ -9,9 +9,10 @@ from typing import Any
 import pymysql
 import pytest
 
-from duecast.admin import migrate
-from duecast.history import History
-from duecast.sampler import Sampler
+from duecast.cli.history import History
+from duecast.cli.sampler import Sampler
+from duecast.cli.web.app import create_app
+from duecast.cli.web.context import WebContext
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.settings import (
@@ -22,9 +23,8 @@ from duecast.shared.settings import (
     SourceSettings,
     WorkerSettings,
 )
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.schema import leases_table_ddl, workers_table_ddl
-from duecast.web.app import create_app
-from duecast.web.context import WebContext
 from tests.integration import jobs_app
 from tests.integration.conftest import create_table, source_fields
 from tests.integration.ops.web_helpers import TOKEN, Web, web_settings

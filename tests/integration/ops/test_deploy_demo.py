@@ -16,9 +16,9 @@ import pymysql
 import pytest
 import yaml
 
-from duecast.admin import migrate
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
 
 pytestmark = pytest.mark.integration

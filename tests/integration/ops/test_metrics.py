@@ -15,7 +15,6 @@ import pymysql
 import pytest
 from prometheus_client import REGISTRY
 
-from duecast.admin import migrate
 from duecast.dispatcher import main as dispatcher_main
 from duecast.dispatcher.gauges import SystemGauges
 from duecast.dispatcher.redelivery import sweeper
@@ -30,6 +29,7 @@ from duecast.shared.settings import (
     Settings,
     WorkerSettings,
 )
+from duecast.shared.storage.admin import migrate
 from duecast.worker import main as worker_main
 from tests.integration import apps, jobs_app
 from tests.integration.conftest import Env

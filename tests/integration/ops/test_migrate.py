@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.settings import Settings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.schema import SchemaError
 from duecast.shared.storage.source_store import SourceStore

@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterator
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.settings import Settings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.schema import SchemaError

@@ -16,9 +16,9 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.process.failures import EXIT_CONFIG, EXIT_UNAVAILABLE
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.admin import migrate
 from tests.integration.cli.test_cli import ROOT, sources_json
 from tests.integration.conftest import Env
 

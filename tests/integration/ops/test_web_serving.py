@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from duecast.history import History
+from duecast.cli.history import History
+from duecast.cli.web.context import WebContext
+from duecast.cli.web.serve import running
 from duecast.shared.settings import MySQLSettings, RedisSettings
-from duecast.web.context import WebContext
-from duecast.web.serve import running
 from tests.integration.ops.test_health import free_port
 from tests.integration.ops.web_helpers import TOKEN, Web, points
 from tests.integration.polling import wait_until

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 import pymysql
 from flask.testing import FlaskClient
 
+from duecast.cli.sampler import Sampler
+from duecast.cli.web.context import WebContext
 from duecast.dispatcher.main import serve as serve_dispatcher
-from duecast.sampler import Sampler
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
-from duecast.web.context import WebContext
 from duecast.worker.main import serve as serve_worker
 from tests.integration.conftest import source_fields
 

@@ -10,11 +10,11 @@ from contextlib import contextmanager
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.acks import Ack, Row
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, Settings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.range_store import RANGE_KEY, RangeBatch, RangeStore
 from duecast.shared.storage.source_store import AckCounts
 from tests.integration import range_app

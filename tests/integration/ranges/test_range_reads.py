@@ -12,10 +12,10 @@ from decimal import Decimal
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.range_store import RangeStore
 
 pytestmark = pytest.mark.integration

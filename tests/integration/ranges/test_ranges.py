@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterator
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.acks import Ack
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.range_store import RangeStore
 from duecast.worker.main import serve as serve_worker
 from tests.integration import range_app

@@ -12,7 +12,6 @@ from typing import cast
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.acks import Ack, Row
 from duecast.shared.api.handlers import Handler
 from duecast.shared.fanout.keys import Keys
@@ -20,6 +19,7 @@ from duecast.shared.fanout.queue import ReadyQueue, connect_redis
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, WorkerSettings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.range_store import RangeStore
 from duecast.shared.storage.source_store import Store
 from duecast.worker.worker import Worker

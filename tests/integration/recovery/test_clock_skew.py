@@ -15,18 +15,18 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
+from duecast.shared.storage.admin import migrate
 from duecast.worker.main import serve as serve_worker
 from tests.integration import jobs_app
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
 WALL_CLOCK = re.compile(r"time\.time\(\)|datetime\.now\(|datetime\.utcnow\(|date\.today\(")
-DISPLAY_ONLY = {"duecast/admin/dashboard_store.py"}  # the web dashboard's own chart timestamps
+DISPLAY_ONLY = {"shared/storage/admin/dashboard_store.py"}  # the web dashboard's own chart timestamps
 # Refuses a run_at absurdly far ahead when a job is enqueued; whether it is due is NOW(6)'s call,
 # so a skewed clock only moves that bound (by its skew), never a job.
 INPUT_BOUND_ONLY = {"shared/api/job_input.py"}

@@ -20,7 +20,6 @@ from typing import Any, cast
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.acks import Ack, Row
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.api.handlers import Handler, Registry
@@ -28,6 +27,7 @@ from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import ReadyQueue, connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, WorkerSettings
 from duecast.shared.states import State
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database, connect
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.source_store import Store

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.process.runtime import build_queue, build_stores
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.worker_registry import WorkerRegistry
 from duecast.worker.handback import Handback, HandedBack

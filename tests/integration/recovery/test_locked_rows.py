@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.dispatcher.dispatcher import Dispatcher
 from duecast.dispatcher.redelivery import Redelivery
 from duecast.shared.fanout.keys import Keys
@@ -21,6 +20,7 @@ from duecast.shared.fanout.queue import ReadyQueue, connect_redis
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import DispatcherSettings, MySQLSettings, RedisSettings, Settings, WorkerSettings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
 from duecast.shared.storage.source_store import Store
 from duecast.shared.telemetry import metrics

@@ -20,10 +20,10 @@ import pymysql
 import pytest
 from pydantic import SecretStr
 
-from duecast.admin import migrate
 from duecast.dispatcher import main as dispatcher_main
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database, connect
 from duecast.shared.storage.source_store import SourceStore
 from duecast.worker import main as worker_main

@@ -9,8 +9,8 @@ from typing import Any
 import pymysql
 import pytest
 
-from duecast.admin import migrate
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.admin import migrate
 from tests.integration import topics_app
 from tests.integration.topics.topics_env import APP, TopicsEnv, groups
 

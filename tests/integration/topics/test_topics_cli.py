@@ -13,9 +13,9 @@ import pymysql
 import pytest
 
 from duecast import cli
-from duecast.admin import migrate
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.admin import migrate
 from duecast.worker.main import serve as serve_worker
 from tests.integration import topics_app
 

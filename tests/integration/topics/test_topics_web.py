@@ -11,15 +11,15 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from duecast.admin import migrate
+from duecast.cli.history import History
+from duecast.cli.web.app import create_app
+from duecast.cli.web.context import WebContext
 from duecast.dispatcher.main import serve as serve_dispatcher
-from duecast.history import History
 from duecast.shared.api.publish import Publish, Publisher
 from duecast.shared.fanout.keys import Entry
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
-from duecast.web.app import create_app
-from duecast.web.context import WebContext
+from duecast.shared.storage.admin import migrate
 from duecast.worker.main import serve as serve_worker
 from tests.integration import topics_app
 

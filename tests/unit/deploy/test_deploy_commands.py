@@ -38,7 +38,7 @@ def assert_command_parses(
     monkeypatch.setattr("duecast.dispatcher.main.start_process", _stop_after_parsing)
     monkeypatch.setattr("duecast.worker.main.start_process", _stop_after_parsing)
     monkeypatch.setattr("duecast.cli.commands.load_settings", _stop_after_parsing)
-    monkeypatch.setattr("duecast.web.serve.load_settings", _stop_after_parsing)
+    monkeypatch.setattr("duecast.cli.web.serve.load_settings", _stop_after_parsing)
     try:
         cli.main(argv)
     except Parsed:

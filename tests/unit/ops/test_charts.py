@@ -1,11 +1,11 @@
-"""duecast/web/charts.py: SVG line charts drawn on the server; escaped, gap-aware, scaled."""
+"""cli/web/charts.py: SVG line charts drawn on the server; escaped, gap-aware, scaled."""
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
 
-from duecast.web.charts import Series, line_chart
+from duecast.cli.web.charts import Series, line_chart
 
 NOW = 1_000_000.0
 SVG = "{http://www.w3.org/2000/svg}"

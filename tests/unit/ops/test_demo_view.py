@@ -9,9 +9,9 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from duecast.demo import run as demo
-from duecast.demo.run import Run, Sample
-from duecast.demo.view import live_table, summary
+from duecast.cli.demo import run as demo
+from duecast.cli.demo.run import Run, Sample
+from duecast.cli.demo.view import live_table, summary
 from duecast.shared.monitor.freshness import Freshness
 from duecast.shared.monitor.status import SourceSnapshot
 from duecast.shared.settings import Settings

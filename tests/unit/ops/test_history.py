@@ -1,8 +1,8 @@
-"""duecast/history.py: rates from counter deltas between readings, chart points, a bounded buffer."""
+"""cli/history.py: rates from counter deltas between readings, chart points, a bounded buffer."""
 
 from __future__ import annotations
 
-from duecast.history import History, Reading
+from duecast.cli.history import History, Reading
 from duecast.shared.monitor.freshness import Freshness
 from duecast.shared.monitor.status import SourceSnapshot
 from duecast.shared.storage.source_store import SourceStatus

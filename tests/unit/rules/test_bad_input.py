@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from duecast import cli
-from duecast.admin.job_admin import JobAdmin
 from duecast.shared.api.enqueue import MAX_PAYLOAD_DEPTH, EnqueueError, Enqueuer, Job, Written, encode
 from duecast.shared.settings import JobsSettings, SettingsFileError, load_settings
+from duecast.shared.storage.admin.job_admin import JobAdmin
 
 JOBS = JobsSettings()
 TEN_YEARS_S = 3650 * 86400

@@ -4,14 +4,14 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from duecast.settings_doc import _comments, render
+from duecast.cli.settings_doc import _comments, render
 from duecast.shared.settings import Settings
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "settings.md"
 
 
 def test_docs_settings_md_is_generated_from_the_model() -> None:
-    assert DOC.read_text() == render(), "regenerate: python -m duecast.settings_doc > docs/settings.md"
+    assert DOC.read_text() == render(), "regenerate: python -m duecast.cli.settings_doc > docs/settings.md"
 
 
 def test_every_section_and_field_appears() -> None:

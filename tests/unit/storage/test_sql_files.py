@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from duecast.demo.data import source
+from duecast.cli.demo.data import source
 from duecast.shared.settings import JobsSettings
 from duecast.shared.storage.schema import (
     TableInfo,

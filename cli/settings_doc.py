@@ -3,7 +3,7 @@
 Names, types, defaults and limits come from the pydantic model; the meaning of each setting is the
 comment written beside (or just above) its field in shared/settings/.
 
-    scripts/dev shell python -m duecast.settings_doc > docs/settings.md
+    scripts/dev shell python -m duecast.cli.settings_doc > docs/settings.md
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from duecast.shared import settings as settings_module
-from duecast.shared.settings import Settings
+from ..shared import settings as settings_module
+from ..shared.settings import Settings
 
 HEADER = """# Settings
 
-Generated from `shared/settings/` by `python -m duecast.settings_doc`; do not edit by hand.
+Generated from `shared/settings/` by `python -m duecast.cli.settings_doc`; do not edit by hand.
 
 Every setting can be given in the TOML file named by `--config` or `DUECAST_CONFIG`, or as an
 environment variable: `DUECAST_` and the path in capitals, nested with `__` (`[worker]

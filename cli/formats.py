@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from duecast.shared.monitor.freshness import Freshness
-from duecast.shared.storage.source_store import STATUS_COUNT_CAP
+from ..shared.monitor.freshness import Freshness
+from ..shared.storage.source_store import STATUS_COUNT_CAP
 
 NEVER_S = 10 * 365 * 86400.0  # older than this is a row never checked (range discovery's start date)
 

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from duecast.cli import formats
-from duecast.shared.monitor.freshness import Freshness
-from duecast.shared.storage.source_store import STATUS_COUNT_CAP
+from ...shared.monitor.freshness import Freshness
+from ...shared.storage.source_store import STATUS_COUNT_CAP
+from .. import formats
 
 if TYPE_CHECKING:
-    from duecast.demo.run import Run
+    from .run import Run
 
 
 def live_table(result: Run, alive: int, started: int, elapsed: float) -> Table:

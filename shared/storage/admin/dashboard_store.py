@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from duecast.shared.queries.dashboard import DashboardSQL, render_dashboard
-from duecast.shared.schedules import build_trigger
-from duecast.shared.settings import JobsSettings, ScheduleSettings
-from duecast.shared.storage.db import Database
+from ...queries.dashboard import DashboardSQL, render_dashboard
+from ...schedules import build_trigger
+from ...settings import JobsSettings, ScheduleSettings
+from ..db import Database
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ import threading
 from typing import Any
 
 from duecast import Ack, DuplicateJob, Enqueuer, Job, Registry
-from duecast.admin import migrate
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.settings import Settings, load_settings
 from duecast.shared.states import STATE_NAMES, State
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
 from duecast.worker.main import serve as serve_worker
 

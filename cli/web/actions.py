@@ -11,11 +11,11 @@ import logging
 from flask import Flask, abort, redirect, render_template, request
 from werkzeug.wrappers import Response
 
-from duecast.admin.job_admin import Filter
-from duecast.shared.states import STATE_NAMES, State
-from duecast.web.context import WebContext
+from ...shared.states import STATE_NAMES, State
+from ...shared.storage.admin.job_admin import Filter
+from .context import WebContext
 
-log = logging.getLogger("duecast.web")
+log = logging.getLogger("duecast.cli.web")
 
 # action -> (the states it applies to, what the confirmation says it does)
 ACTIONS: dict[str, tuple[list[State], str]] = {

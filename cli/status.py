@@ -1,4 +1,4 @@
-"""`duecast status [--watch] [--json]`: reads the system and shows it (duecast/cli/status_view.py's tables,
+"""`duecast status [--watch] [--json]`: reads the system and shows it (cli/status_view.py's tables,
 or one JSON document). Keeps answering while a server is down: what it can read, plus one line on
 what it cannot (a one-shot then exits 3, docs/runbook.md#exit-codes).
 """
@@ -18,19 +18,19 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from duecast.admin.dashboard_store import DashboardStore, WorkerRow
-from duecast.cli.status_view import fit, redis_table, render
-from duecast.cli.topics import topic_tables
-from duecast.history import History, Reading
-from duecast.sampler import Sampler
-from duecast.shared.fanout.queue import ReadyQueue
-from duecast.shared.monitor.coverage import unserved, unserved_line
-from duecast.shared.monitor.topic_status import TopicMonitor
-from duecast.shared.process.failures import EXIT_OK, EXIT_UNAVAILABLE, explain
-from duecast.shared.process.runtime import build_queue
-from duecast.shared.settings import Settings, load_settings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.worker_registry import LiveWorker, WorkerRegistry
+from ..shared.fanout.queue import ReadyQueue
+from ..shared.monitor.coverage import unserved, unserved_line
+from ..shared.monitor.topic_status import TopicMonitor
+from ..shared.process.failures import EXIT_OK, EXIT_UNAVAILABLE, explain
+from ..shared.process.runtime import build_queue
+from ..shared.settings import Settings, load_settings
+from ..shared.storage.admin.dashboard_store import DashboardStore, WorkerRow
+from ..shared.storage.db import Database
+from ..shared.storage.worker_registry import LiveWorker, WorkerRegistry
+from .history import History, Reading
+from .sampler import Sampler
+from .status_view import fit, redis_table, render
+from .topics import topic_tables
 
 T = TypeVar("T")
 

@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from duecast.shared.queries.job_runs import RunSQL, render_runs
-from duecast.shared.queries.jobs import JOB_COLUMNS, SHOW_COLUMNS, JobSQL, render_jobs
-from duecast.shared.queries.source import in_list
-from duecast.shared.settings import JobsSettings
-from duecast.shared.states import STATE_NAMES, State
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.leased.members import decode_members
-from duecast.shared.storage.units import DuplicateKey, savepoint, translated
+from ...queries.job_runs import RunSQL, render_runs
+from ...queries.jobs import JOB_COLUMNS, SHOW_COLUMNS, JobSQL, render_jobs
+from ...queries.source import in_list
+from ...settings import JobsSettings
+from ...states import STATE_NAMES, State
+from ..db import Database
+from ..leased.members import decode_members
+from ..units import DuplicateKey, savepoint, translated
 
 PAGE = 1000
 STATES_BY_NAME = {name: state for state, name in STATE_NAMES.items()}

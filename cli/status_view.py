@@ -1,7 +1,7 @@
 """The tables of `duecast status`: sources with backlog, lag and freshness, job queues by state,
 workers running jobs, and rates from the Redis counters' deltas; `fit` splits a table by columns so
 that no cell is ever cut at the terminal's width (80 columns, or a pipe). Rendering only: reading
-is duecast/cli/status.py's.
+is cli/status.py's.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from rich.measure import Measurement
 from rich.table import Column, Table
 from rich.text import Text
 
-from duecast.admin.dashboard_store import WorkerRow
-from duecast.cli import formats
-from duecast.history import History, Reading
-from duecast.shared.monitor.status import SourceSnapshot
-from duecast.shared.process.runtime import is_job_queue
-from duecast.shared.storage.worker_registry import LiveWorker
+from ..shared.monitor.status import SourceSnapshot
+from ..shared.process.runtime import is_job_queue
+from ..shared.storage.admin.dashboard_store import WorkerRow
+from ..shared.storage.worker_registry import LiveWorker
+from . import formats
+from .history import History, Reading
 
 QUEUE_STATES = ("pending", "due", "scheduled", "dispatched", "running", "done", "dead")
 NO_RATES = "rates need two readings: `duecast status --watch`"

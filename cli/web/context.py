@@ -9,11 +9,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from duecast.admin.dashboard_store import DashboardStore
-from duecast.admin.job_admin import JobAdmin
-from duecast.history import History
-from duecast.shared.settings import ScheduleSettings, Settings
-from duecast.shared.storage.db import Database
+from ...shared.settings import ScheduleSettings, Settings
+from ...shared.storage.admin.dashboard_store import DashboardStore
+from ...shared.storage.admin.job_admin import JobAdmin
+from ...shared.storage.db import Database
+from ..history import History
 
 
 @dataclass

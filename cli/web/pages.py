@@ -14,17 +14,17 @@ from flask import Flask, abort, render_template, request
 from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 
-from duecast.admin.job_admin import Filter
-from duecast.cli import formats
-from duecast.history import History, Point, lag_s
-from duecast.shared.monitor.coverage import unserved, unserved_line
-from duecast.shared.monitor.status import SourceSnapshot
-from duecast.shared.process.runtime import is_job_queue
-from duecast.shared.settings import TOPICS_SOURCE, Settings
-from duecast.shared.states import STATE_NAMES, State
-from duecast.shared.storage.worker_registry import WorkerRegistry
-from duecast.web.charts import Series, line_chart
-from duecast.web.context import WebContext
+from ...shared.monitor.coverage import unserved, unserved_line
+from ...shared.monitor.status import SourceSnapshot
+from ...shared.process.runtime import is_job_queue
+from ...shared.settings import TOPICS_SOURCE, Settings
+from ...shared.states import STATE_NAMES, State
+from ...shared.storage.admin.job_admin import Filter
+from ...shared.storage.worker_registry import WorkerRegistry
+from .. import formats
+from ..history import History, Point, lag_s
+from .charts import Series, line_chart
+from .context import WebContext
 
 DEAD_PAGE = 100  # dead jobs listed per page, newest first
 

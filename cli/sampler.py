@@ -8,14 +8,14 @@ import logging
 import threading
 import time
 
-from duecast.history import History, Reading
-from duecast.shared.fanout.queue import ReadyQueue
-from duecast.shared.monitor.status import SourceSnapshot, source_snapshot
-from duecast.shared.process.runtime import build_queue, build_stores
-from duecast.shared.settings import Settings
-from duecast.shared.storage.source_store import Store
+from ..shared.fanout.queue import ReadyQueue
+from ..shared.monitor.status import SourceSnapshot, source_snapshot
+from ..shared.process.runtime import build_queue, build_stores
+from ..shared.settings import Settings
+from ..shared.storage.source_store import Store
+from .history import History, Reading
 
-log = logging.getLogger("duecast.sampler")
+log = logging.getLogger("duecast.cli.sampler")
 
 
 class Sampler:

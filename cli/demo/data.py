@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from duecast.shared.identifiers import quote
-from duecast.shared.settings import MySQLSettings, SourceSettings
-from duecast.shared.storage.db import connect
-from duecast.shared.storage.units import Cursor
+from ...shared.identifiers import quote
+from ...shared.settings import MySQLSettings, SourceSettings
+from ...shared.storage.db import connect
+from ...shared.storage.units import Cursor
 
 TABLE = "user_block_status"
 CHUNK = 100_000  # rows per INSERT ... SELECT: 10^5 = five digit tables joined

@@ -13,13 +13,13 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from duecast.admin.job_admin import STATES_BY_NAME, Filter, JobAdmin, Outcome
-from duecast.shared.api.enqueue import EnqueueError, Enqueuer
-from duecast.shared.fanout.queue import connect_redis
-from duecast.shared.process.failures import EXIT_NO, EXIT_UNCONFIRMED, StartupError
-from duecast.shared.settings import Settings, load_settings
-from duecast.shared.states import STATE_NAMES, State
-from duecast.shared.storage.db import Database
+from ..shared.api.enqueue import EnqueueError, Enqueuer
+from ..shared.fanout.queue import connect_redis
+from ..shared.process.failures import EXIT_NO, EXIT_UNCONFIRMED, StartupError
+from ..shared.settings import Settings, load_settings
+from ..shared.states import STATE_NAMES, State
+from ..shared.storage.admin.job_admin import STATES_BY_NAME, Filter, JobAdmin, Outcome
+from ..shared.storage.db import Database
 
 MAX_LIST = 10_000  # rows `duecast jobs list` prints at most
 

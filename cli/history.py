@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from duecast.shared.monitor.status import SourceSnapshot
+from ..shared.monitor.status import SourceSnapshot
 
 # The counters shown as rates, per second.
 RATE_FIELDS = ("claimed", "acked", "failed", "requeued")

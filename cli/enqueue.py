@@ -15,12 +15,12 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from duecast.shared.api.enqueue import EnqueueError, Enqueuer, Job, JobRow, OnDuplicate, encode
-from duecast.shared.api.handlers import load_registry
-from duecast.shared.fanout.queue import connect_redis
-from duecast.shared.settings import JOBS_SOURCE, Settings, load_settings
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.worker_registry import WorkerRegistry
+from ..shared.api.enqueue import EnqueueError, Enqueuer, Job, JobRow, OnDuplicate, encode
+from ..shared.api.handlers import load_registry
+from ..shared.fanout.queue import connect_redis
+from ..shared.settings import JOBS_SOURCE, Settings, load_settings
+from ..shared.storage.db import Database
+from ..shared.storage.worker_registry import WorkerRegistry
 
 FILE_CHUNK = 5000  # rows validated / written per progress step
 MERGES_SHOWN = 5  # merged lines named in `duecast enqueue --file`'s summary

@@ -19,16 +19,16 @@ from rich.console import Console
 from rich.live import Live
 from rich.progress import Progress
 
-from duecast.admin import migrate
-from duecast.demo import data as demo_data
-from duecast.demo.fleet import Fleet
-from duecast.demo.view import live_table, summary
-from duecast.shared.fanout.queue import ReadyQueue
-from duecast.shared.monitor.status import SourceSnapshot, snapshot
-from duecast.shared.process.loop import stop_on_signals
-from duecast.shared.process.runtime import build_queue, build_stores
-from duecast.shared.settings import Settings, SourceSettings, load_settings
-from duecast.shared.storage.source_store import Store
+from ...shared.fanout.queue import ReadyQueue
+from ...shared.monitor.status import SourceSnapshot, snapshot
+from ...shared.process.loop import stop_on_signals
+from ...shared.process.runtime import build_queue, build_stores
+from ...shared.settings import Settings, SourceSettings, load_settings
+from ...shared.storage.admin import migrate
+from ...shared.storage.source_store import Store
+from . import data as demo_data
+from .fleet import Fleet
+from .view import live_table, summary
 
 APP = "duecast.examples.block_check"
 

@@ -13,16 +13,16 @@ from typing import Any
 
 from waitress import create_server
 
-from duecast.history import History
-from duecast.sampler import Sampler, SamplerThread
-from duecast.shared.api.enqueue import Enqueuer
-from duecast.shared.api.handlers import load_registry
-from duecast.shared.process import logs
-from duecast.shared.settings import Settings, WebSettings, load_settings
-from duecast.web.app import create_app
-from duecast.web.context import WebContext
+from ...shared.api.enqueue import Enqueuer
+from ...shared.api.handlers import load_registry
+from ...shared.process import logs
+from ...shared.settings import Settings, WebSettings, load_settings
+from ..history import History
+from ..sampler import Sampler, SamplerThread
+from .app import create_app
+from .context import WebContext
 
-log = logging.getLogger("duecast.web")
+log = logging.getLogger("duecast.cli.web")
 MAX_HEADER_BYTES = 65_536  # request line and headers (waitress's default: 256 KiB)
 
 

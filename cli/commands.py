@@ -9,31 +9,31 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from duecast.admin import migrate
-from duecast.shared.process.failures import run_command
-from duecast.shared.settings import load_settings
+from ..shared.process.failures import run_command
+from ..shared.settings import load_settings
+from ..shared.storage.admin import migrate
 
 
 def _cmd_dispatcher(rest: list[str]) -> int:
-    from duecast.dispatcher.main import main  # noqa: PLC0415 - load a role only when it is asked for
+    from ..dispatcher.main import main  # noqa: PLC0415 - load a role only when it is asked for
 
     return main(rest)
 
 
 def _cmd_worker(rest: list[str]) -> int:
-    from duecast.worker.main import main  # noqa: PLC0415
+    from ..worker.main import main  # noqa: PLC0415
 
     return main(rest)
 
 
 def _cmd_demo(rest: list[str]) -> int:
-    from duecast.demo.run import main  # noqa: PLC0415
+    from .demo.run import main  # noqa: PLC0415
 
     return main(rest)
 
 
 def _cmd_sweeper(rest: list[str]) -> int:
-    from duecast.dispatcher.main import sweeper_main  # noqa: PLC0415
+    from ..dispatcher.main import sweeper_main  # noqa: PLC0415
 
     return sweeper_main(rest)
 
@@ -57,31 +57,31 @@ def _cmd_migrate(rest: list[str]) -> int:
 
 
 def _cmd_enqueue(rest: list[str]) -> int:
-    from duecast.cli.enqueue import enqueue_main  # noqa: PLC0415
+    from .enqueue import enqueue_main  # noqa: PLC0415
 
     return enqueue_main(rest)
 
 
 def _cmd_jobs(rest: list[str]) -> int:
-    from duecast.cli.jobs import main  # noqa: PLC0415
+    from .jobs import main  # noqa: PLC0415
 
     return main(rest)
 
 
 def _cmd_topics(rest: list[str]) -> int:
-    from duecast.cli.topics import main  # noqa: PLC0415
+    from .topics import main  # noqa: PLC0415
 
     return main(rest)
 
 
 def _cmd_status(rest: list[str]) -> int:
-    from duecast.cli.status import main  # noqa: PLC0415
+    from .status import main  # noqa: PLC0415
 
     return main(rest)
 
 
 def _cmd_web(rest: list[str]) -> int:
-    from duecast.web.serve import main  # noqa: PLC0415 - Flask loads only for the dashboard
+    from .web.serve import main  # noqa: PLC0415 - Flask loads only for the dashboard
 
     return main(rest)
 

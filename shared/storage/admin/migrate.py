@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from duecast.shared.identifiers import quote
-from duecast.shared.queries.ranges import ranges_table, ranges_table_ddl
-from duecast.shared.settings import Settings, SourceSettings
-from duecast.shared.storage.db import connect
-from duecast.shared.storage.schema import (
+from ...identifiers import quote
+from ...queries.ranges import ranges_table, ranges_table_ddl
+from ...settings import Settings, SourceSettings
+from ..db import connect
+from ..schema import (
     check_business_columns,
     cursors_table_ddl,
     describe,
@@ -25,8 +25,8 @@ from duecast.shared.storage.schema import (
     workers_migration,
     workers_table_ddl,
 )
-from duecast.shared.storage.topic_schema import topic_steps
-from duecast.shared.storage.units import Cursor, StorageError, translated
+from ..topic_schema import topic_steps
+from ..units import Cursor, StorageError, translated
 
 _UNKNOWN_DATABASE = 1049
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from flask import Flask, render_template
 
-from duecast.shared.monitor.topic_status import TopicMonitor
-from duecast.web.context import WebContext
+from ...shared.monitor.topic_status import TopicMonitor
+from .context import WebContext
 
 
 def register(app: Flask, ctx: WebContext) -> None:

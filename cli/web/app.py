@@ -1,5 +1,5 @@
-"""The dashboard's Flask application: its pages (duecast.web.pages), its two actions
-(duecast.web.actions), strict security headers, and template filters. No I/O at import time.
+"""The dashboard's Flask application: its pages (duecast.cli.web.pages), its two actions
+(duecast.cli.web.actions), strict security headers, and template filters. No I/O at import time.
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 from flask import Flask, Response
 
-from duecast.cli import formats
-from duecast.web import actions, pages, topics_page
-from duecast.web.context import WebContext
+from .. import formats
+from . import actions, pages, topics_page
+from .context import WebContext
 
 # Scripts, styles and images only from this server; no inline script; never framed.
 _CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'"

@@ -15,13 +15,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from duecast.shared.api.publish import Publish, Publisher, PublishError, encode
-from duecast.shared.fanout.queue import connect_redis
-from duecast.shared.monitor.topic_status import GroupStatus, TopicMonitor
-from duecast.shared.settings import Settings, TopicsSettings, load_settings
-from duecast.shared.states import STATE_NAMES, State
-from duecast.shared.storage.db import Database
-from duecast.shared.storage.topic_admin import TopicAdmin, TopicError, position
+from ..shared.api.publish import Publish, Publisher, PublishError, encode
+from ..shared.fanout.queue import connect_redis
+from ..shared.monitor.topic_status import GroupStatus, TopicMonitor
+from ..shared.settings import Settings, TopicsSettings, load_settings
+from ..shared.states import STATE_NAMES, State
+from ..shared.storage.db import Database
+from ..shared.storage.topic_admin import TopicAdmin, TopicError, position
 
 _MESSAGE_FIELDS = {"topic", "payload", "key"}
 MAX_BAD_LINES = 50  # bad lines of a --file listed one by one; the rest are counted
