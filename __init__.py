@@ -2,7 +2,9 @@
 `current_job` (inside a task), and for topics `Publisher, Publish, Message`; the errors they raise
 for MySQL (docs/jobs.md#errors).
 
-Wiring only: the behaviour lives in `shared`, `dispatcher` and `worker`.
+Wiring only: the behaviour lives in `shared`, `dispatcher` and `worker`. This file is the face of the
+repository's root, which is the package: its imports name `duecast` absolutely because pytest also
+imports the root under the checkout's folder name, and must reach the one real `duecast` from there.
 """
 
 from duecast.shared.acks import Ack, Row
