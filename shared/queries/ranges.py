@@ -14,6 +14,9 @@ from ..settings import SourceSettings
 from ..states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN
 
 RANGE_PREFIX = "dc_ranges_"
+# A discovered range's checked_at until its first check: due at once, and older than any real check,
+# so freshness can tell "never checked" (the first pass has not reached it) from "checked long ago".
+NEVER_CHECKED = "2000-01-01 00:00:00"
 
 
 def ranges_table(src: SourceSettings) -> str:

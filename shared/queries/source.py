@@ -21,6 +21,7 @@ from ..states import (
     STATE_COLUMN,
     State,
 )
+from .ranges import NEVER_CHECKED
 
 IDLE, DISPATCHED, RUNNING = int(State.IDLE), int(State.DISPATCHED), int(State.RUNNING)
 
@@ -381,7 +382,7 @@ def render_ranges(src: SourceSettings, ranges_table: str) -> RangeSQL:
         # INSERT IGNORE keeps that case idempotent and harmless.
         discover=(
             f"INSERT IGNORE INTO {r} (`range_id`, `lo`, `hi`, `checked_at`) "
-            f"SELECT s.range_id, s.lo, s.lo + {size}, '2000-01-01 00:00:00' FROM ("
+            f"SELECT s.range_id, s.lo, s.lo + {size}, '{NEVER_CHECKED}' FROM ("
             f"SELECT DISTINCT {pk} DIV {size} + 1 AS range_id, ({pk} DIV {size}) * {size} AS lo "
             f"FROM {t} WHERE {pk} >= %s) AS s "
             f"WHERE NOT EXISTS (SELECT 1 FROM {r} AS known WHERE known.`range_id` = s.range_id)"
