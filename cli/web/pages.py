@@ -41,6 +41,15 @@ class SourceRow:
         return self.snap.name
 
 
+def overview_notes(rows: list[SourceRow]) -> dict[str, bool]:
+    """Which notes the overview explains under its table: only what the table shows."""
+    shown = [r.snap.freshness for r in rows]
+    return {
+        "estimated": formats.estimated(shown),  # the `≈` of a share over InnoDB's estimate
+        "first_pass": any(f is not None and f.first_pass is not None for f in shown),
+    }
+
+
 def kind(settings: Settings, name: str) -> str:
     if is_job_queue(name):
         return "job queue"
@@ -162,7 +171,7 @@ def register(app: Flask, ctx: WebContext) -> None:
             queues=[r for r in rows if is_job_queue(r.name)],
             charts=overview_charts(ctx.history, names),
             readings=len(ctx.history),
-            estimated=formats.estimated(r.snap.freshness for r in rows),
+            **overview_notes(rows),
         )
 
     @app.get("/sources/<name>")

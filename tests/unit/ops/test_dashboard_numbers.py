@@ -159,13 +159,14 @@ def overview(sources: list[pages.SourceRow]) -> str:
         queues=[],
         charts={"throughput": "", "lag": ""},
         readings=2,
-        estimated=formats.estimated(r.snap.freshness for r in sources),
+        **pages.overview_notes(sources),
     )
 
 
 def test_the_estimate_note_shows_under_estimated_shares_only(app: Flask) -> None:
     exact = overview(rows(snap("a", 1, fresh=Freshness(3.0, 1.0, True))))
     assert "InnoDB" not in exact
+    assert "first pass" not in exact
     estimated = overview(rows(snap("a", 1, fresh=Freshness(3.0, 0.97, False))))
     assert "≈: over InnoDB's row estimate" in estimated
     assert "≈97.0%" in estimated
@@ -176,6 +177,7 @@ def test_a_source_before_its_first_pass_ends_never_reads_100_percent(app: Flask)
     cells = re.findall(r'<td class="num">([^<]*)</td>', html)
     assert "first pass 62%" in cells
     assert "100.0%" not in html
+    assert '"first pass": the share of a range-mode source' in html
 
 
 def test_a_failing_source_shows_its_failures_in_the_warning_colour(app: Flask) -> None:
