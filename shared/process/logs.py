@@ -72,34 +72,54 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str, ensure_ascii=False)
 
 
-REPEAT_INTERVAL_S = 10.0  # a cause logs at most one line per this many seconds
+REPEAT_INTERVAL_S = 10.0  # the interval over which a cause's lines are limited
+REPEAT_BURST = 2  # lines a cause writes per interval (two: a retry is seen to repeat)
 _MAX_CAUSES = 1000  # causes remembered at once; past it, those whose interval has ended are forgotten
 
 
 @dataclass
 class _Cause:
     window_end: float  # when the current interval of this cause ends
+    shown: int = 1  # lines written in it so far
     suppressed: int = 0  # lines dropped in it so far
 
 
-class RepeatFilter(logging.Filter):
-    """At most one WARNING-or-worse line per cause per `interval_s`; the next line after an interval
-    in which some were dropped says how many: `... (N more like this in 10 s)`.
+def cause_of(record: logging.LogRecord) -> tuple[str, str, str, str]:
+    """(logger, message template, exception type, subject): what makes two lines "the same".
 
-    A cause is the logger, the message template (before its arguments: `handler failed for %s
-    id=%s`) and the exception type, so a downstream service failing every call logs one traceback per
-    interval instead of one per row (a worker wrote 9.9 MB in 7 minutes before). A different
-    exception, template or logger is another cause and gets its own first line at once. INFO and
-    DEBUG lines pass untouched: they are the operator's chosen chatter, not a failure's echo.
+    The template is `record.msg` before its arguments (`handler failed for %s id=%s`), so rows and
+    ids do not make causes. A template that starts with its subject as an argument (`%s hit %s;
+    retrying ...`, shared by every retried unit) keys on that subject too: one unit's retries do
+    not hide another's.
+    """
+    exc = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else ""
+    template = str(record.msg)
+    args = record.args if isinstance(record.args, tuple) else ()
+    subject = str(args[0])[:200] if template.startswith("%s") and args else ""
+    return record.name, template, exc, subject
+
+
+class RepeatFilter(logging.Filter):
+    """At most `burst` WARNING-or-worse lines per cause per `interval_s`; the next line after an
+    interval in which some were dropped says how many: `... (N more like this in 10 s)`.
+
+    A downstream service failing every call so logs two tracebacks per interval instead of one per
+    row (a worker wrote 9.9 MB in 7 minutes before). Another exception, template, subject or logger
+    is another cause (cause_of) and is written at once. INFO and DEBUG lines pass untouched: they
+    are the operator's chosen chatter, not a failure's echo.
     """
 
     def __init__(
-        self, interval_s: float = REPEAT_INTERVAL_S, clock: Callable[[], float] = time.monotonic
+        self,
+        interval_s: float = REPEAT_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+        burst: int = REPEAT_BURST,
     ) -> None:
         super().__init__()
         self.interval_s = interval_s
+        self.burst = burst
         self._clock = clock
-        self._causes: dict[tuple[str, str, str], _Cause] = {}
+        self._causes: dict[tuple[str, str, str, str], _Cause] = {}
         self._lock = threading.Lock()  # a handler calls its filters outside its own lock
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -109,10 +129,12 @@ class RepeatFilter(logging.Filter):
             return self._admit(record, self._clock())
 
     def _admit(self, record: logging.LogRecord, now: float) -> bool:
-        exc = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else ""
-        key = (record.name, str(record.msg), exc)
+        key = cause_of(record)
         cause = self._causes.get(key)
         if cause is not None and now < cause.window_end:
+            if cause.shown < self.burst:
+                cause.shown += 1
+                return True
             cause.suppressed += 1
             return False
         if cause is not None and cause.suppressed:

@@ -1,4 +1,4 @@
-"""A worker whose every handler call fails keeps its log small: one line per cause per 10 s, with counts.
+"""A worker whose every handler call fails keeps its log small: two lines per cause per 10 s, with counts.
 
 Real processes (`duecast dispatcher --drain`, `duecast worker --drain`) and the default human format;
 every job's handler raises the same error, as when a downstream service is down.
@@ -20,7 +20,7 @@ import pytest
 
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.fanout.queue import connect_redis
-from duecast.shared.process.logs import REPEAT_INTERVAL_S
+from duecast.shared.process.logs import REPEAT_BURST, REPEAT_INTERVAL_S
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.admin import migrate
@@ -80,11 +80,11 @@ def test_a_worker_whose_every_call_fails_logs_each_cause_once_per_interval(
 
     sql.execute(f"SELECT COUNT(*) FROM `{table}` WHERE dc_state = %s", (int(State.DEAD),))
     assert sql.fetchone() == (JOBS,)  # every job ran, failed and was dead-lettered
-    intervals = 1 + int(took_s // REPEAT_INTERVAL_S)
+    most = REPEAT_BURST * (1 + int(took_s // REPEAT_INTERVAL_S))  # lines a cause may write
     failed = [line for line in log.splitlines() if " handler failed for jobs.default " in line]
     dead = [line for line in log.splitlines() if re.search(r" job \d+ dead after ", line)]
-    assert 1 <= len(failed) <= intervals, log[-3000:]
-    assert 1 <= len(dead) <= intervals
+    assert 1 <= len(failed) <= most, log[-3000:]
+    assert 1 <= len(dead) <= most
     assert log.count("RuntimeError: boom down-") == len(failed)  # one traceback per line shown
     # 400 tracebacks of ~1 KB would be ~400 KB; the rate-limited log is a few lines.
-    assert len(log.encode()) < 20_000 + 5_000 * intervals, log[-3000:]
+    assert len(log.encode()) < 20_000 + 5_000 * most, log[-3000:]
