@@ -85,18 +85,24 @@ class _Cause:
 
 
 def cause_of(record: logging.LogRecord) -> tuple[str, str, str, str]:
-    """(logger, message template, exception type, subject): what makes two lines "the same".
+    """(logger, message template, exception, subject): what makes two lines "the same".
 
     The template is `record.msg` before its arguments (`handler failed for %s id=%s`), so rows and
-    ids do not make causes. A template that starts with its subject as an argument (`%s hit %s;
-    retrying ...`, shared by every retried unit) keys on that subject too: one unit's retries do
-    not hide another's.
+    ids do not make causes. The exception is the record's (exc_info) or the first one among its
+    arguments, by type and, for a server's error, its code (a deadlock, 1213, is not a lost
+    session, 2013). A template that starts with its subject as an argument (`%s hit %s; retrying
+    ...`, shared by every retried unit) keys on that subject too: one unit's retries do not hide
+    another's.
     """
-    exc = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else ""
     template = str(record.msg)
     args = record.args if isinstance(record.args, tuple) else ()
+    exc = record.exc_info[1] if record.exc_info else None
+    if exc is None:
+        exc = next((a for a in args if isinstance(a, BaseException)), None)
+    code = getattr(exc, "code", None)
+    kind = "" if exc is None else type(exc).__name__ + (f":{code}" if isinstance(code, int) else "")
     subject = str(args[0])[:200] if template.startswith("%s") and args else ""
-    return record.name, template, exc, subject
+    return record.name, template, kind, subject
 
 
 class RepeatFilter(logging.Filter):

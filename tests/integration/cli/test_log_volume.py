@@ -66,7 +66,7 @@ def run(env: dict[str, str], *args: str) -> str:
     return done.stderr
 
 
-def test_a_worker_whose_every_call_fails_logs_each_cause_once_per_interval(
+def test_a_worker_whose_every_call_fails_logs_each_cause_twice_per_interval_at_most(
     jobs_env: tuple[dict[str, str], Enqueuer, str], sql: pymysql.cursors.Cursor
 ) -> None:
     env, enqueuer, table = jobs_env

@@ -129,6 +129,29 @@ def test_a_template_that_starts_with_its_subject_keys_on_it_too() -> None:
     assert not retry("start of a batch of users")
 
 
+class ServerError(Exception):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def test_an_error_among_the_arguments_is_part_of_the_cause_with_its_server_code() -> None:
+    """A lost session (2013) and a deadlock (1213) retried by one unit are two causes."""
+    repeat = RepeatFilter(clock=Clock(), burst=1)
+
+    def retry(exc: Exception) -> bool:
+        args = ("start of a batch of users", exc, "", "retry 1", 0.05)
+        template = "%s hit %s; retrying %s(%s) in %.2fs"
+        return repeat.filter(
+            logging.LogRecord("duecast.worker", logging.WARNING, __file__, 1, template, args, None)
+        )
+
+    assert retry(ServerError("(2013, 'Lost connection')", 2013))
+    assert not retry(ServerError("(2013, 'Lost connection again')", 2013))
+    assert retry(ServerError("(1213, 'Deadlock found')", 1213))
+    assert retry(TimeoutError("no code"))
+
+
 def test_info_and_debug_lines_are_never_dropped(captured: Captured) -> None:
     for i in range(20):
         captured.log.info("claimed %d rows", i)
