@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ..shared.fanout.keys import BadEntry, BadHold, Entry, decode_entry
+from ..shared.entries import BadEntry, BadHold, Entry, decode_entry
 from ..shared.fanout.queue import ReadyQueue
 from ..shared.fanout.retype import NO_SOURCE
 from ..shared.policy import (

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..shared.acks import Ack, Row
 from ..shared.api.handlers import Handler
-from ..shared.fanout.keys import Entry
+from ..shared.entries import Entry
 from ..shared.storage.source_store import Store, WorkBatch
 
 Outcome = Ack | BaseException

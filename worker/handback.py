@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..shared.fanout.keys import BadEntry, BadHold, decode_entry
+from ..shared.entries import BadEntry, BadHold, decode_entry
 from ..shared.fanout.queue import REDIS_ERRORS, ReadyQueue
 from ..shared.process.runtime import build_queue, build_stores, store_kinds
 from ..shared.settings import Settings

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from ..shared.api.handlers import Handler
-from ..shared.fanout.keys import BadEntry, Entry, decode_entry, encode_entry
+from ..shared.entries import BadEntry, Entry, decode_entry, encode_entry
 from ..shared.fanout.queue import ReadyQueue
 from ..shared.policy import in_flight_cap, pop_room, too_many_stuck
 from ..shared.process.loop import Tick

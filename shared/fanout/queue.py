@@ -20,9 +20,10 @@ from redis.connection import parse_url
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from ..entries import Entry, decode_hold, encode_entry
 from ..settings import RedisSettings
 from ..telemetry import observe
-from .keys import Entry, Keys, decode_hold, encode_entry
+from .keys import Keys
 from .retype import NO_SOURCE, Retyper, wrong_type
 
 QUARANTINE_CAP = 1000  # newest bad entries kept for inspection

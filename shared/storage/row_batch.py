@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, TypeVar
 
 from ..acks import Ack, Row
-from ..fanout.keys import Entry
+from ..entries import Entry
 from .leased.keeper import Hold
 from .protocol import NO_ACKS, AckCounts
 from .units import VALUE_ERRORS, Cursor, retry_transient, savepoint

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.fanout.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES, ReadyQueue
 
 SHORT_TIMEOUT_S = 0.1  # BLMPOP timeout for pops expected to come back empty

@@ -9,7 +9,7 @@ import redis
 
 from duecast.dispatcher.dispatcher import Dispatcher
 from duecast.dispatcher.redelivery import Redelivery
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import DispatcherSettings
 from duecast.shared.storage.source_store import Store
