@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .errors import DuecastError
+
 MAX_ID = 2**63 - 1  # BIGINT
 MAX_ATTEMPT = 2**32 - 1  # INT UNSIGNED
 MAX_ENTRY_BYTES = 30  # 19 digits + ":" + 10 digits
@@ -24,7 +26,7 @@ class Entry:
     attempt: int
 
 
-class BadEntry(ValueError):
+class BadEntry(DuecastError, ValueError):
     """A ready-list item that is not a valid entry; `reason` is a stable, short label."""
 
     def __init__(self, reason: str) -> None:
@@ -51,7 +53,7 @@ def decode_entry(raw: bytes) -> Entry:
     return Entry(id_, attempt)
 
 
-class BadHold(ValueError):
+class BadHold(DuecastError, ValueError):
     """A worker's hold record that does not parse (its source line); `reason` is a stable, short label,
     `raw` the record as read."""
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import redis
 
+from ..errors import DuecastError
 from ..fanout.keys import Keys
 from ..fanout.queue import connect_redis
 from ..queries.topics import render_topics
@@ -25,7 +26,7 @@ from ..storage.units import Connection, Cursor, translated
 INSERT_CHUNK = 500  # rows per multi-row INSERT: 500 x 64 KiB stays under the default 64 MiB packet
 
 
-class PublishError(ValueError):
+class PublishError(DuecastError, ValueError):
     """A message that cannot be published; nothing was written."""
 
 
