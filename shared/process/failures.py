@@ -20,7 +20,7 @@ from ..api.enqueue import EnqueueError
 from ..api.handlers import AppError
 from ..api.publish import PublishError
 from ..errors import DuecastError
-from ..fanout.queue import redis_problem
+from ..fanout.client import redis_problem
 from ..settings.model import SettingsFileError
 from ..storage.db import mysql_problem
 from ..storage.schema import SchemaError

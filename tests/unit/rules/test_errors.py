@@ -1,6 +1,6 @@
 """duecast's error tree (issue 22.3): every exception class the product defines derives from the one
-base, `DuecastError`; the transient branch holds MySQL's TransientError; the public names re-exported
-by `duecast` are the same classes.
+base, `DuecastError`; the transient branch holds MySQL's TransientError and the queue's
+QueueUnavailable; the public names re-exported by `duecast` are the same classes.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 
 import duecast
 from duecast.shared.errors import DuecastError, TransientFailure
+from duecast.shared.fanout.protocol import QueueError, QueueUnavailable
 from duecast.shared.storage.units import NotConnected, StorageError, TransientError
 
 PARTS = ("shared", "worker", "dispatcher", "cli")
@@ -45,7 +46,7 @@ def _exception_classes() -> list[type[BaseException]]:
 def test_the_walk_finds_the_errors_it_is_meant_to_check() -> None:
     names = {cls.__name__ for cls in _exception_classes()}
     # One per part at least, so a walk that silently finds nothing cannot pass.
-    assert {"StorageError", "BadEntry", "StartupError", "SchemaError"} <= names
+    assert {"StorageError", "BadEntry", "QueueError", "StartupError", "SchemaError"} <= names
     assert {"TimedOut", "LostMember"} <= names  # worker/
     assert len(names) >= 20
 
@@ -55,10 +56,15 @@ def test_every_exception_class_derives_from_the_one_base(cls: type[BaseException
     assert issubclass(cls, DuecastError), f"{cls.__module__}.{cls.__name__} is not a DuecastError"
 
 
-def test_mysql_transient_errors_are_on_the_transient_branch() -> None:
+def test_mysql_and_redis_transient_errors_share_the_transient_branch() -> None:
     assert issubclass(TransientError, TransientFailure)
     assert issubclass(NotConnected, TransientFailure)
+    assert issubclass(QueueUnavailable, TransientFailure)
+    # The branch does not blur the sides: a Redis error is not a storage error, nor the reverse.
+    assert not issubclass(QueueUnavailable, StorageError)
+    assert not issubclass(TransientError, QueueError)
     assert not issubclass(StorageError, TransientFailure)
+    assert not issubclass(QueueError, TransientFailure)
 
 
 def test_the_public_errors_are_duecast_errors_and_keep_their_old_bases() -> None:
