@@ -68,6 +68,7 @@ def test_mysql_and_redis_transient_errors_share_the_transient_branch() -> None:
 
 
 def test_the_public_errors_are_duecast_errors_and_keep_their_old_bases() -> None:
+    assert duecast.DuecastError is DuecastError
     names = ("NotConnected", "StorageError", "TransientError", "EnqueueError", "DuplicateJob", "PublishError")
     for name in names:
         assert issubclass(getattr(duecast, name), DuecastError), name
