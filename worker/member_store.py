@@ -13,6 +13,7 @@ import socket
 from collections.abc import Sequence
 
 from ..shared.acks import Ack, Row
+from ..shared.errors import DuecastError
 from ..shared.queries.topics import MESSAGE_COLUMNS, render_topics
 from ..shared.settings import GroupSettings, TopicsSettings
 from ..shared.storage.db import Database
@@ -24,7 +25,7 @@ from ..shared.storage.units import Cursor, is_transient, savepoint
 log = logging.getLogger("duecast.topics")
 
 
-class LostMember(RuntimeError):
+class LostMember(DuecastError, RuntimeError):
     """Our member row moved on without us (a reset, or another process took it): read it again."""
 
 

@@ -13,10 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-import redis
-
+from ..fanout.client import RedisClient, connect_redis
 from ..fanout.keys import Keys
-from ..fanout.queue import connect_redis
 from ..queries.jobs import render_jobs
 from ..settings import Settings, load_settings
 from ..storage.db import Database
@@ -72,7 +70,7 @@ class Enqueuer(Outbox):
     """Writes jobs to the jobs table and wakes the dispatcher after they commit."""
 
     def __init__(
-        self, settings: Settings, client: redis.Redis | None, tasks: Iterable[str] | None = None
+        self, settings: Settings, client: RedisClient | None, tasks: Iterable[str] | None = None
     ) -> None:
         self.jobs = settings.jobs
         self.db = Database(settings.mysql)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ..errors import DuecastError
 from ..settings import JobsSettings
 
 TEXT_CHARS = 191  # task and unique_key: VARCHAR(191), the most utf8mb4 an index prefix took in 5.6
@@ -20,7 +21,7 @@ MAX_PAYLOAD_DEPTH = 100  # nesting of lists and objects: MySQL's own JSON limit
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class EnqueueError(ValueError):
+class EnqueueError(DuecastError, ValueError):
     """A job that cannot be enqueued; nothing was written."""
 
 

@@ -11,10 +11,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
+from ..errors import DuecastError
+from ..fanout.client import RedisClient, connect_redis
 from ..fanout.keys import Keys
-from ..fanout.queue import connect_redis
 from ..queries.topics import render_topics
 from ..settings import Settings, TopicsSettings, load_settings
 from ..storage.db import Database
@@ -25,7 +24,7 @@ from ..storage.units import Connection, Cursor, translated
 INSERT_CHUNK = 500  # rows per multi-row INSERT: 500 x 64 KiB stays under the default 64 MiB packet
 
 
-class PublishError(ValueError):
+class PublishError(DuecastError, ValueError):
     """A message that cannot be published; nothing was written."""
 
 
@@ -65,7 +64,7 @@ def encode(message: Publish, topics: TopicsSettings) -> tuple[str, str | None, s
 class Publisher(Outbox):
     """Appends messages to topics; each message gets the next id of its topic, in commit order."""
 
-    def __init__(self, settings: Settings, client: redis.Redis | None) -> None:
+    def __init__(self, settings: Settings, client: RedisClient | None) -> None:
         self.topics = settings.topics
         self.db = Database(settings.mysql)
         self.retry_s = settings.mysql.writer_retry_s

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..acks import Ack, Row
-from ..fanout.keys import Entry
+from ..entries import Entry
 from ..policy import span_settled
 from ..states import ATTEMPT_COLUMN
 from .protocol import NO_ACKS, AckCounts

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 from ..acks import Ack, Row
-from ..fanout.keys import Entry
+from ..entries import Entry
 from ..settings import SourceSettings
 from .db import Database
 from .leased.keeper import Hold

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from ..acks import Ack, Row
-from ..fanout.keys import Entry
+from ..entries import Entry
 from ..queries.source import SourceSQL, assignments, column_list, fence, in_list, render
 from ..settings import SourceSettings
 from ..states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
