@@ -71,11 +71,11 @@ def serve(
     # The system-wide gauges, for /metrics only: the leader sets them, a standby drops them.
     gauges = SystemGauges(build_stores(settings, sources, stop), queue) if settings.health.port else None
     duties = Running()
-    if not drain and (singletons or gauges or settings.dispatcher.run_sweeper):
-        leadership.tick()  # the first dispatcher up leads at once; the others stand by
-        _start_duties(duties, settings, leadership, singletons, gauges=gauges, stop=stop)
-    log.info("dispatching %s", ", ".join(s.name for s in sources))
     try:
+        if not drain and (singletons or gauges or settings.dispatcher.run_sweeper):
+            leadership.tick()  # the first dispatcher up leads at once; the others stand by
+            _start_duties(duties, settings, leadership, singletons, gauges=gauges, stop=stop)
+        log.info("dispatching %s", ", ".join(s.name for s in sources))
         with serving(settings, "dispatcher") as liveness:
             # Before the first claim, in this thread: rows whose entries a fresh or flushed Redis
             # lost go back first (retried until Redis answers), so no claim is taken for lost.
