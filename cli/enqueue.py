@@ -27,6 +27,23 @@ MERGES_SHOWN = 5  # merged lines named in `duecast enqueue --file`'s summary
 
 
 def enqueue_main(rest: list[str]) -> int:
+    parser = _parser()
+    args = parser.parse_args(rest)
+    if (args.task is None) == (args.file is None):
+        parser.error("give a TASK or --file, not both")
+    settings = load_settings(args.config)
+    # Every value is checked before the task name, whose check may read the workers table.
+    queue = None if args.file else args.queue
+    tasks = partial(known_tasks, settings, args.app, queue, check=not args.no_check)
+    if args.file is not None:
+        enqueuer = Enqueuer(settings, connect_redis(settings.redis))
+        n, merged = enqueue_file(enqueuer, args.file, args.on_duplicate, Console(stderr=True), tasks)
+        print(f"enqueued {n - len(merged):,} job(s) from {args.file}" + _merged_lines(args.file, merged))
+        return 0
+    return _enqueue_one(args, settings, tasks)
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="duecast enqueue",
         description="Enqueue one job, or every job of a JSON Lines file in one transaction.",
@@ -54,18 +71,13 @@ def enqueue_main(rest: list[str]) -> int:
         "--no-check", action="store_true", help="enqueue task names no live worker or --app knows"
     )
     parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
-    args = parser.parse_args(rest)
-    if (args.task is None) == (args.file is None):
-        parser.error("give a TASK or --file, not both")
-    settings = load_settings(args.config)
-    # Every value is checked before the task name, whose check may read the workers table.
-    queue = None if args.file else args.queue
-    tasks = partial(known_tasks, settings, args.app, queue, check=not args.no_check)
-    if args.file is not None:
-        enqueuer = Enqueuer(settings, connect_redis(settings.redis))
-        n, merged = enqueue_file(enqueuer, args.file, args.on_duplicate, Console(stderr=True), tasks)
-        print(f"enqueued {n - len(merged):,} job(s) from {args.file}" + _merged_lines(args.file, merged))
-        return 0
+    return parser
+
+
+def _enqueue_one(
+    args: argparse.Namespace, settings: Settings, tasks: Callable[[], frozenset[str] | None]
+) -> int:
+    """`duecast enqueue TASK`: check the job's values, then its task name, then enqueue it."""
     payload = _json("--payload", args.payload)
     job = Job(
         args.task, payload, args.queue, args.delay, None, args.priority, args.max_attempts, args.unique_key

@@ -53,7 +53,8 @@ class LeaseStore:
 
 
 class Leadership:
-    """Renews the lease every lease/3 (as a scheduler job); `held()` says whether to act now.
+    """Renews the lease every lease/3 (a duty in its own loop: dispatcher/scheduler.py); `held()` says
+    whether to act now.
 
     `held()` uses this process' monotonic clock, counting down from what the database granted
     (less a safety margin), so a leader whose renewals fail stops acting before its lease can
@@ -107,9 +108,6 @@ class Leadership:
                 self.holder,
             )
         return Tick(self.lease_s / 3, idle=True)
-
-    def renew(self) -> None:
-        self.tick()
 
     def resign(self) -> None:
         if self.was_leader:

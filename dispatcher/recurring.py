@@ -1,6 +1,6 @@
 """Recurring: the dispatcher duty that turns schedules (settings and the app's code) into jobs.
 
-Runs as an APScheduler interval job every second (dispatcher.scheduler); `tick()` fires every schedule.
+A leader duty of the dispatcher (dispatcher/scheduler.py), every second; `tick()` fires every schedule.
 """
 
 from __future__ import annotations

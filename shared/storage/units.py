@@ -201,17 +201,10 @@ def retry_transient(
             if not retry_on(exc):
                 raise
             delay = error_backoff_s(attempt, base_s, cap_s, rng)
-            if budget_s is not None:
-                spent = clock() - began
-                if spent + delay > budget_s:
-                    raise
-                count = f"retry {attempt}, {spent:.1f}s of {budget_s:g}s"
-            elif retries is None:
-                count = f"retry {attempt}"
-            elif attempt > retries:
+            spent_s = clock() - began if budget_s is not None else 0.0  # the clock only paces a budget
+            count = _retry_count(attempt, retries, budget_s, spent_s, delay)
+            if count is None:
                 raise
-            else:
-                count = f"{attempt} of {retries}"
             log.warning(
                 "%s hit %s; retrying %s(%s) in %.2fs",
                 what,
@@ -222,3 +215,15 @@ def retry_transient(
                 extra={"event": event} if event else None,
             )
             sleep(delay)
+
+
+def _retry_count(
+    attempt: int, retries: int | None, budget_s: float | None, spent_s: float, delay_s: float
+) -> str | None:
+    """How the retry log line counts this retry ("2 of 3", "retry 7", "retry 4, 2.9s of 30s"), or None
+    when the limit (a count, or a time budget the next try would pass) says to give up."""
+    if budget_s is not None:
+        return None if spent_s + delay_s > budget_s else f"retry {attempt}, {spent_s:.1f}s of {budget_s:g}s"
+    if retries is None:
+        return f"retry {attempt}"
+    return None if attempt > retries else f"{attempt} of {retries}"
