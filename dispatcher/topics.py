@@ -8,12 +8,12 @@ import logging
 import threading
 from collections.abc import Callable
 
-from ..shared.monitor.topic_status import TopicMonitor
 from ..shared.process.failures import retry_startup
 from ..shared.process.loop import Tick
 from ..shared.settings import Settings, TopicsSettings
 from ..shared.storage.db import Database
 from ..shared.storage.topic_admin import TopicAdmin
+from ..shared.storage.topic_status import TopicMonitor
 from . import topic_metrics
 
 log = logging.getLogger("duecast.topics")
