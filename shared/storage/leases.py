@@ -1,10 +1,10 @@
 """The dispatcher leader's lease row: take or renew it, read what the database granted, hand it over.
-Runs shared.queries.source.LeaderSQL; when to renew and whether to act is dispatcher/leader.py's.
+Runs shared.queries.registry.LeaderSQL; when to renew and whether to act is dispatcher/leader.py's.
 """
 
 from __future__ import annotations
 
-from ..queries.source import LeaderSQL, render_leases
+from ..queries.registry import LeaderSQL, render_leases
 from .db import Database
 
 

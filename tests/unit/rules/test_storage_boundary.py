@@ -1,6 +1,7 @@
 """Storage is the only place a statement runs (issue 22): outside shared/storage/ (and the query
 catalogs themselves, which are text), no module imports the query catalogs or the MySQL driver, asks
-for or holds a cursor, or calls `execute`/`executemany`, except on a Redis pipeline.
+for or holds a cursor, or calls `execute`/`executemany`, except on a Redis pipeline. And the catalogs
+are named statements: no renderer of hundreds of lines.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ PARTS = ("shared", "worker", "dispatcher", "cli", "duecast")
 INSIDE = (ROOT / "shared" / "storage", ROOT / "shared" / "queries")
 CATALOGS = ROOT / "shared" / "queries"
 RUNS_STATEMENTS = {"execute", "executemany", "cursor"}
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60  # the house limits (../shared/style.md)
 
 
 def _modules() -> Iterator[Path]:
@@ -140,3 +142,19 @@ def test_the_rule_sees_what_it_forbids() -> None:
         f"{where}:9 calls .executemany()",
         f"{where}:12 calls .execute()",
     ]
+
+
+def test_the_query_catalogs_are_named_statements_not_long_renderers() -> None:
+    # A catalog reads as a list of named statements: a renderer composes small families of them.
+    too_long = []
+    for path in sorted(CATALOGS.rglob("*.py")):
+        source = path.read_text()
+        where = path.relative_to(ROOT)
+        if len(source.splitlines()) > MAX_MODULE_LINES:
+            too_long.append(f"{where}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source, str(path))):
+            if isinstance(node, ast.FunctionDef) and node.end_lineno is not None:
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    too_long.append(f"{where}:{node.lineno} {node.name}: {lines} lines")
+    assert too_long == []
