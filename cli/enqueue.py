@@ -17,7 +17,7 @@ from rich.progress import Progress
 
 from ..shared.api.enqueue import EnqueueError, Enqueuer, Job, JobRow, OnDuplicate, Written, encode
 from ..shared.api.handlers import load_registry
-from ..shared.fanout.queue import connect_redis
+from ..shared.fanout.client import connect_redis
 from ..shared.settings import JOBS_SOURCE, Settings, load_settings
 from ..shared.storage.db import Database
 from ..shared.storage.worker_registry import WorkerRegistry

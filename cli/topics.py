@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..shared.api.publish import Publish, Publisher, PublishError, encode
-from ..shared.fanout.queue import connect_redis
+from ..shared.fanout.client import connect_redis
 from ..shared.settings import Settings, TopicsSettings, load_settings
 from ..shared.states import STATE_NAMES, State
 from ..shared.storage.db import Database

@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from ..shared.api.handlers import Handler
-from ..shared.fanout.keys import BadEntry, Entry, decode_entry, encode_entry
-from ..shared.fanout.queue import ReadyQueue
+from ..shared.entries import BadEntry, Entry, decode_entry, encode_entry
+from ..shared.fanout.protocol import Queue
 from ..shared.policy import in_flight_cap, pop_room, too_many_stuck
 from ..shared.process.loop import Tick
 from ..shared.settings import WorkerSettings
@@ -57,7 +57,7 @@ class Worker:
         self,
         stores: Mapping[str, Store],
         handlers: Mapping[str, Handler],
-        queue: ReadyQueue,
+        queue: Queue,
         settings: WorkerSettings,
         *,
         process: str | None = None,

@@ -6,16 +6,13 @@ and rates are means (range mode checks in bursts, so a per-second median can be 
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from ...shared.monitor.freshness import Freshness
 from ...shared.storage.source_store import STATUS_COUNT_CAP
 from .. import formats
-
-if TYPE_CHECKING:
-    from .run import Run
+from .results import Run
 
 
 def live_table(result: Run, alive: int, started: int, elapsed: float) -> Table:

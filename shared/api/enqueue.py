@@ -12,9 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-import redis
-
-from ..fanout.queue import connect_redis
+from ..fanout.client import RedisClient, connect_redis
 from ..settings import Settings, load_settings
 from ..storage.job_writer import (
     DuplicateJob,
@@ -48,7 +46,7 @@ class Enqueuer(JobWriter):
     """Checks jobs, writes them to the jobs table and wakes the dispatcher after they commit."""
 
     def __init__(
-        self, settings: Settings, client: redis.Redis | None, tasks: Iterable[str] | None = None
+        self, settings: Settings, client: RedisClient | None, tasks: Iterable[str] | None = None
     ) -> None:
         super().__init__(settings, client, frozenset(tasks) if tasks is not None else None)
 

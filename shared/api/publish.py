@@ -10,13 +10,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..fanout.queue import connect_redis
+from ..errors import DuecastError
+from ..fanout.client import connect_redis
 from ..settings import Settings, TopicsSettings, load_settings
 from ..storage.message_writer import MessageWriter
 from ..storage.units import Connection
 
 
-class PublishError(ValueError):
+class PublishError(DuecastError, ValueError):
     """A message that cannot be published; nothing was written."""
 
 

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..fanout.keys import Entry
+from ..entries import Entry
 from ..identifiers import quote
 from ..settings import SourceSettings
 from ..states import (

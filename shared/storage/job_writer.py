@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-import redis
-
+from ..errors import DuecastError
+from ..fanout.client import RedisClient
 from ..fanout.keys import Keys
 from ..queries.jobs import render_jobs
 from ..settings import Settings
@@ -24,7 +24,7 @@ MERGE_TRIES = 3  # a duplicate whose holder finished before we could read it: in
 OnDuplicate = Literal["error", "keep"]
 
 
-class EnqueueError(ValueError):
+class EnqueueError(DuecastError, ValueError):
     """A job that cannot be enqueued; nothing was written."""
 
 
@@ -89,7 +89,7 @@ class JobWriter(Outbox):
     """Writes job rows; `tasks` are the app's registered tasks (None: not checked), for its callers."""
 
     def __init__(
-        self, settings: Settings, client: redis.Redis | None, tasks: frozenset[str] | None = None
+        self, settings: Settings, client: RedisClient | None, tasks: frozenset[str] | None = None
     ) -> None:
         self.jobs = settings.jobs
         self.db = Database(settings.mysql)

@@ -14,6 +14,7 @@ import socket
 from collections.abc import Sequence
 
 from ..acks import Ack, Row
+from ..errors import DuecastError
 from ..queries.topics import MESSAGE_COLUMNS, render_topics
 from ..settings import GroupSettings, TopicsSettings
 from .db import Database
@@ -25,7 +26,7 @@ from .units import Cursor, is_transient, savepoint
 log = logging.getLogger("duecast.topics")
 
 
-class LostMember(RuntimeError):
+class LostMember(DuecastError, RuntimeError):
     """Our member row moved on without us (a reset, or another process took it): read it again."""
 
 

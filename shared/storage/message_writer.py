@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-import redis
-
+from ..fanout.client import RedisClient
 from ..fanout.keys import Keys
 from ..queries.topics import render_topics
 from ..settings import Settings
@@ -25,7 +24,7 @@ Message = tuple[str, str | None, str]  # (topic, key, JSON text), checked
 class MessageWriter(Outbox):
     """Appends messages to topics; each message gets the next id of its topic, in commit order."""
 
-    def __init__(self, settings: Settings, client: redis.Redis | None) -> None:
+    def __init__(self, settings: Settings, client: RedisClient | None) -> None:
         self.topics = settings.topics
         self.db = Database(settings.mysql)
         self.retry_s = settings.mysql.writer_retry_s

@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from ..acks import Ack, Row
-from ..fanout.keys import Entry
+from ..entries import Entry
 from ..identifiers import quote
 from ..queries.ranges import range_source, ranges_table, render_ranges
 from ..queries.source import assignments, column_list, in_list, spans

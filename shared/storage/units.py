@@ -16,6 +16,7 @@ from typing import TypeAlias, TypeVar
 import pymysql
 import pymysql.cursors
 
+from ..errors import DuecastError, TransientFailure
 from ..policy import error_backoff_s
 
 T = TypeVar("T")
@@ -32,7 +33,7 @@ DEADLOCK, LOCK_WAIT_TIMEOUT, DUPLICATE_KEY = 1213, 1205, 1062
 _TRANSIENT_CODES = {DEADLOCK, LOCK_WAIT_TIMEOUT, 2003, 2006, 2013, 1927, 4031}
 
 
-class StorageError(Exception):
+class StorageError(DuecastError):
     """An error of the storage layer that its callers may handle by name."""
 
     def __init__(self, message: str, code: int | None = None) -> None:
@@ -40,7 +41,7 @@ class StorageError(Exception):
         self.code = code
 
 
-class TransientError(StorageError):
+class TransientError(StorageError, TransientFailure):
     """A unit of work failed for a reason that passes (deadlock, lock wait timeout, lost or refused
     connection, killed session): nothing of it was committed unless its COMMIT was cut off, and
     running the whole unit again is safe because every transition is fenced."""

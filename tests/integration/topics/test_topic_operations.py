@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.dispatcher.topics import TopicKeeper
 from duecast.shared.api.publish import Publish
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from duecast.shared.fanout.keys import Entry, encode_entry
+from duecast.shared.entries import Entry, encode_entry
 from duecast.worker.worker import decode_batch
 
 

@@ -11,7 +11,7 @@ from typing import cast
 
 from duecast.shared.acks import Row
 from duecast.shared.api.handlers import Handler
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import WorkerSettings
 from duecast.shared.storage.source_store import SourceStore

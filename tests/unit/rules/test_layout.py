@@ -1,6 +1,6 @@
-"""The tree tools can read (issue 22): the package is assembled from the repository's top-level folders
-by pyproject.toml's package-dir, every import inside them is relative, none of them loads under its
-bare name, and no symbolic link stands in for a folder.
+"""The tree tools can read (issue 22): the repository's root is the package `duecast` (pyproject.toml's
+package-dir), every import inside its parts is relative, no part loads under its bare name, and no
+symbolic link stands in for a folder.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 PARTS = ("shared", "worker", "dispatcher", "cli")
+PACKAGED = (*PARTS, "examples")
 
 
 def _pyproject() -> dict[str, object]:
@@ -28,7 +29,7 @@ def _package_dirs() -> dict[str, str]:
     return dict(tool["setuptools"]["package-dir"])
 
 
-@pytest.mark.parametrize("name", PARTS)
+@pytest.mark.parametrize("name", PACKAGED)
 def test_a_part_imported_by_its_bare_name_fails_loudly(name: str) -> None:
     # The repository root is on sys.path for pytest's default import mode and any script run there:
     # `import shared` must not quietly load a second copy of duecast.shared.
@@ -40,24 +41,22 @@ def test_a_part_imported_by_its_bare_name_fails_loudly(name: str) -> None:
 
 
 def test_the_package_resolves_to_the_top_level_folders() -> None:
-    for folder in PARTS:
+    assert Path(importlib.import_module("duecast").__file__ or "").resolve() == ROOT / "__init__.py"
+    for folder in PACKAGED:
         module = importlib.import_module(f"duecast.{folder}")
         assert Path(module.__file__ or "").resolve() == ROOT / folder / "__init__.py"
 
 
 def test_every_package_folder_is_listed_in_pyproject() -> None:
-    dirs = _package_dirs()
+    assert _package_dirs() == {"duecast": "."}
     tool = _pyproject()["tool"]
     assert isinstance(tool, dict)
     listed = set(tool["setuptools"]["packages"])
-    found: set[str] = set()
-    for name, folder in dirs.items():
-        base = ROOT / folder
-        for init in base.rglob("__init__.py"):
-            if "__pycache__" in init.parts:
-                continue
-            rel = init.parent.relative_to(base).parts
-            found.add(".".join((name, *rel)))
+    found = {"duecast"}
+    for part in PACKAGED:
+        for init in (ROOT / part).rglob("__init__.py"):
+            if "__pycache__" not in init.parts:
+                found.add(".".join(("duecast", *init.parent.relative_to(ROOT).parts)))
     assert found == listed, f"pyproject.toml's packages differ from the folders: {sorted(found ^ listed)}"
 
 
@@ -84,8 +83,8 @@ def _absolute_product_imports(path: Path) -> list[str]:
 
 def test_imports_inside_the_parts_are_relative() -> None:
     # An absolute `duecast.shared...` names a folder that does not exist in the checkout: grep, IDEs
-    # and drawings of the imports cannot follow it. duecast/__init__.py (the public face) and the
-    # example handlers (written as a user writes them) import the public API by its name.
+    # and drawings of the imports cannot follow it. The public face (./__init__.py) and the example
+    # handlers (written as a user writes them) import the public API by its name.
     offenders = []
     for part in PARTS:
         for path in sorted((ROOT / part).rglob("*.py")):
@@ -109,3 +108,12 @@ def test_roles_never_import_each_other_and_shared_imports_no_role() -> None:
                 if head in others:
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} -> {head}")
     assert offenders == []
+
+
+def test_test_modules_are_named_from_tests_down_and_loaded_once() -> None:
+    # tests/naming.py: the root is a package, yet a test helper must not load twice under two names.
+    assert __name__ == "tests.unit.rules.test_layout"
+    conftest = ROOT / "tests" / "conftest.py"
+    copies = [name for name, module in list(sys.modules.items())
+              if getattr(module, "__file__", None) and Path(module.__file__).resolve() == conftest]
+    assert copies == ["tests.conftest"]

@@ -1,1 +1,0 @@
-"""Example handler modules; `block_check` is the one the demo runs."""
