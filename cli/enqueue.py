@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from ..shared.api.enqueue import EnqueueError, Enqueuer, Job, JobRow, OnDuplicate, encode
+from ..shared.api.enqueue import EnqueueError, Enqueuer, Job, JobRow, OnDuplicate, Written, encode
 from ..shared.api.handlers import load_registry
 from ..shared.fanout.client import connect_redis
 from ..shared.settings import JOBS_SOURCE, Settings, load_settings
@@ -217,10 +217,11 @@ def enqueue_file(
         bar.update(check, completed=path.stat().st_size)
         _check_tasks(path, rows, numbers, known())
         write = bar.add_task("enqueueing", total=len(rows))
-        with enqueuer.db.transaction() as cur:
-            for i in range(0, len(rows), FILE_CHUNK):
-                written = enqueuer.write(cur, rows[i : i + FILE_CHUNK], on_duplicate)
-                merged.update({numbers[i + j]: job for j, job in written.merged.items()})
-                bar.advance(write, len(rows[i : i + FILE_CHUNK]))
+
+        def done(i: int, written: Written) -> None:
+            merged.update({numbers[i + j]: job for j, job in written.merged.items()})
+            bar.advance(write, len(rows[i : i + FILE_CHUNK]))
+
+        enqueuer.insert_in_chunks(rows, on_duplicate, FILE_CHUNK, done)
     enqueuer.wake()
     return len(rows), merged

@@ -24,18 +24,19 @@ from ..shared.process.runtime import (
 from ..shared.settings import Settings
 from ..shared.storage.db import Database
 from ..shared.storage.leased.jobs import JobStore
+from ..shared.storage.leases import LeaseStore
 from ..shared.storage.range_store import RangeStore
+from ..shared.storage.schedule_store import ScheduleStore
 from ..shared.storage.source_store import Store
 from ..shared.storage.worker_registry import WorkerRegistry
 from .coverage import Coverage
 from .dispatcher import Dispatcher
 from .gauges import SystemGauges
-from .leader import Leadership, LeaseStore
+from .leader import Leadership
 from .pruner import Pruner
 from .ranges import RangeKeeper
 from .recurring import TICK_S, Recurring
 from .redelivery import LEADER, Redelivery, cadence, sweeper
-from .schedule_store import ScheduleStore
 from .scheduler import Every, Guarded, Led, Running
 from .topics import topic_duties
 

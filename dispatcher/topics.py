@@ -7,12 +7,12 @@ from __future__ import annotations
 import logging
 import threading
 
-from ..shared.monitor.topic_status import TopicMonitor
 from ..shared.process.failures import retry_startup
 from ..shared.process.loop import Role, Tick
 from ..shared.settings import Settings, TopicsSettings
 from ..shared.storage.db import Database
 from ..shared.storage.topic_admin import TopicAdmin
+from ..shared.storage.topic_status import TopicMonitor
 from . import topic_metrics
 
 log = logging.getLogger("duecast.topics")
