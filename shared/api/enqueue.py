@@ -21,7 +21,7 @@ from ..queries.jobs import render_jobs
 from ..settings import Settings, load_settings
 from ..storage.db import Database
 from ..storage.outbox import Outbox
-from ..storage.units import Connection, Cursor, DuplicateKey, translated
+from ..storage.units import Connection, Cursor, DuplicateKey, StorageError, access_denied, translated
 from .job_input import MAX_PAYLOAD_DEPTH, EnqueueError, Job, JobRow, encode
 
 INSERT_CHUNK = 500  # rows per multi-row INSERT: 500 x 64 KiB stays under the default 64 MiB packet
@@ -242,10 +242,16 @@ class Enqueuer(Outbox):
 
     def _holder(self, cur: Cursor, row: JobRow) -> int | None:
         if row.unique_key is not None:
-            with translated():
-                cur.execute(self.sql.find_unique_holder, (row.task, row.unique_key))
+            try:
+                with translated():
+                    cur.execute(self.sql.find_unique_holder, (row.task, row.unique_key))
+            except StorageError as exc:
+                if not access_denied(exc):
+                    raise
+                with translated():  # no SELECT granted: the DBA's function reads it (sql/grants.sql)
+                    cur.execute(self.sql.call_unique_holder, (row.task, row.unique_key))
             found = cur.fetchone()
-            if found is not None:
+            if found is not None and found[0] is not None:
                 return int(found[0])
         if row.schedule is not None:
             with translated():

@@ -64,6 +64,7 @@ class JobSQL:
     insert_scheduled: str
     insert_scheduled_values: str
     find_unique_holder: str
+    call_unique_holder: str
     find_scheduled_holder: str
     id_facts: str
     find_prunable: str
@@ -112,6 +113,10 @@ def render_jobs(table: str) -> JobSQL:
         find_unique_holder=(
             f"SELECT `id` FROM {t} WHERE `task` = %s AND `unique_slot` = %s LOCK IN SHARE MODE"
         ),
+        # The same read for an enqueuer account with no SELECT on the table (so it cannot lock its
+        # rows: sql/grants.sql): the function `<table>_holder` the DBA made runs it with a definer's
+        # rights, and returns the id or NULL. (`table` is a validated identifier.)
+        call_unique_holder=f"SELECT `{table}_holder`(%s, %s)",
         # ...and the run of a schedule already written for that fire time (dc_schedule_run).
         find_scheduled_holder=(
             f"SELECT `id` FROM {t} WHERE `schedule` = %s AND `scheduled_for` = %s LOCK IN SHARE MODE"
