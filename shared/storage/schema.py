@@ -181,9 +181,7 @@ def index_columns(cur: Cursor, table: str) -> dict[str, list[str]]:
 
 def check_jobs_table(cur: Cursor, jobs: JobsSettings) -> None:
     """Raise SchemaError unless the jobs and schedules tables are as this version needs them."""
-    info = describe(cur, jobs.table)
-    if not info.columns and denied(cur, jobs.table):
-        raise SchemaError(access_denied_to(f"the jobs table {jobs.table}"))
+    info = described(cur, jobs.table, f"the jobs table {jobs.table}")
     if not info.columns or jobs_migration(jobs, info, index_columns(cur, jobs.table)):
         raise SchemaError(
             f"the jobs table {jobs.table} is missing or older than this duecast; run `duecast migrate`"
@@ -209,6 +207,14 @@ def access_denied_to(what: str) -> str:
         f"{what}: access denied to this account (grant its role's privileges: sql/grants.sql, "
         "docs/security.md; if the table is missing, run `duecast migrate`)"
     )
+
+
+def described(cur: Cursor, table: str, what: str) -> TableInfo:
+    """describe(), refusing a table this account may not touch with the access-denied line."""
+    info = describe(cur, table)
+    if not info.columns and denied(cur, table):
+        raise SchemaError(access_denied_to(what))
+    return info
 
 
 def unseen(cur: Cursor, what: str, table: str) -> str:

@@ -15,7 +15,7 @@ from datetime import datetime
 from ..queries.source import WorkerSQL, render_workers
 from ..settings import JOBS_SOURCE, MySQLSettings, WorkerSettings
 from .db import Database
-from .schema import SchemaError, access_denied_to, denied, describe, workers_migration
+from .schema import SchemaError, described, workers_migration
 from .units import MYSQL_ERRORS
 
 log = logging.getLogger("duecast.workers")
@@ -56,9 +56,7 @@ class WorkerRegistry:
         """Start-up check: the table is there and as new as this duecast (else: run migrate)."""
         table = self.settings.registry_table
         with self.db.transaction() as cur:
-            info = describe(cur, table)
-            if not info.columns and denied(cur, table):
-                raise SchemaError(access_denied_to(f"the workers table {table}"))
+            info = described(cur, table, f"the workers table {table}")
         if not info.columns or workers_migration(self.settings.registry_table, info):
             raise SchemaError(
                 f"the workers table {self.settings.registry_table} is missing or older than this duecast; "

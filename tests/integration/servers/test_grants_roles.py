@@ -23,7 +23,9 @@ from duecast.shared.api.publish import Publisher
 from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings
 from duecast.shared.states import State
+from duecast.shared.storage.db import Database, connect
 from duecast.shared.storage.schema import SchemaError
+from duecast.shared.storage.source_store import SourceStore
 from duecast.shared.storage.topic_schema import check_topic_tables
 from duecast.worker import main as worker_main
 from tests.integration import apps, range_app, topics_app
@@ -101,6 +103,20 @@ def test_a_missing_grant_is_named_as_access_denied_not_as_a_missing_table(roles:
     finally:
         roles.sql.execute(f"GRANT SELECT, INSERT ON `{roles.database}`.`duecast_topics` TO %s@'%%'", (user,))
     said = str(info.value)
+    roles.sql.execute(
+        f"REVOKE SELECT, UPDATE ON `{roles.database}`.`user_block_status` FROM %s@'%%'", (user,)
+    )
+    store = SourceStore(Database(settings.mysql), settings.sources[0])
+    try:
+        with pytest.raises(
+            SchemaError, match=r"table user_block_status: access denied to this account \(grant"
+        ):
+            store.verify()
+    finally:
+        store.db.close()
+        roles.sql.execute(
+            f"GRANT SELECT, UPDATE ON `{roles.database}`.`user_block_status` TO %s@'%%'", (user,)
+        )
     assert "duecast_topics: access denied" in said, said
     assert "(grant its role's privileges: sql/grants.sql" in said, said
     # A table that is really missing, seen by an account that may look: as before.
@@ -198,3 +214,33 @@ def test_the_dashboard_account_reads_everything_and_changes_nothing(
     ):
         roles.refused("dashboard", stmt)
     roles.sql.execute("DELETE FROM duecast_jobs WHERE id = %s", (job,))
+
+
+def test_the_enqueuers_keep_lookup_can_hold_only_the_row_it_asks_for(roles: Granted) -> None:
+    """Issue 25, item 5: the function `on_duplicate="keep"` calls locks the one holder row (as the
+    duplicate INSERT does); a worker's writes of every other job go through meanwhile."""
+    roles.sql.execute(
+        "INSERT INTO duecast_jobs (task, payload, unique_key, unique_slot) VALUES "
+        "('record', '1', 'held', 'held'), ('record', '2', NULL, NULL)"
+    )
+    held = int(roles.sql.lastrowid or 0)
+    other = held + 1
+    enqueuer = connect(roles.accounts["enqueuer"])
+    worker = connect(roles.accounts["worker"])
+    try:
+        with enqueuer.cursor() as cur:
+            cur.execute("SELECT duecast_jobs_holder('record', 'held'), duecast_jobs_holder('record', 'nope')")
+            assert cur.fetchone() == (held, None)  # the transaction stays open, its lock held
+        with worker.cursor() as cur:
+            cur.execute("SET SESSION innodb_lock_wait_timeout = 1")
+            cur.execute(
+                "UPDATE duecast_jobs SET lease_until = NOW(6), dc_state = %s WHERE id = %s",
+                (int(State.RUNNING), other),
+            )
+            assert cur.rowcount == 1
+        worker.commit()
+    finally:
+        enqueuer.rollback()
+        enqueuer.close()
+        worker.close()
+        roles.sql.execute("DELETE FROM duecast_jobs WHERE id IN (%s, %s)", (held, other))
