@@ -82,7 +82,8 @@ CREATE DEFINER = 'duecast_holder'@'localhost' FUNCTION `app`.`duecast_jobs_holde
   RETURNS BIGINT READS SQL DATA SQL SECURITY DEFINER
   RETURN (SELECT `id` FROM `app`.`duecast_jobs` WHERE `task` = p_task AND `unique_slot` = p_key
     LOCK IN SHARE MODE);
--- (MariaDB checks EXECUTE for the definer too.)
+-- (Creating it for another DEFINER takes a DBA account: SET USER or SUPER, and CREATE ROUTINE.
+-- MariaDB checks EXECUTE for the definer too.)
 GRANT EXECUTE ON FUNCTION `app`.`duecast_jobs_holder` TO 'duecast_holder'@'localhost';
 GRANT EXECUTE ON FUNCTION `app`.`duecast_jobs_holder` TO 'duecast_enqueuer'@'%';
 
