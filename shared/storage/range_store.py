@@ -26,7 +26,7 @@ from .packed import PACKABLE_TYPES, read_packed
 from .protocol import AckCounts, SourceStatus
 from .range_batch import RANGE_KEY, Late, RangeBatch, Span
 from .row_batch import RowBatch, guarded
-from .schema import check_business_columns, describe
+from .schema import check_business_columns, described
 from .source_store import SourceStore
 from .units import Cursor
 
@@ -55,7 +55,9 @@ class RangeStore:
 
     def verify(self) -> None:
         with self.db.transaction() as cur:
-            info = describe(cur, self.business.table)
+            info = described(
+                cur, self.business.table, f"source {self.business.name}: table {self.business.table}"
+            )
         check_business_columns(self.business, info)
         self.columns = frozenset(info.columns)
         self.column_types = dict(info.columns)
