@@ -20,7 +20,7 @@ from duecast.cli.web.app import create_app
 from duecast.cli.web.context import WebContext
 from duecast.dispatcher import main as dispatcher_main
 from duecast.shared.api.publish import Publisher
-from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database, connect
