@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -15,11 +16,12 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from ..shared.api.enqueue import EnqueueError, Enqueuer, Job, JobRow, OnDuplicate, encode
+from ..shared.api.enqueue import EnqueueError, Enqueuer, Job, JobRow, OnDuplicate, Written, encode
 from ..shared.api.handlers import load_registry
-from ..shared.fanout.queue import connect_redis
+from ..shared.fanout.client import connect_redis
 from ..shared.settings import JOBS_SOURCE, Settings, load_settings
 from ..shared.storage.db import Database
+from ..shared.storage.units import StorageError, access_denied
 from ..shared.storage.worker_registry import WorkerRegistry
 
 FILE_CHUNK = 5000  # rows validated / written per progress step
@@ -27,6 +29,23 @@ MERGES_SHOWN = 5  # merged lines named in `duecast enqueue --file`'s summary
 
 
 def enqueue_main(rest: list[str]) -> int:
+    parser = _parser()
+    args = parser.parse_args(rest)
+    if (args.task is None) == (args.file is None):
+        parser.error("give a TASK or --file, not both")
+    settings = load_settings(args.config)
+    # Every value is checked before the task name, whose check may read the workers table.
+    queue = None if args.file else args.queue
+    tasks = partial(known_tasks, settings, args.app, queue, check=not args.no_check)
+    if args.file is not None:
+        enqueuer = Enqueuer(settings, connect_redis(settings.redis))
+        n, merged = enqueue_file(enqueuer, args.file, args.on_duplicate, Console(stderr=True), tasks)
+        print(f"enqueued {n - len(merged):,} job(s) from {args.file}" + _merged_lines(args.file, merged))
+        return 0
+    return _enqueue_one(args, settings, tasks)
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="duecast enqueue",
         description="Enqueue one job, or every job of a JSON Lines file in one transaction.",
@@ -54,18 +73,13 @@ def enqueue_main(rest: list[str]) -> int:
         "--no-check", action="store_true", help="enqueue task names no live worker or --app knows"
     )
     parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
-    args = parser.parse_args(rest)
-    if (args.task is None) == (args.file is None):
-        parser.error("give a TASK or --file, not both")
-    settings = load_settings(args.config)
-    # Every value is checked before the task name, whose check may read the workers table.
-    queue = None if args.file else args.queue
-    tasks = partial(known_tasks, settings, args.app, queue, check=not args.no_check)
-    if args.file is not None:
-        enqueuer = Enqueuer(settings, connect_redis(settings.redis))
-        n, merged = enqueue_file(enqueuer, args.file, args.on_duplicate, Console(stderr=True), tasks)
-        print(f"enqueued {n - len(merged):,} job(s) from {args.file}" + _merged_lines(args.file, merged))
-        return 0
+    return parser
+
+
+def _enqueue_one(
+    args: argparse.Namespace, settings: Settings, tasks: Callable[[], frozenset[str] | None]
+) -> int:
+    """`duecast enqueue TASK`: check the job's values, then its task name, then enqueue it."""
     payload = _json("--payload", args.payload)
     job = Job(
         args.task, payload, args.queue, args.delay, None, args.priority, args.max_attempts, args.unique_key
@@ -103,7 +117,20 @@ def known_tasks(
         return load_registry(app).task_names
     if not check or (queue is not None and queue not in settings.jobs.queues):
         return None  # unchecked; an unknown queue is the Enqueuer's to refuse
-    served = WorkerRegistry(Database(settings.mysql), settings.worker).served_tasks()
+    try:
+        served = WorkerRegistry(Database(settings.mysql), settings.worker).served_tasks()
+    except StorageError as exc:
+        if not access_denied(exc):
+            raise
+        # The enqueuer account of sql/grants.sql reads no table (a SELECT grant would let it lock
+        # rows): the check is skipped, said in one line; --app or worker.app checks without the database.
+        print(
+            f"duecast enqueue: warning: task names not checked: mysql.user {settings.mysql.user!r} may not "
+            f"read {settings.worker.registry_table} (access denied); pass --app module[:attr] or set "
+            "worker.app to check them",
+            file=sys.stderr,
+        )
+        return None
     if queue is not None:
         tasks = served.get(f"{JOBS_SOURCE}.{queue}")
         where = f"queue {queue!r}"
@@ -205,10 +232,11 @@ def enqueue_file(
         bar.update(check, completed=path.stat().st_size)
         _check_tasks(path, rows, numbers, known())
         write = bar.add_task("enqueueing", total=len(rows))
-        with enqueuer.db.transaction() as cur:
-            for i in range(0, len(rows), FILE_CHUNK):
-                written = enqueuer.write(cur, rows[i : i + FILE_CHUNK], on_duplicate)
-                merged.update({numbers[i + j]: job for j, job in written.merged.items()})
-                bar.advance(write, len(rows[i : i + FILE_CHUNK]))
+
+        def done(i: int, written: Written) -> None:
+            merged.update({numbers[i + j]: job for j, job in written.merged.items()})
+            bar.advance(write, len(rows[i : i + FILE_CHUNK]))
+
+        enqueuer.insert_in_chunks(rows, on_duplicate, FILE_CHUNK, done)
     enqueuer.wake()
     return len(rows), merged

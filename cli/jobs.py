@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..shared.api.enqueue import EnqueueError, Enqueuer
-from ..shared.fanout.queue import connect_redis
+from ..shared.fanout.client import connect_redis
 from ..shared.process.failures import EXIT_NO, EXIT_UNCONFIRMED, StartupError
 from ..shared.settings import Settings, load_settings
 from ..shared.states import STATE_NAMES, State

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from ..acks import Ack, Row
+from ..errors import DuecastError
 from ..identifiers import check_identifier
 from ..settings import JOBS_SOURCE, ScheduleSettings, topic_source
 from .context import call_as, job_context, running
@@ -337,7 +338,7 @@ class Registry:
         return handler
 
 
-class AppError(ValueError):
+class AppError(DuecastError, ValueError):
     """The handler app named by --app / worker.app cannot be loaded; the message says why."""
 
 

@@ -64,6 +64,7 @@ class JobSQL:
     insert_scheduled: str
     insert_scheduled_values: str
     find_unique_holder: str
+    call_unique_holder: str
     find_scheduled_holder: str
     id_facts: str
     find_prunable: str
@@ -82,7 +83,12 @@ class JobSQL:
 def render_jobs(table: str) -> JobSQL:
     """The jobs table's statements but dispatch's: jobs are dispatched in runs (job_runs.py)."""
     t = quote(table)
-    return JobSQL(
+    return JobSQL(**_enqueueing(t, quote(f"{table}_holder")), **_upkeep(t), **_operating(t))
+
+
+def _enqueueing(t: str, holder: str) -> dict[str, str]:
+    """An application's writes: the INSERT, and what a duplicate key or new ids need."""
+    return dict(
         # An application's job: only the columns an enqueuer is granted INSERT on (sql/grants.sql);
         # the state, counters, lease and schedule columns keep their defaults.
         insert=(
@@ -112,6 +118,10 @@ def render_jobs(table: str) -> JobSQL:
         find_unique_holder=(
             f"SELECT `id` FROM {t} WHERE `task` = %s AND `unique_slot` = %s LOCK IN SHARE MODE"
         ),
+        # The same read for an enqueuer account with no SELECT on the table (so it cannot lock its
+        # rows: sql/grants.sql): the function `<table>_holder` the DBA made runs it with a definer's
+        # rights, and returns the id or NULL.
+        call_unique_holder=f"SELECT {holder}(%s, %s)",
         # ...and the run of a schedule already written for that fire time (dc_schedule_run).
         find_scheduled_holder=(
             f"SELECT `id` FROM {t} WHERE `schedule` = %s AND `scheduled_for` = %s LOCK IN SHARE MODE"
@@ -119,6 +129,12 @@ def render_jobs(table: str) -> JobSQL:
         # enqueue_many's ids: a multi-row INSERT's are consecutive from LAST_INSERT_ID() only under
         # innodb_autoinc_lock_mode 0 or 1 (MariaDB's default; MySQL 8's is 2).
         id_facts="SELECT @@innodb_autoinc_lock_mode",
+    )
+
+
+def _upkeep(t: str) -> dict[str, str]:
+    """The pruner's deletes and the status reads, bounded."""
+    return dict(
         # Pruner: finished jobs older than their retention (run_at is the finish time once a job
         # is done or dead). dc_due ranges per (state, queue, priority).
         find_prunable=(
@@ -146,6 +162,12 @@ def render_jobs(table: str) -> JobSQL:
             )
             + ") AS heads"
         ),
+    )
+
+
+def _operating(t: str) -> dict[str, str]:
+    """Operator commands (`duecast jobs`): show, retry / replay, discard."""
+    return dict(
         # Operator commands (`duecast jobs`): `{where}` is built from fixed column names with
         # every value a parameter (admin.job_admin.Filter).
         show=(

@@ -15,10 +15,10 @@ from functools import partial
 from typing import Any
 
 from ..acks import Ack, Row
-from ..fanout.keys import Entry
+from ..entries import Entry
 from ..identifiers import quote
-from ..queries.ranges import range_source, ranges_table
-from ..queries.source import assignments, column_list, in_list, render_ranges, spans
+from ..queries.ranges import range_source, ranges_table, render_ranges
+from ..queries.source import assignments, column_list, in_list, spans
 from ..settings import SourceSettings
 from ..states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
 from .db import Database
@@ -26,7 +26,7 @@ from .packed import PACKABLE_TYPES, read_packed
 from .protocol import AckCounts, SourceStatus
 from .range_batch import RANGE_KEY, Late, RangeBatch, Span
 from .row_batch import RowBatch, guarded
-from .schema import check_business_columns, describe
+from .schema import check_business_columns, described
 from .source_store import SourceStore
 from .units import Cursor
 
@@ -55,7 +55,9 @@ class RangeStore:
 
     def verify(self) -> None:
         with self.db.transaction() as cur:
-            info = describe(cur, self.business.table)
+            info = described(
+                cur, self.business.table, f"source {self.business.name}: table {self.business.table}"
+            )
         check_business_columns(self.business, info)
         self.columns = frozenset(info.columns)
         self.column_types = dict(info.columns)

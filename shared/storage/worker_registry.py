@@ -1,5 +1,5 @@
 """The worker registry: each worker process registers, beats on its own thread and connection, and
-leaves on exit; the leader dispatcher finds the silent ones. Runs shared.queries.source.WorkerSQL."""
+leaves on exit; the leader dispatcher finds the silent ones. Runs shared.queries.registry.WorkerSQL."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..queries.source import WorkerSQL, render_workers
+from ..queries.registry import WorkerSQL, render_workers
 from ..settings import JOBS_SOURCE, MySQLSettings, WorkerSettings
 from .db import Database
-from .schema import SchemaError, describe, workers_migration
+from .schema import SchemaError, described, workers_migration
 from .units import MYSQL_ERRORS
 
 log = logging.getLogger("duecast.workers")
@@ -54,8 +54,9 @@ class WorkerRegistry:
 
     def verify(self) -> None:
         """Start-up check: the table is there and as new as this duecast (else: run migrate)."""
+        table = self.settings.registry_table
         with self.db.transaction() as cur:
-            info = describe(cur, self.settings.registry_table)
+            info = described(cur, table, f"the workers table {table}")
         if not info.columns or workers_migration(self.settings.registry_table, info):
             raise SchemaError(
                 f"the workers table {self.settings.registry_table} is missing or older than this duecast; "
