@@ -17,7 +17,6 @@ from ..shared.fanout.protocol import Queue, QueueError
 from ..shared.process.runtime import build_queue, build_stores, store_kinds
 from ..shared.settings import Settings
 from ..shared.storage.db import Database
-from ..shared.storage.leased.jobs import JobStore
 from ..shared.storage.leased.store import LeasedStore
 from ..shared.storage.schema import SchemaError
 from ..shared.storage.source_store import Store
@@ -67,9 +66,7 @@ class Handback:
     def _interrupt(self, worker: str, why: str) -> int:
         try:
             stores = self._leased()
-            return sum(
-                s.interrupt_worker(worker, why) for s in stores if isinstance(s, LeasedStore | JobStore)
-            )
+            return sum(s.interrupt_worker(worker, why) for s in stores if isinstance(s, LeasedStore))
         except FAILURES as exc:
             self._failed(worker, "end its leases", exc)
             return 0
