@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ..shared.entries import BadEntry, BadHold, Entry, decode_entry
+from ..shared.entries import BadHold, Entry
 from ..shared.fanout.protocol import NO_SOURCE, Queue
 from ..shared.policy import (
     LEADER_CAUSES,
@@ -24,6 +24,7 @@ from ..shared.policy import (
 )
 from ..shared.process.loop import Tick
 from ..shared.settings import Settings, SourceSettings
+from ..shared.storage.holds import requeue_hold
 from ..shared.storage.source_store import Store
 from ..shared.storage.units import TransientError
 from ..shared.storage.worker_registry import WorkerRegistry
@@ -184,27 +185,23 @@ class Redelivery:
         return total
 
     def _requeue_hold(self, worker: str, stores: Mapping[str, Store]) -> int:
-        """Requeue what one dead worker held; 0 when it held nothing this dispatcher serves."""
+        """Requeue what one dead worker held (shared.storage.holds); 0 when it held nothing this
+        dispatcher serves."""
         try:
-            held = self.queue.held_by(worker)
+            done = requeue_hold(self.queue, worker, stores.get)
         except BadHold as bad:
             self._quarantine_hold(worker, bad)
             return 0
-        if held is None or held[0] not in stores:
+        if done is None or not done.rows:
             return 0
-        source, raws = held
-        entries = _entries(raws)
-        n = stores[source].requeue_held(entries) if entries else 0
-        if n:
-            log.warning(
-                "worker %s is silent: requeued the %d rows of %s it held",
-                worker,
-                n,
-                source,
-                extra={"event": "redelivery.held", "source": source, "count": n, "worker": worker},
-            )
-            self.queue.add_stats(source, {"requeued": n})
-        return n
+        log.warning(
+            "worker %s is silent: requeued the %d rows of %s it held",
+            worker,
+            done.rows,
+            done.source,
+            extra={"event": "redelivery.held", "source": done.source, "count": done.rows, "worker": worker},
+        )
+        return done.rows
 
     def _hold_kept(self, worker: str, exc: TransientError) -> None:
         """One dead worker's rows could not be requeued now: locked past mysql.lock_wait_s (by an
@@ -251,13 +248,3 @@ class Redelivery:
             extra={"event": "redelivery.unpushed", "source": store.src.name, "count": released},
         )
         return released
-
-
-def _entries(raws: list[bytes]) -> list[Entry]:
-    out = []
-    for raw in raws:
-        try:
-            out.append(decode_entry(raw))
-        except BadEntry:
-            continue  # the record is ours, but Redis is not trusted: skip what does not parse
-    return out

@@ -3,8 +3,9 @@ started are interrupted now (not when their leases run out), the batch it had po
 goes back to pending (not when the leader finds it silent), and its registry row and hold go.
 
 Only for a process waitpid reported as ended: nothing of it can run any more. Owns no SQL (the
-stores' interrupt_worker and requeue_held) and never imports the user's app. A step that fails
-leaves that part to the leases and the leader, as if there were no supervisor.
+stores' interrupt_worker, and shared.storage.holds, which redelivery's "held" cause runs too) and
+never imports the user's app. A step that fails leaves that part to the leases and the leader,
+as if there were no supervisor.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..shared.entries import BadEntry, BadHold, decode_entry
+from ..shared.entries import BadHold
 from ..shared.fanout.protocol import Queue, QueueError
 from ..shared.process.runtime import build_queue, build_stores, store_kinds
 from ..shared.settings import Settings
 from ..shared.storage.db import Database
-from ..shared.storage.leased.jobs import JobStore
+from ..shared.storage.holds import requeue_hold
 from ..shared.storage.leased.store import LeasedStore
 from ..shared.storage.schema import SchemaError
 from ..shared.storage.source_store import Store
@@ -67,9 +68,7 @@ class Handback:
     def _interrupt(self, worker: str, why: str) -> int:
         try:
             stores = self._leased()
-            return sum(
-                s.interrupt_worker(worker, why) for s in stores if isinstance(s, LeasedStore | JobStore)
-            )
+            return sum(s.interrupt_worker(worker, why) for s in stores if isinstance(s, LeasedStore))
         except FAILURES as exc:
             self._failed(worker, "end its leases", exc)
             return 0
@@ -77,25 +76,13 @@ class Handback:
     def _requeue_hold(self, worker: str) -> int:
         """The rows of its last pop it had not started (DISPATCHED, fenced on their attempt) -> pending."""
         try:
-            held = self._redis().held_by(worker)
+            done = requeue_hold(self._redis(), worker, self._store)
         except BadHold as bad:  # the leader quarantines it, when it finds the worker silent
             log.warning(
                 "worker %s's hold record does not parse (%s); leaving it to the leader", worker, bad.reason
             )
             return 0
-        if held is None:
-            return 0
-        source, raws = held
-        entries = []
-        for raw in raws:
-            try:
-                entries.append(decode_entry(raw))
-            except BadEntry:
-                continue  # the record is ours, but Redis is not trusted
-        n = self._store(source).requeue_held(entries) if entries else 0
-        if n:
-            self._redis().add_stats(source, {"requeued": n})
-        return n
+        return done.rows if done is not None else 0
 
     def _failed(self, worker: str, what: str, exc: BaseException) -> None:
         log.warning(

@@ -10,7 +10,10 @@ provide a `kind` fixture: the store under test plus the arrangements only its ba
         def kind(self, make_env): ...  # -> a `Kind`
 
 Nothing here assumes a table layout: state is arranged through `Kind` and read back through the
-store's own methods (a claim, a started batch, a sweep), as the roles see it.
+store's own methods (a claim, a started batch, a sweep), as the roles see it. Nor that an entry is
+one row: a kind whose entries stand for units of its work (a job queue's runs of jobs) says which
+work each entry hands out, and under which attempt (`Kind.handed`); every other kind hands out its
+entries as they are.
 """
 
 from __future__ import annotations
@@ -52,7 +55,10 @@ class Kind(Protocol):
     def other(self) -> ContractStore: ...  # the same source's store as another process has it
     def seed(self, n: int) -> list[int]: ...  # n new due entries' ids, in the order claims take them
     def backdate(self, ids: Sequence[int], seconds: float) -> None: ...  # their dispatch and lease
-    def entry_id(self, row: Row) -> int: ...  # the entry a started row belongs to
+    def entry_id(self, row: Row) -> int: ...  # the seeded id a started row belongs to
+    # What entries just claimed hand out: (seeded id, the how-many-th time it is handed out), in
+    # order; for a kind whose entries are its rows (or spans), the entries themselves.
+    def handed(self, entries: Sequence[Entry]) -> list[Entry]: ...
 
 
 def fresh(ids: Sequence[int], attempt: int = 1) -> list[Entry]:
@@ -66,11 +72,12 @@ def started_ids(kind: Kind, batch: WorkBatch) -> set[int]:
 def requeue_and_reclaim(kind: Kind, entry: Entry) -> Entry:
     """What happens behind a slow worker's back: its entry expires (never started) or its lease runs
     out (started), it is requeued, and claimed again under the next attempt."""
-    kind.backdate([entry.id], LONG_AGO_S)
+    (was,) = kind.handed([entry])
+    kind.backdate([was.id], LONG_AGO_S)
     other = kind.other()
     assert other.requeue_expired(VISIBILITY_S, 100) + other.requeue_interrupted(100) == 1
-    (again,) = [e for e in kind.store.claim_due(100) if e.id == entry.id]
-    assert again.attempt == entry.attempt + 1
+    (again,) = [e for e in kind.store.claim_due(100) if kind.handed([e])[0].id == was.id]
+    assert kind.handed([again])[0].attempt == was.attempt + 1
     return again
 
 
@@ -86,16 +93,16 @@ class ClaimContract(_Contract):
 
     def test_claims_take_at_most_limit_in_due_order_each_once(self, kind: Kind) -> None:
         ids = kind.seed(5)
-        assert kind.store.claim_due(3) == fresh(ids[:3])
-        assert kind.store.claim_due(10) == fresh(ids[3:])  # the dispatched three are not due
+        assert kind.handed(kind.store.claim_due(3)) == fresh(ids[:3])
+        assert kind.handed(kind.store.claim_due(10)) == fresh(ids[3:])  # the dispatched three are not due
         assert kind.store.claim_due(10) == []
 
     def test_a_claim_hands_out_the_attempt_after_the_rows_last(self, kind: Kind) -> None:
         ids = kind.seed(3)
-        first = kind.store.claim_due(10)
+        first = kind.handed(kind.store.claim_due(10))
         kind.backdate(ids, LONG_AGO_S)
         assert kind.store.requeue_expired(VISIBILITY_S, 100) == 3
-        assert kind.store.claim_due(10) == fresh(ids, attempt=2)
+        assert kind.handed(kind.store.claim_due(10)) == fresh(ids, attempt=2)
         assert [e.attempt for e in first] == [1, 1, 1]
 
 
@@ -103,21 +110,22 @@ class StartContract(_Contract):
     def test_started_yields_rows_only_for_current_entries(self, kind: Kind) -> None:
         ids = kind.seed(4)
         a, b, c = kind.store.claim_due(3)
+        wa, _, wc = (e.id for e in kind.handed([a, b, c]))
         asked = [a, Entry(b.id, 2), Entry(ids[3], 1), Entry(NO_SUCH_ID, 1), c]
         # ...an attempt not handed out yet, a row not dispatched, a row that does not exist.
         with kind.store.started(asked) as batch:
-            assert started_ids(kind, batch) == {a.id, c.id}
-            assert {(kind.entry_id(r), r[ATTEMPT_COLUMN]) for r in batch.rows} == {(a.id, 1), (c.id, 1)}
+            assert started_ids(kind, batch) == {wa, wc}
+            assert {(kind.entry_id(r), r[ATTEMPT_COLUMN]) for r in batch.rows} == {(wa, 1), (wc, 1)}
             assert batch.skipped == 3
 
     def test_an_entry_of_an_earlier_attempt_starts_nothing(self, kind: Kind) -> None:
-        kind.seed(1)
+        (seeded,) = kind.seed(1)
         (entry,) = kind.store.claim_due(1)
         again = requeue_and_reclaim(kind, entry)
         with kind.store.started([entry]) as batch:
             assert (batch.rows, batch.skipped) == ([], 1)
         with kind.store.started([again]) as batch:
-            assert (started_ids(kind, batch), batch.skipped) == ({entry.id}, 0)
+            assert (started_ids(kind, batch), batch.skipped) == ({seeded}, 0)
 
     def test_started_refuses_an_empty_batch(self, kind: Kind) -> None:
         with pytest.raises(ValueError, match="at least one entry"), kind.store.started([]):
@@ -128,12 +136,13 @@ class StartContract(_Contract):
         while the first batch runs or after it, starts nothing (one execution per attempt)."""
         kind.seed(2)
         a, b = kind.store.claim_due(2)
+        wa, wb = (e.id for e in kind.handed([a, b]))
         first = kind.store.start([a, b])
         try:
-            assert started_ids(kind, first) == {a.id, b.id}
+            assert started_ids(kind, first) == {wa, wb}
             with kind.other().started([a, b]) as copy:
                 assert (copy.rows, copy.skipped) == ([], 2)
-            first.ack([(row, Ack.default()) for row in first.rows if kind.entry_id(row) == a.id])
+            first.ack([(row, Ack.default()) for row in first.rows if kind.entry_id(row) == wa])
         finally:
             first.close()
         with kind.other().started([a, b]) as copy:  # b was never acked: it stays started
@@ -144,6 +153,7 @@ class AckContract(_Contract):
     def test_an_ack_finishes_its_rows_and_they_are_not_handed_out_again(self, kind: Kind) -> None:
         ids = kind.seed(3)
         a, b, c = kind.store.claim_due(3)
+        wc = kind.handed([c])[0].id
         with kind.store.started([a, b]) as batch:
             counts = batch.ack([(row, Ack.default()) for row in batch.rows])
             assert (counts.acked, counts.stale) == (len(batch.rows), 0)
@@ -152,13 +162,14 @@ class AckContract(_Contract):
         assert kind.store.claim_due(10) == []  # nor due at once (re-scan: a period later)
         kind.backdate(ids, LONG_AGO_S)
         assert kind.other().requeue_expired(VISIBILITY_S, 100) == 1  # c only
-        assert kind.store.claim_due(10) == [Entry(c.id, 2)]
+        assert kind.handed(kind.store.claim_due(10)) == [Entry(wc, 2)]
 
 
 class StaleAckContract(_Contract):
     def test_an_ack_after_the_row_was_requeued_and_reclaimed_is_stale(self, kind: Kind) -> None:
         kind.seed(2)
         a, b = kind.store.claim_due(2)
+        wa = kind.handed([a])[0].id
         with kind.store.started([a]) as slow:  # a slow worker, whose lease runs out meanwhile
             pass
         again = requeue_and_reclaim(kind, a)
@@ -168,19 +179,20 @@ class StaleAckContract(_Contract):
             counts = batch.ack([(row, Ack.default()) for row in batch.rows])
         assert (counts.acked, counts.stale) == (len(batch.rows), 0)
         with kind.store.started([again]) as batch:  # never applied: attempt 2 holds the row
-            assert started_ids(kind, batch) == {a.id}
+            assert started_ids(kind, batch) == {wa}
 
     def test_a_lease_that_ran_out_is_requeued_once_and_claimed_under_a_new_attempt(self, kind: Kind) -> None:
-        kind.seed(1)
+        (seeded,) = kind.seed(1)
         (a,) = kind.store.claim_due(1)
+        assert kind.handed([a]) == [Entry(seeded, 1)]
         with kind.store.started([a]):  # its worker dies: no ack, and its lease is not renewed
             pass
         other = kind.other()
         assert other.requeue_expired(VISIBILITY_S, 100) + other.requeue_interrupted(100) == 0  # still leased
-        kind.backdate([a.id], LONG_AGO_S)
+        kind.backdate([seeded], LONG_AGO_S)
         assert other.requeue_expired(VISIBILITY_S, 100) + other.requeue_interrupted(100) == 1
         assert other.requeue_expired(VISIBILITY_S, 100) + other.requeue_interrupted(100) == 0
-        assert kind.store.claim_due(10) == [Entry(a.id, 2)]
+        assert kind.handed(kind.store.claim_due(10)) == [Entry(seeded, 2)]
 
 
 class SweepContract(_Contract):
@@ -192,7 +204,7 @@ class SweepContract(_Contract):
         assert kind.store.requeue_expired(VISIBILITY_S, 3) == 3
         assert kind.store.requeue_expired(VISIBILITY_S, 100) == 1
         assert kind.store.requeue_expired(VISIBILITY_S, 100) == 0
-        assert kind.store.claim_due(10) == fresh(ids[:4], attempt=2)  # due as before, in order
+        assert kind.handed(kind.store.claim_due(10)) == fresh(ids[:4], attempt=2)  # due as before, in order
 
     def test_rows_never_claimed_are_not_swept(self, kind: Kind) -> None:
         kind.seed(2)
@@ -201,12 +213,13 @@ class SweepContract(_Contract):
     def test_an_open_batch_is_not_swept(self, kind: Kind) -> None:
         ids = kind.seed(3)
         a, _, _ = kind.store.claim_due(3)
+        wa = kind.handed([a])[0].id
         kind.backdate(ids, LONG_AGO_S)
         with kind.store.started([a]) as batch:
-            assert started_ids(kind, batch) == {a.id}
+            assert started_ids(kind, batch) == {wa}
             assert kind.other().requeue_expired(VISIBILITY_S, 100) == 2  # a is leased, from its start
             assert kind.other().requeue_interrupted(100) == 0
-        assert kind.store.claim_due(10) == [e for e in fresh(ids, attempt=2) if e.id != a.id]
+        assert kind.handed(kind.store.claim_due(10)) == [e for e in fresh(ids, attempt=2) if e.id != wa]
 
 
 class StoreContract(ClaimContract, StartContract, AckContract, StaleAckContract, SweepContract):

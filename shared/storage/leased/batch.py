@@ -45,7 +45,7 @@ def finish_group(ack: Ack, handler: str) -> tuple[object, ...]:
 
 
 class Naming(Protocol):
-    """How a store's rows are keyed and named in log lines (a Scope, or a job queue's)."""
+    """How a store's rows are keyed and named in log lines (scope.Naming)."""
 
     @property
     def key(self) -> str: ...
@@ -56,8 +56,8 @@ class Naming(Protocol):
 
 
 class Finisher(Protocol):
-    """What a batch finishes its rows with: a LeasedStore (each row fenced on its own attempt), or a
-    job queue's store (rows fenced by their run: shared.storage.leased.runs)."""
+    """What a batch finishes its rows with: a LeasedStore, per row (each row fenced on its own
+    attempt: row_units.RowUnits) or per run (rows fenced by their run: run_units.RunUnits, runs.py)."""
 
     db: Database
     src: SourceSettings

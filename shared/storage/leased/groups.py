@@ -1,5 +1,5 @@
-"""A cluster consumer group's LeasedStore: the topics tables' statements (shared/queries/topics.py)
-scoped to one group's deliveries.
+"""A cluster consumer group's store: the leased lifecycle (store.py) per row (row_units.py), the
+topics tables' statements (shared/queries/topics.py) scoped to one group's deliveries.
 
 What only groups do: new messages materialised as deliveries born dispatched, each started row read with
 its message, stepped retry delays up to max_retries, and a trace of each
@@ -21,13 +21,13 @@ from ..source_store import STATUS_COUNT_CAP, SourceStatus, _scalar
 from ..topic_ids import group_id, topic_id
 from ..topic_schema import check_topic_tables
 from ..units import Cursor
+from .row_units import RowUnits
 from .scope import Scope
-from .store import LeasedStore
 
 log = logging.getLogger("duecast.topics")
 
 
-class GroupStore(LeasedStore):
+class GroupStore(RowUnits):
     """One cluster group: its deliveries are keyed by message id (`seq`) within the group."""
 
     def __init__(
@@ -50,7 +50,13 @@ class GroupStore(LeasedStore):
             log=log,
         )
         super().__init__(
-            db, src, scope, mysql, lease_s=topics.lease_s, max_interruptions=topics.max_interruptions
+            db,
+            src,
+            scope,
+            mysql,
+            lease_s=topics.lease_s,
+            max_interruptions=topics.max_interruptions,
+            what=f"messages of {src.name}",
         )
 
     def verify(self) -> None:

@@ -1,43 +1,53 @@
-"""One store for leased work, a job queue's or a cluster group's: one method per state transition.
-
-claim_due (pending -> dispatched), started (-> running, committed, its leases kept while handlers run),
-LeasedBatch.ack / fail (fenced finishes), requeue_* by cause (expired, lost, interrupted, held), and
-release_unpushed.
-A kind differs only by its Scope and a few hooks, kept in jobs.py and groups.py.
+"""One leased lifecycle, a job queue's or a cluster group's: a committed start whose leases are kept
+while handlers run, a late start given back, requeues by cause (expired, lost, interrupted, held,
+unpushed), interruptions blamed, and fenced finishes. Written once here; what a unit of work is (a
+row, or a run of jobs) is a pair of classes (row_units.py, run_units.py), what a kind decides (its
+claim, retry delays, status) is jobs.py's or groups.py's.
 """
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from ...acks import Ack, Row
 from ...entries import Entry
-from ...identifiers import quote
-from ...policy import blame_interruptions, start_groups
-from ...queries.source import fence, in_list
+from ...policy import blame_interruptions
 from ...settings import MySQLSettings, SourceSettings
-from ...states import State
 from ...telemetry import observe
 from ..db import Database
 from ..source_store import SourceStatus, _us
-from ..units import MYSQL_ERRORS, Cursor, lock_or_skip
+from ..units import MYSQL_ERRORS, Cursor
 from ..worker_registry import worker_name
 from .batch import LeasedBatch, error_text, finish_group
-from .keeper import Extended, LeaseKeeper, renew_leases
-from .scope import Scope
+from .keeper import Extended, LeaseKeeper
+from .scope import Naming
 
-DISPATCHED, RUNNING = int(State.DISPATCHED), int(State.RUNNING)
 INTERRUPTED = "interrupted: its worker stopped (killed, crashed or stalled) before finishing it"
-# A run whose lease ran out: (id, interruptions so far, its start: the worker and start time).
-Interrupted = tuple[int, int, tuple[Any, ...]]
+# Work whose lease ran out, or whose worker exited: (id, interruptions so far, what it ran with: a
+# row's start, or a job's run), as shared.policy.blame_interruptions takes it.
+Interrupted = tuple[int, int, Any]
+
+
+@dataclass
+class Started:
+    """What a start's transaction did, before the lifecycle checks it was in time."""
+
+    rows: list[Row]  # as their handlers get them
+    units: list[Entry]  # the units marked RUNNING (rows, or runs)
+    later: list[list[Entry]]  # locked, left DISPATCHED, each group to start once this one is over
+    skipped: int  # entries not started (stale, deleted, held elsewhere)
+    since: float  # time.monotonic() before the statement that set the leases
+    run_of: dict[int, int] = field(default_factory=dict)  # per-run units: job id -> its run
 
 
 class LeasedStore(ABC):
-    """Leased work of one scope, as a Store the dispatcher, sweeper and worker drive."""
+    """Leased work of one source, as a Store the dispatcher, sweeper and worker drive."""
 
     rows_per_entry = 1
     claim_weight = 1
@@ -46,21 +56,21 @@ class LeasedStore(ABC):
         self,
         db: Database,
         src: SourceSettings,
-        scope: Scope,
+        naming: Naming,
         mysql: MySQLSettings,
         *,
         lease_s: float,
         max_interruptions: int,
+        what: str,
         timeout_s: float | None = None,
     ) -> None:
         self.db = db
         self.src = src
-        self.scope = scope
+        self.scope = naming
         self.max_interruptions = max_interruptions
         self.worker = worker_name()
-        self._key = quote(scope.key)
         self._lease_us = _us(lease_s)
-        what = f"{scope.noun}s of {src.name}"
+        self._what = what  # the leases' units in log lines: "job runs of jobs.default"
         self._leases = LeaseKeeper(self.extend_leases, lease_s, mysql, what, timeout_s=timeout_s)
 
     @property
@@ -73,20 +83,11 @@ class LeasedStore(ABC):
     @abstractmethod
     def status(self) -> SourceStatus: ...
 
-    # -- claim and start -------------------------------------------------------------------------
-
+    @abstractmethod
     def claim_due(self, limit: int) -> list[Entry]:
-        """Due pending rows of the scope -> DISPATCHED under a new attempt; committed on return."""
-        with self.db.transaction() as cur:
-            return self._claim(cur, limit)
+        """Due pending work -> DISPATCHED under a new attempt; committed on return."""
 
-    def _claim(self, cur: Cursor, limit: int) -> list[Entry]:
-        s = self.scope
-        cur.execute(s.sql.claim_due, (*s.claim, limit))
-        found = [(int(i), int(a)) for i, a in cur.fetchall()]
-        if found:
-            self._run(cur, s.sql.mark_dispatched.format(ids=self._ids(i for i, _ in found)), *s.where)
-        return [Entry(i, a + 1) for i, a in found]
+    # -- start -----------------------------------------------------------------------------------
 
     @contextmanager
     def started(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> Iterator[LeasedBatch]:
@@ -100,7 +101,7 @@ class LeasedStore(ABC):
     def start(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> LeasedBatch:
         """DISPATCHED -> RUNNING for the first group of the entries still current, committed on
         return; the other groups stay DISPATCHED, in `batch.later`, for the worker to start one by
-        one once this one is finished (shared.policy.start_groups: clean rows together, suspects in
+        one once this one is finished (shared.policy.start_groups: clean work together, suspects in
         groups that shrink with each death, so a poison job is found and healthy ones run).
 
         Until `batch.close()` a lease keeper extends their leases, so a long run is not taken for an
@@ -108,196 +109,117 @@ class LeasedStore(ABC):
         """
         if not entries:
             raise ValueError("start() needs at least one entry")
-        sql, where, key = self.scope.sql, self.scope.where, self.scope.key
-        with self.db.transaction(check=True) as cur:
-            locked = self._lock(cur, self._fence(entries))
-            groups = start_groups([int(r["interruptions"]) for r in locked], self.max_interruptions)
-            rows = [locked[i] for i in groups[0]] if groups else []
-            first = len(rows)
-            later = [list(self._entries([locked[i] for i in g])) for g in groups[1:]]
-            since = time.monotonic()  # before the leases' NOW(6): the keeper counts from here
-            if rows:
-                ids = self._ids(int(r[key]) for r in rows)
-                self._run(cur, sql.mark_running.format(ids=ids), self._lease_us, self.worker, *where)
-                rows = self._load(cur, rows)
-        if rows and not self._leases.in_time(since):
-            rows = self._give_back_late(rows, time.monotonic() - since)
-        batch = LeasedBatch(self, rows, len(entries) - len(locked) + first - len(rows), later)
+        began = self._start_units(entries)
+        rows = began.rows
+        if rows and not self._leases.in_time(began.since):
+            rows = self._give_back_late(began, time.monotonic() - began.since)
+        elif began.units and not rows:
+            self._drop_empty(began.units)
+        batch = self._batch(began, rows)
         if rows:
-            batch.keep(self._leases.holding(batch.entries, since))
+            batch.keep(self._leases.holding(batch.entries, began.since))
         return batch
 
-    def _give_back_late(self, rows: list[Row], took_s: float) -> list[Row]:
+    def _give_back_late(self, began: Started, took_s: float) -> list[Row]:
         """A start whose commit stalled so long that the leases may run out (or have) before the
         keeper confirms one: run nothing (another worker may take the work the moment a lease ends),
-        and make the rows due again now, fenced on (id, attempt) and RUNNING, as Ack.retry() does
-        (no attempt used up). If even that fails, the leases run out and the sweeper takes them."""
-        s = self.scope
+        and make the work due again now, fenced, as Ack.retry() does (no attempt used up). If even
+        that fails, the leases run out and the sweeper takes them."""
+        s, n = self.scope, len(began.rows)
         s.log.warning(
             "starting %d %ss of %s took %.1fs of their %gs lease; running none of them and making them "
             "due again, so that none runs once its lease may have run out",
-            len(rows),
+            n,
             s.noun,
             s.place,
             took_s,
             self._lease_us / 1e6,
-            extra={"event": f"{s.noun}.start_too_late", "source": self.src.name, "count": len(rows)},
+            extra={"event": f"{s.noun}.start_too_late", "source": self.src.name, "count": n},
         )
         try:
             with self.db.transaction() as cur:
-                where = self._fence(self._entries(rows))
-                self._trace(cur, where, "retry", None, RUNNING)
-                self._run(cur, s.sql.snooze_delay.format(fence=where), 0, *s.where)
+                self._give_back(cur, began)
         except MYSQL_ERRORS as exc:
-            s.log.warning("could not give back the late-started %ss: %s", s.noun, exc)
+            s.log.warning("could not give back the late-started %s: %s", self._what, exc)
         return []
-
-    def _lock(self, cur: Cursor, where: str) -> list[Row]:
-        """Lock the rows still DISPATCHED under their entry's attempt (`where`, a fence); rows another
-        live session holds past the lock wait are skipped."""
-        sql, args = self.scope.sql, self.scope.where
-        lock_or_skip(
-            lambda: self._run(cur, sql.lock_dispatched.format(fence=where), *args),
-            lambda: self._run(cur, sql.lock_dispatched_skip.format(fence=where), *args),
-        )
-        names = [d[0] for d in cur.description or ()]
-        return [dict(zip(names, values, strict=True)) for values in cur.fetchall()]
-
-    def _load(self, cur: Cursor, rows: list[Row]) -> list[Row]:
-        """The started rows as their handler gets them (a group adds each one's message)."""
-        return rows
 
     def extend_leases(self, db: Database, entries: Sequence[Entry]) -> Extended:
         """Extend the leases still ours that no other session has locked; say which are lost.
 
         Runs on the lease keeper's own connection and never waits for a lock (SKIP LOCKED; a plain
-        read): a row locked elsewhere, by this worker's own ack most often, is neither kept nor lost.
+        read): a unit locked elsewhere, by this worker's own ack most often, is neither kept nor lost.
         """
-        sql = self.scope.sql
         with db.transaction() as cur:
-            return renew_leases(
-                cur,
-                entries,
-                self._fence,
-                lock=sql.lock_leased,
-                extend=sql.extend_lease,
-                read=sql.leased,
-                extend_args=(self._lease_us,),
-                where=self.scope.where,
-            )
+            return self._renew(cur, entries)
 
     def group_key(self, ack: Ack) -> Any:
         return finish_group(ack, self.scope.handler)
 
-    # -- requeue -----------------------------------------------------------------------------------
+    # -- requeue, by cause -------------------------------------------------------------------------
 
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
-        """Lost entries (dispatched, never started) -> pending; interrupted runs -> pending or dead."""
-        return self._requeue_dispatched(visibility_timeout_s, limit) + self.interrupt_expired(limit)
+        """Lost entries (dispatched, never started) -> pending; interrupted work -> pending or dead."""
+        older = self._requeue_older(visibility_timeout_s)
+        return older + self._requeue_dispatched(visibility_timeout_s, limit) + self.interrupt_expired(limit)
 
     def requeue_lost(self, limit: int) -> int:
-        """Every DISPATCHED row no worker started -> pending now: Redis lost its entries.
-        RUNNING ones are left to their leases: their workers hold them, entry or not."""
+        """Everything DISPATCHED no worker started -> pending now: Redis lost its entries.
+        RUNNING work is left to its leases: its workers hold it, entry or not."""
         return self._requeue_dispatched(0.0, limit)
 
     def requeue_interrupted(self, limit: int) -> int:
         return self.interrupt_expired(limit)
 
     def requeue_held(self, entries: Sequence[Entry]) -> int:
-        """A dead worker's popped rows, never started -> pending now (fenced, as release_unpushed)."""
+        """A dead worker's popped work, never started -> pending now (fenced, as release_unpushed)."""
         return self.release_unpushed(entries)
 
-    def _requeue_dispatched(self, after_s: float, limit: int) -> int:
-        """DISPATCHED for longer than `after_s`, never started -> pending (no interruption: nothing ran)."""
-        sql, where = self.scope.sql, self.scope.where
-        with self.db.transaction() as cur:
-            cur.execute(sql.find_expired_dispatched, (*self.scope.claim, _us(after_s), limit))
-            found = [int(r[0]) for r in cur.fetchall()]
-            if not found:
-                return 0
-            ids = self._ids(found)
-            self._trace(cur, ids, "lost", None, DISPATCHED)
-            return self._run(cur, sql.requeue_dispatched.format(ids=ids), *where)
+    def _requeue_older(self, visibility_timeout_s: float) -> int:
+        """What an older duecast left in flight in another shape (none here; a job queue's own rows)."""
+        return 0
 
     def interrupt_expired(self, limit: int) -> int:
-        """RUNNING rows whose lease ran out: their worker died. Each such run is an interruption; only
-        a row that ran alone can be dead for it (shared.policy.blame_interruptions)."""
-        s = self.scope
+        """RUNNING work whose lease ran out: its worker died. Each is an interruption; only work that
+        ran alone can be dead for it (shared.policy.blame_interruptions)."""
         with self.db.transaction() as cur:
-            cur.execute(s.sql.find_expired_running, (*s.claim, limit))
-            found: list[Interrupted] = [(int(r[0]), int(r[1]), tuple(r[2:])) for r in cur.fetchall()]
-            if not found:
-                return 0
-            dead = self._interrupt(cur, found, INTERRUPTED)
-        observe.count(self.src.name, "dead", len(dead))
-        return len(found)
+            found, dead = self._interrupt_expired(cur, limit)
+        observe.count(self.src.name, "dead", dead)
+        return found
 
     def interrupt_worker(self, worker: str, why: str, limit: int = 10_000) -> int:
-        """RUNNING rows started by `worker`, a process its supervisor saw exit (waitpid: nothing of
-        it can still run), -> interrupted now, as if their leases had run out: each an
-        interruption (`why` is their last_error), blamed as the sweep blames. Never for a process
-        that may still run (a stalled one keeps its leases). Returns the rows interrupted."""
-        s, total = self.scope, 0
+        """RUNNING work started by `worker`, a process its supervisor saw exit (waitpid: nothing of
+        it can still run), -> interrupted now, as if its leases had run out: each an interruption
+        (`why` is its last_error), blamed as the sweep blames. Never for a process that may still
+        run (a stalled one keeps its leases). Returns the rows (jobs) interrupted."""
+        total = 0
         while True:
             with self.db.transaction() as cur:
-                cur.execute(s.sql.find_worker_running, (*s.claim, worker, limit))
-                ids = [int(r[0]) for r in cur.fetchall()]
-                if not ids:
-                    return total
-                cur.execute(s.sql.lock_worker_running.format(ids=self._ids(ids)), (*s.where, worker))
-                found: list[Interrupted] = [(int(r[0]), int(r[1]), tuple(r[2:])) for r in cur.fetchall()]
-                dead = self._interrupt(cur, found, why) if found else []
-            observe.count(self.src.name, "dead", len(dead))
-            total += len(found)
-            if len(ids) < limit:
+                found, dead, more = self._interrupt_worker(cur, worker, why, limit)
+            observe.count(self.src.name, "dead", dead)
+            total += found
+            if not more:
                 return total
 
-    def _interrupt(self, cur: Cursor, found: list[Interrupted], why: str) -> list[int]:
-        """Interrupted runs (locked, RUNNING) -> pending again or dead; returns the dead ids. Only a
-        row that ran alone can be dead for it (shared.policy.blame_interruptions)."""
+    def _blame(self, cur: Cursor, found: Sequence[Interrupted], why: str) -> list[int]:
+        """Interrupted work (locked) -> pending again or dead; returns the dead ids."""
         s, cap = self.scope, self.max_interruptions
-        self._trace(cur, self._ids(i for i, _, _ in found), "interrupted", why, RUNNING)
-        again, dead = blame_interruptions(found, cap)
+        again, dead = blame_interruptions(list(found), cap)
         if again:
-            self._run(cur, s.sql.interrupted_retry.format(ids=self._ids(again)), why, *s.where)
+            self._interrupted(cur, found, again, why, dead=False)
         if dead:
             text = f"dead: interrupted {cap} times; its worker keeps dying (killed, out of memory...)"
-            self._run(cur, s.sql.interrupted_dead.format(ids=self._ids(dead)), text, *s.where)
-            fields = {
-                "event": f"{s.noun}.dead_interrupted",
-                "source": self.src.name,
-                f"{s.noun}_ids": dead,
-            }
+            self._interrupted(cur, found, dead, text, dead=True)
+            fields = {"event": f"{s.noun}.dead_interrupted", "source": self.src.name, f"{s.noun}_ids": dead}
             s.log.error(
-                "%d %s(s) of %s dead after %d interruptions",
-                len(dead),
-                s.noun,
-                s.place,
-                cap,
-                extra=fields,
+                "%d %s(s) of %s dead after %d interruptions", len(dead), s.noun, s.place, cap, extra=fields
             )
         return dead
-
-    def release_unpushed(self, entries: Sequence[Entry]) -> int:
-        """Claimed but never pushed (Redis refused) -> pending now, fenced on the new attempt."""
-        with self.db.transaction() as cur:
-            stmt = self.scope.sql.release_unpushed.format(fence=self._fence(entries))
-            return self._run(cur, stmt, *self.scope.where)
 
     def close(self) -> None:
         """Close this store's session (its lease keeper thread keeps the store itself alive)."""
         self.db.close()
 
-    def reset_dispatched(self) -> int:
-        """Every DISPATCHED or RUNNING row -> pending. Only when no dispatcher or worker runs."""
-        with self.db.transaction() as cur:
-            return self._run(cur, self.scope.sql.release_all, *self.scope.claim)
-
-    # -- finishing, used by LeasedBatch; every statement fenced on (id, attempt) and RUNNING ----------
-
-    def finish_ok(self, cur: Cursor, rows: Sequence[Row]) -> int:
-        where = self._fence(self._entries(rows))
-        return self._run(cur, self.scope.done.format(fence=where), *self.scope.where)
+    # -- finishing, used by the batch under its fence; 0 rows written = stale, counted there --------
 
     def finish_failed(self, cur: Cursor, row: Row, outcome: object) -> str:
         """A failed run: "retried" (pending after the kind's delay) or "dead"; "" when it was stale."""
@@ -305,27 +227,14 @@ class LeasedStore(ABC):
         delay_s = self._retry_in(row)
         if delay_s is None:
             return "dead" if self.finish_dead(cur, row, text, 1, outcome="failed") else ""
-        where = self._fence(self._entries([row]))
-        self._trace(cur, where, "failed", text, RUNNING)
-        stmt = self.scope.sql.fail_retry.format(fence=where)
-        return "retried" if self._run(cur, stmt, _us(delay_s), text, *self.scope.where) else ""
-
-    def finish_dead(self, cur: Cursor, row: Row, text: str, errors: int, outcome: str = "dead") -> int:
-        where = self._fence(self._entries([row]))
-        self._trace(cur, where, outcome, text, RUNNING)
-        return self._run(cur, self.scope.sql.fail_dead.format(fence=where), errors, text, *self.scope.where)
+        return "retried" if self._fail_retry(cur, row, _us(delay_s), text) else ""
 
     def finish_special(self, cur: Cursor, row: Row, ack: Ack) -> int:
         """A handler's explicit retry (not a failure) or discard (dead now)."""
-        s = self.scope
         if ack.action == "discard":
-            text = f"discarded by its {s.author}" + (f": {ack.reason}" if ack.reason else "")
+            text = f"discarded by its {self.scope.author}" + (f": {ack.reason}" if ack.reason else "")
             return self.finish_dead(cur, row, text, 0, outcome="discarded")
-        where = self._fence(self._entries([row]))
-        self._trace(cur, where, "retry", None, RUNNING)
-        if ack.at is not None:
-            return self._run(cur, s.sql.snooze_at.format(fence=where), ack.at, *s.where)
-        return self._run(cur, s.sql.snooze_delay.format(fence=where), _us(ack.delay_s), *s.where)
+        return self._snooze(cur, row, ack.at, _us(ack.delay_s))
 
     # -- what a kind decides -------------------------------------------------------------------------
 
@@ -333,21 +242,61 @@ class LeasedStore(ABC):
     def _retry_in(self, row: Row) -> float | None:
         """The delay before a failed run's next attempt, or None when it is dead (the kind logs it)."""
 
+    # -- what a unit shape does (row_units.RowUnits, run_units.RunUnits) ---------------------------
+
     @abstractmethod
-    def _trace(self, cur: Cursor, where: str, outcome: str, error: str | None, state: int) -> None:
-        """Keep the attempt of the rows `where` (still in `state`) that is ending other than done."""
+    def _start_units(self, entries: Sequence[Entry]) -> Started:
+        """Lock the entries' units still DISPATCHED under their attempt, mark the first group RUNNING
+        with a lease and read its rows; one transaction, committed on return."""
 
-    # -- rendering -----------------------------------------------------------------------------------
+    @abstractmethod
+    def _drop_empty(self, units: list[Entry]) -> None:
+        """Units started with nothing left in them to run: they go."""
 
-    def _run(self, cur: Cursor, stmt: str, *args: Any) -> int:
-        # No arguments: None, so that the driver leaves the text alone (no %-formatting).
-        return int(cur.execute(stmt, args or None))
+    @abstractmethod
+    def _batch(self, began: Started, rows: list[Row]) -> LeasedBatch: ...
 
-    def _ids(self, ids: Iterable[int]) -> str:
-        return in_list(self._key, ids)
+    @abstractmethod
+    def _give_back(self, cur: Cursor, began: Started) -> None:
+        """The started units -> due again now, fenced on their attempt and RUNNING."""
 
-    def _fence(self, entries: Iterable[Entry]) -> str:
-        return fence(entries, self._key)
+    @abstractmethod
+    def _renew(self, cur: Cursor, entries: Sequence[Entry]) -> Extended: ...
 
-    def _entries(self, rows: Sequence[Row]) -> Iterator[Entry]:
-        return (Entry(int(r[self.scope.key]), int(r["dc_attempt"])) for r in rows)
+    @abstractmethod
+    def _requeue_dispatched(self, after_s: float, limit: int) -> int:
+        """DISPATCHED for longer than `after_s`, never started -> pending (no interruption: nothing ran)."""
+
+    @abstractmethod
+    def release_unpushed(self, entries: Sequence[Entry]) -> int:
+        """Claimed but never pushed (Redis refused) -> pending now, fenced on the new attempt."""
+
+    @abstractmethod
+    def reset_dispatched(self) -> int:
+        """Everything DISPATCHED or RUNNING -> pending. Only when no dispatcher or worker runs."""
+
+    @abstractmethod
+    def _interrupt_expired(self, cur: Cursor, limit: int) -> tuple[int, int]:
+        """Interrupt (`_blame`) up to `limit` units whose lease ran out: (rows found, rows dead)."""
+
+    @abstractmethod
+    def _interrupt_worker(self, cur: Cursor, worker: str, why: str, limit: int) -> tuple[int, int, bool]:
+        """Interrupt `worker`'s RUNNING units: (rows found, rows dead, whether more may be left)."""
+
+    @abstractmethod
+    def _interrupted(
+        self, cur: Cursor, found: Sequence[Interrupted], ids: list[int], why: str, *, dead: bool
+    ) -> None:
+        """Write interrupted `ids` (of `found`): pending again now, or dead (`dead`), with `why`."""
+
+    @abstractmethod
+    def finish_ok(self, cur: Cursor, rows: Sequence[Row]) -> int: ...
+
+    @abstractmethod
+    def finish_dead(self, cur: Cursor, row: Row, text: str, errors: int, outcome: str = "dead") -> int: ...
+
+    @abstractmethod
+    def _fail_retry(self, cur: Cursor, row: Row, delay_us: int, text: str) -> int: ...
+
+    @abstractmethod
+    def _snooze(self, cur: Cursor, row: Row, at: datetime | None, delay_us: int) -> int: ...

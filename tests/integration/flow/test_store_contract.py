@@ -1,10 +1,11 @@
 """The store contract (tests/unit/store_contract.py) against every real store kind on MariaDB.
 
-Row-mode and range-mode sources and a cluster consumer group, each built by build_stores as the roles
-build them. (A job queue's entries are runs of jobs, not rows: tests/integration/jobs/test_job_runs.py
-proves the same behaviours of it.) The same suite runs against the unit tests' fake
-(tests/unit/storage/test_store_fakes.py). State is arranged in SQL: rows inserted with the due order each
-kind sorts by, and time passed by back-dating the dispatch (and lease) columns.
+Row-mode and range-mode sources, a cluster consumer group and a job queue, each built by build_stores
+as the roles build them. A job queue's entries are runs of jobs: its kind runs one job per run and says
+which job each entry hands out (tests/integration/jobs/test_job_runs.py proves what runs of many do).
+The same suite runs against the unit tests' fake (tests/unit/storage/test_store_fakes.py). State is
+arranged in SQL: rows inserted with the due order each kind sorts by, and time passed by back-dating
+the dispatch (and lease) columns.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import pytest
 
 from duecast.shared.acks import Row
 from duecast.shared.api.publish import Publish, Publisher
+from duecast.shared.entries import Entry
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, Settings, SourceSettings
 from duecast.shared.storage.admin import migrate
+from duecast.shared.storage.leased.members import decode_members
 from duecast.shared.storage.range_store import RANGE_KEY, RangeStore
 from duecast.shared.storage.source_store import Store
 from tests.unit.store_contract import ContractStore, StoreContract
@@ -75,6 +78,9 @@ class SqlKind:
 
     def entry_id(self, row: Row) -> int:
         return int(row[self.key])
+
+    def handed(self, entries: Sequence[Entry]) -> list[Entry]:
+        return list(entries)  # an entry is its row (or span)
 
     def next_ids(self, n: int) -> list[int]:
         """The next n ids to seed, in the order they are due: the highest id is the oldest, so a
@@ -134,6 +140,43 @@ class GroupKind(SqlKind):
             publisher.db.close()
 
 
+class JobKind(SqlKind):
+    """A job queue in runs of one job: an entry is a run, and hands out its job under the attempt
+    that counts the job's ended runs (the job row's dc_attempt) and this run's own attempt."""
+
+    def seed(self, n: int) -> list[int]:
+        ids = self.next_ids(n)
+        self.sql.executemany(
+            f"INSERT INTO `{self.table}` (id, task, payload, run_at) "
+            "VALUES (%s, 'record', '1', TIMESTAMP('2020-01-01') - INTERVAL %s SECOND)",
+            [(i, i) for i in ids],
+        )
+        return ids
+
+    def _runs(self) -> dict[int, list[int]]:
+        self.sql.execute(f"SELECT id, members FROM `{self.settings.jobs.runs_table}`")
+        return {int(i): decode_members(m) for i, m in self.sql.fetchall()}
+
+    def backdate(self, ids: Sequence[int], seconds: float) -> None:
+        """The runs that hold these jobs: their dispatch and lease."""
+        runs = [run for run, members in self._runs().items() if set(members) & set(ids)]
+        marks = ",".join(["%s"] * len(runs))
+        self.sql.execute(
+            f"UPDATE `{self.settings.jobs.runs_table}` SET dc_dispatched_at = dc_dispatched_at - INTERVAL %s "
+            f"MICROSECOND, lease_until = lease_until - INTERVAL %s MICROSECOND WHERE id IN ({marks})",
+            (round(seconds * 1e6), round(seconds * 1e6), *runs),
+        )
+
+    def handed(self, entries: Sequence[Entry]) -> list[Entry]:
+        runs = self._runs()
+        out = []
+        for entry in entries:
+            for job in runs[entry.id]:
+                self.sql.execute(f"SELECT dc_attempt FROM `{self.table}` WHERE id = %s", (job,))
+                out.append(Entry(job, int(self.sql.fetchone()[0]) + entry.attempt))
+        return out
+
+
 def _settings(mysql: MySQLSettings, **sections: Any) -> Settings:
     settings = Settings(mysql=mysql, **{"jobs": {"enabled": False}, **sections})
     migrate.apply(settings)
@@ -188,3 +231,15 @@ class TestClusterGroupStore(StoreContract):
         kind.close()
         for part in ("topics", "messages", "groups", "deliveries", "attempts", "members"):
             sql.execute(f"DROP TABLE IF EXISTS `{settings.topics.table(part)}`")
+
+
+class TestJobStore(StoreContract):
+    @pytest.fixture
+    def kind(self, mysql_settings: MySQLSettings, sql: pymysql.cursors.Cursor) -> Iterator[SqlKind]:
+        table = f"jobs_{uuid.uuid4().hex[:8]}"
+        jobs = {"enabled": True, "table": table, "schedules_table": f"{table}_s", "run_size": 1}
+        settings = _settings(mysql_settings, jobs=jobs)
+        kind = JobKind(settings, [settings.source("jobs.default")], sql, table, "id")
+        yield kind
+        kind.close()
+        sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`, `{table}_runs`, `{table}_cursors`")

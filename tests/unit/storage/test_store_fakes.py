@@ -37,6 +37,9 @@ class FakeKind:
     def entry_id(self, row: Row) -> int:
         return int(row[self.store.id_column])
 
+    def handed(self, entries: Sequence[Entry]) -> list[Entry]:
+        return list(entries)  # an entry is its row
+
 
 class TestFakeStore(StoreContract):
     @pytest.fixture

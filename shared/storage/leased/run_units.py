@@ -1,0 +1,197 @@
+"""The per-run unit shape of the leased lifecycle (store.py): a run of a queue's jobs is dispatched,
+started, leased and interrupted as one row of the runs table, and each job is finished on its own
+row under its run's lock (runs.RunBatch). Job queues are dispatched so (jobs.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ...acks import Row
+from ...entries import Entry
+from ...queries.job_runs import RUN_ID_BASE, RunSQL
+from ...queries.jobs import JOB_COLUMNS
+from ...queries.source import fence, in_list
+from ..packed import read_packed
+from ..source_store import _scalar, _us
+from ..units import Cursor, lock_or_skip
+from .batch import LeasedBatch
+from .keeper import Extended, renew_leases
+from .members import decode_members
+from .runs import RUN_KEY, RunBatch
+from .store import INTERRUPTED, Interrupted, LeasedStore, Started
+
+
+class RunUnits(LeasedStore):
+    """Leased work whose unit is a run of jobs: entries, leases and interruptions are the runs'."""
+
+    runs: RunSQL
+    queue: str
+    _done: str  # the statement that finishes successes (kept as done, or deleted)
+    _done_args: tuple[str, ...] | None  # ...and its arguments
+
+    # -- start -----------------------------------------------------------------------------------
+
+    def _start_units(self, entries: Sequence[Entry]) -> Started:
+        """The entries' runs still DISPATCHED under their attempt -> RUNNING with a lease, and their
+        jobs read: the clean runs together, or else one run of suspects; other runs of suspects
+        stay DISPATCHED, in `later`, each to start alone once this is over. Stale entries, and
+        entries of no run (a job's, from a duecast before runs), are skipped."""
+        mine = [e for e in entries if e.id >= RUN_ID_BASE]
+        began = Started([], [], [], 0, time.monotonic())
+        if mine:
+            with self.db.transaction(check=True) as cur:
+                where = fence(mine, RUN_KEY)
+                lock_or_skip(
+                    lambda: cur.execute(self.runs.lock_dispatched.format(fence=where)),
+                    lambda: cur.execute(self.runs.lock_dispatched_skip.format(fence=where)),
+                )
+                locked = [(Entry(int(i), int(a)), int(s), m) for i, a, s, m in cur.fetchall()]
+                clean = [(e, m) for e, s, m in locked if s == 0]
+                suspects = [(e, m) for e, s, m in locked if s > 0]
+                go = clean or suspects[:1]
+                began.later = [[e] for e, _ in (suspects if clean else suspects[1:])]
+                began.units = [e for e, _ in go]
+                began.since = time.monotonic()  # before the leases' NOW(6): the keeper counts from here
+                if go:
+                    ids = in_list(RUN_KEY, (e.id for e in began.units))
+                    cur.execute(self.runs.mark_running.format(ids=ids), (self._lease_us, self.worker))
+                    for e, members in go:
+                        for job in decode_members(members):
+                            began.run_of[job] = e.id
+                    began.rows = self._read_members(cur, list(began.run_of))
+        began.skipped = len(entries) - len(began.units) - sum(len(g) for g in began.later)
+        return began
+
+    def _read_members(self, cur: Cursor, ids: list[int]) -> list[Row]:
+        """The members still pending, as a handler gets them: dc_attempt is this run's attempt."""
+        if not ids:
+            return []
+        where = in_list("`id`", ids)
+        packed = read_packed(cur, self.runs.member_rows.format(ids=where), what="jobs")
+        if packed is None:
+            cur.execute(self.runs.member_rows_plain.format(ids=where))
+            packed = [list(r) for r in cur.fetchall()]
+        rows = [dict(zip(JOB_COLUMNS, values, strict=True)) for values in packed]
+        for row in rows:
+            row["dc_attempt"] = int(row["dc_attempt"]) + 1
+        return rows
+
+    def _drop_empty(self, units: list[Entry]) -> None:
+        """Runs started with no member left pending (each discarded meanwhile): nothing to run."""
+        with self.db.transaction() as cur:
+            cur.execute(self.runs.lock_running.format(fence=fence(units, RUN_KEY)))
+            gone = [int(r[0]) for r in cur.fetchall()]
+            if gone:
+                cur.execute(self.runs.drop_runs.format(ids=in_list(RUN_KEY, gone)))
+
+    def _batch(self, began: Started, rows: list[Row]) -> LeasedBatch:
+        runs = began.units if rows else []
+        return RunBatch(
+            self, rows, began.skipped, runs=runs, run_of=began.run_of, sql=self.runs, later=began.later
+        )
+
+    def _give_back(self, cur: Cursor, began: Started) -> None:
+        """The runs pending again now (fenced), to be dispatched under a new attempt."""
+        cur.execute(self.runs.give_back.format(fence=fence(began.units, RUN_KEY)))
+
+    def _renew(self, cur: Cursor, entries: Sequence[Entry]) -> Extended:
+        return renew_leases(
+            cur,
+            entries,
+            lambda chosen: fence(chosen, RUN_KEY),
+            lock=self.runs.lock_leased,
+            extend=self.runs.extend_lease,
+            read=self.runs.leased,
+            extend_args=(self._lease_us,),
+        )
+
+    # -- requeue: counted in jobs ------------------------------------------------------------------
+
+    def release_unpushed(self, entries: Sequence[Entry]) -> int:
+        """Returns the jobs the runs hold."""
+        mine = [e for e in entries if e.id >= RUN_ID_BASE]
+        if not mine:
+            return 0
+        with self.db.transaction() as cur:
+            cur.execute(self.runs.lock_dispatched.format(fence=fence(mine, RUN_KEY)))
+            found = {int(i): len(decode_members(m)) for i, _, _, m in cur.fetchall()}
+            if not found:
+                return 0
+            cur.execute(self.runs.requeue_dispatched.format(ids=in_list(RUN_KEY, found)))
+            return sum(found.values())
+
+    def _requeue_dispatched(self, after_s: float, limit: int) -> int:
+        with self.db.transaction() as cur:
+            cur.execute(self.runs.expired_dispatched, (self.queue, _us(after_s), limit))
+            found = [int(r[0]) for r in cur.fetchall()]
+            if not found:
+                return 0
+            ids = in_list(RUN_KEY, found)
+            cur.execute(self.runs.jobs_of_runs.format(ids=ids))
+            jobs = int(_scalar(cur) or 0)
+            cur.execute(self.runs.requeue_dispatched.format(ids=ids))
+            return jobs
+
+    def _interrupt_expired(self, cur: Cursor, limit: int) -> tuple[int, int]:
+        cur.execute(self.runs.expired_running, (self.queue, limit))
+        return self._interrupt_runs(cur, cur.fetchall(), INTERRUPTED)
+
+    def _interrupt_worker(self, cur: Cursor, worker: str, why: str, limit: int) -> tuple[int, int, bool]:
+        cur.execute(self.runs.worker_running, (self.queue, worker, limit))
+        return (*self._interrupt_runs(cur, cur.fetchall(), why), False)
+
+    def _interrupt_runs(self, cur: Cursor, locked: Sequence[Sequence[Any]], why: str) -> tuple[int, int]:
+        """Runs (locked: id, members, worker) whose worker is gone: their members still pending
+        are each interrupted once (pending again now, ahead of the cursor), or dead when one ran
+        alone for the max_interruptions-th time (`_blame`); the runs go. Returns (jobs
+        interrupted, jobs dead)."""
+        runs = {int(i): (decode_members(m), w) for i, m, w in locked}
+        if not runs:
+            return 0, 0
+        # A job ran with its run (a job "ran alone" when its run held no other member still
+        # pending), on that run's worker, which its row records.
+        ran_in = {job: (run, worker) for run, (members, worker) in runs.items() for job in members}
+        found: list[Interrupted] = []
+        if ran_in:
+            cur.execute(self.runs.member_interruptions.format(ids=in_list("`id`", ran_in)))
+            found = [(int(i), int(n), ran_in[int(i)]) for i, n in cur.fetchall()]
+        dead = self._blame(cur, found, why)
+        cur.execute(self.runs.drop_runs.format(ids=in_list(RUN_KEY, runs)))
+        return len(found), len(dead)
+
+    def _interrupted(
+        self, cur: Cursor, found: Sequence[Interrupted], ids: list[int], why: str, *, dead: bool
+    ) -> None:
+        """One statement per run: each job records the worker it was running on."""
+        stmt = self.runs.interrupted_dead if dead else self.runs.interrupted_retry
+        ran_in = {i: group for i, _, group in found}
+        by_run: dict[tuple[int, Any], list[int]] = {}
+        for job in ids:
+            by_run.setdefault(ran_in[job], []).append(job)
+        for (_, worker), jobs in by_run.items():
+            cur.execute(stmt.format(ids=in_list("`id`", jobs)), (worker, why))
+
+    # -- finishing, under the runs' locks (RunBatch): members still pending --------------------------
+
+    def finish_ok(self, cur: Cursor, rows: Sequence[Row]) -> int:
+        return int(cur.execute(self._done.format(ids=_ids(rows)), self._done_args))
+
+    def finish_dead(self, cur: Cursor, row: Row, text: str, errors: int, outcome: str = "dead") -> int:
+        return int(cur.execute(self.runs.fail_dead.format(ids=_ids([row])), (errors, self.worker, text)))
+
+    def _fail_retry(self, cur: Cursor, row: Row, delay_us: int, text: str) -> int:
+        return int(cur.execute(self.runs.fail_retry.format(ids=_ids([row])), (self.worker, delay_us, text)))
+
+    def _snooze(self, cur: Cursor, row: Row, at: datetime | None, delay_us: int) -> int:
+        ids = _ids([row])
+        if at is not None:
+            return int(cur.execute(self.runs.snooze_at.format(ids=ids), (self.worker, at)))
+        return int(cur.execute(self.runs.snooze_delay.format(ids=ids), (self.worker, delay_us)))
+
+
+def _ids(rows: Sequence[Row]) -> str:
+    return in_list("`id`", (int(r["id"]) for r in rows))
