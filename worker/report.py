@@ -7,23 +7,27 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..shared.acks import Row
 from ..shared.fanout.protocol import Queue
 from .flight import Flight, Outcome, TimedOut
 
-if TYPE_CHECKING:  # the acker logs through this module
-    from .acker import Acker
-
 log = logging.getLogger("duecast.worker")
 STATS_EVERY_S = 0.5  # how often counts go to Redis (duecast status) while busy
+
+
+class Counting(Protocol):
+    """What Stats reads of the Acker: its counts not yet sent (named here, so report.py, which the
+    Acker uses for its log lines, does not import the Acker back)."""
+
+    unsent: dict[str, Counter[str]]
 
 
 class Stats:
     """The acker's counts, added to `counts` (this process's totals) and to Redis per source."""
 
-    def __init__(self, acker: Acker, queue: Queue, now: float) -> None:
+    def __init__(self, acker: Counting, queue: Queue, now: float) -> None:
         self.acker = acker
         self.queue = queue
         self.counts: Counter[str] = Counter()

@@ -117,3 +117,51 @@ def test_test_modules_are_named_from_tests_down_and_loaded_once() -> None:
     copies = [name for name, module in list(sys.modules.items())
               if getattr(module, "__file__", None) and Path(module.__file__).resolve() == conftest]
     assert copies == ["tests.conftest"]
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports_of(path: Path, known: set[str]) -> set[str]:
+    """The product modules `path` imports (relative imports, TYPE_CHECKING ones too), by dotted name."""
+    package = _module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not (isinstance(node, ast.ImportFrom) and node.level > 0):
+            continue
+        base = package[: len(package) - node.level + 1] + (node.module.split(".") if node.module else [])
+        for alias in node.names:
+            for candidate in (".".join([*base, alias.name]), ".".join(base)):
+                if candidate in known:
+                    found.add(candidate)
+                    break
+    return found
+
+
+def test_no_two_modules_import_each_other_round_a_circle() -> None:
+    # A circle (even one only a type checker follows) makes two modules one unit that neither side
+    # can be read or tested without: name what one needs of the other as a Protocol instead.
+    paths = [p for part in PACKAGED for p in (ROOT / part).rglob("*.py") if "__pycache__" not in p.parts]
+    known = {_module_name(p) for p in paths}
+    graph = {_module_name(p): _imports_of(p, known) - {_module_name(p)} for p in paths}
+    packages = {_module_name(p) for p in paths if p.name == "__init__.py"}
+    circles: list[list[str]] = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node] - packages):  # a package's face re-exports; it is no room
+            if state.get(nxt) == 1:
+                circles.append([*trail[trail.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for start in sorted(graph):
+        if start not in state and start not in packages:
+            visit(start, [start])
+    assert circles == []
