@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -10,7 +9,9 @@ import threading
 from collections.abc import Mapping
 from dataclasses import replace
 
-from ..shared.api.handlers import Handler, Registry, load_registry
+from ..shared.api.app import load_registry
+from ..shared.api.handlers import Handler, Registry
+from ..shared.process import arguments
 from ..shared.process.failures import StartupError, retry_startup
 from ..shared.process.health import serving, with_port
 from ..shared.process.loop import run
@@ -97,9 +98,10 @@ def check_columns(registry: Registry, stores: Mapping[str, Store]) -> None:
         table_columns: frozenset[str] = getattr(store, "columns", frozenset())
         missing = [c for c in registry.handler(name).columns if c not in table_columns]
         if missing and table_columns:
+            table = getattr(store, "business", store.src).table  # range mode: the rows' table
             raise StartupError(
                 f"the handler for source {name!r} reads column(s) {', '.join(missing)}, which table "
-                f"{store.src.table} does not have; fix columns=[...] in @registry.row/batch({name!r}, ...)"
+                f"{table} does not have; fix columns=[...] in @registry.row/batch({name!r}, ...)"
             )
 
 
@@ -162,11 +164,10 @@ def _pop_names(settings: Settings, name: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queue) -> int:
-    parser = argparse.ArgumentParser(
+    parser = arguments.parser(
         prog="duecast worker",
         description="Pop entries from Redis, run the app's handlers, tasks and consumers, and ack in MySQL.",
     )
-    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
     parser.add_argument(
         "--app",
         action="append",

@@ -26,7 +26,7 @@ from .packed import PACKABLE_TYPES, read_packed
 from .protocol import AckCounts, SourceStatus
 from .range_batch import RANGE_KEY, Late, RangeBatch, Span
 from .row_batch import RowBatch, guarded
-from .schema import check_business_columns, describe
+from .schema import SchemaError, check_business_columns, describe
 from .source_store import SourceStore
 from .units import Cursor
 
@@ -59,7 +59,13 @@ class RangeStore:
         check_business_columns(self.business, info)
         self.columns = frozenset(info.columns)
         self.column_types = dict(info.columns)
-        self.ranges.verify()
+        try:
+            self.ranges.verify()
+        except SchemaError as exc:  # duecast's own table, which only `duecast migrate` makes right
+            raise SchemaError(
+                f"source {self.business.name}: its ranges table {self.ranges.src.table} is missing or "
+                "older than this duecast; run `duecast migrate`"
+            ) from exc
 
     def claim_due(self, limit: int) -> list[Entry]:
         return self.ranges.claim_due(limit)
