@@ -11,6 +11,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import Progress
 from rich.table import Table
 
@@ -22,8 +23,10 @@ from ..shared.settings import Settings, load_settings
 from ..shared.states import STATE_NAMES, State
 from ..shared.storage.admin.job_admin import STATES_BY_NAME, Filter, JobAdmin, Outcome
 from ..shared.storage.db import Database
+from .status_view import fit
 
 MAX_LIST = 10_000  # rows `duecast jobs list` prints at most
+ERROR_MIN = 20  # columns the last error keeps in `jobs list` before the table is split instead
 SHOWN_IDS = 10  # ids a retry, replay or discard that changed nothing explains one by one
 
 
@@ -55,7 +58,7 @@ def main(rest: list[str]) -> int:
     if args.action == "list":
         if not 1 <= args.limit <= MAX_LIST:
             raise EnqueueError(f"--limit must be 1-{MAX_LIST}, not {args.limit}")
-        console.print(job_table(admin.find(flt, args.limit), flt))
+        print_jobs(console, admin.find(flt, args.limit))
         return 0
     return _act(console, admin, args, flt, settings)
 
@@ -162,6 +165,8 @@ def _show(console: Console, admin: JobAdmin, job_id: int) -> int:
         console.print(f"no job {job_id}")
         return 1
     table = Table(show_header=False, title=f"job {job_id}")
+    table.add_column("field", no_wrap=True)
+    table.add_column("value", overflow="fold")  # a traceback's long paths wrap, never end in `…`
     for key, value in job.items():
         shown = STATE_NAMES[State(value)] if key == "dc_state" else value
         table.add_row("state" if key == "dc_state" else key, "" if shown is None else str(shown))
@@ -169,10 +174,22 @@ def _show(console: Console, admin: JobAdmin, job_id: int) -> int:
     return 0
 
 
-def job_table(jobs: list[dict[str, Any]], flt: Filter | None = None) -> Table:
-    """One line per job where the terminal allows: a queue or state every listed job shares is said
-    once in the title, times drop the date they all share (said in the title too), and the last
-    error wraps (fold) rather than being cut; `duecast jobs show ID` has the rest."""
+def print_jobs(console: Console, jobs: list[dict[str, Any]]) -> None:
+    """The jobs on one line each where the terminal allows: the last error gets the room the other
+    columns leave (at least ERROR_MIN, wrapping below), or, when even that is too wide, the table
+    is split by columns as `duecast status` splits its own (each part keeps the id)."""
+    table = job_table(jobs, ERROR_MIN)
+    spare = console.width - Measurement.get(console, console.options.update_width(10_000), table).maximum
+    if spare < 0:
+        console.print(*fit(table, console))
+    else:
+        console.print(job_table(jobs, ERROR_MIN + spare))
+
+
+def job_table(jobs: list[dict[str, Any]], error_width: int | None = None) -> Table:
+    """A queue or state every listed job shares is said once in the title, times drop the date they
+    all share (said in the title too), and the last error wraps within `error_width` rather than
+    being cut; `duecast jobs show ID` has the rest."""
     queues = {j["queue"] for j in jobs}
     states = {STATE_NAMES[State(j["dc_state"])] for j in jobs}
     (run_at, created), day = dates([j["run_at"] for j in jobs], [j["created_at"] for j in jobs])
@@ -181,12 +198,13 @@ def job_table(jobs: list[dict[str, Any]], flt: Filter | None = None) -> Table:
     said += [f"all {s}" for s in states if len(states) == 1 and len(jobs) > 1]
     if day:
         said.append(f"times on {day}")
-    table = Table(title=", ".join(said), box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title=", ".join(said), box=box.SIMPLE_HEAD, padding=0, show_edge=False)
     show_queue, show_state = len(queues) > 1, len(states) > 1 or len(jobs) == 1
     headers = ["id", *(["queue"] * show_queue), "task", *(["state"] * show_state), "errors", "run at"]
-    for col in [*headers, "created", "last error"]:
-        wraps = col in ("task", "last error")
-        table.add_column(col, overflow="fold", no_wrap=not wraps, justify="right" if col == "id" else "left")
+    for col in [*headers, "created"]:
+        table.add_column(col, no_wrap=True, justify="right" if col == "id" else "left")
+    # fold: a word too long for the column breaks onto the next line instead of ending in `…`
+    table.add_column("last error", overflow="fold", max_width=error_width)
     for j, due, made in zip(jobs, run_at, created, strict=True):
         error = (j["last_error"] or "").strip().splitlines()
         cells = [str(j["id"]), *([j["queue"]] * show_queue), j["task"]]

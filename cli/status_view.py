@@ -185,7 +185,13 @@ def _width(table: Table, console: Console) -> int:
 def _table(like: Table, columns: list[Column], part: tuple[int, int] | None = None) -> Table:
     title = like.title if part is None else f"{like.title} ({part[0]}/{part[1]})"
     last = part is None or part[0] == part[1]
-    table = Table(title=title, caption=like.caption if last else None, box=like.box, pad_edge=like.pad_edge)
+    table = Table(
+        title=title,
+        caption=like.caption if last else None,
+        box=like.box,
+        padding=like.padding,
+        show_edge=like.show_edge,
+    )
     for col in columns:
         # fold: a cell too wide even alone wraps onto a second line instead of losing its end
         table.add_column(col.header, justify=col.justify, overflow="fold")

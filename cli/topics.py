@@ -83,7 +83,8 @@ def _main(rest: list[str]) -> int:
     if args.action == "show":
         return _show(console, admin, args.topic, args.id)
     if args.action == "find":
-        console.print(_messages(admin.find(args.topic, args.key, args.limit), f"key {args.key!r}"))
+        found = admin.find(args.topic, args.key, args.limit)
+        console.print(*fit(_messages(found, f"key {args.key!r}"), console))
         return 0
     if args.action == "volume":
         return _volume(console, TopicMonitor(admin.db, settings.topics), args)
@@ -205,9 +206,9 @@ def _show(console: Console, admin: TopicAdmin, topic: str, message_id: int) -> i
     if message is None:
         console.print(f"no message {message_id} in {topic} (never published, or deleted by retention)")
         return 1
-    console.print(_messages([message], f"{topic} message {message_id}"))
+    console.print(*fit(_messages([message], f"{topic} message {message_id}"), console))
     for group, trace in admin.trace(topic, message_id).items():
-        console.print(_trace_table(group, trace))
+        console.print(*fit(_trace_table(group, trace), console))
     return 0
 
 
@@ -263,7 +264,7 @@ def _volume(console: Console, monitor: TopicMonitor, args: argparse.Namespace) -
     for k, n in enumerate(counts):
         ago = (len(counts) - k) * args.bucket_s
         table.add_row(f"{ago:g}s - {ago - args.bucket_s:g}s", f"{n:,}")
-    console.print(table)
+    console.print(*fit(table, console))
     return 0
 
 

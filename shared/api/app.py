@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import sysconfig
 import traceback
 from types import ModuleType
 
@@ -55,10 +56,18 @@ def import_app(module_name: str) -> ModuleType:
         raise AppError(f"cannot import the app module {module_name!r}: {exc}") from exc
     except Exception as exc:
         # The module's own code raised while importing: the user's bug, named where it happened.
-        frames = traceback.extract_tb(exc.__traceback__)
-        where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        where = _users_frame(exc)
         said = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise AppError(f"importing the app module {module_name!r} raised {said}{where}") from exc
+
+
+def _users_frame(exc: BaseException) -> str:
+    """` at file:line` of the deepest frame in the user's code (not the import machinery's, not the
+    standard library's, which raised on its behalf: `os.environ[...]`), or ""."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if not f.filename.startswith(("<", stdlib))] or frames
+    return f" at {own[-1].filename}:{own[-1].lineno}" if own else ""
 
 
 def registry_in(module: ModuleType, spec: str, attr: str) -> Registry:
