@@ -18,8 +18,8 @@ from typing import Any
 
 from rich.console import Console
 
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.fanout.keys import Keys
-from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.settings import Settings
 from duecast.shared.storage.db import connect
 

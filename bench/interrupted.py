@@ -43,8 +43,8 @@ from topics import toml_fields
 from duecast.cli.demo.fleet import Fleet
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.api.publish import Publish, Publisher
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.fanout.keys import Keys
-from duecast.shared.fanout.queue import connect_redis
 from duecast.shared.identifiers import quote
 from duecast.shared.settings import JOBS_SOURCE, Settings, TopicsSettings, load_settings
 from duecast.shared.states import State

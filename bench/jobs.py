@@ -29,7 +29,7 @@ from rich.table import Table
 
 from duecast.cli.demo.fleet import Fleet, cpu_seconds
 from duecast.shared.api.enqueue import Enqueuer, Job
-from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.identifiers import quote
 from duecast.shared.settings import JOBS_SOURCE, Settings, load_settings
 from duecast.shared.storage.admin import migrate

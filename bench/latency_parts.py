@@ -22,7 +22,7 @@ from rich.progress import Progress
 
 from duecast import Enqueuer, Job
 from duecast.cli.demo.fleet import Fleet
-from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.identifiers import quote
 from duecast.shared.settings import JOBS_SOURCE, Settings
 from duecast.shared.storage.admin import migrate

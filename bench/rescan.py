@@ -23,12 +23,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from duecast.cli.demo import data as demo_data
 from duecast.cli.demo import run as demo
 from duecast.cli.demo.fleet import cpu_seconds
 from duecast.shared.process.runtime import build_queue
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import Settings, load_settings
+from duecast.shared.storage.admin import demo_table as demo_data
 from duecast.shared.storage.db import connect
 
 

@@ -34,13 +34,13 @@ from rich.live import Live
 from rich.progress import Progress
 from rich.table import Table
 
-from duecast.cli.demo import data as demo_data
 from duecast.cli.demo import run as demo
 from duecast.cli.demo.fleet import Fleet
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.process.loop import stop_on_signals
 from duecast.shared.process.runtime import build_queue, build_stores
 from duecast.shared.settings import Settings, load_settings
+from duecast.shared.storage.admin import demo_table as demo_data
 from duecast.shared.storage.admin import migrate
 
 FLAT_MB_PER_10_MIN = 2.0  # |slope| at or below this counts as flat

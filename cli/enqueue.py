@@ -5,6 +5,7 @@ Parsing, checking and printing only; every statement runs in shared.api.enqueue.
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -15,8 +16,8 @@ from rich.console import Console
 from rich.progress import Progress
 
 from ..shared.api.app import load_registry
-from ..shared.api.enqueue import EnqueueError, Enqueuer, Job, JobRow, OnDuplicate, encode
-from ..shared.fanout.queue import connect_redis
+from ..shared.api.enqueue import EnqueueError, Enqueuer, Job, JobRow, OnDuplicate, Written, encode
+from ..shared.fanout.client import connect_redis
 from ..shared.process import arguments
 from ..shared.settings import JOBS_SOURCE, Settings, load_settings
 from ..shared.storage.db import Database
@@ -27,6 +28,23 @@ MERGES_SHOWN = 5  # merged lines named in `duecast enqueue --file`'s summary
 
 
 def enqueue_main(rest: list[str]) -> int:
+    parser = _parser()
+    args = parser.parse_args(rest)
+    if (args.task is None) == (args.file is None):
+        parser.error("give a TASK or --file, not both")
+    settings = load_settings(args.config)
+    # Every value is checked before the task name, whose check may read the workers table.
+    queue = None if args.file else args.queue
+    tasks = partial(known_tasks, settings, args.app, queue, check=not args.no_check)
+    if args.file is not None:
+        enqueuer = Enqueuer(settings, connect_redis(settings.redis))
+        n, merged = enqueue_file(enqueuer, args.file, args.on_duplicate, Console(stderr=True), tasks)
+        print(f"enqueued {n - len(merged):,} job(s) from {args.file}" + _merged_lines(args.file, merged))
+        return 0
+    return _enqueue_one(args, settings, tasks)
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = arguments.parser(
         prog="duecast enqueue",
         description="Enqueue one job, or every job of a JSON Lines file in one transaction.",
@@ -60,18 +78,13 @@ def enqueue_main(rest: list[str]) -> int:
     parser.add_argument(
         "--no-check", action="store_true", help="enqueue task names no live worker or --app knows"
     )
-    args = parser.parse_args(rest)
-    if (args.task is None) == (args.file is None):
-        parser.error("give a TASK or --file, not both")
-    settings = load_settings(args.config)
-    # Every value is checked before the task name, whose check may read the workers table.
-    queue = None if args.file else args.queue
-    tasks = partial(known_tasks, settings, args.app, queue, check=not args.no_check)
-    if args.file is not None:
-        enqueuer = Enqueuer(settings, connect_redis(settings.redis))
-        n, merged = enqueue_file(enqueuer, args.file, args.on_duplicate, Console(stderr=True), tasks)
-        print(f"enqueued {n - len(merged):,} job(s) from {args.file}" + _merged_lines(args.file, merged))
-        return 0
+    return parser
+
+
+def _enqueue_one(
+    args: argparse.Namespace, settings: Settings, tasks: Callable[[], frozenset[str] | None]
+) -> int:
+    """`duecast enqueue TASK`: check the job's values, then its task name, then enqueue it."""
     payload = _json("--payload", args.payload)
     job = Job(
         args.task, payload, args.queue, args.delay, None, args.priority, args.max_attempts, args.unique_key
@@ -211,10 +224,11 @@ def enqueue_file(
         bar.update(check, completed=path.stat().st_size)
         _check_tasks(path, rows, numbers, known())
         write = bar.add_task("enqueueing", total=len(rows))
-        with enqueuer.db.transaction() as cur:
-            for i in range(0, len(rows), FILE_CHUNK):
-                written = enqueuer.write(cur, rows[i : i + FILE_CHUNK], on_duplicate)
-                merged.update({numbers[i + j]: job for j, job in written.merged.items()})
-                bar.advance(write, len(rows[i : i + FILE_CHUNK]))
+
+        def done(i: int, written: Written) -> None:
+            merged.update({numbers[i + j]: job for j, job in written.merged.items()})
+            bar.advance(write, len(rows[i : i + FILE_CHUNK]))
+
+        enqueuer.insert_in_chunks(rows, on_duplicate, FILE_CHUNK, done)
     enqueuer.wake()
     return len(rows), merged

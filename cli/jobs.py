@@ -16,7 +16,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from ..shared.api.enqueue import EnqueueError, Enqueuer
-from ..shared.fanout.queue import connect_redis
+from ..shared.fanout.client import connect_redis
 from ..shared.process import arguments
 from ..shared.process.failures import EXIT_NO, EXIT_UNCONFIRMED, StartupError
 from ..shared.settings import Settings, load_settings

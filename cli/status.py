@@ -19,13 +19,13 @@ from rich.text import Text
 
 from ..shared.fanout.queue import ReadyQueue
 from ..shared.monitor.coverage import unserved, unserved_line
-from ..shared.monitor.topic_status import TopicMonitor
 from ..shared.process import arguments
 from ..shared.process.failures import EXIT_OK, EXIT_UNAVAILABLE, explain
 from ..shared.process.runtime import build_queue
 from ..shared.settings import Settings, load_settings
 from ..shared.storage.admin.dashboard_store import DashboardStore, WorkerRow
 from ..shared.storage.db import Database
+from ..shared.storage.topic_status import TopicMonitor
 from ..shared.storage.worker_registry import LiveWorker, WorkerRegistry
 from .history import History, Reading
 from .sampler import Sampler

@@ -1,7 +1,7 @@
 """`duecast topics ...`: the operator's view of and hands on topics and consumer groups.
 
 Parsing and printing only; every statement runs in shared.storage.topic_admin,
-shared.monitor.topic_status or shared.api.publish.
+shared.storage.topic_status or shared.api.publish.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from rich.console import Console
 from rich.table import Table
 
 from ..shared.api.publish import Publish, Publisher, PublishError, encode
-from ..shared.fanout.queue import connect_redis
-from ..shared.monitor.topic_status import GroupStatus, TopicMonitor
+from ..shared.fanout.client import connect_redis
 from ..shared.process import arguments
 from ..shared.settings import Settings, TopicsSettings, load_settings
 from ..shared.states import STATE_NAMES, State
 from ..shared.storage.db import Database
 from ..shared.storage.topic_admin import TopicAdmin, TopicError, position
+from ..shared.storage.topic_status import GroupStatus, TopicMonitor
 from .status_view import Keyed, fit
 
 _MESSAGE_FIELDS = {"topic", "payload", "key"}

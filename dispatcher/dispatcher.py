@@ -10,7 +10,7 @@ import logging
 import time
 from collections import Counter
 
-from ..shared.fanout.queue import REDIS_ERRORS, ReadyQueue
+from ..shared.fanout.protocol import Queue, QueueError
 from ..shared.policy import claim_room, dispatch_delay_s
 from ..shared.process.loop import Tick
 from ..shared.settings import DispatcherSettings
@@ -27,7 +27,7 @@ class Dispatcher:
     name = "dispatcher"
 
     def __init__(
-        self, stores: list[Store], queue: ReadyQueue, settings: DispatcherSettings, redelivery: Redelivery
+        self, stores: list[Store], queue: Queue, settings: DispatcherSettings, redelivery: Redelivery
     ) -> None:
         self.stores = stores
         self.queue = queue
@@ -62,7 +62,7 @@ class Dispatcher:
             # redelivery requeues them after the visibility timeout. Never push before commit.
             try:
                 self.queue.push(src.name, entries)
-            except REDIS_ERRORS:
+            except QueueError:
                 # Redis refused (down, OOM): the rows go back now, not after the timeout.
                 self.redelivery.release_unpushed(store, entries)
                 raise

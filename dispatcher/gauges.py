@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from prometheus_client import Gauge
 
-from ..shared.fanout.queue import ReadyQueue
+from ..shared.fanout.protocol import Queue
 from ..shared.monitor.status import SourceSnapshot, source_snapshot
 from ..shared.storage.source_store import Store
 from ..shared.telemetry import metrics
@@ -28,7 +28,7 @@ SYSTEM_GAUGES: tuple[Gauge, ...] = (
 
 
 class SystemGauges:
-    def __init__(self, stores: list[Store], queue: ReadyQueue) -> None:
+    def __init__(self, stores: list[Store], queue: Queue) -> None:
         self.stores = stores
         self.queue = queue
 

@@ -14,8 +14,7 @@ import time
 
 from ..shared.process.failures import log_failure
 from ..shared.process.loop import Tick
-from ..shared.queries.source import LeaderSQL, render_leases
-from ..shared.storage.db import Database
+from ..shared.storage.leases import LeaseStore
 from ..shared.storage.units import retry_transient
 
 log = logging.getLogger("duecast.leader")
@@ -32,28 +31,9 @@ def holder_name() -> str:
     return f"{socket.gethostname()[:100]}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
-class LeaseStore:
-    def __init__(self, db: Database, table: str) -> None:
-        self.db = db
-        self.sql: LeaderSQL = render_leases(table)
-
-    def acquire(self, name: str, holder: str, lease_s: float) -> float:
-        """Take or renew `name` for `holder`; returns the seconds it is ours for (0: someone else's)."""
-        with self.db.transaction() as cur:
-            cur.execute(self.sql.acquire, (name, holder, round(lease_s * 1e6)))
-            cur.execute(self.sql.holder, (name,))
-            row = cur.fetchone()
-        if row is None or row[0] != holder:
-            return 0.0
-        return max(0.0, float(row[1]) / 1e6)
-
-    def resign(self, name: str, holder: str) -> None:
-        with self.db.transaction() as cur:
-            cur.execute(self.sql.resign, (name, holder))
-
-
 class Leadership:
-    """Renews the lease every lease/3 (as a scheduler job); `held()` says whether to act now.
+    """Renews the lease every lease/3 (a duty in its own loop: dispatcher/scheduler.py); `held()` says
+    whether to act now.
 
     `held()` uses this process' monotonic clock, counting down from what the database granted
     (less a safety margin), so a leader whose renewals fail stops acting before its lease can
@@ -107,9 +87,6 @@ class Leadership:
                 self.holder,
             )
         return Tick(self.lease_s / 3, idle=True)
-
-    def renew(self) -> None:
-        self.tick()
 
     def resign(self) -> None:
         if self.was_leader:

@@ -13,7 +13,7 @@ from ..shared.policy import Cause
 from ..shared.process import arguments
 from ..shared.process.failures import retry_startup
 from ..shared.process.health import serving, with_port
-from ..shared.process.loop import run
+from ..shared.process.loop import Role, run
 from ..shared.process.runtime import (
     QueueFactory,
     build_queue,
@@ -24,19 +24,20 @@ from ..shared.process.runtime import (
 from ..shared.settings import Settings
 from ..shared.storage.db import Database
 from ..shared.storage.leased.jobs import JobStore
+from ..shared.storage.leases import LeaseStore
 from ..shared.storage.range_store import RangeStore
+from ..shared.storage.schedule_store import ScheduleStore
 from ..shared.storage.source_store import Store
 from ..shared.storage.worker_registry import WorkerRegistry
 from .coverage import Coverage
 from .dispatcher import Dispatcher
 from .gauges import SystemGauges
-from .leader import Leadership, LeaseStore
+from .leader import Leadership
 from .pruner import Pruner
 from .ranges import RangeKeeper
 from .recurring import TICK_S, Recurring
 from .redelivery import LEADER, Redelivery, cadence, sweeper
-from .schedule_store import ScheduleStore
-from .scheduler import start as scheduler_start
+from .scheduler import Every, Guarded, Led, Running
 from .topics import topic_duties
 
 log = logging.getLogger("duecast.dispatcher")
@@ -63,42 +64,28 @@ def serve(
     # Before the first claim, so a new range source is covered at once; a lock held on the ranges
     # table past mysql.lock_wait_s is waited out, not the end of the dispatcher (issue 12.5).
     retry_startup(lambda: keeper.discover(full=True), what="range discovery", stop=stop)
-    jobs: list[tuple[str, Callable[[], object], float]] = []
+    singletons: list[tuple[Role, float]] = []  # duties only the leader runs, with their intervals
     if keeper.stores:
-        jobs.append(("duecast-ranges", keeper.tick, settings.dispatcher.range_discover_s))
-    jobs.extend(_job_duties(settings, queue))
-    jobs.extend(topic_duties(settings, stop))
+        singletons.append((keeper, settings.dispatcher.range_discover_s))
+    singletons.extend(_job_duties(settings, queue))
+    singletons.extend(topic_duties(settings, stop))
     # The system-wide gauges, for /metrics only: the leader sets them, a standby drops them.
     gauges = SystemGauges(build_stores(settings, sources, stop), queue) if settings.health.port else None
-    scheduler = None
-    if not drain and (jobs or gauges or settings.dispatcher.run_sweeper):
-        leadership.tick()  # the first dispatcher up leads at once; the others stand by
-        duties = [(name, _as_leader(leadership, fn), every) for name, fn, every in jobs]
-        renew = ("duecast-leader", leadership.renew, settings.dispatcher.leader_lease_s / 3)
-        if gauges is not None:
-            duties.append(("duecast-gauges", gauges.duty(leadership.held), settings.health.gauges_interval_s))
-        coverage = Coverage(
-            WorkerRegistry(Database(settings.mysql), settings.worker),
-            [s.name for s in sources],
-            settings.worker.dead_after_s,
-        )
-        duties.append(("duecast-coverage", coverage.duty(leadership.held), settings.worker.heartbeat_s))
-        scheduler = scheduler_start(stop, [renew, *duties])
-    redelivering = None
-    log.info("dispatching %s", ", ".join(s.name for s in sources))
+    duties = Running()
     try:
+        if not drain and (singletons or gauges or settings.dispatcher.run_sweeper):
+            leadership.tick()  # the first dispatcher up leads at once; the others stand by
+            _start_duties(duties, settings, leadership, singletons, gauges=gauges, stop=stop)
+        log.info("dispatching %s", ", ".join(s.name for s in sources))
         with serving(settings, "dispatcher") as liveness:
             # Before the first claim, in this thread: rows whose entries a fresh or flushed Redis
             # lost go back first (retried until Redis answers), so no claim is taken for lost.
             run(redelivery.canary(), stop, drain=True, on_turn=liveness.beat)
             if not drain:
-                redelivering = _Running(redelivery)
+                duties.start(redelivery)
             run(dispatcher, stop, drain=drain, pause=dispatcher.pause, on_turn=liveness.beat)
     finally:
-        if redelivering is not None:
-            redelivering.stop()
-        if scheduler is not None:
-            scheduler.shutdown(wait=True)
+        duties.stop()  # each finishes its tick
         leadership.resign()  # a standby takes over now, not when the lease runs out
     log.info("dispatcher stopped; claimed %s; requeued %s", dict(dispatcher.counts), dict(redelivery.counts))
 
@@ -123,28 +110,33 @@ def _redelivery(
     )
 
 
-class _Running:
-    """A duty's loop in its own thread, until `stop()`: then it finishes its tick and is joined."""
-
-    def __init__(self, role: Redelivery) -> None:
-        self._done = threading.Event()
-        self._thread = threading.Thread(
-            target=run, args=(role, self._done), name=f"duecast-{role.name}", daemon=True
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._done.set()
-        self._thread.join()
-
-
-def _as_leader(leadership: Leadership, fn: Callable[[], object]) -> Callable[[], object]:
-    """A singleton duty runs only while this dispatcher holds the leader lease."""
-
-    def duty() -> object:
-        return fn() if leadership.held() else None
-
-    return duty
+def _start_duties(
+    duties: Running,
+    settings: Settings,
+    leadership: Leadership,
+    singletons: list[tuple[Role, float]],
+    *,
+    gauges: SystemGauges | None,
+    stop: threading.Event,
+) -> None:
+    """The lease renewal, then each duty, its first tick one interval away (as APScheduler's interval
+    jobs ran): singletons only while this dispatcher leads; the gauges and the coverage check on
+    every dispatcher, exporting while it leads and dropping their samples while it stands by."""
+    held = leadership.held
+    duties.start(leadership, first_s=settings.dispatcher.leader_lease_s / 3)  # it ticked just now
+    for duty, every_s in singletons:
+        duties.start(Guarded(Led(duty, held, every_s), every_s, stop), first_s=every_s)
+    watches: list[tuple[str, Callable[[], None], float]] = []
+    if gauges is not None:
+        watches.append(("gauges", gauges.duty(held), settings.health.gauges_interval_s))
+    coverage = Coverage(
+        WorkerRegistry(Database(settings.mysql), settings.worker),
+        [s.name for s in settings.all_sources()],
+        settings.worker.dead_after_s,
+    )
+    watches.append(("coverage", coverage.duty(held), settings.worker.heartbeat_s))
+    for name, call, every_s in watches:
+        duties.start(Guarded(Every(name, call, every_s), every_s, stop), first_s=every_s)
 
 
 def serve_sweeper(settings: Settings, stop: threading.Event, *, once: bool = False) -> None:
@@ -158,8 +150,9 @@ def serve_sweeper(settings: Settings, stop: threading.Event, *, once: bool = Fal
     run(redelivery, stop)
 
 
-def _job_duties(settings: Settings, queue: ReadyQueue) -> list[tuple[str, Callable[[], object], float]]:
-    """Recurring schedules and the pruner, when the jobs table is on; each on its own connection."""
+def _job_duties(settings: Settings, queue: ReadyQueue) -> list[tuple[Role, float]]:
+    """Recurring schedules and the pruner with their intervals, when the jobs table is on; each on its
+    own connection."""
     if not settings.jobs.enabled:
         return []
     registry = load_registry(settings.dispatcher.app) if settings.dispatcher.app else None
@@ -170,12 +163,10 @@ def _job_duties(settings: Settings, queue: ReadyQueue) -> list[tuple[str, Callab
     first = settings.jobs.queue_sources()[0]
     pruner_store = JobStore(Database(settings.mysql), first, settings.jobs, settings.mysql)
     pruner = Pruner(pruner_store, settings.jobs.prune_batch, settings.jobs.prune_interval_s)
-    duties: list[tuple[str, Callable[[], object], float]] = [
-        ("duecast-pruner", pruner.prune_all, settings.jobs.prune_interval_s)
-    ]
+    duties: list[tuple[Role, float]] = [(pruner, settings.jobs.prune_interval_s)]
     if recurring.schedules:
         log.info("recurring schedules: %s", ", ".join(s.name for s, _ in recurring.schedules))
-        duties.append(("duecast-recurring", recurring.tick, TICK_S))
+        duties.append((recurring, TICK_S))
     return duties
 
 

@@ -1,6 +1,7 @@
 """Pruner: deletes finished jobs past their retention (done: jobs.retention_s, dead: dead_retention_s).
 
-An APScheduler interval job in the dispatcher; one run deletes in batches until nothing is left.
+A leader duty of the dispatcher (dispatcher/scheduler.py): it deletes batch after batch while they
+come full, then rests an interval.
 """
 
 from __future__ import annotations

@@ -1,17 +1,19 @@
 """Recurring: the dispatcher duty that turns schedules (settings and the app's code) into jobs.
 
-Runs as an APScheduler interval job every second (dispatcher.scheduler); `tick()` fires every schedule.
+A leader duty of the dispatcher (dispatcher/scheduler.py), every second; `tick()` fires every schedule.
 """
 
 from __future__ import annotations
 
 import logging
 
+from ..shared.api.job_input import Job, encode
 from ..shared.process.failures import log_failure
 from ..shared.process.loop import Tick
 from ..shared.schedules import Trigger, build_trigger
 from ..shared.settings import ScheduleSettings
-from .schedule_store import ScheduleStore
+from ..shared.storage.job_writer import JobRow
+from ..shared.storage.schedule_store import ScheduleStore
 
 log = logging.getLogger("duecast.recurring")
 
@@ -36,7 +38,7 @@ class Recurring:
     def tick(self) -> Tick:
         for schedule, trigger in self.schedules:
             try:
-                n = self.store.fire_due(schedule, trigger)
+                n = self.store.fire_due(schedule, trigger, self._job(schedule))
             except Exception as exc:
                 # One broken schedule (a task renamed, a lock timeout) must not stop the others.
                 log_failure(log, exc, "schedule %s failed; retrying next tick", schedule.name)
@@ -46,3 +48,8 @@ class Recurring:
                 self.enqueued += n
                 self.store.enqueuer.wake()
         return Tick(TICK_S, idle=True)
+
+    def _job(self, schedule: ScheduleSettings) -> JobRow:
+        """The job a run of `schedule` enqueues, checked (the store adds its schedule and fire time)."""
+        job = Job(schedule.task, schedule.payload, schedule.queue, priority=schedule.priority)
+        return encode(job, self.store.jobs, self.store.enqueuer.tasks)

@@ -12,9 +12,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ..shared.fanout.keys import BadEntry, BadHold, Entry, decode_entry
-from ..shared.fanout.queue import ReadyQueue
-from ..shared.fanout.retype import NO_SOURCE
+from ..shared.entries import BadEntry, BadHold, Entry, decode_entry
+from ..shared.fanout.protocol import NO_SOURCE, Queue
 from ..shared.policy import (
     LEADER_CAUSES,
     Cause,
@@ -51,7 +50,7 @@ def cadence(settings: Settings, causes: Iterable[Cause]) -> dict[Cause, float]:
     return {cause: every[cause] for cause in causes}
 
 
-def sweeper(settings: Settings, stores: Sequence[Store], queue: ReadyQueue) -> Redelivery:
+def sweeper(settings: Settings, stores: Sequence[Store], queue: Queue) -> Redelivery:
     """The sweep alone, as `duecast sweeper` runs it: no canary, no dead workers."""
     return Redelivery(stores, queue, cadence(settings, SWEEP), settings.dispatcher.sweep_batch)
 
@@ -66,7 +65,7 @@ class Redelivery:
     def __init__(
         self,
         stores: Sequence[Store],
-        queue: ReadyQueue,
+        queue: Queue,
         every_s: Mapping[Cause, float],
         batch: int,
         *,
@@ -164,7 +163,7 @@ class Redelivery:
     def _requeue_held(self) -> int:
         """Requeue the hold of every dead worker and forget the worker; returns rows requeued.
 
-        A worker records its batch in Redis with the pop itself (ReadyQueue.pop_held) and beats in
+        A worker records its batch in Redis with the pop itself (Queue.pop_held) and beats in
         MySQL; one silent for worker.dead_after_s is dead, and its rows go back now (fenced on
         their attempt) instead of after the visibility timeout. Without the record (Redis lost
         it), "lost" or "expired" covers them. Each record is read on its own: Redis is not

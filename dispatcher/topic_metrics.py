@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import Gauge
 
-from ..shared.monitor.topic_status import GroupStatus
+from ..shared.storage.topic_status import GroupStatus
 
 NAMESPACE = "duecast"
 _GROUP = ["topic", "group"]

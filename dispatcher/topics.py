@@ -1,19 +1,18 @@
 """The topics duty: retention (prune what every group finished), alerts (consumption timeouts, groups
-holding messages past retention) and the topic gauges. An APScheduler interval job in the dispatcher.
+holding messages past retention) and the topic gauges. A leader duty (dispatcher/scheduler.py).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 
-from ..shared.monitor.topic_status import TopicMonitor
 from ..shared.process.failures import retry_startup
-from ..shared.process.loop import Tick
+from ..shared.process.loop import Role, Tick
 from ..shared.settings import Settings, TopicsSettings
 from ..shared.storage.db import Database
 from ..shared.storage.topic_admin import TopicAdmin
+from ..shared.storage.topic_status import TopicMonitor
 from . import topic_metrics
 
 log = logging.getLogger("duecast.topics")
@@ -29,12 +28,15 @@ class TopicKeeper:
         self.pruned = 0
 
     def tick(self) -> Tick:
+        """One batch of pruning; once nothing is left to prune, the check, then a rest of an interval."""
         n = self.admin.prune(self.settings.prune_batch)
         self.pruned += n
         if n:
             log.info("pruned %d message(s) every group had finished", n)
-        full = n >= self.settings.prune_batch
-        return Tick(0.0 if full else self.settings.maintain_interval_s, idle=not full)
+        if n >= self.settings.prune_batch:
+            return Tick(0.0, idle=False)
+        self.check()
+        return Tick(self.settings.maintain_interval_s, idle=True)
 
     def check(self) -> None:
         """Alerts in the log and gauges for /metrics, from one read of every group."""
@@ -61,17 +63,16 @@ class TopicKeeper:
                 )
 
     def maintain(self) -> None:
-        """One scheduled run: prune until nothing is left to prune, then check."""
+        """One pass, as the loop's drain mode runs it: prune until nothing is left to prune, then check."""
         while not self.tick().idle:
             pass
-        self.check()
 
 
-def topic_duties(settings: Settings, stop: threading.Event) -> list[tuple[str, Callable[[], object], float]]:
-    """The topics duty, on its own connection, when topics are declared."""
+def topic_duties(settings: Settings, stop: threading.Event) -> list[tuple[Role, float]]:
+    """The topics duty and its interval, on its own connection, when topics are declared."""
     if not settings.topics.names:
         return []
     admin = TopicAdmin(Database(settings.mysql), settings.topics)
     retry_startup(admin.ensure_groups, what="the topic groups' rows", stop=stop)
     keeper = TopicKeeper(admin, TopicMonitor(admin.db, settings.topics), settings.topics)
-    return [("duecast-topics", keeper.maintain, settings.topics.maintain_interval_s)]
+    return [(keeper, settings.topics.maintain_interval_s)]

@@ -18,7 +18,6 @@ from .report import log_failures
 
 log = logging.getLogger("duecast.worker")
 SETTLE_EVERY_S = 0.1  # how often a flight's store is asked to settle what waits on time
-STATS_EVERY_S = 0.5  # how often counts go to Redis (duecast status) while busy
 
 
 class Acker:

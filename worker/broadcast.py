@@ -15,7 +15,7 @@ from ..shared.process.failures import StartupError, retry_startup
 from ..shared.process.loop import Tick, run
 from ..shared.settings import Settings, TopicsSettings
 from ..shared.storage.db import Database
-from .member_store import LostMember, MemberStore, member_name
+from ..shared.storage.member_store import LostMember, MemberStore, member_name
 
 log = logging.getLogger("duecast.broadcast")
 

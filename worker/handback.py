@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..shared.fanout.keys import BadEntry, BadHold, decode_entry
-from ..shared.fanout.queue import REDIS_ERRORS, ReadyQueue
+from ..shared.entries import BadEntry, BadHold, decode_entry
+from ..shared.fanout.protocol import Queue, QueueError
 from ..shared.process.runtime import build_queue, build_stores, store_kinds
 from ..shared.settings import Settings
 from ..shared.storage.db import Database
@@ -26,7 +26,7 @@ from ..shared.storage.worker_registry import WorkerRegistry
 
 log = logging.getLogger("duecast.supervisor")
 # What a step may meet and leave to the leases and the leader (KeyError: a hold's source not configured here).
-FAILURES: tuple[type[Exception], ...] = (*MYSQL_ERRORS, *REDIS_ERRORS, SchemaError, KeyError)
+FAILURES: tuple[type[Exception], ...] = (*MYSQL_ERRORS, QueueError, SchemaError, KeyError)
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Handback:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._queue: ReadyQueue | None = None
+        self._queue: Queue | None = None
         self._stores: dict[str, Store] = {}
         self._workers: WorkerRegistry | None = None
 
@@ -107,7 +107,7 @@ class Handback:
             extra={"event": "supervisor.handback_failed", "worker": worker},
         )
 
-    def _redis(self) -> ReadyQueue:
+    def _redis(self) -> Queue:
         if self._queue is None:
             self._queue = build_queue(self.settings)
         return self._queue

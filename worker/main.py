@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
@@ -164,6 +165,26 @@ def _pop_names(settings: Settings, name: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queue) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser().parse_args(argv)
+    settings, stop = start_process(args.config)
+    if args.supervise:
+        return supervise(settings, [a for a in argv if not (len(a) > 3 and "--supervise".startswith(a))])
+    settings = _with_flags(with_port(settings, args.health_port), args)
+    worker = serve(settings, stop, drain=args.drain, make_queue=make_queue)
+    if worker is not None and worker.threads.stuck:
+        # Python joins every handler thread at exit, and a stuck call may never return: leave now.
+        log.warning(
+            "exiting with %d handler thread(s) still stuck in calls given up at their timeout_s",
+            worker.threads.stuck,
+            extra={"event": "worker.exit_stuck"},
+        )
+        logging.shutdown()
+        os._exit(0)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = arguments.parser(
         prog="duecast worker",
         description="Pop entries from Redis, run the app's handlers, tasks and consumers, and ack in MySQL.",
@@ -195,12 +216,11 @@ def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queu
         type=int,
         help="serve /healthz, /readyz and /metrics on this port (overrides health.port; 0 = off)",
     )
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser.parse_args(argv)
-    settings, stop = start_process(args.config)
-    if args.supervise:
-        return supervise(settings, [a for a in argv if not (len(a) > 3 and "--supervise".startswith(a))])
-    settings = with_port(settings, args.health_port)
+    return parser
+
+
+def _with_flags(settings: Settings, args: argparse.Namespace) -> Settings:
+    """The settings with what the command line set (--app, --source, --concurrency, --queue, --member)."""
     overrides = {
         k: v
         for k, v in (
@@ -218,14 +238,4 @@ def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queu
     if args.member:
         topics = settings.topics.model_validate({**settings.topics.model_dump(), "member": args.member})
         settings = settings.model_copy(update={"topics": topics})
-    worker = serve(settings, stop, drain=args.drain, make_queue=make_queue)
-    if worker is not None and worker.threads.stuck:
-        # Python joins every handler thread at exit, and a stuck call may never return: leave now.
-        log.warning(
-            "exiting with %d handler thread(s) still stuck in calls given up at their timeout_s",
-            worker.threads.stuck,
-            extra={"event": "worker.exit_stuck"},
-        )
-        logging.shutdown()
-        os._exit(0)
-    return 0
+    return settings

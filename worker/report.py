@@ -1,15 +1,44 @@
-"""The worker's log lines about outcomes: failures (a few per ack with tracebacks, the rest counted),
-time-outs in one line, and rows another session held. Logging only; it changes nothing.
+"""Reporting: the worker's counts to Redis (`duecast status`) and its log lines about outcomes:
+failures (a few per ack with tracebacks, the rest counted), time-outs in one line, and rows another
+session held. It changes no row and no entry.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
+from typing import TYPE_CHECKING
 
 from ..shared.acks import Row
+from ..shared.fanout.protocol import Queue
 from .flight import Flight, Outcome, TimedOut
 
+if TYPE_CHECKING:  # the acker logs through this module
+    from .acker import Acker
+
 log = logging.getLogger("duecast.worker")
+STATS_EVERY_S = 0.5  # how often counts go to Redis (duecast status) while busy
+
+
+class Stats:
+    """The acker's counts, added to `counts` (this process's totals) and to Redis per source."""
+
+    def __init__(self, acker: Acker, queue: Queue, now: float) -> None:
+        self.acker = acker
+        self.queue = queue
+        self.counts: Counter[str] = Counter()
+        self._sent_at = now
+
+    def send(self, now: float, *, force: bool) -> None:
+        """Counts to Redis, at most every STATS_EVERY_S while busy (`force`: now, if any)."""
+        if not self.acker.unsent or (not force and now - self._sent_at < STATS_EVERY_S):
+            return
+        unsent, self.acker.unsent, self._sent_at = self.acker.unsent, {}, now
+        for source, counts in unsent.items():
+            nonzero = +counts
+            self.counts.update(nonzero)
+            if nonzero:
+                self.queue.add_stats(source, nonzero)
 
 
 def log_locked(source: str, count: int) -> None:

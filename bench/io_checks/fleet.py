@@ -17,10 +17,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
-from duecast.cli.demo import data as demo_data
 from duecast.cli.demo.fleet import Fleet, cpu_seconds
 from duecast.shared.process.runtime import build_queue, build_stores
 from duecast.shared.settings import Settings
+from duecast.shared.storage.admin import demo_table as demo_data
 from duecast.shared.storage.admin import migrate
 
 SOURCE = demo_data.TABLE

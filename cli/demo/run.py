@@ -22,9 +22,9 @@ from ...shared.process import arguments
 from ...shared.process.loop import stop_on_signals
 from ...shared.process.runtime import build_queue, build_stores
 from ...shared.settings import Settings, SourceSettings, load_settings
+from ...shared.storage.admin import demo_table as demo_data
 from ...shared.storage.admin import migrate
 from ...shared.storage.source_store import Store
-from . import data as demo_data
 from .fleet import Fleet
 from .results import Run, Sample
 from .view import live_table, summary

@@ -118,6 +118,20 @@ def source_charts(history: History, name: str, rescan: bool) -> dict[str, Markup
 
 
 def register(app: Flask, ctx: WebContext) -> None:
+    _register_sources(app, ctx)
+    _register_jobs(app, ctx)
+
+    def error_page(err: HTTPException) -> tuple[str, int]:
+        code = err.code or 500
+        return render_template("error.html", title=err.name, message=err.description), code
+
+    for code in (400, 403, 404, 405, 409):
+        app.register_error_handler(code, error_page)
+
+
+def _register_sources(app: Flask, ctx: WebContext) -> None:
+    """The pages about sources, queues and workers (the endpoints keep their function names)."""
+
     @app.get("/")
     def overview() -> str:
         rows = _rows(ctx)
@@ -150,6 +164,14 @@ def register(app: Flask, ctx: WebContext) -> None:
         live = WorkerRegistry(ctx.db(), ctx.settings.worker).alive()
         return render_template("workers.html", workers=ctx.dashboard().workers(), live=live)
 
+    @app.get("/healthz")
+    def healthz() -> dict[str, object]:
+        return {"status": "ok", "readings": len(ctx.history)}
+
+
+def _register_jobs(app: Flask, ctx: WebContext) -> None:
+    """The pages about jobs: dead ones, one job, and the recurring schedules."""
+
     @app.get("/dead")
     def dead() -> str:
         queue = request.args.get("queue") or None
@@ -175,17 +197,6 @@ def register(app: Flask, ctx: WebContext) -> None:
     @app.get("/schedules")
     def schedules() -> str:
         return render_template("schedules.html", schedules=ctx.dashboard().schedules(ctx.schedules))
-
-    @app.get("/healthz")
-    def healthz() -> dict[str, object]:
-        return {"status": "ok", "readings": len(ctx.history)}
-
-    def error_page(err: HTTPException) -> tuple[str, int]:
-        code = err.code or 500
-        return render_template("error.html", title=err.name, message=err.description), code
-
-    for code in (400, 403, 404, 405, 409):
-        app.register_error_handler(code, error_page)
 
 
 def last_line(text: str | None) -> str:

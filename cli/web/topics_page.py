@@ -1,13 +1,13 @@
 """The dashboard's topics page: consumer groups (backlog, lag, in flight, dead letters, consumption
 timeouts, retention trouble, broadcast members) and topics ranked by volume. Queried on request, on the
-request thread's connection, through shared.monitor.topic_status (bounded index reads, no scans).
+request thread's connection, through shared.storage.topic_status (bounded index reads, no scans).
 """
 
 from __future__ import annotations
 
 from flask import Flask, render_template
 
-from ...shared.monitor.topic_status import TopicMonitor
+from ...shared.storage.topic_status import TopicMonitor
 from .context import WebContext
 
 

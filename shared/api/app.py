@@ -12,12 +12,13 @@ import sysconfig
 import traceback
 from types import ModuleType
 
+from ..errors import DuecastError
 from .handlers import Registry
 
 DEFAULT_ATTRIBUTE = "handlers"  # picked when a module holds several Registries and none is named
 
 
-class AppError(ValueError):
+class AppError(DuecastError, ValueError):
     """The handler app named by --app / worker.app cannot be loaded; the message says why."""
 
 

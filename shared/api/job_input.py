@@ -1,6 +1,6 @@
 """One job, checked before anything is written: every field's type and range, the payload as
 JSON text (no pickle, capped size and depth, storable in utf8mb4). Pure: no I/O, no clock but the
-bound on run_at. `shared/api/enqueue.py` writes what `encode` returns.
+bound on run_at. `shared/storage/job_writer.py` writes what `encode` returns.
 """
 
 from __future__ import annotations
@@ -13,15 +13,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..settings import JobsSettings
+from ..storage.job_writer import EnqueueError, JobRow
 
 TEXT_CHARS = 191  # task and unique_key: VARCHAR(191), the most utf8mb4 an index prefix took in 5.6
 SHOWN_CHARS = 60  # of a bad value, in an error message
 MAX_PAYLOAD_DEPTH = 100  # nesting of lists and objects: MySQL's own JSON limit
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-class EnqueueError(ValueError):
-    """A job that cannot be enqueued; nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -36,37 +33,6 @@ class Job:
     priority: int = 0  # 0-9, 0 runs first
     max_attempts: int | None = None  # None: jobs.max_attempts
     unique_key: str | None = None  # at most one pending or running job of this task per key
-
-
-@dataclass(frozen=True)
-class JobRow:
-    queue: str
-    task: str
-    payload: str
-    priority: int
-    max_attempts: int
-    unique_key: str | None
-    run_at_utc: datetime | None
-    delay_us: int
-    schedule: str | None = None
-    scheduled_for: datetime | None = None
-
-    """A validated job, as the INSERT takes it."""
-
-    def params(self, scheduled: bool = False) -> tuple[Any, ...]:
-        """The values of one row; `scheduled`: of a statement with the schedule columns."""
-        values = (
-            self.queue,
-            self.task,
-            self.payload,
-            self.priority,
-            self.max_attempts,
-            self.unique_key,
-            self.unique_key,  # unique_slot: the key, held while the job is active
-            self.run_at_utc,
-            self.delay_us,
-        )
-        return (*values, self.schedule, self.scheduled_for) if scheduled else values
 
 
 def encode(job: Job, jobs: JobsSettings, tasks: frozenset[str] | None) -> JobRow:

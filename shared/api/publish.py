@@ -1,31 +1,23 @@
 """Publishing to topics: validation (declared topics, JSON only, capped size), the batched INSERT in one
-transaction (the caller's own, or ours), and the Redis wake-up that lets the dispatcher hand new
-messages to cluster groups now instead of at its next poll. The wake-up is a hint, never needed.
+transaction, the caller's own or ours (shared.storage.message_writer), and the Redis wake-up that lets
+the dispatcher hand new messages to cluster groups now instead of at its next poll (a hint, never needed).
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
-from ..fanout.keys import Keys
-from ..fanout.queue import connect_redis
-from ..queries.topics import render_topics
+from ..errors import DuecastError
+from ..fanout.client import connect_redis
 from ..settings import Settings, TopicsSettings, load_settings
-from ..storage.db import Database
-from ..storage.outbox import Outbox
-from ..storage.topic_ids import topic_id
-from ..storage.units import Connection, Cursor, translated
-
-INSERT_CHUNK = 500  # rows per multi-row INSERT: 500 x 64 KiB stays under the default 64 MiB packet
+from ..storage.message_writer import MessageWriter
+from ..storage.units import Connection
 
 
-class PublishError(ValueError):
+class PublishError(DuecastError, ValueError):
     """A message that cannot be published; nothing was written."""
 
 
@@ -62,17 +54,9 @@ def encode(message: Publish, topics: TopicsSettings) -> tuple[str, str | None, s
     return message.topic, message.key, text
 
 
-class Publisher(Outbox):
-    """Appends messages to topics; each message gets the next id of its topic, in commit order."""
-
-    def __init__(self, settings: Settings, client: redis.Redis | None) -> None:
-        self.topics = settings.topics
-        self.db = Database(settings.mysql)
-        self.retry_s = settings.mysql.writer_retry_s
-        self.client = client
-        self.keys = Keys(settings.redis.key_prefix)
-        self.sql = render_topics(self.topics)
-        self._ids: dict[str, int] = {}
+class Publisher(MessageWriter):
+    """Checks messages, appends them to topics and wakes the dispatcher after they commit; each
+    message gets the next id of its topic, in commit order."""
 
     @classmethod
     def connect(cls, config: str | None = None) -> Publisher:
@@ -111,53 +95,7 @@ class Publisher(Outbox):
         rows = [encode(m, self.topics) for m in messages]
         if not rows:
             return []
-        self._resolve({topic for topic, _, _ in rows})
-        if conn is not None:
-            with conn.cursor() as cur:
-                return self.write(cur, rows)
-        ids = self.on_own_connection(lambda cur: self.write(cur, rows), "publish")
-        self.wake()
+        ids = self.insert_messages(rows, conn)
+        if conn is None:
+            self.wake()
         return ids
-
-    def write(self, cur: Cursor, rows: Sequence[tuple[str, str | None, str]]) -> list[int]:
-        """Reserve each topic's next ids and INSERT the messages on `cur` (no commit). Topics are
-        taken in name order, so two publishers of the same topics never deadlock."""
-        by_topic: dict[str, list[int]] = defaultdict(list)
-        for i, (topic, _, _) in enumerate(rows):
-            by_topic[topic].append(i)
-        ids = [0] * len(rows)
-        with translated():  # the caller's cursor too: duecast's errors, never the driver's
-            self._insert(cur, rows, by_topic, ids)
-        return ids
-
-    def _insert(
-        self,
-        cur: Cursor,
-        rows: Sequence[tuple[str, str | None, str]],
-        by_topic: dict[str, list[int]],
-        ids: list[int],
-    ) -> None:
-        for topic in sorted(by_topic):
-            tid, members = self._ids[topic], by_topic[topic]
-            cur.execute(self.sql.reserve, (len(members), tid))
-            cur.execute(self.sql.reserved, (tid,))
-            row = cur.fetchone()
-            assert row is not None
-            first = int(row[0]) - len(members) + 1
-            for n, i in enumerate(members):
-                ids[i] = first + n
-            for lo in range(0, len(members), INSERT_CHUNK):
-                chunk = members[lo : lo + INSERT_CHUNK]
-                params = [p for i in chunk for p in (tid, ids[i], rows[i][1], rows[i][2])]
-                cur.execute(self.sql.insert_message + ",".join([self.sql.insert_values] * len(chunk)), params)
-
-    def _resolve(self, names: set[str]) -> None:
-        """Topic ids, cached; a topic's row is made (on our own connection) at its first use."""
-        missing = sorted(names - set(self._ids))
-        if missing:
-
-            def resolve(cur: Cursor) -> None:
-                for name in missing:
-                    self._ids[name] = topic_id(cur, self.sql, name)
-
-            self.on_own_connection(resolve, "publish")

@@ -1,4 +1,5 @@
-"""The Redis side: ready lists (variadic RPUSH, batched pops), workers' holds, quarantine and counters.
+"""ReadyQueue, the Queue port's Redis implementation: ready lists (variadic RPUSH, batched pops),
+workers' holds, quarantine and counters; and the enqueuers' wake-up.
 
 Redis holds only copies of what MySQL already says; anything here may vanish without losing work,
 and a key of the wrong type (WRONGTYPE) is moved aside (retype.py) rather than left to stall a source.
@@ -6,24 +7,18 @@ and a key of the wrong type (WRONGTYPE) is moved aside (retype.py) rather than l
 
 from __future__ import annotations
 
-import logging
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any, cast
 
 import redis
-from redis.backoff import NoBackoff
-from redis.cluster import RedisCluster
-from redis.connection import parse_url
-from redis.retry import Retry
-from redis.sentinel import Sentinel
 
-from ..settings import RedisSettings
+from ..entries import Entry, decode_hold, encode_entry
 from ..telemetry import observe
-from .keys import Entry, Keys, decode_hold, encode_entry
-from .retype import NO_SOURCE, Retyper, wrong_type
+from .client import REDIS_ERRORS, RedisClient, translating
+from .keys import Keys
+from .protocol import NO_SOURCE, Queue
+from .retype import Retyper, wrong_type
 
 QUARANTINE_CAP = 1000  # newest bad entries kept for inspection
 QUARANTINE_ITEM_BYTES = 256  # a 10 MB bad entry is kept as its first bytes only
@@ -62,97 +57,12 @@ end
 return false
 """
 
-log = logging.getLogger("duecast.queue")
-
-
-def connect_redis(settings: RedisSettings) -> redis.Redis:
-    """The one place a Redis client is made: a single server, a Sentinel-managed master or a Cluster.
-
-    ACL user and password come from the URL (checked by the settings: no ?options that could override
-    the TLS ones below), TLS from rediss://. redis-py's errors and reprs never show the password.
-    """
-    options: dict[str, Any] = {
-        "socket_timeout": settings.socket_timeout_s,
-        "socket_connect_timeout": settings.socket_timeout_s,
-        # No per-command retries: a re-sent RPUSH whose first send landed duplicates entries, and
-        # a re-sent BLMPOP can drop what the first one popped. duecast retries whole units of
-        # work instead (the loop's backoff), where MySQL decides what is still to do.
-        "retry": Retry(NoBackoff(), 0),
-        **_tls_options(settings),
-    }
-    url = settings.url.get_secret_value()
-    if settings.sentinels:
-        return _sentinel_master(settings, url, options)
-    if settings.cluster:
-        # Every key of one prefix carries the `{prefix}` hash tag, so multi-key BLMPOP and the
-        # pipelines stay in one slot. A MOVED reply is followed (the command did not run there);
-        # with retry 0 a connection error is never re-sent. The cast: duecast calls only commands
-        # RedisCluster shares with Redis, and test_redis_topology.py runs them against a cluster.
-        cluster = RedisCluster.from_url(url, **options)
-        return cast(redis.Redis, cluster)
-    return redis.Redis.from_url(url, health_check_interval=30, **options)
-
-
-def _sentinel_master(settings: RedisSettings, url: str, options: dict[str, Any]) -> redis.Redis:
-    """A client for the master the Sentinels name; it asks them again after a failover.
-
-    The URL gives the master's user, password and db (its host is not used). The Sentinels are
-    reached with the same timeouts and TLS, without a password (Sentinel's own ACL is not supported).
-    """
-    # redis.sentinel and parse_url carry no type hints, hence the ignores and the cast.
-    parts: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]
-    credentials = {k: v for k, v in parts.items() if k in {"username", "password", "db"}}
-    sentinel_options = {**options, "ssl": settings.tls}
-    sentinel = Sentinel(settings.sentinel_addresses(), sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
-    assert settings.sentinel_service is not None  # the validator sets both or neither
-    master = sentinel.master_for(  # type: ignore[no-untyped-call]
-        settings.sentinel_service, health_check_interval=30, **sentinel_options, **credentials
-    )
-    return cast(redis.Redis, master)
-
-
-def _tls_options(settings: RedisSettings) -> dict[str, Any]:
-    """redis-py's TLS arguments, all explicit: its defaults changed between releases (5.x did not
-    check host names)."""
-    if not settings.tls:
-        return {}
-    if not settings.tls_verify:
-        log.warning(
-            "redis.tls_verify is false: the connection to Redis is encrypted, but anyone on the "
-            "network path can impersonate the server"
-        )
-    return {
-        "ssl_ca_certs": _path(settings.tls_ca_file),
-        "ssl_certfile": _path(settings.tls_cert_file),
-        "ssl_keyfile": _path(settings.tls_key_file),
-        "ssl_cert_reqs": "required" if settings.tls_verify else "none",
-        "ssl_check_hostname": settings.tls_verify and settings.tls_check_hostname,
-    }
-
-
-def _path(path: Path | None) -> str | None:
-    return None if path is None else str(path)
-
-
-# Everything a Redis call may raise for a server-side or connection reason. A cluster client's own
-# errors (no node answers, a slot not covered) do not derive from RedisError.
-REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, redis.exceptions.RedisClusterException)
-
-
-def redis_problem(exc: BaseException) -> tuple[str, bool] | None:
-    """A Redis error at start-up as (one line naming the setting and what to do, server unavailable?),
-    or None when it is not about reaching the server. redis-py's messages name host and port, never
-    the password."""
-    said = " ".join(str(exc).split())
-    if isinstance(exc, redis.AuthenticationError | redis.exceptions.AuthorizationError):
-        return f"Redis refused the credentials ({said}); check the password or user in redis.url", False
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | redis.exceptions.RedisClusterException):
-        return f"Redis: {said}; start Redis, or fix redis.url (DUECAST_REDIS__URL)", True
-    return None
-
 
 class ReadyQueue:
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+    """The Queue port (fanout/protocol.py) over one Redis client: every public method raises duecast's
+    QueueError or QueueUnavailable in place of redis-py's errors (client.translate)."""
+
+    def __init__(self, client: RedisClient, keys: Keys) -> None:
         self.client = client
         self.keys = keys
         # EVALSHA; on NOSCRIPT (a restarted server, a failover, another cluster node) redis-py
@@ -160,12 +70,18 @@ class ReadyQueue:
         self._pop_held = client.register_script(_POP_HELD)
         self._retype = Retyper(client, keys)
 
+    @translating
+    def ping(self) -> None:
+        self.client.ping()
+
+    @translating
     def push(self, source: str, entries: Sequence[Entry]) -> None:
         for i in range(0, len(entries), _PUSH_CHUNK):
             chunk = entries[i : i + _PUSH_CHUNK]
             self._push_and_ring(source, [encode_entry(e.id, e.attempt) for e in chunk])
             observe.count(source, "pushed", len(chunk))  # per chunk: a failed push counts what landed
 
+    @translating
     def push_raw(self, source: str, items: Sequence[bytes]) -> None:
         """Push raw entries as they are: a batch a worker hands back, or (fault tests) duplicate and
         malformed entries."""
@@ -194,10 +110,12 @@ class ReadyQueue:
         landed = bool(items) and not isinstance(results[0], Exception)
         self._push_and_ring(source, [] if landed else items, again=False)
 
+    @translating
     def length(self, source: str) -> int:
         ready = self.keys.ready(source)
         return int(self._retype.call([(source, ready, "list")], lambda: self.client.llen(ready)))
 
+    @translating
     def pop(self, sources: Sequence[str], count: int, timeout_s: float) -> tuple[str, list[bytes]] | None:
         """Pop up to `count` entries from the first non-empty list, blocking at most `timeout_s`."""
         keys = [self.keys.ready(s) for s in sources]
@@ -210,6 +128,7 @@ class ReadyQueue:
         key, items = reply
         return self.keys.source_of_ready(_b(key)), [_b(i) for i in items]
 
+    @translating
     def pop_held(
         self, worker: str, sources: Sequence[str], count: int | Sequence[int], timeout_s: float
     ) -> tuple[str, list[bytes]] | None:
@@ -247,9 +166,11 @@ class ReadyQueue:
         checks = [(s, b, "list") for s, b in zip(sources, bells, strict=True)]
         return self._retype.call(checks, lambda: self.client.blpop(bells, timeout=timeout_s))
 
+    @translating
     def release_hold(self, worker: str) -> None:
         self.client.delete(self.keys.inflight(worker))
 
+    @translating
     def held_by(self, worker: str) -> tuple[str, list[bytes]] | None:
         """(source, raw entries) `worker` was holding, or None (also for a hold of the wrong type,
         which is moved aside: the other workers' holds are still read)."""
@@ -259,12 +180,14 @@ class ReadyQueue:
             return None
         return decode_hold(_b(value))  # BadHold when it does not parse: the caller quarantines it
 
+    @translating
     def data_lost(self) -> bool:
         """True when the epoch canary was missing (and is now set again): every entry this Redis
         held may be gone, so MySQL's DISPATCHED rows must be requeued. Also true on first use."""
         token = secrets.token_hex(8).encode()
         return bool(self.client.set(self.keys.epoch(), token, nx=True))
 
+    @translating
     def eviction_policy(self) -> str | None:
         """The server's maxmemory-policy, or None when CONFIG is not allowed (managed Redis, ACL)."""
         try:
@@ -274,12 +197,14 @@ class ReadyQueue:
         value = reply.get("maxmemory-policy") if isinstance(reply, dict) else None
         return None if value is None else _b(value).decode()
 
+    @translating
     def wait_wake(self, timeout_s: float) -> bool:
         """Block until an enqueuer's wake-up or `timeout_s`; True when woken."""
         wake = self.keys.wake()
         checks = [(NO_SOURCE, wake, "list")]
         return self._retype.call(checks, lambda: self.client.blpop([wake], timeout=timeout_s)) is not None
 
+    @translating
     def quarantine(self, source: str, items: Sequence[tuple[bytes, str]]) -> None:
         key = self.keys.quarantine(source)
 
@@ -293,9 +218,11 @@ class ReadyQueue:
         if items:
             self._retype.call([(source, key, "list")], push)
 
+    @translating
     def quarantined(self, source: str) -> list[bytes]:
         return [_b(i) for i in self.client.lrange(self.keys.quarantine(source), 0, -1)]
 
+    @translating
     def add_stats(self, source: str, counts: Mapping[str, int]) -> None:
         """Add a unit of work's counts to the shared counters, and to this process's metrics first
         (those still count when Redis is down)."""
@@ -312,10 +239,29 @@ class ReadyQueue:
             pipe.hincrby(key, field, n)
         pipe.execute()
 
+    @translating
     def stats(self, source: str) -> dict[str, int]:
         key = self.keys.stats(source)
         raw = self._retype.call([(source, key, "hash")], lambda: self.client.hgetall(key))
         return {_b(k).decode(): int(v) for k, v in raw.items()}
+
+
+# mypy proves here that the class satisfies the port it is wired in as (the contract tests check it
+# at run time, with isinstance).
+_PORT: type[Queue] = ReadyQueue
+
+
+def wake_dispatcher(client: RedisClient, keys: Keys) -> None:
+    """Tell a dispatcher there is new work now (what ReadyQueue.wait_wake waits for): an enqueuer's or
+    publisher's wake-up after its commit. Best effort: the dispatcher polls anyway, so a lost wake-up
+    costs one poll interval, never work, and no error comes out of here."""
+    try:
+        pipe = client.pipeline(transaction=False)
+        pipe.lpush(keys.wake(), b"1")
+        pipe.ltrim(keys.wake(), 0, 0)  # one pending wake-up is as good as many
+        pipe.execute()
+    except REDIS_ERRORS:
+        pass
 
 
 def _b(value: object) -> bytes:

@@ -18,9 +18,6 @@ from .keys import Keys
 
 T = TypeVar("T")
 WRONG_TYPE_KEEP_S = 7 * 86400  # a key moved aside for holding the wrong type is kept this long
-# The counters' and quarantine's label for what no source owns: the dispatcher's wake-up list, a
-# dead worker's hold record that names no source (dispatcher/redelivery.py).
-NO_SOURCE = "-"
 
 # Move KEYS[1] to KEYS[2] (same `{prefix}` slot) if it exists and is not of type ARGV[1]; returns
 # the type found, or false. One step, so a key another process already moved (or that was

@@ -1,3 +1,4 @@
-"""Read-only views for operators: staleness and freshness of re-scans, per-source snapshots, topic groups.
+"""Read-only views for operators: staleness and freshness of re-scans, per-source snapshots.
 
-Bounded reads through the storage layer; nothing here writes."""
+Bounded reads through the storage layer (topic groups' status is read there: shared.storage.topic_status);
+nothing here writes or runs a statement."""

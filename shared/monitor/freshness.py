@@ -1,20 +1,16 @@
 """Freshness of re-scan sources: the worst staleness (NOW() - the oldest last check) and the share of
-rows checked within period + 1 s. Read-only, with bounded queries; `duecast status`, the dashboard
-and the dispatcher's gauges show it.
+rows checked within period + 1 s. Read-only, with bounded queries (shared.storage.freshness runs them);
+`duecast status`, the dashboard and the dispatcher's gauges show it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from ..queries.freshness import FreshnessSQL, render_freshness
 from ..settings import SourceSettings
-from ..storage.db import Database
-from ..storage.range_store import FRESH_SLACK_S, RangeStore
-from ..storage.source_store import STATUS_COUNT_CAP, SourceStatus, SourceStore, Store
-
-COUNT_CAP = STATUS_COUNT_CAP  # rows counted exactly; beyond it the total is InnoDB's estimate
+from ..storage.freshness import RowFreshness
+from ..storage.range_store import RangeStore
+from ..storage.source_store import SourceStatus, SourceStore, Store
 
 
 @dataclass(frozen=True)
@@ -29,43 +25,13 @@ def is_rescan(src: SourceSettings) -> bool:
     return src.period_s > 0 and src.on_success == "touch"
 
 
-class RowFreshness:
-    """The share for a row-mode source, where each row's due column is its last check.
-
-    Stale rows are counted exactly up to COUNT_CAP through dc_due, and so is the table up to
-    COUNT_CAP + 1 rows. A larger table's total is InnoDB's estimate (`exact` is then False): the
-    share's error is the estimate's relative error times the stale share, so it stays small while
-    few rows are stale. Range mode counts every row exactly at ~1/1,000 the cost.
-    """
-
-    def __init__(self, db: Database, src: SourceSettings) -> None:
-        self.db = db
-        self.src = src
-        self.sql: FreshnessSQL = render_freshness(src)
-        self._window_us = round((src.period_s + FRESH_SLACK_S) * 1_000_000)
-
-    def share(self) -> tuple[float | None, bool]:
-        with self.db.transaction() as cur:
-            cur.execute(self.sql.stale_rows, (self._window_us, COUNT_CAP))
-            stale = _int(cur.fetchone())
-            cur.execute(self.sql.rows_capped, (COUNT_CAP + 1,))
-            total = _int(cur.fetchone())
-            exact = total <= COUNT_CAP
-            if not exact:
-                cur.execute(self.sql.rows_estimate, (self.src.table,))
-                total = max(total, _int(cur.fetchone()))
-        if total == 0:
-            return None, True
-        return (total - min(stale, total)) / total, exact
-
-
 def measure(store: Store, status: SourceStatus) -> Freshness | None:
     """Freshness of `store`'s source given its `status()`; None when it is not a re-scan source."""
     if isinstance(store, RangeStore):
         period_s, share, exact = store.business.period_s, status.fresh_share, True
     elif isinstance(store, SourceStore) and is_rescan(store.src):
         period_s = store.src.period_s
-        share, exact = RowFreshness(store.db, store.src).share()
+        share, exact = RowFreshness(store.db, store.src).read_freshness()
     else:
         return None
     # The oldest due age is measured from "due" = last check + period.
@@ -73,6 +39,3 @@ def measure(store: Store, status: SourceStatus) -> Freshness | None:
     worst = None if age is None else max(0.0, age + period_s)
     return Freshness(worst, share, exact)
 
-
-def _int(row: tuple[Any, ...] | None) -> int:
-    return 0 if row is None or row[0] is None else int(row[0])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..fanout.queue import ReadyQueue
+from ..fanout.protocol import Queue
 from ..storage.source_store import SourceStatus, Store
 from .freshness import Freshness, measure
 
@@ -22,11 +22,11 @@ class SourceSnapshot:
     freshness: Freshness | None = None  # re-scan sources only
 
 
-def snapshot(stores: list[Store], queue: ReadyQueue) -> list[SourceSnapshot]:
+def snapshot(stores: list[Store], queue: Queue) -> list[SourceSnapshot]:
     return [source_snapshot(store, queue) for store in stores]
 
 
-def source_snapshot(store: Store, queue: ReadyQueue) -> SourceSnapshot:
+def source_snapshot(store: Store, queue: Queue) -> SourceSnapshot:
     name = store.src.name
     status = store.status()
     return SourceSnapshot(name, status, queue.length(name), queue.stats(name), measure(store, status))

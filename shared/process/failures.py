@@ -19,7 +19,8 @@ from pydantic_settings import SettingsError
 from ..api.app import AppError
 from ..api.enqueue import EnqueueError
 from ..api.publish import PublishError
-from ..fanout.queue import redis_problem
+from ..errors import DuecastError
+from ..fanout.client import redis_problem
 from ..settings.model import SettingsFileError
 from ..storage.db import mysql_problem
 from ..storage.schema import SchemaError
@@ -40,7 +41,7 @@ EXIT_UNCONFIRMED = 4  # a destructive action without a terminal to confirm on an
 EXIT_BUG = 70  # an unexpected error (sysexits' EX_SOFTWARE): the traceback is printed; please report it
 
 
-class StartupError(Exception):
+class StartupError(DuecastError):
     """A failure the operator can fix; `str()` is the one line to print."""
 
     def __init__(self, line: str, code: int = EXIT_CONFIG) -> None:

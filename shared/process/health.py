@@ -19,10 +19,9 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-import redis
 from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app
 
-from ..fanout.queue import connect_redis
+from ..fanout.client import RedisClient, connect_redis
 from ..settings import HealthSettings, MySQLSettings, Settings
 from ..storage.db import connect
 from ..storage.units import Connection
@@ -262,7 +261,7 @@ class MySQLPing:
                 log.debug("closing the readiness connection failed", exc_info=True)
 
 
-def _redis_ping(client: redis.Redis) -> Probe:
+def _redis_ping(client: RedisClient) -> Probe:
     def ping() -> None:
         client.ping()
 

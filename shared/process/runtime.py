@@ -10,8 +10,10 @@ import threading
 from collections.abc import Callable
 from typing import Literal
 
+from ..fanout.client import connect_redis, redis_problem, translated
 from ..fanout.keys import Keys
-from ..fanout.queue import REDIS_ERRORS, ReadyQueue, connect_redis, redis_problem
+from ..fanout.protocol import Queue, QueueError
+from ..fanout.queue import ReadyQueue
 from ..settings import JOBS_SOURCE, Settings, SourceSettings, load_settings
 from ..storage.db import Database
 from ..storage.leased.groups import GroupStore
@@ -40,10 +42,13 @@ def start_process(config: str | None) -> tuple[Settings, threading.Event]:
 
 
 def build_queue(settings: Settings) -> ReadyQueue:
-    return ReadyQueue(connect_redis(settings.redis), Keys(settings.redis.key_prefix))
+    """The one place the Redis-backed queue is built; the roles get it as the Queue port. A Cluster
+    client connects as it is made: its refusal comes out as duecast's error too."""
+    with translated():
+        return ReadyQueue(connect_redis(settings.redis), Keys(settings.redis.key_prefix))
 
 
-def check_redis(queue: ReadyQueue, *, wait: bool = False) -> None:
+def check_redis(queue: Queue, *, wait: bool = False) -> None:
     """Start-up check that Redis answers, then warn if it may evict keys.
 
     Unreachable: the error ends the start with one line naming redis.url (shared/process/failures.py),
@@ -51,8 +56,8 @@ def check_redis(queue: ReadyQueue, *, wait: bool = False) -> None:
     orchestrator restarting it would not bring Redis back). Refused credentials end it even then:
     waiting cannot fix a wrong password, and every tick would fail for ever (issue 16.6)."""
     try:
-        queue.client.ping()
-    except REDIS_ERRORS as exc:
+        queue.ping()
+    except QueueError as exc:
         found = redis_problem(exc)
         if not wait or (found is not None and not found[1]):
             raise
@@ -67,12 +72,12 @@ def check_redis(queue: ReadyQueue, *, wait: bool = False) -> None:
 QueueFactory = Callable[[Settings], ReadyQueue]
 
 
-def warn_eviction(queue: ReadyQueue) -> None:
+def warn_eviction(queue: Queue) -> None:
     """Start-up check: a Redis that may evict keys silently drops entries (recovered only by the
     sweeper, after the visibility timeout). Unreachable Redis is the loop's business, not ours."""
     try:
         policy = queue.eviction_policy()
-    except REDIS_ERRORS:
+    except QueueError:
         return
     if policy is not None and policy != "noeviction":
         logging.getLogger("duecast").warning(

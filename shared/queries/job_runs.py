@@ -78,9 +78,22 @@ def _ahead(priorities: range, behind: bool) -> str:
     return "(" + " OR ".join(branch.format(p=p) for p in priorities) + ")"
 
 
-def render_runs(
+@dataclass(frozen=True)
+class _RunNames:
+    """The quoted tables and the fragments the runs' statements share."""
+
+    j: str
+    r: str
+    c: str
+    cols: str
+    fenced: str
+    member: str
+    finished: str
+
+
+def _run_names(
     jobs_table: str, runs_table: str, cursors_table: str, lock_columns: tuple[str, ...]
-) -> RunSQL:
+) -> _RunNames:
     j, r, c = quote(jobs_table), quote(runs_table), quote(cursors_table)
     cols = ", ".join(quote(col) for col in lock_columns)
     fenced = "{fence} AND `dc_state` = {state}"
@@ -88,7 +101,20 @@ def render_runs(
     # has to be still pending (IDLE) and one of the run's members (the ids given).
     member = "{ids} AND `dc_state` = " + str(IDLE)
     finished = "`finished_at` = NOW(6), `run_at` = NOW(6), `unique_slot` = NULL, `lease_until` = NULL"
-    return RunSQL(
+    return _RunNames(j=j, r=r, c=c, cols=cols, fenced=fenced, member=member, finished=finished)
+
+
+def render_runs(
+    jobs_table: str, runs_table: str, cursors_table: str, lock_columns: tuple[str, ...]
+) -> RunSQL:
+    n = _run_names(jobs_table, runs_table, cursors_table, lock_columns)
+    return RunSQL(**_cursors(n), **_claiming(n), **_starting(n), **_requeueing(n), **_members(n))
+
+
+def _cursors(n: _RunNames) -> dict[str, str]:
+    """The claim's cursors per (queue, priority), and the due jobs ahead of and behind them."""
+    j, c = n.j, n.c
+    return dict(
         # One cursor row per (queue, priority), made before the first claim locks them.
         ensure_cursors=f"INSERT IGNORE INTO {c} (`queue`, `priority`, `run_at`, `id`) VALUES {{rows}}",
         # A claim holds its queue's cursors: claims and the sweep of a queue never run side by side.
@@ -117,6 +143,13 @@ def render_runs(
             + _ahead(PRIORITIES, behind=True)
             + " LIMIT %s) AS `behind`"
         ),
+    )
+
+
+def _claiming(n: _RunNames) -> dict[str, str]:
+    """Operators' reads of the runs, and a claim's runs: inserted, or made pending again, dispatched."""
+    r, c = n.r, n.c
+    return dict(
         live_members=f"SELECT `members` FROM {r} FORCE INDEX (`dc_runs`) WHERE `queue` = %s",
         # `duecast jobs discard`: no claim runs meanwhile, and the jobs runs hold are left alone.
         lock_all_cursors=f"SELECT `queue` FROM {c} FOR UPDATE",
@@ -140,6 +173,13 @@ def render_runs(
             f"UPDATE {r} SET `dc_state` = {DISPATCHED}, `dc_attempt` = `dc_attempt` + 1, "
             "`dc_dispatched_at` = NOW(6) WHERE {ids}"
         ),
+    )
+
+
+def _starting(n: _RunNames) -> dict[str, str]:
+    """A worker's start of its runs, their leases, and a finish's fence on the run."""
+    r, fenced = n.r, n.fenced
+    return dict(
         # Worker start: the entries' runs still DISPATCHED under their attempt, locked.
         lock_dispatched=(
             f"SELECT `id`, `dc_attempt`, `suspects`, `members` FROM {r} WHERE "
@@ -177,6 +217,13 @@ def render_runs(
         ),
         keep_members=f"UPDATE {r} SET `members` = %s, `jobs` = %s WHERE `id` = %s",
         drop_runs=f"DELETE FROM {r} WHERE {{ids}}",
+    )
+
+
+def _requeueing(n: _RunNames) -> dict[str, str]:
+    """The sweeper's and the supervisor's requeues, releases, and the runs' counts."""
+    j, r, fenced = n.j, n.r, n.fenced
+    return dict(
         # Sweeper, per queue: dispatched, never started within the visibility timeout.
         expired_dispatched=(
             f"SELECT `id` FROM {r} FORCE INDEX (`dc_runs`) WHERE `dc_state` = {DISPATCHED} AND `queue` = %s "
@@ -219,6 +266,13 @@ def render_runs(
         ),
         jobs_of_runs=f"SELECT COALESCE(SUM(`jobs`), 0) FROM {r} WHERE {{ids}}",
         jobs_in_runs=f"SELECT COALESCE(SUM(`jobs`), 0) FROM {r} WHERE `queue` = %s",
+    )
+
+
+def _members(n: _RunNames) -> dict[str, str]:
+    """A run's members: read at its start, and finished, failed or interrupted one by one."""
+    j, cols, member, finished = n.j, n.cols, n.member, n.finished
+    return dict(
         member_interruptions=f"SELECT `id`, `interruptions` FROM {j} FORCE INDEX (PRIMARY) WHERE " + member,
         # A start's read of its members, as one packed value (shared.storage.packed).
         member_rows=(

@@ -82,7 +82,12 @@ class JobSQL:
 def render_jobs(table: str) -> JobSQL:
     """The jobs table's statements but dispatch's: jobs are dispatched in runs (job_runs.py)."""
     t = quote(table)
-    return JobSQL(
+    return JobSQL(**_enqueueing(t), **_upkeep(t), **_operating(t))
+
+
+def _enqueueing(t: str) -> dict[str, str]:
+    """An application's writes: the INSERT, and what a duplicate key or new ids need."""
+    return dict(
         # An application's job: only the columns an enqueuer is granted INSERT on (sql/grants.sql);
         # the state, counters, lease and schedule columns keep their defaults.
         insert=(
@@ -119,6 +124,12 @@ def render_jobs(table: str) -> JobSQL:
         # enqueue_many's ids: a multi-row INSERT's are consecutive from LAST_INSERT_ID() only under
         # innodb_autoinc_lock_mode 0 or 1 (MariaDB's default; MySQL 8's is 2).
         id_facts="SELECT @@innodb_autoinc_lock_mode",
+    )
+
+
+def _upkeep(t: str) -> dict[str, str]:
+    """The pruner's deletes and the status reads, bounded."""
+    return dict(
         # Pruner: finished jobs older than their retention (run_at is the finish time once a job
         # is done or dead). dc_due ranges per (state, queue, priority).
         find_prunable=(
@@ -146,6 +157,12 @@ def render_jobs(table: str) -> JobSQL:
             )
             + ") AS heads"
         ),
+    )
+
+
+def _operating(t: str) -> dict[str, str]:
+    """Operator commands (`duecast jobs`): show, retry / replay, discard."""
+    return dict(
         # Operator commands (`duecast jobs`): `{where}` is built from fixed column names with
         # every value a parameter (admin.job_admin.Filter).
         show=(

@@ -10,9 +10,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..fanout.keys import Entry
+from ..entries import Entry
 from ..identifiers import quote
-from ..policy import catch_up_s
 from ..settings import SourceSettings
 from ..states import (
     ATTEMPT_COLUMN,
@@ -59,7 +58,23 @@ class SourceSQL:
     check_schema: str
 
 
-def render(src: SourceSettings) -> SourceSQL:
+@dataclass(frozen=True)
+class _SourceNames:
+    """A source's quoted names and the fragments its statements share."""
+
+    t: str
+    pk: str
+    due: str
+    st: str
+    att: str
+    disp: str
+    ix: str
+    due_now: str
+    fenced: str
+    running: str
+
+
+def _source_names(src: SourceSettings) -> _SourceNames:
     t, pk, due = quote(src.table), quote(src.id_column), quote(src.due_column)
     st, att, disp, ix = (
         quote(STATE_COLUMN),
@@ -72,8 +87,38 @@ def render(src: SourceSettings) -> SourceSQL:
     # Fenced statements carry a `{fence}` placeholder: see fence().
     fenced = f"{{fence}} AND {st} = {DISPATCHED}"
     running = f"{{fence}} AND {st} = {RUNNING}"
+    return _SourceNames(
+        t=t,
+        pk=pk,
+        due=due,
+        st=st,
+        att=att,
+        disp=disp,
+        ix=ix,
+        due_now=due_now,
+        fenced=fenced,
+        running=running,
+    )
+
+
+def render(src: SourceSettings) -> SourceSQL:
+    n = _source_names(src)
     return SourceSQL(
-        id_column=pk,
+        id_column=n.pk,
+        **_claiming(n),
+        **_starting(n),
+        **_leasing(n),
+        **_finishing(n),
+        **_requeueing(n),
+        **_status(n),
+    )
+
+
+def _claiming(n: _SourceNames) -> dict[str, str]:
+    """Claiming due rows, IDLE -> DISPATCHED (the dispatcher)."""
+    t, pk, due, st, att = n.t, n.pk, n.due, n.st, n.att
+    disp, ix, due_now = n.disp, n.ix, n.due_now
+    return dict(
         # Claim step 1: the oldest due rows, locked. Walks dc_due (state, due, id) from its
         # start, so it reads only due rows whatever the table size; SKIP LOCKED lets a second
         # dispatcher pass over rows the first is claiming instead of waiting or double-claiming.
@@ -93,6 +138,13 @@ def render(src: SourceSettings) -> SourceSQL:
         mark_dispatched=(
             f"UPDATE {t} SET {st} = {DISPATCHED}, {att} = {att} + 1, {disp} = NOW(6) WHERE {{ids}}"
         ),
+    )
+
+
+def _starting(n: _SourceNames) -> dict[str, str]:
+    """A worker's start, DISPATCHED -> RUNNING, committed before any handler runs."""
+    t, st, disp, fenced, running = n.t, n.st, n.disp, n.fenced, n.running
+    return dict(
         # Worker start step 1: lock the rows of its entries still DISPATCHED under their attempt;
         # PRIMARY eq_ref per id. It waits (briefly) for a lock rather than skipping: the
         # dispatcher's and sweeper's scans lock rows for microseconds, and skipping those would
@@ -113,6 +165,13 @@ def render(src: SourceSettings) -> SourceSQL:
         # A start whose commit came too late to run its rows (keeper.in_time): due again at once,
         # nothing ran; the next claim bumps the attempt.
         give_back=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {IDLE} WHERE {running}",
+    )
+
+
+def _leasing(n: _SourceNames) -> dict[str, str]:
+    """Leases of started rows (the keeper), and the locks of range mode's finishes."""
+    t, pk, disp, running = n.t, n.pk, n.disp, n.running
+    return dict(
         # The lease keeper, while checks run (its own connection; PRIMARY). Step 1: lock the rows
         # still RUNNING under their attempt, skipping rows another session holds (an ack, or an
         # application's transaction): the keeper never waits for a lock.
@@ -128,6 +187,14 @@ def render(src: SourceSettings) -> SourceSQL:
         # ...and for a straggler whose span is finished: its span still at that attempt, in any
         # state (a claim since would have bumped it); PRIMARY.
         lock_attempt=f"SELECT {pk} FROM {t} FORCE INDEX (PRIMARY) WHERE {{fence}} FOR UPDATE",
+    )
+
+
+def _finishing(n: _SourceNames) -> dict[str, str]:
+    """Acks and failed checks, RUNNING -> IDLE or gone; each fenced."""
+    t, due, st, att, disp = n.t, n.due, n.st, n.att, n.disp
+    running = n.running
+    return dict(
         # Ack, re-scan: RUNNING -> IDLE, due again after period (+ an optional delay).
         # `{set}` is filled with validated column assignments from the handler's Ack.
         ack_touch=(
@@ -146,6 +213,14 @@ def render(src: SourceSettings) -> SourceSQL:
             f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {DISPATCHED}, {att} = {att} + 1, "
             f"{disp} = NOW(6) WHERE {running}"
         ),
+    )
+
+
+def _requeueing(n: _SourceNames) -> dict[str, str]:
+    """Requeues by cause (redelivery), back to IDLE."""
+    t, pk, st, disp, ix = n.t, n.pk, n.st, n.disp, n.ix
+    fenced = n.fenced
+    return dict(
         # Redelivery, when the RPUSH after a claim fails (Redis down), or for a dead worker's
         # popped batch: the rows go back to IDLE at once rather than waiting out the visibility
         # timeout; fenced, PRIMARY.
@@ -174,6 +249,13 @@ def render(src: SourceSettings) -> SourceSQL:
         # Demo/tests start-up only, with no dispatcher or worker running: every row in flight
         # back to IDLE at once instead of waiting out its timeout or lease.
         release_all=f"UPDATE {t} SET {st} = {IDLE} WHERE {st} IN ({DISPATCHED}, {RUNNING})",
+    )
+
+
+def _status(n: _SourceNames) -> dict[str, str]:
+    """Status reads, bounded, and the schema check."""
+    t, due, st, ix, due_now = n.t, n.due, n.st, n.ix, n.due_now
+    return dict(
         # Status: due backlog, capped so a huge backlog costs a bounded dc_due range read.
         count_due=(
             f"SELECT COUNT(*) FROM (SELECT 1 FROM {t} FORCE INDEX ({ix}) WHERE {due_now} "
@@ -258,141 +340,6 @@ def column_list(columns: Iterable[str]) -> str:
 def assignments(columns: list[str]) -> str:
     """`, col = %s` for each (already validated and quoted-safe) column of an Ack."""
     return "".join(f", {quote(c)} = %s" for c in columns)
-
-
-@dataclass(frozen=True)
-class LeaderSQL:
-    """A named lease (leader election) in duecast's leases table: one row per name."""
-
-    acquire: str
-    holder: str
-    resign: str
-
-
-def render_leases(table: str) -> LeaderSQL:
-    t = quote(table)
-    return LeaderSQL(
-        # Take the lease if it is free or expired, renew it if it is ours; otherwise change
-        # nothing. ON DUPLICATE KEY UPDATE assigns left to right, so the second IF already sees
-        # the new holder. PRIMARY; one row lock, held for this statement's transaction only.
-        acquire=(
-            f"INSERT INTO {t} (`name`, `holder`, `expires_at`) "
-            "VALUES (%s, %s, NOW(6) + INTERVAL %s MICROSECOND) ON DUPLICATE KEY UPDATE "
-            "`holder` = IF(`expires_at` < NOW(6) OR `holder` = VALUES(`holder`), "
-            "VALUES(`holder`), `holder`), "
-            "`expires_at` = IF(`holder` = VALUES(`holder`), VALUES(`expires_at`), `expires_at`)"
-        ),
-        # Who holds it now, and for how many more microseconds (by the database's clock).
-        holder=(
-            f"SELECT `holder`, TIMESTAMPDIFF(MICROSECOND, NOW(6), `expires_at`) FROM {t} WHERE `name` = %s"
-        ),
-        # A leader that stops hands over at once instead of letting the lease run out.
-        resign=f"UPDATE {t} SET `expires_at` = NOW(6) WHERE `name` = %s AND `holder` = %s",
-    )
-
-
-@dataclass(frozen=True)
-class WorkerSQL:
-    """The worker registry: one row per live worker process, beating."""
-
-    register: str
-    beat: str
-    deregister: str
-    dead: str
-    alive: str
-
-
-def render_workers(table: str) -> WorkerSQL:
-    t = quote(table)
-    return WorkerSQL(
-        register=(
-            f"INSERT INTO {t} (`name`, `host`, `pid`, `sources`, `tasks`, `started_at`, `heartbeat_at`) "
-            "VALUES (%s, %s, %s, %s, %s, NOW(6), NOW(6)) ON DUPLICATE KEY UPDATE `heartbeat_at` = NOW(6)"
-        ),
-        beat=f"UPDATE {t} SET `heartbeat_at` = NOW(6) WHERE `name` = %s",
-        deregister=f"DELETE FROM {t} WHERE `name` = %s",
-        # Silent longer than dead_after (µs), by the database's clock. PRIMARY scan: the table
-        # holds one row per live worker.
-        dead=f"SELECT `name` FROM {t} WHERE `heartbeat_at` < NOW(6) - INTERVAL %s MICROSECOND",
-        alive=(
-            "SELECT `name`, `host`, `pid`, `sources`, `tasks`, `started_at`, "
-            f"TIMESTAMPDIFF(MICROSECOND, `heartbeat_at`, NOW(6)) FROM {t} "
-            "WHERE `heartbeat_at` >= NOW(6) - INTERVAL %s MICROSECOND ORDER BY `name`"
-        ),
-    )
-
-
-@dataclass(frozen=True)
-class RangeSQL:
-    """Range mode: statements on the business table (the ranges table uses SourceSQL)."""
-
-    rows_in_ranges: str
-    rows_in_ranges_packed: str
-    ack_checked: str
-    set_values: str
-    delete_ids: str
-    discover: str
-    known_max: str
-    freshness: str
-
-
-def render_ranges(src: SourceSettings, ranges_table: str) -> RangeSQL:
-    t, pk, due, r = quote(src.table), quote(src.id_column), quote(src.due_column), quote(ranges_table)
-    st = quote(STATE_COLUMN)
-    size = int(src.range_size)
-    period_us, catch_up_us = round(src.period_s * 1_000_000), round(catch_up_s(src.period_s) * 1_000_000)
-    return RangeSQL(
-        # A batch's rows: `{spans}` is `(id >= lo AND id < hi) OR ...` from started range rows;
-        # PRIMARY range scans, a plain read: no locks (the span's RUNNING state fences its rows).
-        rows_in_ranges=f"SELECT {{columns}} FROM {t} FORCE INDEX (PRIMARY) WHERE {{spans}} ORDER BY {pk}",
-        # The same rows as one JSON array of arrays (`{columns}` quoted, comma-separated): one
-        # value to parse with json.loads instead of a protocol packet per row, which is most of a
-        # worker's time per check. Only for columns whose JSON form is their PyMySQL value (see
-        # RangeStore); MySQL's JSON_ARRAYAGG has no ORDER BY, so the caller sorts. The count tells
-        # a whole value from one a server limit cut short.
-        rows_in_ranges_packed=(
-            f"SELECT COUNT(*), JSON_ARRAYAGG(JSON_ARRAY({{columns}})) "
-            f"FROM {t} FORCE INDEX (PRIMARY) WHERE {{spans}}"
-        ),
-        # A range's ack (in place of the row machinery's ack_touch): a fixed rate, not a fixed
-        # delay. The span is due a period after the slot it was due at, so a check made d late
-        # does not make every later check d later too (1M users every 10 s is 100,000 checks/s,
-        # not 1M / (10 s + d)). A span more than catch_up late (an outage, an overload) restarts
-        # its cadence from NOW(6) - catch_up instead of being due again at once (policy.catch_up_s).
-        # So checked_at is the slot a check served: never later than the check, and at most
-        # catch_up earlier; staleness read from it errs on the old side. PRIMARY, fenced on RUNNING.
-        ack_checked=(
-            f"UPDATE {r} FORCE INDEX (PRIMARY) SET {st} = {IDLE}, `checked_at` = GREATEST("
-            f"`checked_at` + INTERVAL {period_us} MICROSECOND, NOW(6) - INTERVAL {catch_up_us} MICROSECOND"
-            f") + INTERVAL %s MICROSECOND{{set}} WHERE {{fence}} AND {st} = {RUNNING}"
-        ),
-        # Only rows whose handler asked for a change are written (their due column records the
-        # change, as a touch does in row mode); PRIMARY lookups. `{set}` starts with ", ".
-        set_values=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {due} = NOW(6){{set}} WHERE {{ids}}",
-        delete_ids=f"DELETE {t} FROM {t} FORCE INDEX (PRIMARY) WHERE {{ids}}",
-        # Range discovery: one range per span of ids that holds a row, from `%s` up. New ranges
-        # start long ago, so they are due at once. A PRIMARY range scan, then a PRIMARY lookup per
-        # span in the ranges table. Only spans with no range yet are inserted: INSERT IGNORE of a
-        # key that exists takes a shared lock on that range row for its duplicate check, so a full
-        # pass would wait on every range a worker holds locked and die of a lock wait timeout (it
-        # killed the dispatcher at start-up, issue 12). Under READ COMMITTED both reads are
-        # consistent reads that lock nothing; a range another session is inserting right now
-        # (a second dispatcher's pass) still makes the insert wait, until that session commits.
-        # INSERT IGNORE keeps that case idempotent and harmless.
-        discover=(
-            f"INSERT IGNORE INTO {r} (`range_id`, `lo`, `hi`, `checked_at`) "
-            f"SELECT s.range_id, s.lo, s.lo + {size}, '2000-01-01 00:00:00' FROM ("
-            f"SELECT DISTINCT {pk} DIV {size} + 1 AS range_id, ({pk} DIV {size}) * {size} AS lo "
-            f"FROM {t} WHERE {pk} >= %s) AS s "
-            f"WHERE NOT EXISTS (SELECT 1 FROM {r} AS known WHERE known.`range_id` = s.range_id)"
-        ),
-        known_max=f"SELECT MAX(`lo`) FROM {r}",
-        # Freshness: rows (as last seen) whose range was checked within period + slack, of all.
-        freshness=(
-            f"SELECT COALESCE(SUM(`rows_seen`), 0), COALESCE(SUM(IF(`checked_at` >= "
-            f"NOW(6) - INTERVAL %s MICROSECOND, `rows_seen`, 0)), 0) FROM {r}"
-        ),
-    )
 
 
 def spans(bounds: Iterable[tuple[int, int]], id_column: str) -> str:

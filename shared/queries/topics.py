@@ -1,4 +1,5 @@
-"""Every SQL statement on the topics tables, each named, with the index it relies on.
+"""Every SQL statement on the topics tables, each named, with the index it relies on (a cluster group's
+deliveries in shared.queries.topic_deliveries, the names they share in shared.queries.topic_names).
 
 Table names come from validated settings; values are parameters; `{ids}` / `{fence}` placeholders are
 rendered from Python ints only (shared.queries.source). Times are NOW(6) on the server, shifted by
@@ -11,27 +12,37 @@ from dataclasses import dataclass
 
 from ..identifiers import quote
 from ..settings import TopicsSettings
-from ..states import State
-
-IDLE, DISPATCHED, RUNNING, DONE, DEAD = (int(s) for s in State)
-UNFINISHED = f"{IDLE}, {DISPATCHED}, {RUNNING}"
-# What a worker reads of a delivery it starts (the message's own columns are read apart, unlocked).
-DELIVERY_COLUMNS = ("seq", "dc_attempt", "errors", "interruptions")
-MESSAGE_COLUMNS = ("seq", "msg_key", "payload", "created_at")
-TRACE_COLUMNS = (
-    "dc_state",
-    "dc_attempt",
-    "errors",
-    "interruptions",
-    "replays",
-    "run_at",
-    "dc_dispatched_at",
-    "started_at",
-    "worker",
-    "finished_at",
-    "last_error",
+from .topic_deliveries import claiming, finishing, starting, sweeping
+from .topic_names import (
+    ATTEMPT_COLUMNS,
+    DEAD,
+    DELIVERY_COLUMNS,
+    DISPATCHED,
+    DONE,
+    IDLE,
+    MESSAGE_COLUMNS,
+    RUNNING,
+    TRACE_COLUMNS,
+    UNFINISHED,
+    TopicNames,
+    topic_names,
 )
-ATTEMPT_COLUMNS = ("attempt", "outcome", "worker", "dispatched_at", "started_at", "ended_at", "error")
+
+# Re-exported: the stores take the states and columns from here, with the statements.
+__all__ = [
+    "ATTEMPT_COLUMNS",
+    "DEAD",
+    "DELIVERY_COLUMNS",
+    "DISPATCHED",
+    "DONE",
+    "IDLE",
+    "MESSAGE_COLUMNS",
+    "RUNNING",
+    "TRACE_COLUMNS",
+    "UNFINISHED",
+    "TopicSQL",
+    "render_topics",
+]
 
 
 @dataclass(frozen=True)
@@ -111,16 +122,25 @@ class TopicSQL:
 
 
 def render_topics(topics: TopicsSettings) -> TopicSQL:
-    t, m, g = (quote(topics.table(k)) for k in ("topics", "messages", "groups"))
-    d, a, mb = (quote(topics.table(k)) for k in ("deliveries", "attempts", "members"))
-    # A delivery of group %s matched by `{where}` (a fence or an id list) in state `{state}`.
-    one_group = "`group_id` = %s AND {where}"
-    running = f"{one_group} AND `dc_state` = {RUNNING}"
-    finished = "`finished_at` = NOW(6), `lease_until` = NULL"
-    revive = "`dc_state` >= " + str(DONE)  # done or dead: a replay makes these pending again
-    msg_cols = ", ".join(quote(c) for c in MESSAGE_COLUMNS)
+    n = topic_names(topics)
     return TopicSQL(
-        # -- publishing -------------------------------------------------------------------------
+        **_publishing(n),
+        **_positions(n),
+        **claiming(n),
+        **starting(n),
+        **finishing(n),
+        **sweeping(n),
+        **_status(n),
+        **_members(n),
+        **_retention(n),
+        **_operating(n),
+    )
+
+
+def _publishing(n: TopicNames) -> dict[str, str]:
+    """Publishing."""
+    t, m = n.t, n.m
+    return dict(
         ensure_topic=f"INSERT IGNORE INTO {t} (`name`) VALUES (%s)",
         topic_row=f"SELECT `id`, `last_seq` FROM {t} WHERE `name` = %s",
         # Reserve n ids. The row lock is held until the publisher commits, so a second publisher
@@ -129,7 +149,13 @@ def render_topics(topics: TopicsSettings) -> TopicSQL:
         reserved=f"SELECT `last_seq` FROM {t} WHERE `id` = %s",
         insert_message=f"INSERT INTO {m} (`topic_id`, `seq`, `msg_key`, `payload`, `created_at`) VALUES ",
         insert_values="(%s, %s, %s, %s, NOW(6))",
-        # -- where a new group (or broadcast member) starts: the id before its first message ----
+    )
+
+
+def _positions(n: TopicNames) -> dict[str, str]:
+    """Where a new group (or broadcast member) starts: the id before its first message."""
+    t, m, g = n.t, n.m, n.g
+    return dict(
         pos_latest=f"SELECT `last_seq` FROM {t} WHERE `id` = %s",
         pos_earliest=f"SELECT MIN(`seq`) - 1 FROM {m} WHERE `topic_id` = %s",  # PRIMARY: one dive
         # dc_time: the first message published at or after a UTC time (ids follow commit order).
@@ -142,130 +168,13 @@ def render_topics(topics: TopicsSettings) -> TopicSQL:
             f"INSERT IGNORE INTO {g} (`topic_id`, `name`, `mode`, `position`) VALUES (%s, %s, %s, %s)"
         ),
         group_row=f"SELECT `id`, `position` FROM {g} WHERE `topic_id` = %s AND `name` = %s",
-        # -- claim, per cluster group (dispatcher) ----------------------------------------------
-        # Due pending deliveries (retries, replays, requeued ones): dc_due (state, group, run_at).
-        claim_due=(
-            f"SELECT `seq`, `dc_attempt` FROM {d} FORCE INDEX (`dc_due`) WHERE `dc_state` = {IDLE} "
-            "AND `group_id` = %s AND `run_at` <= NOW(6) ORDER BY `run_at`, `seq` LIMIT %s "
-            "FOR UPDATE SKIP LOCKED"
-        ),
-        mark_dispatched=(
-            f"UPDATE {d} SET `dc_state` = {DISPATCHED}, `dc_attempt` = `dc_attempt` + 1, "
-            "`dc_dispatched_at` = NOW(6) WHERE `group_id` = %s AND {ids}"
-        ),
-        # New messages: the group row's lock serialises dispatchers (a second one skips the
-        # group for this tick); deliveries are born DISPATCHED, so a new message costs one write.
-        lock_group=f"SELECT `position` FROM {g} WHERE `id` = %s FOR UPDATE SKIP LOCKED",
-        # The first message after a position (one PRIMARY dive). From it up to the topic's committed
-        # last_seq every id exists: ids are gap-free and retention deletes only prefixes.
-        first_after=f"SELECT MIN(`seq`) FROM {m} WHERE `topic_id` = %s AND `seq` > %s",
-        materialise=(
-            f"INSERT INTO {d} (`group_id`, `seq`, `dc_state`, `dc_attempt`, `dc_dispatched_at`, `run_at`) "
-            f"SELECT %s, `seq`, {DISPATCHED}, 1, NOW(6), NOW(6) FROM {m} "
-            "WHERE `topic_id` = %s AND `seq` >= %s AND `seq` <= %s"
-        ),
-        made_between=f"SELECT `seq` FROM {d} WHERE `group_id` = %s AND `seq` >= %s AND `seq` <= %s",
-        advance_group=f"UPDATE {g} SET `position` = %s, `skipped` = `skipped` + %s WHERE `id` = %s",
-        # -- start (worker): as for jobs, committed RUNNING with a lease; PRIMARY (group, seq) ----
-        lock_dispatched=(
-            f"SELECT `seq`, `dc_attempt`, `errors`, `interruptions` FROM {d} FORCE INDEX (PRIMARY) "
-            f"WHERE `group_id` = %s AND {{fence}} AND `dc_state` = {DISPATCHED} FOR UPDATE"
-        ),
-        lock_dispatched_skip=(
-            f"SELECT `seq`, `dc_attempt`, `errors`, `interruptions` FROM {d} FORCE INDEX (PRIMARY) "
-            f"WHERE `group_id` = %s AND {{fence}} AND `dc_state` = {DISPATCHED} FOR UPDATE SKIP LOCKED"
-        ),
-        mark_running=(
-            f"UPDATE {d} SET `dc_state` = {RUNNING}, `started_at` = NOW(6), "
-            "`lease_until` = NOW(6) + INTERVAL %s MICROSECOND, `worker` = %s WHERE `group_id` = %s AND {ids}"
-        ),
-        # The messages themselves: a plain (consistent, lock-free) read, so groups never contend.
-        read_messages=f"SELECT {msg_cols} FROM {m} WHERE `topic_id` = %s AND {{ids}}",
-        # The lease keeper, as for jobs: lock what is still ours (skipping rows another session
-        # holds), extend it, and read which of the rest are still ours (the others are lost).
-        lock_leased=(
-            f"SELECT `seq` FROM {d} FORCE INDEX (PRIMARY) WHERE "
-            + running.replace("{where}", "{fence}")
-            + " FOR UPDATE SKIP LOCKED"
-        ),
-        extend_lease=(
-            f"UPDATE {d} FORCE INDEX (PRIMARY) SET `lease_until` = NOW(6) + INTERVAL %s MICROSECOND "
-            "WHERE " + running.replace("{where}", "{fence}")
-        ),
-        leased=f"SELECT `seq` FROM {d} FORCE INDEX (PRIMARY) WHERE " + running.replace("{where}", "{fence}"),
-        # -- finish: every statement fenced on (seq, attempt) and RUNNING; PRIMARY ---------------
-        finish_done=(
-            f"UPDATE {d} FORCE INDEX (PRIMARY) SET `dc_state` = {DONE}, {finished} "
-            "WHERE " + running.replace("{where}", "{fence}")
-        ),
-        # The trace of an attempt that did not end as done, written before the row moves on.
-        record_attempt=(
-            f"INSERT IGNORE INTO {a} (`group_id`, `seq`, `attempt`, `outcome`, `worker`, `dispatched_at`, "
-            "`started_at`, `ended_at`, `error`) SELECT `group_id`, `seq`, `dc_attempt`, %s, `worker`, "
-            f"`dc_dispatched_at`, `started_at`, NOW(6), %s FROM {d} FORCE INDEX (PRIMARY) "
-            "WHERE `group_id` = %s AND {where} AND `dc_state` = %s"
-        ),
-        fail_retry=(
-            f"UPDATE {d} FORCE INDEX (PRIMARY) SET `dc_state` = {IDLE}, `errors` = `errors` + 1, "
-            "`run_at` = NOW(6) + INTERVAL %s MICROSECOND, `last_error` = %s, `lease_until` = NULL "
-            "WHERE " + running.replace("{where}", "{fence}")
-        ),
-        fail_dead=(
-            f"UPDATE {d} FORCE INDEX (PRIMARY) SET `dc_state` = {DEAD}, `errors` = `errors` + %s, "
-            f"`last_error` = %s, {finished} WHERE " + running.replace("{where}", "{fence}")
-        ),
-        snooze_delay=(
-            f"UPDATE {d} FORCE INDEX (PRIMARY) SET `dc_state` = {IDLE}, "
-            "`run_at` = NOW(6) + INTERVAL %s MICROSECOND, `lease_until` = NULL "
-            "WHERE " + running.replace("{where}", "{fence}")
-        ),
-        snooze_at=(
-            f"UPDATE {d} FORCE INDEX (PRIMARY) SET `dc_state` = {IDLE}, "
-            "`run_at` = CONVERT_TZ(%s, '+00:00', @@session.time_zone), `lease_until` = NULL "
-            "WHERE " + running.replace("{where}", "{fence}")
-        ),
-        release_unpushed=(
-            f"UPDATE {d} FORCE INDEX (PRIMARY) SET `dc_state` = {IDLE} "
-            f"WHERE `group_id` = %s AND {{fence}} AND `dc_state` = {DISPATCHED}"
-        ),
-        # -- sweep: the dc_due prefixes (1, group) and (2, group) hold only deliveries in flight -----
-        find_expired_dispatched=(
-            f"SELECT `seq` FROM {d} FORCE INDEX (`dc_due`) WHERE `dc_state` = {DISPATCHED} "
-            "AND `group_id` = %s AND `dc_dispatched_at` < NOW(6) - INTERVAL %s MICROSECOND "
-            "LIMIT %s FOR UPDATE SKIP LOCKED"
-        ),
-        requeue_dispatched=(
-            f"UPDATE {d} SET `dc_state` = {IDLE} "
-            f"WHERE `group_id` = %s AND {{ids}} AND `dc_state` = {DISPATCHED}"
-        ),
-        find_expired_running=(
-            f"SELECT `seq`, `interruptions`, `worker`, `started_at` FROM {d} FORCE INDEX (`dc_due`) "
-            f"WHERE `dc_state` = {RUNNING} "
-            "AND `group_id` = %s AND `lease_until` < NOW(6) LIMIT %s FOR UPDATE SKIP LOCKED"
-        ),
-        interrupted_retry=(
-            f"UPDATE {d} SET `dc_state` = {IDLE}, `interruptions` = `interruptions` + 1, `run_at` = NOW(6), "
-            "`lease_until` = NULL, `last_error` = %s WHERE " + running.replace("{where}", "{ids}")
-        ),
-        interrupted_dead=(
-            f"UPDATE {d} SET `dc_state` = {DEAD}, `interruptions` = `interruptions` + 1, `last_error` = %s, "
-            f"{finished} WHERE " + running.replace("{where}", "{ids}")
-        ),
-        # Supervisor, as for jobs: a plain read of the (RUNNING, group) prefix for an exited worker's
-        # deliveries, then a lock of those still its own by PRIMARY (group, seq).
-        find_worker_running=(
-            f"SELECT `seq` FROM {d} FORCE INDEX (`dc_due`) WHERE `dc_state` = {RUNNING} "
-            "AND `group_id` = %s AND `worker` = %s LIMIT %s"
-        ),
-        lock_worker_running=(
-            f"SELECT `seq`, `interruptions`, `worker`, `started_at` FROM {d} FORCE INDEX (PRIMARY) "
-            "WHERE " + running.replace("{where}", "{ids}") + " AND `worker` = %s FOR UPDATE"
-        ),
-        release_all=(
-            f"UPDATE {d} SET `dc_state` = {IDLE}, `lease_until` = NULL "
-            f"WHERE `group_id` = %s AND `dc_state` IN ({DISPATCHED}, {RUNNING})"
-        ),
-        # -- status: dc_due prefix counts, capped ------------------------------------------------
+    )
+
+
+def _status(n: TopicNames) -> dict[str, str]:
+    """Status: dc_due prefix counts, capped."""
+    t, m, g, d = n.t, n.m, n.g, n.d
+    return dict(
         count_state=(
             f"SELECT COUNT(*) FROM (SELECT 1 FROM {d} FORCE INDEX (`dc_due`) "
             "WHERE `dc_state` = %s AND `group_id` = %s LIMIT %s) AS n"
@@ -298,7 +207,13 @@ def render_topics(topics: TopicsSettings) -> TopicSQL:
             f"FROM {d} FORCE INDEX (`dc_due`) WHERE `dc_state` = {RUNNING} AND `group_id` = %s "
             "AND `started_at` < NOW(6) - INTERVAL %s MICROSECOND"
         ),
-        # -- broadcast members: each owns its row (owner = host:pid, kept alive by heartbeats) ------
+    )
+
+
+def _members(n: TopicNames) -> dict[str, str]:
+    """Broadcast members: each owns its row (owner = host:pid, kept alive by heartbeats)."""
+    m, mb, msg_cols = n.m, n.mb, n.msg_cols
+    return dict(
         member_join=(
             f"INSERT IGNORE INTO {mb} (`group_id`, `name`, `position`, `heartbeat_at`) "
             "VALUES (%s, %s, %s, NOW(6))"
@@ -329,7 +244,13 @@ def render_topics(topics: TopicsSettings) -> TopicSQL:
             "`heartbeat_at` >= NOW(6) - INTERVAL %s MICROSECOND, `handled`, `failed`, `skipped` "
             f"FROM {mb} WHERE `group_id` = %s ORDER BY `name`"
         ),
-        # -- retention: the oldest messages of a topic, deleted a prefix of ids at a time ----------
+    )
+
+
+def _retention(n: TopicNames) -> dict[str, str]:
+    """Retention: the oldest messages of a topic, deleted a prefix of ids at a time."""
+    m, g, d, a = n.m, n.g, n.d, n.a
+    return dict(
         # The pruner holds its topic's group rows shared while it decides and deletes: a replay
         # (which locks its group row) cannot revive deliveries of messages being deleted.
         lock_groups_shared=f"SELECT `id` FROM {g} WHERE `topic_id` = %s LOCK IN SHARE MODE",
@@ -340,7 +261,14 @@ def render_topics(topics: TopicsSettings) -> TopicSQL:
         prune_deliveries=f"DELETE FROM {d} WHERE `group_id` = %s AND `seq` <= %s",
         prune_attempts=f"DELETE FROM {a} WHERE `group_id` = %s AND `seq` <= %s",
         prune_messages=f"DELETE FROM {m} WHERE `topic_id` = %s AND `seq` <= %s",
-        # -- operators ------------------------------------------------------------------------------
+    )
+
+
+def _operating(n: TopicNames) -> dict[str, str]:
+    """Operators."""
+    t, m, g, d, a = n.t, n.m, n.g, n.d, n.a
+    mb, revive, msg_cols = n.mb, n.revive, n.msg_cols
+    return dict(
         topics_all=f"SELECT `id`, `name`, `last_seq` FROM {t} ORDER BY `name`",
         groups_all=f"SELECT `id`, `topic_id`, `name`, `mode`, `position`, `skipped` FROM {g} ORDER BY `name`",
         # Volume: ids are gap-free, so "published since" is last_seq minus the first id since.

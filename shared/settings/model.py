@@ -16,6 +16,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from ..errors import DuecastError
 from ..policy import keeper_fits, lease_timing, shortest_lease_s
 from .roles import (
     DispatcherSettings,
@@ -140,7 +141,7 @@ class Settings(BaseSettings):
         return tuple(chain)
 
 
-class SettingsFileError(ValueError):
+class SettingsFileError(DuecastError, ValueError):
     """The settings file cannot be read as TOML; the message names the file and where it is wrong."""
 
 

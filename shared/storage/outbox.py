@@ -10,10 +10,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import TypeVar
 
-import redis
-
+from ..fanout.client import RedisClient
 from ..fanout.keys import Keys
-from ..fanout.queue import REDIS_ERRORS
+from ..fanout.queue import wake_dispatcher
 from .db import Database
 from .units import (
     DRIVER_ERRORS,
@@ -32,7 +31,7 @@ class Outbox:
     """Base of the writers: `client` may be None (no wake-ups: the dispatcher's poll finds the work).
     `retry_s` is mysql.writer_retry_s."""
 
-    client: redis.Redis | None
+    client: RedisClient | None
     keys: Keys
     db: Database
     retry_s: float
@@ -85,12 +84,5 @@ class Outbox:
 
     def wake(self) -> None:
         """Tell a dispatcher there is new work now. Best effort: the dispatcher polls anyway."""
-        if self.client is None:
-            return
-        try:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.lpush(self.keys.wake(), b"1")
-            pipe.ltrim(self.keys.wake(), 0, 0)  # one pending wake-up is as good as many
-            pipe.execute()
-        except REDIS_ERRORS:
-            pass  # a lost wake-up costs one poll interval, never work
+        if self.client is not None:
+            wake_dispatcher(self.client, self.keys)  # a lost wake-up costs one poll interval, never work

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ..acks import Ack, Row
-from ..fanout.keys import Entry
+from ..entries import Entry
+from ..errors import DuecastError
 from ..settings import SourceSettings
 
 
@@ -27,7 +28,7 @@ class AckCounts:
 NO_ACKS = AckCounts(0, 0)
 
 
-class StaleAck(RuntimeError):
+class StaleAck(DuecastError, RuntimeError):
     """An ack found rows no longer matching their fence where that cannot be dropped row by row."""
 
     def __init__(self, count: int, why: str) -> None:

@@ -12,17 +12,14 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..acks import Ack, Row
-from ..fanout.keys import Entry
+from ..entries import Entry
 from ..policy import span_settled
 from ..states import ATTEMPT_COLUMN
 from .protocol import NO_ACKS, AckCounts
 from .row_batch import RowBatch
-
-if TYPE_CHECKING:
-    from .range_store import RangeStore
 
 RANGE_KEY = "dc_range"  # each business row handed to a handler carries its span's first id
 
@@ -47,13 +44,24 @@ class Span:
 Late = tuple[Span, Row, Ack]
 
 
+class SpanOwner(Protocol):
+    """What a RangeBatch asks of the store that started its spans (RangeStore), named here so that
+    the batch does not import its store back."""
+
+    id_column: str
+
+    def changes(self, ack: Ack) -> bool: ...
+    def finish_spans(self, spans: list[Span]) -> AckCounts: ...
+    def write_late(self, spans: RowBatch, late: list[Late]) -> AckCounts: ...
+
+
 class RangeBatch:
     """The business rows of a batch's started spans; outcomes in any order and subsets. Counts:
     acked = rows succeeded and applied, stale = successes whose span was no longer this batch's,
     refused = rows whose values the database refused. What a fail() finishes is counted by the
     next ack() or settle()."""
 
-    def __init__(self, store: RangeStore, spans: RowBatch, rows: list[Row]) -> None:
+    def __init__(self, store: SpanOwner, spans: RowBatch, rows: list[Row]) -> None:
         self._store = store
         self._spans_batch = spans
         self.rows = rows

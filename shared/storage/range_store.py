@@ -15,10 +15,10 @@ from functools import partial
 from typing import Any
 
 from ..acks import Ack, Row
-from ..fanout.keys import Entry
+from ..entries import Entry
 from ..identifiers import quote
-from ..queries.ranges import range_source, ranges_table
-from ..queries.source import assignments, column_list, in_list, render_ranges, spans
+from ..queries.ranges import range_source, ranges_table, render_ranges
+from ..queries.source import assignments, column_list, in_list, spans
 from ..settings import SourceSettings
 from ..states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
 from .db import Database

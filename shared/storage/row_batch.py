@@ -7,20 +7,34 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..acks import Ack, Row
-from ..fanout.keys import Entry
+from ..entries import Entry
+from ..settings import SourceSettings
+from .db import Database
 from .leased.keeper import Hold
 from .protocol import NO_ACKS, AckCounts
 from .units import VALUE_ERRORS, Cursor, retry_transient, savepoint
 
-if TYPE_CHECKING:
-    from .source_store import SourceStore
-
 log = logging.getLogger("duecast.worker")
 FINISH_RETRIES = 3
 T = TypeVar("T")
+AckGroups = dict[Any, list[Row]]  # rows by group_key: one fenced statement each
+
+
+class RowOwner(Protocol):
+    """What a RowBatch asks of the store that started it (SourceStore), named here so that the
+    batch does not import its store back."""
+
+    db: Database
+    src: SourceSettings
+
+    def entries(self, rows: Sequence[Row]) -> list[Entry]: ...
+    def ack_groups(self, acks: Sequence[tuple[Row, Ack]]) -> AckGroups: ...
+    def finish(self, cur: Cursor, groups: AckGroups) -> AckCounts: ...
+    def fail_rows(self, cur: Cursor, rows: Sequence[Row]) -> int: ...
+    def give_back(self, rows: Sequence[Row]) -> None: ...
 
 
 def guarded(cur: Cursor, rows: list[Row], run: Callable[[list[Row]], int]) -> tuple[int, list[Row]]:
@@ -52,7 +66,7 @@ class RowBatch:
     """Rows started (RUNNING, committed) for one worker batch. `ack` and `fail` each commit on their
     own, for any subset of the rows, retried as units on transient errors."""
 
-    def __init__(self, store: SourceStore, rows: list[Row], skipped: int, locked: int = 0) -> None:
+    def __init__(self, store: RowOwner, rows: list[Row], skipped: int, locked: int = 0) -> None:
         self._store = store
         self.rows = rows
         self.skipped = skipped

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import DuecastError
 from ..identifiers import quote
 from ..queries.job_runs import RUN_ID_BASE
 from ..settings import JobsSettings, SourceSettings
@@ -23,7 +24,7 @@ _INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
 _TIME_TYPES = {"datetime", "timestamp"}
 
 
-class SchemaError(RuntimeError):
+class SchemaError(DuecastError, RuntimeError):
     """The database does not match the settings; the message says what to run or fix."""
 
 

@@ -16,14 +16,14 @@ from functools import partial
 from typing import Any
 
 from ..acks import Ack, Row
-from ..fanout.keys import Entry
+from ..entries import Entry
 from ..queries.source import SourceSQL, assignments, column_list, fence, in_list, render
 from ..settings import SourceSettings
 from ..states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
 from .db import Database
 from .leased.keeper import Extended, LeaseKeeper, renew_leases
 from .protocol import AckCounts, SkipsLocked, SourceStatus, StaleAck, Store, WorkBatch
-from .row_batch import RowBatch, guarded
+from .row_batch import AckGroups, RowBatch, guarded
 from .schema import check_source, describe
 from .units import MYSQL_ERRORS, Cursor, lock_or_skip
 
@@ -34,7 +34,6 @@ __all__ = ["AckCounts", "SkipsLocked", "SourceStatus", "SourceStore", "StaleAck"
 log = logging.getLogger("duecast.worker")
 STATUS_COUNT_CAP = 100_000  # due-backlog counts stop here: a bounded index read per status call
 SKIPPED_LOCKED_CAP = 10_000  # rows held by others a claim counts at most (a bounded index read)
-AckGroups = dict[Any, list[Row]]  # rows by group_key: one fenced statement each
 
 
 def _us(seconds: float) -> int:

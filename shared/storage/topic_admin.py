@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from ..errors import DuecastError
 from ..queries.topics import ATTEMPT_COLUMNS, MESSAGE_COLUMNS, TRACE_COLUMNS, render_topics
 from ..settings import GroupSettings, StartAt, TopicsSettings
 from .db import Database
@@ -24,7 +25,7 @@ REPLAY_PAGE = 5000  # message ids per replay transaction
 _START = TypeAdapter(StartAt)
 
 
-class TopicError(ValueError):
+class TopicError(DuecastError, ValueError):
     """An operator asked for a topic, group or position that does not exist; nothing changed."""
 
 

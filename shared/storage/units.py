@@ -16,6 +16,7 @@ from typing import TypeAlias, TypeVar
 import pymysql
 import pymysql.cursors
 
+from ..errors import DuecastError, TransientFailure
 from ..policy import error_backoff_s
 
 T = TypeVar("T")
@@ -32,7 +33,7 @@ DEADLOCK, LOCK_WAIT_TIMEOUT, DUPLICATE_KEY = 1213, 1205, 1062
 _TRANSIENT_CODES = {DEADLOCK, LOCK_WAIT_TIMEOUT, 2003, 2006, 2013, 1927, 4031}
 
 
-class StorageError(Exception):
+class StorageError(DuecastError):
     """An error of the storage layer that its callers may handle by name."""
 
     def __init__(self, message: str, code: int | None = None) -> None:
@@ -40,7 +41,7 @@ class StorageError(Exception):
         self.code = code
 
 
-class TransientError(StorageError):
+class TransientError(StorageError, TransientFailure):
     """A unit of work failed for a reason that passes (deadlock, lock wait timeout, lost or refused
     connection, killed session): nothing of it was committed unless its COMMIT was cut off, and
     running the whole unit again is safe because every transition is fenced."""
@@ -200,17 +201,10 @@ def retry_transient(
             if not retry_on(exc):
                 raise
             delay = error_backoff_s(attempt, base_s, cap_s, rng)
-            if budget_s is not None:
-                spent = clock() - began
-                if spent + delay > budget_s:
-                    raise
-                count = f"retry {attempt}, {spent:.1f}s of {budget_s:g}s"
-            elif retries is None:
-                count = f"retry {attempt}"
-            elif attempt > retries:
+            spent_s = clock() - began if budget_s is not None else 0.0  # the clock only paces a budget
+            count = _retry_count(attempt, retries, budget_s, spent_s, delay)
+            if count is None:
                 raise
-            else:
-                count = f"{attempt} of {retries}"
             log.warning(
                 "%s hit %s; retrying %s(%s) in %.2fs",
                 what,
@@ -221,3 +215,15 @@ def retry_transient(
                 extra={"event": event} if event else None,
             )
             sleep(delay)
+
+
+def _retry_count(
+    attempt: int, retries: int | None, budget_s: float | None, spent_s: float, delay_s: float
+) -> str | None:
+    """How the retry log line counts this retry ("2 of 3", "retry 7", "retry 4, 2.9s of 30s"), or None
+    when the limit (a count, or a time budget the next try would pass) says to give up."""
+    if budget_s is not None:
+        return None if spent_s + delay_s > budget_s else f"retry {attempt}, {spent_s:.1f}s of {budget_s:g}s"
+    if retries is None:
+        return f"retry {attempt}"
+    return None if attempt > retries else f"{attempt} of {retries}"

@@ -1,5 +1,5 @@
 """The worker registry: each worker process registers, beats on its own thread and connection, and
-leaves on exit; the leader dispatcher finds the silent ones. Runs shared.queries.source.WorkerSQL."""
+leaves on exit; the leader dispatcher finds the silent ones. Runs shared.queries.registry.WorkerSQL."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..queries.source import WorkerSQL, render_workers
+from ..queries.registry import WorkerSQL, render_workers
 from ..settings import JOBS_SOURCE, MySQLSettings, WorkerSettings
 from .db import Database
 from .schema import SchemaError, describe, workers_migration

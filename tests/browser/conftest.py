@@ -26,7 +26,7 @@ from duecast.cli.web.context import WebContext
 from duecast.cli.web.serve import running as serve_web
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.api.enqueue import Enqueuer
-from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.storage.admin import migrate
 from duecast.worker.main import serve as serve_worker

@@ -25,8 +25,9 @@ from collections.abc import Collection
 
 import pymysql
 
-from duecast.shared.fanout.keys import BadEntry, BadHold, Keys, decode_entry, decode_hold
-from duecast.shared.fanout.retype import NO_SOURCE
+from duecast.shared.entries import BadEntry, BadHold, decode_entry, decode_hold
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.protocol import NO_SOURCE
 from duecast.shared.settings import JOBS_SOURCE
 from duecast.shared.states import State
 from duecast.shared.storage.db import connect

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from duecast.shared.api.enqueue import Enqueuer, Job
-from duecast.shared.fanout.keys import decode_entry
+from duecast.shared.entries import decode_entry
 from duecast.shared.settings import JOBS_SOURCE, MySQLSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.admin import migrate

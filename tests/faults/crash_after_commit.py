@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from duecast.dispatcher.main import main
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.process.runtime import build_queue
 from duecast.shared.settings import Settings

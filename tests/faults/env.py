@@ -14,7 +14,8 @@ from typing import Any
 import pymysql
 import redis
 
-from duecast.shared.fanout.keys import Entry, Keys, encode_entry
+from duecast.shared.entries import Entry, encode_entry
+from duecast.shared.fanout.keys import Keys
 from duecast.shared.settings import MySQLSettings, RedisSettings, SourceSettings
 from tests.faults import app
 from tests.faults.checker import Execution, Verdict, classify, read_log

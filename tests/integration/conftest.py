@@ -15,8 +15,9 @@ from typing import Any
 import pymysql
 import pytest
 
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.fanout.keys import Keys
-from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
 from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from duecast.shared.acks import Ack, Row
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.settings import SourceSettings
 from duecast.shared.states import ATTEMPT_COLUMN, State
 from duecast.shared.storage.source_store import AckCounts, SourceStore

@@ -1,4 +1,6 @@
-"""The ReadyQueue contract: one suite, run against fakeredis here and against real Redis elsewhere.
+"""The ReadyQueue contract: one suite, run against fakeredis here (tests/unit/storage/test_queue_fake.py)
+and against real Redis (tests/integration/servers/test_queue_real.py). It also proves the class
+implements the Queue port the roles program against (shared/fanout/protocol.py).
 
 Subclass `QueueContract` and provide a `queue` fixture returning a ReadyQueue whose key prefix is
 private to the test (its lists start empty). Nothing here assumes more of the server than that:
@@ -16,7 +18,8 @@ import time
 
 import pytest
 
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
+from duecast.shared.fanout.protocol import Queue
 from duecast.shared.fanout.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES, ReadyQueue
 
 SHORT_TIMEOUT_S = 0.1  # BLMPOP timeout for pops expected to come back empty
@@ -30,6 +33,10 @@ class QueueContract:
     @pytest.fixture
     def queue(self) -> ReadyQueue:
         raise NotImplementedError("subclass QueueContract and provide a `queue` fixture")
+
+    def test_it_implements_the_queue_port(self, queue: ReadyQueue) -> None:
+        port: Queue = queue  # mypy-level (also queue.py's _PORT); isinstance is the run-time check
+        assert isinstance(port, Queue)
 
     # --- push / pop -------------------------------------------------------------------------------
 

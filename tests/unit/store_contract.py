@@ -22,7 +22,7 @@ from typing import Protocol
 import pytest
 
 from duecast.shared.acks import Ack, Row
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.states import ATTEMPT_COLUMN
 from duecast.shared.storage.source_store import WorkBatch
 

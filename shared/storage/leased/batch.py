@@ -12,7 +12,7 @@ from logging import Logger
 from typing import Protocol, TypeVar
 
 from ...acks import Ack, Row
-from ...fanout.keys import Entry
+from ...entries import Entry
 from ...settings import SourceSettings
 from ...telemetry import observe
 from ..db import Database

@@ -12,7 +12,7 @@ import logging
 from dataclasses import replace
 
 from ...acks import Row
-from ...fanout.keys import Entry
+from ...entries import Entry
 from ...policy import dead_after_retries, stepped_delay_s
 from ...queries.topics import DISPATCHED, MESSAGE_COLUMNS, RUNNING, TopicSQL, render_topics
 from ...settings import MySQLSettings, SourceSettings, TopicsSettings

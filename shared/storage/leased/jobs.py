@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from ...acks import Ack, Row
-from ...fanout.keys import Entry
+from ...entries import Entry
 from ...policy import (
     blame_interruptions,
     dead_after_failure,

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ...fanout.keys import Entry
+from ...entries import Entry
 from ...policy import (
     Fence,
     LeaseTiming,

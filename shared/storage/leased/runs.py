@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from ...acks import Row
-from ...fanout.keys import Entry
+from ...entries import Entry
 from ...queries.job_runs import RunSQL
 from ...queries.source import fence, in_list
 from ..units import Cursor

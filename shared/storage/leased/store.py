@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ...acks import Ack, Row
-from ...fanout.keys import Entry
+from ...entries import Entry
 from ...identifiers import quote
 from ...policy import blame_interruptions, start_groups
 from ...queries.source import fence, in_list

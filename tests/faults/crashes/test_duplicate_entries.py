@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from tests.faults.conftest import DISPATCHED, IDLE, KINDS, RUNNING, FaultEnv
 
 pytestmark = pytest.mark.faults

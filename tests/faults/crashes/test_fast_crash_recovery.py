@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from duecast.shared.fanout.keys import decode_entry
+from duecast.shared.entries import decode_entry
 from duecast.shared.fanout.queue import ReadyQueue
 from tests.faults.conftest import DISPATCHED, KILL_AFTER_POP, KINDS, RUNNING, WAIT_S, FaultEnv
 

@@ -20,8 +20,9 @@ import pymysql
 import pytest
 
 from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.fanout.keys import Keys
-from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.admin import migrate

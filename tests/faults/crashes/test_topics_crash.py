@@ -22,12 +22,12 @@ import pymysql
 import pytest
 
 from duecast.shared.api.publish import Publish, Publisher
-from duecast.shared.monitor.topic_status import TopicMonitor
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.topic_admin import TopicAdmin
+from duecast.shared.storage.topic_status import TopicMonitor
 from tests.faults.conftest import _NOT_INHERITED
 from tests.faults.procs import Procs, wait_for
 from tests.faults.topics_app import GROUPS

@@ -16,13 +16,14 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from duecast.dispatcher.leader import Leadership, LeaseStore
+from duecast.dispatcher.leader import Leadership
 from duecast.dispatcher.pruner import Pruner
 from duecast.dispatcher.scheduler import _guarded
 from duecast.shared.settings import Settings
 from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.jobs import JobStore
+from duecast.shared.storage.leases import LeaseStore
 from tests.chaos.private_mariadb import PrivateMariaDB, running_with
 
 pytestmark = pytest.mark.faults

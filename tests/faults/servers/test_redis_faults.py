@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from duecast.shared.fanout.keys import decode_entry
+from duecast.shared.entries import decode_entry
 from tests.faults.conftest import KINDS, REDIS_DOWN, FaultEnv
 from tests.faults.private_redis import PrivateRedis
 

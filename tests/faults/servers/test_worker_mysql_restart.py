@@ -16,7 +16,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.settings import MySQLSettings
 from tests.chaos.private_mariadb import PrivateMariaDB, running_with
 from tests.faults.conftest import SESSION_LOST, FaultEnv

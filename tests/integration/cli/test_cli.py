@@ -17,7 +17,7 @@ import pymysql
 import pytest
 
 from duecast import cli
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.settings import MySQLSettings, RedisSettings, SourceSettings
 from tests.integration.conftest import Env, source_fields
 

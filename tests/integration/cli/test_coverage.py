@@ -13,7 +13,7 @@ import pytest
 from duecast.cli.status import StatusReader, as_json
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.api.enqueue import Enqueuer
-from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.settings import Settings
 from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database

@@ -16,7 +16,7 @@ import pymysql
 import pytest
 
 from duecast.shared.api.enqueue import Enqueuer
-from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.storage.admin import migrate
 

@@ -14,7 +14,7 @@ from rich.console import Console
 from duecast import cli
 from duecast.cli.status import StatusReader, view
 from duecast.shared.api.enqueue import Enqueuer, Job
-from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.process.failures import EXIT_UNAVAILABLE
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State

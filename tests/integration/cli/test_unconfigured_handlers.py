@@ -17,7 +17,7 @@ import pytest
 
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.api.enqueue import Enqueuer, Job
-from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.storage.admin import migrate
 

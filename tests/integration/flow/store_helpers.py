@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from tests.integration.conftest import Env
 
 MakeEnv = Callable[..., Env]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from duecast.dispatcher import main as dispatcher_main
-from duecast.shared.fanout.keys import encode_entry
+from duecast.shared.entries import encode_entry
 from duecast.shared.fanout.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES
 from duecast.worker import main as worker_main
 from tests.integration import apps

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import pymysql
 import pytest
 
-from duecast.shared.fanout.keys import MAX_ATTEMPT, MAX_ID, BadEntry, decode_entry, encode_entry
+from duecast.shared.entries import MAX_ATTEMPT, MAX_ID, BadEntry, decode_entry, encode_entry
 from duecast.shared.fanout.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES
 from duecast.shared.process.runtime import build_queue, build_stores
 from duecast.shared.queries.ranges import ranges_table

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from duecast.shared.acks import Ack
-from duecast.shared.fanout.keys import encode_entry
+from duecast.shared.entries import encode_entry
 from duecast.shared.settings import JobsSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.admin import migrate

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from duecast.shared.acks import Ack
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.storage.source_store import AckCounts, SourceStatus, SourceStore
 from tests.integration.flow.store_helpers import DISPATCHED, IDLE, RUNNING, MakeEnv, due_times, entries
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from duecast.shared.acks import Ack
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.source_store import AckCounts, SourceStore
 from tests.integration.flow.store_helpers import DISPATCHED, IDLE, RUNNING, MakeEnv, due_times, entries

@@ -10,7 +10,7 @@ import pymysql
 
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.api.enqueue import Enqueuer
-from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.settings import Settings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database

@@ -13,7 +13,7 @@ import pytest
 
 from duecast.shared.acks import Ack
 from duecast.shared.api.enqueue import Job
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.queries.job_runs import RUN_ID_BASE
 from duecast.shared.states import State
 from duecast.shared.storage.db import connect

@@ -15,10 +15,10 @@ import pytest
 
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.dispatcher.recurring import Recurring
-from duecast.dispatcher.schedule_store import ScheduleStore
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.settings import ScheduleSettings
 from duecast.shared.storage.db import Database
+from duecast.shared.storage.schedule_store import ScheduleStore
 from tests.integration.jobs.jobs_env import JobsEnv
 from tests.integration.polling import wait_until
 

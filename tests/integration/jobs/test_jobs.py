@@ -16,7 +16,7 @@ import pytest
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.acks import Ack
 from duecast.shared.api.enqueue import EnqueueError, Enqueuer, Job
-from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.storage.admin import migrate

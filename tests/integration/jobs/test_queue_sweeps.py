@@ -12,7 +12,7 @@ import pytest
 
 from duecast.dispatcher.redelivery import sweeper
 from duecast.shared.api.enqueue import Enqueuer, Job
-from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.process.runtime import build_queue, build_stores
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State

@@ -14,7 +14,7 @@ from duecast.cli.sampler import Sampler
 from duecast.cli.web.app import create_app
 from duecast.cli.web.context import WebContext
 from duecast.shared.api.enqueue import Enqueuer
-from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.settings import (
     DispatcherSettings,
     MySQLSettings,

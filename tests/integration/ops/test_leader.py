@@ -9,9 +9,10 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from duecast.dispatcher.leader import LEADER, Leadership, LeaseStore
+from duecast.dispatcher.leader import LEADER, Leadership
 from duecast.shared.settings import MySQLSettings
 from duecast.shared.storage.db import Database
+from duecast.shared.storage.leases import LeaseStore
 from duecast.shared.storage.schema import leases_table_ddl
 
 pytestmark = pytest.mark.integration

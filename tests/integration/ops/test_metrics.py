@@ -19,7 +19,7 @@ from duecast.dispatcher import main as dispatcher_main
 from duecast.dispatcher.gauges import SystemGauges
 from duecast.dispatcher.redelivery import sweeper
 from duecast.shared.api.enqueue import Enqueuer
-from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.process.runtime import build_queue, build_stores
 from duecast.shared.settings import (
     DispatcherSettings,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from duecast.dispatcher.redelivery import Redelivery
-from duecast.shared.fanout.keys import encode_entry
+from duecast.shared.entries import encode_entry
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.settings import WorkerSettings
 from duecast.shared.storage.db import Database, connect

@@ -13,11 +13,11 @@ import pymysql
 import pytest
 
 from duecast.dispatcher.main import serve as serve_dispatcher
-from duecast.shared.monitor import freshness
 from duecast.shared.monitor.freshness import Freshness, measure
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage import freshness
 from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.range_store import RangeStore
 from duecast.worker.main import serve as serve_worker

@@ -14,8 +14,9 @@ import pytest
 
 from duecast.shared.acks import Ack, Row
 from duecast.shared.api.handlers import Handler
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.fanout.keys import Keys
-from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, WorkerSettings

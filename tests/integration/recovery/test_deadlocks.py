@@ -23,8 +23,9 @@ import pytest
 from duecast.shared.acks import Ack, Row
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.api.handlers import Handler, Registry
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.fanout.keys import Keys
-from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, WorkerSettings
 from duecast.shared.states import State
 from duecast.shared.storage.admin import migrate

@@ -15,8 +15,9 @@ import pytest
 
 from duecast.dispatcher.dispatcher import Dispatcher
 from duecast.dispatcher.redelivery import Redelivery
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.fanout.keys import Keys
-from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import DispatcherSettings, MySQLSettings, RedisSettings, Settings, WorkerSettings

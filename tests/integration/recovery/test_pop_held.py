@@ -12,8 +12,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from duecast.shared.fanout.keys import Entry, Keys
-from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.entries import Entry
+from duecast.shared.fanout.client import connect_redis
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import RedisSettings
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.fanout.keys import Keys
-from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import RedisSettings
 from tests.unit.queue_contract import QueueContract
 

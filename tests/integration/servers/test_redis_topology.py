@@ -15,8 +15,10 @@ import pytest
 import redis
 from pydantic import SecretStr
 
-from duecast.shared.fanout.keys import Entry, Keys
-from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.entries import Entry
+from duecast.shared.fanout.client import connect_redis
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import RedisSettings
 from tests.faults.private_redis import free_port, redis_server_bin
 from tests.faults.procs import wait_for

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.fanout.keys import Keys
-from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.process.loop import Tick, run
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.storage.db import Database

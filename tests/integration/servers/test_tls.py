@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 import redis
 
-from duecast.shared.fanout.keys import Entry, Keys
-from duecast.shared.fanout.queue import ReadyQueue, connect_redis
+from duecast.shared.entries import Entry
+from duecast.shared.fanout.client import connect_redis
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import RedisSettings
 from tests.integration.tls_servers import NoTLS, Pki, TLSRedis
 

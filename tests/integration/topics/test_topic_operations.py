@@ -16,13 +16,13 @@ from prometheus_client import REGISTRY
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.dispatcher.topics import TopicKeeper
 from duecast.shared.api.publish import Publish
-from duecast.shared.fanout.keys import Entry
-from duecast.shared.monitor.topic_status import TopicMonitor
+from duecast.shared.entries import Entry
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.keeper import Extended
-from duecast.worker.member_store import member_name
+from duecast.shared.storage.member_store import member_name
+from duecast.shared.storage.topic_status import TopicMonitor
 from tests.integration.topics.topics_env import TopicsEnv, groups
 
 pytestmark = pytest.mark.integration

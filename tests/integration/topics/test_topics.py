@@ -15,13 +15,13 @@ import pytest
 
 from duecast.shared.api.app import load_registry
 from duecast.shared.api.publish import Publish, PublishError
-from duecast.shared.monitor.topic_status import TopicMonitor
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.settings import TopicsSettings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database, connect
+from duecast.shared.storage.member_store import MemberStore
+from duecast.shared.storage.topic_status import TopicMonitor
 from duecast.worker.broadcast import BroadcastMember, running
-from duecast.worker.member_store import MemberStore
 from tests.integration import topics_app
 from tests.integration.polling import wait_until
 from tests.integration.topics.topics_env import APP, CLUSTER, TopicsEnv

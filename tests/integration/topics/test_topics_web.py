@@ -16,7 +16,7 @@ from duecast.cli.web.app import create_app
 from duecast.cli.web.context import WebContext
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.api.publish import Publish, Publisher
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.storage.admin import migrate

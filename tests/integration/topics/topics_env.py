@@ -10,12 +10,12 @@ import pymysql
 
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.api.publish import Publisher
-from duecast.shared.fanout.queue import connect_redis
-from duecast.shared.monitor.topic_status import TopicMonitor
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.settings import Settings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.topic_admin import TopicAdmin
+from duecast.shared.storage.topic_status import TopicMonitor
 from duecast.worker.main import serve as serve_worker
 
 APP = "tests.integration.topics_app"

@@ -1,9 +1,9 @@
-"""duecast.worker.worker.decode_batch: what a popped batch becomes before any row is locked."""
+"""duecast.worker.starting.decode_batch: what a popped batch becomes before any row is locked."""
 
 from __future__ import annotations
 
-from duecast.shared.fanout.keys import Entry, encode_entry
-from duecast.worker.worker import decode_batch
+from duecast.shared.entries import Entry, encode_entry
+from duecast.worker.starting import decode_batch
 
 
 def test_all_valid_unique() -> None:

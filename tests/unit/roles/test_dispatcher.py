@@ -9,7 +9,8 @@ import redis
 
 from duecast.dispatcher.dispatcher import Dispatcher
 from duecast.dispatcher.redelivery import Redelivery
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
+from duecast.shared.fanout.protocol import QueueUnavailable
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import DispatcherSettings
 from duecast.shared.storage.source_store import Store
@@ -152,10 +153,11 @@ def test_a_failed_push_releases_the_claimed_rows_and_fails_the_tick(ready_queue:
     dispatcher = _dispatcher([store], ready_queue)
 
     def refuse(source: str, entries: object) -> None:
-        raise redis.ConnectionError("Redis is down")
+        # What the port raises for redis-py's ConnectionError (shared/fanout/client.py: translate).
+        raise QueueUnavailable("ConnectionError: Redis is down") from redis.ConnectionError("Redis is down")
 
     dispatcher.queue.push = refuse  # type: ignore[method-assign]
-    with pytest.raises(redis.ConnectionError):
+    with pytest.raises(QueueUnavailable):
         dispatcher.tick()
     assert store.released == _due(3)
     assert store.dispatched == []

@@ -17,7 +17,7 @@ import pymysql
 import pytest
 
 from duecast.dispatcher.leader import Leadership
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.policy import fence_reason, keeper_fits, lease_timing, renewal_outcome, shortest_lease_s
 from duecast.shared.settings import MySQLSettings
 from duecast.shared.storage.db import Database

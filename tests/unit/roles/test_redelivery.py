@@ -10,7 +10,7 @@ from typing import cast
 import pytest
 
 from duecast.dispatcher.redelivery import cadence
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.policy import CAUSES, Cause
 from duecast.shared.settings import Settings

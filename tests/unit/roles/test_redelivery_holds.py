@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from duecast.dispatcher.redelivery import Redelivery
-from duecast.shared.fanout.keys import Entry, encode_entry
+from duecast.shared.entries import Entry, encode_entry
 from duecast.shared.fanout.queue import ReadyQueue
 from tests.unit.fakes import FakeSweepStore, FakeWorkStore, rescan_source
 from tests.unit.roles.redelivery_support import (

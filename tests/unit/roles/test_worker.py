@@ -13,7 +13,8 @@ import pytest
 
 from duecast.shared.acks import Ack, Row
 from duecast.shared.api.handlers import Handler
-from duecast.shared.fanout.keys import Entry, Keys
+from duecast.shared.entries import Entry
+from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import WorkerSettings
 from duecast.shared.storage.source_store import SourceStore

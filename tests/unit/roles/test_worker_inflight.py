@@ -11,11 +11,12 @@ from typing import cast
 
 from duecast.shared.acks import Row
 from duecast.shared.api.handlers import Handler
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import WorkerSettings
 from duecast.shared.storage.source_store import SourceStore
-from duecast.worker.worker import EXIT_STUCK, Worker
+from duecast.worker.leaving import EXIT_STUCK
+from duecast.worker.worker import Worker
 from tests.unit.fakes import FakeBatch, FakeWorkStore, rescan_source
 
 SETTINGS = WorkerSettings(pop_batch=10, block_timeout_s=0.1, max_in_flight=100)

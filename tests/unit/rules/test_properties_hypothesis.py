@@ -16,7 +16,8 @@ pytest.importorskip("hypothesis")
 from hypothesis import given
 from hypothesis import strategies as st
 
-from duecast.shared.fanout.keys import MAX_ATTEMPT, MAX_ID, BadEntry, Entry, Keys, decode_entry, encode_entry
+from duecast.shared.entries import MAX_ATTEMPT, MAX_ID, BadEntry, Entry, decode_entry, encode_entry
+from duecast.shared.fanout.keys import Keys
 from duecast.shared.policy import claim_room, error_backoff_s
 
 ids = st.integers(min_value=1, max_value=MAX_ID)

@@ -15,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from duecast import cli
-from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, SourceSettings, load_settings
 from tests.unit.settings.bad_settings_support import SECRET, _write, everything_printed
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, load_settings
 from duecast.shared.storage.db import tls_context
 from tests.unit.settings.bad_settings_support import SECRET, _write, everything_printed

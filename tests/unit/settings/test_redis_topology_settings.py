@@ -15,7 +15,7 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.sentinel import SentinelConnectionPool, SentinelManagedSSLConnection
 
-from duecast.shared.fanout.queue import connect_redis
+from duecast.shared.fanout.client import connect_redis
 from duecast.shared.settings import RedisSettings
 
 

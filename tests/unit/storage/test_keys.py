@@ -1,4 +1,5 @@
-"""Entry codec and key names (shared/fanout/keys.py): what a worker will and will not accept from the list.
+"""Entry codec (shared/entries.py) and key names (shared/fanout/keys.py): what a worker will and will
+not accept from the list.
 
 The property checks here use a seeded RNG so they always run; test_properties_hypothesis.py adds
 shrinking, edge-biased versions when hypothesis is installed.
@@ -11,17 +12,17 @@ import re
 
 import pytest
 
-from duecast.shared.fanout.keys import (
+from duecast.shared.entries import (
     MAX_ATTEMPT,
     MAX_ID,
     BadEntry,
     BadHold,
     Entry,
-    Keys,
     decode_entry,
     decode_hold,
     encode_entry,
 )
+from duecast.shared.fanout.keys import Keys
 
 SEED = 20240611
 

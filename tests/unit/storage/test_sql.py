@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from duecast.shared.queries.source import SourceSQL, assignments, column_list, fence, int_list, render
 from duecast.shared.settings import SourceSettings
 from duecast.shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN, State

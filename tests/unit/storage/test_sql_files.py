@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from duecast.cli.demo.data import source
 from duecast.shared.settings import JobsSettings
+from duecast.shared.storage.admin.demo_table import source
 from duecast.shared.storage.schema import (
     TableInfo,
     cursors_table_ddl,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import pytest
 
 from duecast.shared.acks import Row
-from duecast.shared.fanout.keys import Entry
+from duecast.shared.entries import Entry
 from tests.unit.fakes import FakeStore, rescan_source
 from tests.unit.store_contract import StoreContract
 

@@ -1,5 +1,6 @@
 """What an operator watches on topics: per group backlog, lag, in flight, dead letters, consumption
-timeouts and retention trouble; per topic published volume over time. Read-only, bounded reads.
+timeouts and retention trouble; per topic published volume over time. Read-only, bounded reads of
+shared.queries.topics.TopicSQL (moved here from shared/monitor/: only storage runs statements).
 """
 
 from __future__ import annotations
@@ -8,10 +9,10 @@ from dataclasses import dataclass, field
 
 from ..queries.topics import DEAD, DISPATCHED, IDLE, RUNNING, TopicSQL, render_topics
 from ..settings import GroupSettings, TopicsSettings
-from ..storage.db import Database
-from ..storage.source_store import STATUS_COUNT_CAP, _scalar, _us
-from ..storage.topic_ids import all_ids, finished_through
-from ..storage.units import Cursor
+from .db import Database
+from .source_store import STATUS_COUNT_CAP, _scalar, _us
+from .topic_ids import all_ids, finished_through
+from .units import Cursor
 
 VOLUME_WINDOWS_S = {"minute": 60, "hour": 3600, "day": 86400}
 

@@ -2,7 +2,8 @@
 
 join (take the member's row: it is ours while we heartbeat), read (the messages after its position),
 advance (the new position, fenced on owner and the position read), beat, leave. No acks: a member
-that dies re-reads from its last committed position.
+that dies re-reads from its last committed position. Runs shared.queries.topics.TopicSQL; the loop
+that drives it is worker/broadcast.py.
 """
 
 from __future__ import annotations
@@ -12,19 +13,20 @@ import os
 import socket
 from collections.abc import Sequence
 
-from ..shared.acks import Ack, Row
-from ..shared.queries.topics import MESSAGE_COLUMNS, render_topics
-from ..shared.settings import GroupSettings, TopicsSettings
-from ..shared.storage.db import Database
-from ..shared.storage.source_store import _us
-from ..shared.storage.topic_ids import group_id, start_position, topic_id
-from ..shared.storage.topic_schema import check_topic_tables
-from ..shared.storage.units import Cursor, is_transient, savepoint
+from ..acks import Ack, Row
+from ..errors import DuecastError
+from ..queries.topics import MESSAGE_COLUMNS, render_topics
+from ..settings import GroupSettings, TopicsSettings
+from .db import Database
+from .source_store import _us
+from .topic_ids import group_id, start_position, topic_id
+from .topic_schema import check_topic_tables
+from .units import Cursor, is_transient, savepoint
 
 log = logging.getLogger("duecast.topics")
 
 
-class LostMember(RuntimeError):
+class LostMember(DuecastError, RuntimeError):
     """Our member row moved on without us (a reset, or another process took it): read it again."""
 
 

@@ -1,6 +1,7 @@
 """Materialises recurring schedules into jobs: one transaction per schedule and tick, under its row lock.
 
-Runs shared.queries.jobs.ScheduleSQL; the decision of which fire times to run is shared.schedules.due_runs.
+Runs shared.queries.jobs.ScheduleSQL; the decision of which fire times to run is shared.schedules.due_runs,
+and the job each run enqueues is checked by the caller (dispatcher/recurring.py, with job_input.encode).
 """
 
 from __future__ import annotations
@@ -9,11 +10,11 @@ import logging
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from ..shared.api.enqueue import Enqueuer, Job, encode
-from ..shared.queries.jobs import render_schedules
-from ..shared.schedules import Trigger, due_runs
-from ..shared.settings import JobsSettings, ScheduleSettings
-from ..shared.storage.db import Database
+from ..queries.jobs import render_schedules
+from ..schedules import Trigger, due_runs
+from ..settings import JobsSettings, ScheduleSettings
+from .db import Database
+from .job_writer import JobRow, JobWriter
 
 log = logging.getLogger("duecast.schedules")
 
@@ -21,21 +22,16 @@ ON_TIME_GRACE_S = 5.0  # a fire time this close to now is on time, not missed (s
 
 
 class ScheduleStore:
-    def __init__(self, db: Database, jobs: JobsSettings, enqueuer: Enqueuer) -> None:
+    def __init__(self, db: Database, jobs: JobsSettings, enqueuer: JobWriter) -> None:
         self.db = db
         self.jobs = jobs
         self.enqueuer = enqueuer
         self.sql = render_schedules(jobs.schedules_table)
 
-    def fire_due(self, schedule: ScheduleSettings, trigger: Trigger) -> int:
-        """Enqueue this schedule's due runs, each as a job keyed by (schedule, fire time); returns
+    def fire_due(self, schedule: ScheduleSettings, trigger: Trigger, job: JobRow) -> int:
+        """Enqueue this schedule's due runs of `job`, each keyed by (schedule, fire time); returns
         how many were written. Two dispatchers serialise on the schedule's row, and the unique
         (schedule, scheduled_for) index makes a repeat of one fire time a no-op in any case."""
-        job = encode(
-            Job(schedule.task, schedule.payload, schedule.queue, priority=schedule.priority),
-            self.jobs,
-            self.enqueuer.tasks,
-        )
         with self.db.transaction() as cur:
             cur.execute(self.sql.ensure, (schedule.name,))
             cur.execute(self.sql.lock, (schedule.name,))

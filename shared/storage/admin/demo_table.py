@@ -1,0 +1,73 @@
+"""The demo's business table: `user_block_status`, created and filled with N users if needed.
+
+Runs shared.queries.demo; `duecast demo` (cli/demo/) and the benchmarks call it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...queries import demo as sql
+from ...queries.demo import CHUNK, TABLE
+from ...settings import MySQLSettings, SourceSettings
+from ..db import connect
+from ..units import Cursor
+
+__all__ = ["TABLE", "ensure_database", "prepare", "source"]
+
+
+def source(period_s: float = 10.0, batch: int = 2000, mode: str = "rows") -> SourceSettings:
+    return SourceSettings(
+        mode=mode,
+        name=TABLE,
+        table=TABLE,
+        id_column="user_id",
+        due_column="updated_time",
+        period_s=period_s,
+        claim_batch=batch,
+        high_water=max(40_000, batch * 20),
+    )
+
+
+def ensure_database(mysql: MySQLSettings) -> None:
+    conn = connect(mysql, database=False)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql.create_database(mysql.database))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def prepare(mysql: MySQLSettings, users: int, period_s: float, progress: Callable[[int], None]) -> bool:
+    """Make the table hold exactly `users` users, last checked spread over one period.
+
+    Returns True when it was (re)built, False when an existing table already fit.
+    """
+    ensure_database(mysql)
+    conn = connect(mysql)
+    try:
+        with conn.cursor() as cur:
+            if _row_count(cur) == users:
+                return False
+            cur.execute(sql.DROP_TABLE)
+            cur.execute(sql.CREATE_TABLE)
+            spread_us = round(period_s * 1_000_000)
+            for start in range(0, users, CHUNK):
+                n = min(CHUNK, users - start)
+                cur.execute(sql.FILL_CHUNK, (start + 1, start, spread_us, max(users, 1), n))
+                conn.commit()
+                progress(n)
+        return True
+    finally:
+        conn.close()
+
+
+def _row_count(cur: Cursor) -> int | None:
+    cur.execute(sql.TABLE_EXISTS, (TABLE,))
+    row = cur.fetchone()
+    if not row or not row[0]:
+        return None
+    cur.execute(sql.COUNT_ROWS)
+    row = cur.fetchone()
+    return int(row[0]) if row else 0

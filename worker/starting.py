@@ -1,0 +1,222 @@
+"""Starting work: pop entries (into this process's hold), decode them, start them (committed, leased) as
+flights, hand their rows to the runners, and start a popped batch's next group once its flight is over.
+A batch whose start fails on MySQL goes back to its ready list through Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Mapping, Sequence
+
+from ..shared.api.handlers import Handler
+from ..shared.entries import BadEntry, Entry, decode_entry, encode_entry
+from ..shared.fanout.protocol import Queue
+from ..shared.settings import WorkerSettings
+from ..shared.storage.source_store import SkipsLocked, Store
+from ..shared.storage.units import is_transient, retry_transient
+from ..shared.telemetry import observe
+from .acker import Acker
+from .flight import Flight
+from .report import log_locked
+from .runner import LoopRunner, ThreadRunner
+
+log = logging.getLogger("duecast.worker")
+UNIT_RETRIES = 1_000  # only a backstop: worker.unit_retry_s is what limits a start's retries
+
+
+def decode_batch(raws: Sequence[bytes]) -> tuple[list[Entry], list[tuple[bytes, str]], int]:
+    """Valid unique entries, bad ones with their reason, and how many exact duplicates were dropped."""
+    seen: set[Entry] = set()
+    entries: list[Entry] = []
+    bad: list[tuple[bytes, str]] = []
+    for raw in raws:
+        try:
+            entry = decode_entry(raw)
+        except BadEntry as exc:
+            bad.append((raw, exc.reason))
+            continue
+        if entry not in seen:
+            seen.add(entry)
+            entries.append(entry)
+    return entries, bad, len(raws) - len(bad) - len(entries)
+
+
+class Starter:
+    """Owns the flights (started batches not over yet) and `holding`: a popped batch has groups not
+    started yet, so its Redis hold stays and nothing more is popped."""
+
+    def __init__(
+        self,
+        stores: Mapping[str, Store],
+        handlers: Mapping[str, Handler],
+        queue: Queue,
+        settings: WorkerSettings,
+        *,
+        process: str | None,
+        acker: Acker,
+        runners: tuple[ThreadRunner, LoopRunner],
+    ) -> None:
+        self.stores, self.handlers, self.queue, self.settings = stores, handlers, queue, settings
+        self.process = process  # its name in the worker registry; None: no hold recorded
+        self.acker = acker
+        self.threads, self.loop = runners
+        self._rng = random.Random()
+        self.flights: list[Flight] = []  # changed in place: the other parts read the same list
+        self.holding = False
+        self.rows_per_entry = {name: s.rows_per_entry for name, s in stores.items()}
+
+    def pop(self, rows: int, *, block: bool) -> tuple[str, list[bytes]] | None:
+        sources = list(self.stores)
+        counts = [max(1, -(-rows // self.rows_per_entry[s])) for s in sources]
+        timeout_s = self.settings.block_timeout_s if block else 0.0
+        if self.process is None:
+            # The plain BLMPOP takes one count for all lists: the smallest, so no pop exceeds `rows`.
+            return self.queue.pop(sources, min(counts), timeout_s if block else 0.01)
+        # Held from the pop on: what redelivery requeues at once if this process dies before the
+        # start commits. The next pop replaces the hold, so none comes while a group waits (holding).
+        return self.queue.pop_held(self.process, sources, counts, timeout_s)
+
+    def launch(self, source: str, raws: list[bytes]) -> None:
+        entries, bad, dupes = decode_batch(raws)
+        self.acker.stats(source).update(popped=len(raws), bad=len(bad), stale_entries=dupes)
+        if bad:
+            log.warning(
+                "quarantined %d bad entries from %s (%s)",
+                len(bad),
+                source,
+                ", ".join(sorted({r for _, r in bad})),
+                extra={"event": "worker.bad_entries", "source": source, "count": len(bad)},
+            )
+            self.queue.quarantine(source, bad)
+        if entries:
+            try:
+                self.start(source, entries)
+            except Exception as exc:
+                if is_transient(exc):  # MySQL outlasted worker.unit_retry_s; else the sweeper decides
+                    self.hand_back(source, raws)
+                raise  # the loop logs `tick failed` and backs off
+        self.release_hold()
+
+    def start(self, source: str, entries: Sequence[Entry], later: Sequence[Sequence[Entry]] = ()) -> None:
+        """Start `entries` (committed, leased) and hand their rows to the runners."""
+        store, handler = self.stores[source], self.handlers[source]
+        batch = retry_transient(
+            lambda: store.start(entries, handler.columns),
+            what=f"start of a batch of {source}",
+            redo="the start",
+            retries=UNIT_RETRIES,
+            log=log,
+            rng=self._rng,
+            cap_s=self.settings.error_backoff_s,
+            event="worker.unit_retried",
+            budget_s=self.settings.unit_retry_s,
+        )
+        locked = batch.skipped_locked if isinstance(batch, SkipsLocked) else 0
+        counts = self.acker.stats(source)
+        counts.update(stale_entries=batch.skipped - locked, locked_skipped=locked, started=len(batch.rows))
+        if locked:
+            log_locked(source, locked)
+        # A call's time limit unless its task sets its own: the source's (a job queue's is jobs.timeout_s).
+        limit_s = store.src.timeout_s
+        flight = Flight(source, store, handler, batch, limit_s=limit_s, later=[*batch.later, *later])
+        self.holding = bool(flight.later)
+        if not flight.rows:
+            self.close(flight, leaving=False)
+            return
+        self.flights.append(flight)
+        self.submit_waiting()
+
+    def submit_waiting(self) -> None:
+        """Hand started rows to the runners; suspects only once nothing else is in flight (a death
+        while they run must be theirs: shared.policy.blame_interruptions)."""
+        for flight in self.flights:
+            if flight.submitted:
+                continue
+            if flight.exclusive and any(f.submitted for f in self.flights):
+                return
+            flight.submitted = True
+            self.loop.submit(flight, [i for i, a in enumerate(flight.on_loop) if a])
+            self.threads.submit(flight, [i for i, a in enumerate(flight.on_loop) if not a])
+
+    def retire(self, *, leaving: bool) -> None:
+        """Flights whose every row is acked or failed: closed, and the runners given what waited."""
+        over = [f for f in self.flights if f.over]
+        if not over:
+            return
+        self.flights[:] = [f for f in self.flights if not f.over]
+        for flight in over:
+            self.close(flight, leaving=leaving)
+            observe.batch_done("worker", flight.source, flight.started)
+        self.submit_waiting()
+
+    def close(self, flight: Flight, *, leaving: bool) -> None:
+        result = flight.batch.settle()  # counts of spans a last fail() finished
+        self.acker.stats(flight.source).update(acked=result.acked, stale_acks=result.stale)
+        flight.batch.close()
+        if not flight.later:
+            return
+        if leaving:
+            # Its threads are stuck: a group started now would never run, and its rows would come
+            # back only through their leases, as interrupted, blamed on whoever is left in them (a
+            # lone suspect dead-lettered for a hang it never ran beside). Unstarted, they go back now.
+            self.holding = False
+            self.hand_back_later(flight)
+            return
+        try:  # the next group of its popped batch (suspects, one group at a time)
+            self.start(flight.source, flight.later[0], flight.later[1:])
+        except Exception as exc:
+            self.holding = False
+            if is_transient(exc):
+                self.hand_back_later(flight)
+            raise
+        self.release_hold()
+
+    def release_hold(self) -> None:
+        """Every group of the popped batch started: its hold in Redis is done with."""
+        if not self.holding and self.process is not None:
+            self.queue.release_hold(self.process)
+
+    def hand_back_later(self, flight: Flight) -> None:
+        """The groups of `flight`'s popped batch not started yet, back to their ready list now."""
+        self.hand_back(flight.source, [encode_entry(e.id, e.attempt) for g in flight.later for e in g])
+
+    def hand_back(self, source: str, raws: list[bytes]) -> None:
+        hand_back(self.queue, self.process, source, raws)
+
+
+def hand_back(queue: Queue, process: str | None, source: str, raws: list[bytes]) -> None:
+    """Put a batch whose start this worker gave up on (MySQL still failing after
+    worker.unit_retry_s) back on its ready list at once. Through Redis, not MySQL: MySQL is what
+    just failed, and the rows are still DISPATCHED under the attempt their entries carry, so
+    whoever pops them next starts them under that fence, and an entry the sweeper has since
+    requeued (a new attempt) is skipped as stale. Left alone, a live worker's rows would wait
+    for the visibility timeout: redelivery takes only dead workers' holds."""
+    raws = [raw for raw in raws if _decodes(raw)]  # the bad ones are quarantined already
+    try:
+        queue.push_raw(source, raws)
+        if process is not None:
+            queue.release_hold(process)
+    except Exception as exc:  # Redis too: the hold stays, redelivery or the sweeper decides
+        log.error(
+            "could not hand back a batch of %d entries of %s: %r",
+            len(raws),
+            source,
+            exc,
+            extra={"event": "worker.hand_back_failed", "source": source, "count": len(raws)},
+        )
+        return
+    log.warning(
+        "gave up on a batch of %d entries of %s; pushed them back for another try",
+        len(raws),
+        source,
+        extra={"event": "worker.batch_handed_back", "source": source, "count": len(raws)},
+    )
+
+
+def _decodes(raw: bytes) -> bool:
+    try:
+        decode_entry(raw)
+    except BadEntry:
+        return False
+    return True
