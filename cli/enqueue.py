@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -21,6 +22,7 @@ from ..shared.fanout.client import connect_redis
 from ..shared.process import arguments
 from ..shared.settings import JOBS_SOURCE, Settings, load_settings
 from ..shared.storage.db import Database
+from ..shared.storage.units import StorageError, access_denied
 from ..shared.storage.worker_registry import WorkerRegistry
 
 FILE_CHUNK = 5000  # rows validated / written per progress step
@@ -122,7 +124,20 @@ def known_tasks(
         return load_registry(app).task_names
     if not check or (queue is not None and queue not in settings.jobs.queues):
         return None  # unchecked; an unknown queue is the Enqueuer's to refuse
-    served = WorkerRegistry(Database(settings.mysql), settings.worker).served_tasks()
+    try:
+        served = WorkerRegistry(Database(settings.mysql), settings.worker).served_tasks()
+    except StorageError as exc:
+        if not access_denied(exc):
+            raise
+        # The enqueuer account of sql/grants.sql reads no table (a SELECT grant would let it lock
+        # rows): the check is skipped, said in one line; --app or worker.app checks without the database.
+        print(
+            f"duecast enqueue: warning: task names not checked: mysql.user {settings.mysql.user!r} may not "
+            f"read {settings.worker.registry_table} (access denied); pass --app module[:attr] or set "
+            "worker.app to check them",
+            file=sys.stderr,
+        )
+        return None
     if queue is not None:
         tasks = served.get(f"{JOBS_SOURCE}.{queue}")
         where = f"queue {queue!r}"

@@ -13,6 +13,7 @@ from werkzeug.wrappers import Response
 
 from ...shared.states import STATE_NAMES, State
 from ...shared.storage.admin.job_admin import Filter
+from ...shared.storage.units import StorageError, access_denied
 from .context import WebContext
 
 log = logging.getLogger("duecast.cli.web")
@@ -48,7 +49,12 @@ def register(app: Flask, ctx: WebContext) -> None:
         states, _ = ACTIONS[action]
         admin = ctx.admin()
         flt = Filter(ids=[job_id], states=states)
-        outcome = admin.discard(flt) if action == "discard" else admin.revive(flt)
+        try:
+            outcome = admin.discard(flt) if action == "discard" else admin.revive(flt)
+        except StorageError as exc:
+            if not access_denied(exc):
+                raise
+            return _read_only(ctx, job, action), 403
         log.info(
             "%s job %d from the dashboard: %d changed",
             action,
@@ -62,6 +68,21 @@ def register(app: Flask, ctx: WebContext) -> None:
             return redirect(f"/dead?discarded={job_id}", code=303)
         done = "retried" if outcome.changed else "unchanged"
         return redirect(f"/jobs/{job_id}?done={done}", code=303)
+
+
+def _read_only(ctx: WebContext, job: dict[str, object], action: str) -> str:
+    """The answer when the dashboard's MySQL account may only read (docs/security.md): a refusal
+    that says so, in place of an error page."""
+    user = ctx.settings.mysql.user
+    log.warning(
+        "refused to %s job %s: mysql.user %r may not write jobs (access denied)",
+        action,
+        job["id"],
+        user,
+        extra={"event": "web.action_refused", "job_id": job["id"], "action": action},
+    )
+    error = f"The dashboard's MySQL account ({user}) is read-only: it may not {action} jobs; nothing changed."
+    return render_template("confirm.html", job=job, action=action, what=ACTIONS[action][1], error=error)
 
 
 def _job_for(ctx: WebContext, job_id: int, action: str) -> dict[str, object]:

@@ -64,6 +64,7 @@ class JobSQL:
     insert_scheduled: str
     insert_scheduled_values: str
     find_unique_holder: str
+    call_unique_holder: str
     find_scheduled_holder: str
     id_facts: str
     find_prunable: str
@@ -82,10 +83,10 @@ class JobSQL:
 def render_jobs(table: str) -> JobSQL:
     """The jobs table's statements but dispatch's: jobs are dispatched in runs (job_runs.py)."""
     t = quote(table)
-    return JobSQL(**_enqueueing(t), **_upkeep(t), **_operating(t))
+    return JobSQL(**_enqueueing(t, quote(f"{table}_holder")), **_upkeep(t), **_operating(t))
 
 
-def _enqueueing(t: str) -> dict[str, str]:
+def _enqueueing(t: str, holder: str) -> dict[str, str]:
     """An application's writes: the INSERT, and what a duplicate key or new ids need."""
     return dict(
         # An application's job: only the columns an enqueuer is granted INSERT on (sql/grants.sql);
@@ -117,6 +118,10 @@ def _enqueueing(t: str) -> dict[str, str]:
         find_unique_holder=(
             f"SELECT `id` FROM {t} WHERE `task` = %s AND `unique_slot` = %s LOCK IN SHARE MODE"
         ),
+        # The same read for an enqueuer account with no SELECT on the table (so it cannot lock its
+        # rows: sql/grants.sql): the function `<table>_holder` the DBA made runs it with a definer's
+        # rights, and returns the id or NULL.
+        call_unique_holder=f"SELECT {holder}(%s, %s)",
         # ...and the run of a schedule already written for that fire time (dc_schedule_run).
         find_scheduled_holder=(
             f"SELECT `id` FROM {t} WHERE `schedule` = %s AND `scheduled_for` = %s LOCK IN SHARE MODE"

@@ -17,7 +17,7 @@ from ..queries.jobs import render_jobs
 from ..settings import Settings
 from .db import Database
 from .outbox import Outbox
-from .units import Connection, Cursor, DuplicateKey, translated
+from .units import Connection, Cursor, DuplicateKey, StorageError, access_denied, translated
 
 INSERT_CHUNK = 500  # rows per multi-row INSERT: 500 x 64 KiB stays under the default 64 MiB packet
 MERGE_TRIES = 3  # a duplicate whose holder finished before we could read it: insert again
@@ -226,10 +226,16 @@ class JobWriter(Outbox):
 
     def _holder(self, cur: Cursor, row: JobRow) -> int | None:
         if row.unique_key is not None:
-            with translated():
-                cur.execute(self.sql.find_unique_holder, (row.task, row.unique_key))
+            try:
+                with translated():
+                    cur.execute(self.sql.find_unique_holder, (row.task, row.unique_key))
+            except StorageError as exc:
+                if not access_denied(exc):
+                    raise
+                with translated():  # no SELECT granted: the DBA's function reads it (sql/grants.sql)
+                    cur.execute(self.sql.call_unique_holder, (row.task, row.unique_key))
             found = cur.fetchone()
-            if found is not None:
+            if found is not None and found[0] is not None:
                 return int(found[0])
         if row.schedule is not None:
             with translated():

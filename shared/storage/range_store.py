@@ -26,7 +26,7 @@ from .packed import PACKABLE_TYPES, read_packed
 from .protocol import AckCounts, SourceStatus
 from .range_batch import RANGE_KEY, Late, RangeBatch, Span
 from .row_batch import RowBatch, guarded
-from .schema import SchemaError, check_business_columns, describe
+from .schema import SchemaError, check_business_columns, described
 from .source_store import SourceStore
 from .units import Cursor
 
@@ -55,17 +55,19 @@ class RangeStore:
 
     def verify(self) -> None:
         with self.db.transaction() as cur:
-            info = describe(cur, self.business.table)
+            info = described(
+                cur, self.business.table, f"source {self.business.name}: table {self.business.table}"
+            )
         check_business_columns(self.business, info)
         self.columns = frozenset(info.columns)
         self.column_types = dict(info.columns)
-        try:
-            self.ranges.verify()
-        except SchemaError as exc:  # duecast's own table, which only `duecast migrate` makes right
-            raise SchemaError(
-                f"source {self.business.name}: its ranges table {self.ranges.src.table} is missing or "
-                "older than this duecast; run `duecast migrate`"
-            ) from exc
+        table = self.ranges.src.table  # duecast's own: only `duecast migrate` makes it
+        what = f"source {self.business.name}: its ranges table {table}"
+        with self.db.transaction() as cur:
+            ranges = described(cur, table, what)
+        if not ranges.columns:
+            raise SchemaError(f"{what} is missing; run `duecast migrate`")
+        self.ranges.verify()
 
     def claim_due(self, limit: int) -> list[Entry]:
         return self.ranges.claim_due(limit)

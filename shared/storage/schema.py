@@ -13,7 +13,7 @@ from ..identifiers import quote
 from ..queries.job_runs import RUN_ID_BASE
 from ..settings import JobsSettings, SourceSettings
 from ..states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN
-from .units import Cursor
+from .units import ACCESS_DENIED, DRIVER_ERRORS, Cursor, error_code
 
 DISPATCH_COLUMNS: dict[str, str] = {
     STATE_COLUMN: "TINYINT UNSIGNED NOT NULL DEFAULT 0",
@@ -182,14 +182,45 @@ def index_columns(cur: Cursor, table: str) -> dict[str, list[str]]:
 
 def check_jobs_table(cur: Cursor, jobs: JobsSettings) -> None:
     """Raise SchemaError unless the jobs and schedules tables are as this version needs them."""
-    info = describe(cur, jobs.table)
+    info = described(cur, jobs.table, f"the jobs table {jobs.table}")
     if not info.columns or jobs_migration(jobs, info, index_columns(cur, jobs.table)):
         raise SchemaError(
             f"the jobs table {jobs.table} is missing or older than this duecast; run `duecast migrate`"
         )
     for table in (jobs.schedules_table, jobs.runs_table, jobs.cursors_table):
         if not describe(cur, table).columns:
-            raise SchemaError(f"the table {table} is missing; run `duecast migrate`")
+            raise SchemaError(unseen(cur, f"the table {table}", table))
+
+
+def denied(cur: Cursor, table: str) -> bool:
+    """Whether this account may not touch `table` at all. information_schema lists only what an
+    account holds a privilege on, so a table it may not touch looks missing there: a probe tells
+    the two apart (MySQL answers 1142 for a table one may not touch, existing or not)."""
+    try:
+        cur.execute(f"SELECT 1 FROM {quote(table)} LIMIT 0")
+    except DRIVER_ERRORS as exc:
+        return error_code(exc) in ACCESS_DENIED
+    return False
+
+
+def access_denied_to(what: str) -> str:
+    return (
+        f"{what}: access denied to this account (grant its role's privileges: sql/grants.sql, "
+        "docs/security.md; if the table is missing, run `duecast migrate`)"
+    )
+
+
+def described(cur: Cursor, table: str, what: str) -> TableInfo:
+    """describe(), refusing a table this account may not touch with the access-denied line."""
+    info = describe(cur, table)
+    if not info.columns and denied(cur, table):
+        raise SchemaError(access_denied_to(what))
+    return info
+
+
+def unseen(cur: Cursor, what: str, table: str) -> str:
+    """Why `table` shows no column: access denied, or missing."""
+    return access_denied_to(what) if denied(cur, table) else f"{what} is missing; run `duecast migrate`"
 
 
 @dataclass(frozen=True)

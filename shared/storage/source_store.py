@@ -24,7 +24,7 @@ from .db import Database
 from .leased.keeper import Extended, LeaseKeeper, renew_leases
 from .protocol import AckCounts, SkipsLocked, SourceStatus, StaleAck, Store, WorkBatch
 from .row_batch import AckGroups, RowBatch, guarded
-from .schema import check_source, describe
+from .schema import check_source, described
 from .units import MYSQL_ERRORS, Cursor, lock_or_skip
 
 # Re-exported: the protocols live in storage.protocol (RowBatch uses them too), and the roles import
@@ -58,7 +58,7 @@ class SourceStore:
     def verify(self) -> None:
         """Check the table against the settings (start-up); remembers its columns for acks."""
         with self.db.transaction() as cur:
-            info = describe(cur, self.src.table)
+            info = described(cur, self.src.table, f"source {self.src.name}: table {self.src.table}")
         check_source(self.src, info)
         self.columns = frozenset(info.columns)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..identifiers import quote
 from ..settings import TopicsSettings
 from ..states import DUE_INDEX, STATE_COLUMN
-from .schema import DISPATCH_COLUMNS, SchemaError, describe
+from .schema import DISPATCH_COLUMNS, SchemaError, describe, unseen
 from .units import Cursor
 
 # name -> (columns, keys). The first key is the PRIMARY KEY.
@@ -131,7 +131,9 @@ def check_topic_tables(cur: Cursor, topics: TopicsSettings) -> None:
     """Raise SchemaError unless every topic table exists with every column this version uses."""
     for kind, (columns, _) in _TABLES.items():
         have = describe(cur, topics.table(kind)).columns
+        what = f"the topics table {topics.table(kind)}"
+        if not have:
+            raise SchemaError(unseen(cur, what, topics.table(kind)))
         missing = [c for c in columns if c not in have]
         if missing:
-            what = "is missing" if not have else f"lacks {', '.join(missing)}"
-            raise SchemaError(f"the topics table {topics.table(kind)} {what}; run `duecast migrate`")
+            raise SchemaError(f"{what} lacks {', '.join(missing)}; run `duecast migrate`")

@@ -26,6 +26,9 @@ Cursor: TypeAlias = pymysql.cursors.Cursor
 Connection: TypeAlias = "pymysql.Connection[pymysql.cursors.Cursor]"  # subscriptable for mypy only
 
 DEADLOCK, LOCK_WAIT_TIMEOUT, DUPLICATE_KEY = 1213, 1205, 1062
+# The account lacks a privilege (on the database, a table, a column). MySQL says 1142 for a table
+# the account may not touch whether or not it exists (so as not to tell), never 1146.
+ACCESS_DENIED = frozenset({1044, 1142, 1143})
 # After these the whole unit may simply run again: InnoDB rolled the statement or transaction back
 # (deadlock, lock wait timeout), or the connection is gone (refused, lost, killed: 1927/4031), and
 # with it the transaction. An outcome-unknown COMMIT is among the latter: callers re-read under
@@ -85,6 +88,11 @@ def is_transient(exc: BaseException) -> bool:
 def error_code(exc: BaseException) -> int | None:
     args = getattr(exc, "args", ())
     return args[0] if args and isinstance(args[0], int) else None
+
+
+def access_denied(exc: BaseException) -> bool:
+    """Whether `exc` (the driver's or duecast's) is a missing grant, not a fault of the statement."""
+    return error_code(exc) in ACCESS_DENIED or getattr(exc, "code", None) in ACCESS_DENIED
 
 
 def translate(exc: BaseException) -> BaseException:

@@ -15,7 +15,7 @@ from datetime import datetime
 from ..queries.registry import WorkerSQL, render_workers
 from ..settings import JOBS_SOURCE, MySQLSettings, WorkerSettings
 from .db import Database
-from .schema import SchemaError, describe, workers_migration
+from .schema import SchemaError, described, workers_migration
 from .units import MYSQL_ERRORS
 
 log = logging.getLogger("duecast.workers")
@@ -54,8 +54,9 @@ class WorkerRegistry:
 
     def verify(self) -> None:
         """Start-up check: the table is there and as new as this duecast (else: run migrate)."""
+        table = self.settings.registry_table
         with self.db.transaction() as cur:
-            info = describe(cur, self.settings.registry_table)
+            info = described(cur, table, f"the workers table {table}")
         if not info.columns or workers_migration(self.settings.registry_table, info):
             raise SchemaError(
                 f"the workers table {self.settings.registry_table} is missing or older than this duecast; "

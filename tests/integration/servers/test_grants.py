@@ -8,134 +8,29 @@ no other account is touched. The roles run through their production wiring (drai
 from __future__ import annotations
 
 import re
-import secrets
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-import pymysql
 import pytest
-from pydantic import SecretStr
 
 from duecast.dispatcher import main as dispatcher_main
 from duecast.shared.api.enqueue import Enqueuer, Job
-from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
+from duecast.shared.settings import MySQLSettings, RedisSettings
 from duecast.shared.storage.admin import migrate
-from duecast.shared.storage.db import Database, connect
+from duecast.shared.storage.db import Database
 from duecast.shared.storage.source_store import SourceStore
 from duecast.worker import main as worker_main
 from tests.integration import apps, jobs_app, range_app
+from tests.integration.servers.grants_env import ROWS, Granted, granted_database
 
 pytestmark = pytest.mark.integration
-
-GRANTS = Path(__file__).resolve().parents[3] / "sql" / "grants.sql"
-ROLES = ("migrate", "dispatcher", "worker", "enqueuer")
-ACCESS_DENIED = {1142, 1143, 1044, 1045}  # table, column, database, login
-ROWS = 50
-
-
-def statements(text: str) -> list[str]:
-    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
-    return [s.strip() for s in body.split(";\n") if s.strip()]
-
-
-@dataclass
-class Granted:
-    database: str
-    accounts: dict[str, MySQLSettings]
-    sql: pymysql.cursors.Cursor  # root, autocommit, on the test database
-    redis: RedisSettings
-
-    def settings(self, role: str, **sections: Any) -> Settings:
-        rescan = SourceSettings(
-            name=apps.RESCAN,
-            table="user_block_status",
-            id_column="user_id",
-            due_column="updated_time",
-            period_s=10,
-        )
-        ranged = SourceSettings(
-            name=range_app.SOURCE,
-            table="account_checks",
-            id_column="user_id",
-            due_column="updated_time",
-            period_s=10,
-            mode="ranges",
-            range_size=10,
-        )
-        return Settings(
-            mysql=self.accounts[role],
-            redis=self.redis,
-            sources=[rescan, ranged],
-            **sections,
-        )
-
-    def refused(self, role: str, stmt: str) -> int:
-        """Run `stmt` as `role`; return the error code, failing the test if it was allowed."""
-        conn = connect(self.accounts[role])
-        try:
-            with conn.cursor() as cur, pytest.raises(pymysql.err.MySQLError) as info:
-                cur.execute(stmt)
-        finally:
-            conn.close()
-        code = int(info.value.args[0])
-        assert code in ACCESS_DENIED, info.value
-        return code
 
 
 @pytest.fixture(scope="module")
 def granted(mysql_settings: MySQLSettings) -> Iterator[Granted]:
-    suffix = uuid.uuid4().hex[:8]
-    database = f"duecast_sec_{suffix}"
-    names = {role: f"dcsec_{role}_{suffix}" for role in ROLES}
-    passwords = {role: secrets.token_hex(16) for role in ROLES}
-    root = connect(mysql_settings, database=False)
-    root.autocommit(True)
-    cur = root.cursor()
-    try:
-        cur.execute(f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4")
-        cur.execute(f"USE `{database}`")
-        for table in ("user_block_status", "account_checks"):
-            cur.execute(
-                f"CREATE TABLE `{table}` (user_id BIGINT PRIMARY KEY, status INT NOT NULL DEFAULT 1, "
-                "updated_time DATETIME(6) NOT NULL)"
-            )
-            cur.execute(f"INSERT INTO `{table}` SELECT seq, 1, NOW(6) - INTERVAL 1 HOUR FROM seq_1_to_{ROWS}")
-        cur.execute("CREATE TABLE not_duecasts (id INT PRIMARY KEY)")  # granted to nobody
-        for role in ROLES:
-            cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (names[role], passwords[role]))
-
-        text = GRANTS.read_text().replace("`app`.", f"`{database}`.")
-        text = text.replace("dc_ranges_account_checks", f"dc_ranges_{range_app.SOURCE}")
-        for role in ROLES:
-            text = text.replace(f"'duecast_{role}'@", f"'{names[role]}'@")
-        grants = statements(text)
-        assert not [g for g in grants if "'duecast_" in g or "`app`" in g]
-        first = [g for g in grants if f"'{names['migrate']}'@" in g]
-
-        accounts = {
-            role: mysql_settings.model_copy(
-                update={"user": names[role], "password": SecretStr(passwords[role]), "database": database}
-            )
-            for role in ROLES
-        }
-        state = Granted(database, accounts, cur, RedisSettings())
-        for stmt in first:
-            cur.execute(stmt)
-        # As a DBA would: migrate as the migrations account, then the table-level grants.
-        migrate.apply(state.settings("migrate"))
-        for stmt in grants:
-            if stmt not in first:
-                cur.execute(stmt)
+    with granted_database(mysql_settings) as state:
         yield state
-    finally:
-        for role in ROLES:
-            cur.execute("DROP USER IF EXISTS %s@'%%'", (names[role],))
-        cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
-        root.close()
 
 
 @pytest.fixture
@@ -153,9 +48,8 @@ def test_the_file_grants_each_account_only_what_it_lists(granted: Granted) -> No
         if (m := re.match(rf"GRANT (.+) ON `{granted.database}`\.\* TO", line))
     ]
     assert on_database == [{"CREATE", "ALTER", "INDEX", "REFERENCES"}]
-    for role in ("dispatcher", "worker"):
-        granted.sql.execute("SHOW GRANTS FOR %s@'%%'", (granted.accounts[role].user,))
-        for (line,) in granted.sql.fetchall():
+    for role in ("dispatcher", "worker", "enqueuer", "publisher", "dashboard"):
+        for line in granted.grants_of(role):
             assert "ALL PRIVILEGES" not in line
             assert " ON *.*" not in line or line.startswith("GRANT USAGE"), line
             assert "`.*" not in line, line  # table-level only, never a whole database
@@ -220,9 +114,9 @@ def test_the_worker_account_cannot_claim_insert_or_change_schema(granted: Grante
 
 
 def test_the_enqueuer_account_can_only_add_jobs(granted: Granted) -> None:
-    granted.sql.execute("SHOW GRANTS FOR %s@'%%'", (granted.accounts["enqueuer"].user,))
-    for (line,) in granted.sql.fetchall():
-        assert not re.search(r"\b(UPDATE|DELETE|ALL PRIVILEGES)\b", line), line
+    for line in granted.grants_of("enqueuer"):
+        # No SELECT either: it could lock rows (issue 25); it may only call the function.
+        assert not re.search(r"\b(SELECT|UPDATE|DELETE|ALL PRIVILEGES)\b", line), line
     enqueuer = Enqueuer(granted.settings("enqueuer"), None)
     try:
         first = enqueuer.enqueue("record", {"n": 1}, unique_key="grants-once")
@@ -236,8 +130,13 @@ def test_the_enqueuer_account_can_only_add_jobs(granted: Granted) -> None:
         enqueuer.db.close()
     granted.sql.execute("SELECT payload FROM duecast_jobs WHERE unique_key = 'grants-once' OR payload = '4'")
     assert sorted(p for (p,) in granted.sql.fetchall()) == ["4", '{"n":1}']
-    assert granted.refused("enqueuer", "SELECT payload FROM duecast_jobs") == 1143
+    assert granted.refused("enqueuer", "SELECT payload FROM duecast_jobs") == 1142
     for stmt in (
+        # The probe's lock (issue 25): held, it stalled every enqueue, ack and lease renewal.
+        "SELECT id FROM duecast_jobs FOR UPDATE",
+        "SELECT id FROM duecast_jobs LOCK IN SHARE MODE",
+        "SELECT COUNT(*) FROM duecast_jobs",
+        "SELECT name FROM duecast_workers FOR UPDATE",  # nor the registry's heartbeats
         # The probe's hijack (issue 17): rewrite a queued job's task, payload and time.
         f"UPDATE duecast_jobs SET task = 'fail', payload = '{{\"msg\":\"hijacked\"}}', run_at = NOW(6) "
         f"WHERE id = {first}",

@@ -16,11 +16,13 @@ from typing import Any
 import pytest
 import redis
 
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.api.publish import Publisher
 from duecast.shared.entries import Entry
 from duecast.shared.fanout.client import connect_redis
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import ReadyQueue
-from duecast.shared.settings import RedisSettings
+from duecast.shared.settings import RedisSettings, Settings
 from tests.integration.tls_servers import NoTLS, Pki, TLSRedis
 
 pytestmark = pytest.mark.integration
@@ -194,4 +196,68 @@ def test_the_documented_least_privilege_acl_is_enough_for_every_queue_operation(
     finally:
         client.close()
         admin.acl_deluser(user)
+        admin.close()
+
+
+# docs/security.md's narrower lines: applications (Enqueuer, Publisher) only send the wake-up; the
+# read-only account (`duecast status`, `duecast web`) only reads lengths, counters and holds.
+APPLICATION_ACL = "on resetkeys ~{{{prefix}}}:wake resetchannels -@all +lpush +ltrim"
+READ_ONLY_ACL = "on resetkeys ~{{{prefix}}}:* resetchannels -@all +ping +llen +lrange +hgetall +get +type"
+
+
+def test_the_applications_and_read_only_acl_lines_are_enough_and_no_more(
+    tls_redis: TLSRedis, pki: Pki
+) -> None:
+    admin = connect_redis(redis_tls(tls_redis, pki))
+    users = {line: f"dcsec-{uuid.uuid4().hex[:8]}" for line in (APPLICATION_ACL, READ_ONLY_ACL)}
+    password = uuid.uuid4().hex
+    prefix = f"duecast-test-{uuid.uuid4().hex[:10]}"
+    clients: list[redis.Redis] = []
+
+    def client_for(line: str) -> RedisSettings:
+        admin.acl_setuser(users[line], reset=True)
+        admin.execute_command(
+            "ACL", "SETUSER", users[line], f">{password}", *line.format(prefix=prefix).split()
+        )
+        return redis_tls(
+            tls_redis, pki, key_prefix=prefix, url=tls_redis.url(user=users[line], password=password)
+        )
+
+    keys = Keys(prefix)
+    try:
+        app = client_for(APPLICATION_ACL)
+        client = connect_redis(app)
+        clients.append(client)
+        for outbox in (Enqueuer(Settings(redis=app), client), Publisher(Settings(redis=app), client)):
+            admin.delete(keys.wake())
+            outbox.wake()
+            assert admin.llen(keys.wake()) == 1
+        for refused in (("RPUSH", keys.ready("users"), "1:1"), ("GET", keys.epoch()), ("LPOP", keys.wake())):
+            with pytest.raises(redis.ResponseError, match=r"(?i)no permissions"):
+                client.execute_command(*refused)
+
+        admin.rpush(keys.ready("users"), b"1:1", b"2:1")
+        admin.hincrby(keys.stats("users"), "bad", 2)
+        reader = connect_redis(client_for(READ_ONLY_ACL))
+        clients.append(reader)
+        queue = ReadyQueue(reader, keys)
+        reader.ping()
+        assert queue.length("users") == 2
+        assert queue.stats("users") == {"bad": 2}
+        assert queue.quarantined("users") == []
+        assert queue.held_by("w1") is None
+        for refused in (
+            ("RPUSH", keys.ready("users"), "3:1"),
+            ("LPOP", keys.ready("users")),
+            ("DEL", keys.ready("users")),
+            ("HINCRBY", keys.stats("users"), "bad", "1"),
+        ):
+            with pytest.raises(redis.ResponseError, match=r"(?i)no permissions"):
+                reader.execute_command(*refused)
+    finally:
+        for c in clients:
+            c.close()
+        for user in users.values():
+            admin.acl_deluser(user)
+        admin.delete(keys.wake(), keys.ready("users"), keys.stats("users"))
         admin.close()

@@ -33,6 +33,8 @@ def tls_mariadb(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                 pytest.skip(f"this mariadbd has no TLS support (have_ssl = {row and row[1]})")
             # An account that must present a client certificate signed by the CA.
             cur.execute("CREATE USER 'dcsec_x509'@'127.0.0.1' REQUIRE X509")
+            # ...and one that only requires an encrypted session (what docs/security.md warns of).
+            cur.execute("CREATE USER 'dcsec_ssl'@'127.0.0.1' REQUIRE SSL")
         yield server
     finally:
         server.stop()
@@ -134,6 +136,20 @@ def test_mysql_client_certificate_for_a_require_x509_account(tls_mariadb: TLSMar
 
     error = mysql_failure(mysql_tls(tls_mariadb, pki, user="dcsec_x509"))
     assert error.args[0] == 1045  # access denied: no certificate
+
+
+def test_only_require_x509_refuses_a_client_configured_without_tls(tls_mariadb: TLSMariaDB, pki: Pki) -> None:
+    """Issue 25, item 11: with mysql.tls = false the driver still negotiates TLS (verifying nothing),
+    so a REQUIRE SSL account lets that client in; REQUIRE X509 wants the certificate that only
+    mysql.tls = true with mysql.tls_cert_file sends."""
+    careless = {"tls": False, "tls_ca_file": None}
+    conn = connect(mysql_tls(tls_mariadb, pki, user="dcsec_ssl", **careless), database=False)
+    try:
+        assert session_tls(conn)[0] != ""  # encrypted, yet nothing was verified
+    finally:
+        conn.close()
+    error = mysql_failure(mysql_tls(tls_mariadb, pki, user="dcsec_x509", **careless))
+    assert error.args[0] == 1045
 
 
 def test_mysql_tls_required_never_falls_back_to_plaintext(mysql_settings: MySQLSettings, pki: Pki) -> None:
