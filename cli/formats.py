@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+
 from ..shared.monitor.freshness import Freshness
 from ..shared.storage.source_store import STATUS_COUNT_CAP
 
@@ -28,6 +31,12 @@ def duration(seconds: float | None) -> str:
     return f"{s / 86400:.1f}d"
 
 
+def axis_seconds(value: float) -> str:
+    """A chart axis label for seconds: like duration, but a number at any size (never `never`)."""
+    s = max(0.0, value)
+    return duration(s) if s < NEVER_S else f"{s / 86400:,.0f}d"
+
+
 def seconds(value: float | None) -> str:
     """Seconds as `duecast status` prints them: exact and easy to parse (`3601.5s`)."""
     if value is None:
@@ -42,10 +51,19 @@ def rate(per_s: float | None) -> str:
 
 
 def share(fresh: Freshness | None) -> str:
-    """The share of rows checked within period + 1 s; `≈` when its total is InnoDB's estimate."""
+    """The share of rows checked within period + 1 s; `≈` when its total is InnoDB's estimate; while
+    range mode's first pass has not reached every range, how far it has got instead (`first pass 62%`):
+    a share of the rows checked so far would read 100% with a third of the table never checked."""
+    if fresh is not None and fresh.first_pass is not None:
+        return f"first pass {math.floor(fresh.first_pass * 100)}%"  # rounded down: never 100% before the end
     if fresh is None or fresh.fresh_share is None:
         return "-"
     return f"{'' if fresh.exact else '≈'}{fresh.fresh_share:.1%}"
+
+
+def estimated(freshness: Iterable[Freshness | None]) -> bool:
+    """Whether any of these shares stands on InnoDB's row estimate (the `≈` note is shown only then)."""
+    return any(f is not None and f.fresh_share is not None and not f.exact for f in freshness)
 
 
 def staleness(fresh: Freshness | None) -> str:

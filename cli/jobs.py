@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from ..shared.api.enqueue import EnqueueError, Enqueuer
 from ..shared.fanout.client import connect_redis
@@ -164,13 +165,19 @@ def _show(console: Console, admin: JobAdmin, job_id: int) -> int:
     if job is None:
         console.print(f"no job {job_id}")
         return 1
+    error = job.pop("last_error", None)
     table = Table(show_header=False, title=f"job {job_id}")
     table.add_column("field", no_wrap=True)
-    table.add_column("value", overflow="fold")  # a traceback's long paths wrap, never end in `…`
+    table.add_column("value", overflow="fold")  # a long payload folds onto more lines, never cut
     for key, value in job.items():
         shown = STATE_NAMES[State(value)] if key == "dc_state" else value
-        table.add_row("state" if key == "dc_state" else key, "" if shown is None else str(shown))
+        # Text, not markup: a payload's `[...]` is data, and must neither vanish nor raise.
+        table.add_row("state" if key == "dc_state" else key, Text("-" if shown is None else str(shown)))
     console.print(table)
+    if error:
+        # The traceback below the table, as written: a table cell would cut its file paths to fit.
+        console.print("last_error:")
+        console.print(Text(str(error).rstrip()), soft_wrap=True)
     return 0
 
 

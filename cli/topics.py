@@ -217,7 +217,7 @@ def _messages(messages: list[dict[str, Any]], title: str) -> Table:
     for col in ("id", "key", "published at", "payload"):
         table.add_column(col)
     for m in messages:
-        table.add_row(str(m["seq"]), m["msg_key"] or "", str(m["created_at"]), str(m["payload"])[:200])
+        table.add_row(str(m["seq"]), m["msg_key"] or "-", _cell(m["created_at"]), str(m["payload"])[:200])
     return table
 
 
@@ -230,10 +230,10 @@ def _trace_table(group: str, trace: dict[str, Any]) -> Table:
         table.add_row(
             str(a["attempt"]),
             a["outcome"],
-            str(a["dispatched_at"]),
-            str(a["started_at"]),
-            str(a["ended_at"]),
-            a["worker"] or "",
+            _cell(a["dispatched_at"]),
+            _cell(a["started_at"]),
+            _cell(a["ended_at"]),
+            _cell(a["worker"]),
             error[-1][:100] if error else "",
         )
     d = trace["delivery"]
@@ -243,10 +243,10 @@ def _trace_table(group: str, trace: dict[str, Any]) -> Table:
         table.add_row(
             str(d["dc_attempt"]),
             f"{state} (now)" + (f", replayed {d['replays']}x" if d["replays"] else ""),
-            str(d["dc_dispatched_at"]),
-            str(d["started_at"]),
-            str(d["finished_at"] or ""),
-            d["worker"] or "",
+            _cell(d["dc_dispatched_at"]),
+            _cell(d["started_at"]),
+            _cell(d["finished_at"]),
+            _cell(d["worker"]),
             error[-1][:100] if error else "",
         )
     elif trace["read_by"]:
@@ -254,6 +254,11 @@ def _trace_table(group: str, trace: dict[str, Any]) -> Table:
     else:
         table.add_row("-", "not delivered to this group yet", "", "", "", "", "")
     return table
+
+
+def _cell(value: object) -> str:
+    """A value as `topics show` prints it: `-` for a time or worker not (yet) recorded, never `None`."""
+    return "-" if value is None or value == "" else str(value)
 
 
 def _volume(console: Console, monitor: TopicMonitor, args: argparse.Namespace) -> int:

@@ -43,11 +43,16 @@ class Run:
         return (s[-1].acked - s[0].acked) / (s[-1].t - s[0].t)
 
     def steady_samples(self) -> list[Sample]:
-        """Samples after the first full pass over the table (period + 2 s in)."""
+        """Samples after the first full pass over the table: period + 2 s in, and (range mode) once
+        the freshness measure says every range has been checked."""
         if not self.samples:
             return []
         start = self.samples[0].t + self.period_s + 2.0
-        return [s for s in self.samples if s.t >= start]
+        return [
+            s
+            for s in self.samples
+            if s.t >= start and (s.snap.freshness is None or s.snap.freshness.first_pass is None)
+        ]
 
     def counter(self, name: str) -> int:
         return self.samples[-1].snap.counters.get(name, 0) if self.samples else 0

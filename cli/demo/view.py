@@ -49,7 +49,8 @@ def due_text(due: int) -> str:
 
 
 def share_text(fresh: Freshness | None) -> str:
-    return "-" if fresh is None or fresh.fresh_share is None else formats.share(fresh)
+    """The share, or `first pass 62%` while range mode's first pass has not reached every user."""
+    return formats.share(fresh)
 
 
 def staleness_text(fresh: Freshness | None) -> str:

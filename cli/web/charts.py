@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from markupsafe import Markup, escape
 
@@ -15,12 +16,18 @@ Value = float | None  # None: no value at that time (a gap in the line)
 _W, _H = 640, 200  # the viewBox; the SVG scales to its container
 _LEFT, _RIGHT, _TOP, _BOTTOM = 56, 12, 12, 40  # plot margins: axis labels left, legend below
 _SERIES_CLASSES = 6  # .s0 .. .s5 in style.css; more series reuse them
+COLLECTING = "collecting data…"
+
+# A series that means the same on every chart has one colour everywhere (.t-done, .t-failed in
+# style.css): work finished in the accent blue, failures in red. Others take .s0.. by position.
+Tone = Literal["done", "failed"]
 
 
 @dataclass(frozen=True)
 class Series:
     name: str
     points: Sequence[tuple[float, Value]]  # (unix time, value), oldest first
+    tone: Tone | None = None
 
 
 def line_chart(
@@ -30,11 +37,13 @@ def line_chart(
     now: float,
     fmt: Callable[[float], str] = lambda v: f"{v:,.0f}" if v >= 100 else f"{v:.3g}",
     y_max: float | None = None,
+    placeholder: str = COLLECTING,
 ) -> Markup:
     """An SVG line chart of `series` against time, with `fmt` for the y axis labels.
 
     The y axis starts at 0 and ends at `y_max` or just above the largest value. The x axis spans
-    the oldest point to `now`. The root carries data-points (how many values are drawn) for tests.
+    the oldest point to `now`. With fewer than two values it shows `placeholder` instead. The root
+    carries data-points (how many values are drawn) for tests.
     """
     values = [v for s in series for _, v in s.points if v is not None]
     times = [t for s in series for t, v in s.points if v is not None]
@@ -44,8 +53,8 @@ def line_chart(
         f'data-points="{drawn}" aria-label="{escape(title)}"><title>{escape(title)}</title>'
     )
     if drawn < 2:
-        empty = f'<text class="empty" x="{_W / 2}" y="{_H / 2}">collecting data…</text></svg>'
-        return Markup(head + empty)  # noqa: S704 - the only outside text (title) is escaped
+        empty = f'<text class="empty" x="{_W / 2}" y="{_H / 2}">{escape(placeholder)}</text></svg>'
+        return Markup(head + empty)  # noqa: S704 - the only outside texts (title, placeholder) are escaped
     t0, t1 = min(times), max(now, *times)
     top = y_max if y_max is not None else _nice_ceiling(max(values))
     plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
@@ -68,7 +77,7 @@ def line_chart(
         at = f'x="{x(t):.1f}" y="{_TOP + plot_h + 16}" text-anchor="{anchor}"'
         parts.append(f'<text class="axis" {at}>{label}</text>')
     for i, s in enumerate(series):
-        cls = f"s{i % _SERIES_CLASSES}"
+        cls = f"t-{s.tone}" if s.tone else f"s{i % _SERIES_CLASSES}"
         for run in _runs(s.points):
             pts = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in run)
             parts.append(f'<polyline class="line {cls}" data-series="{escape(s.name)}" points="{pts}"/>')

@@ -23,7 +23,7 @@ from ...shared.storage.admin.job_admin import Filter
 from ...shared.storage.worker_registry import WorkerRegistry
 from .. import formats
 from ..history import History, Point, lag_s
-from .charts import Series, line_chart
+from .charts import COLLECTING, Series, line_chart
 from .context import WebContext
 
 DEAD_PAGE = 100  # dead jobs listed per page, newest first
@@ -39,6 +39,15 @@ class SourceRow:
     @property
     def name(self) -> str:
         return self.snap.name
+
+
+def overview_notes(rows: list[SourceRow]) -> dict[str, bool]:
+    """Which notes the overview explains under its table: only what the table shows."""
+    shown = [r.snap.freshness for r in rows]
+    return {
+        "estimated": formats.estimated(shown),  # the `≈` of a share over InnoDB's estimate
+        "first_pass": any(f is not None and f.first_pass is not None for f in shown),
+    }
 
 
 def kind(settings: Settings, name: str) -> str:
@@ -66,8 +75,22 @@ def _series(history: History, names: list[str], value: Callable[[Point], float |
     return [Series(name, [(p.at, value(p)) for p in history.series(name)]) for name in names]
 
 
+def plotted_lag(p: Point) -> float | None:
+    """A lag the chart can draw: none while the oldest due row was never checked (range mode's first
+    pass), whose "lag" is the years since the never-checked date and would flatten every real one."""
+    return None if p.lag_s is None or p.lag_s >= formats.NEVER_S else p.lag_s
+
+
+def lag_placeholder(points: list[Point]) -> str:
+    if points and all(p.lag_s is not None and p.lag_s >= formats.NEVER_S for p in points[-2:]):
+        return "no lag to draw: rows never checked yet are due (first pass)"
+    return COLLECTING
+
+
 def overview_charts(history: History, names: list[str]) -> dict[str, Markup]:
     now = time.time()
+    lag = _series(history, names, plotted_lag)
+    recent = [p for name in names for p in list(history.series(name))[-2:]]
     return {
         "throughput": line_chart(
             _series(history, names, lambda p: p.rates.get("acked")),
@@ -76,33 +99,51 @@ def overview_charts(history: History, names: list[str]) -> dict[str, Markup]:
             fmt=formats.rate,
         ),
         "lag": line_chart(
-            _series(history, names, lambda p: p.lag_s),
+            lag,
             title="lag: how long the oldest due row or job has waited",
             now=now,
-            fmt=formats.duration,
+            fmt=formats.axis_seconds,
+            placeholder=lag_placeholder(recent),
         ),
     }
 
 
-def source_charts(history: History, name: str, rescan: bool) -> dict[str, Markup]:
+def source_charts(history: History, name: str, rescan: bool, unit: str = "rows") -> dict[str, Markup]:
+    """A source's charts. Each chart has one unit: finished and failed count rows (jobs, messages),
+    while a range-mode dispatcher claims ranges, so claims get a chart of their own."""
     now = time.time()
     points = list(history.series(name))
+    done_unit = "rows" if unit == "ranges" else unit
+
+    def rate(field: str) -> list[tuple[float, float | None]]:
+        return [(p.at, p.rates.get(field)) for p in points]
+
     charts = {
         "throughput": line_chart(
-            [Series(f, [(p.at, p.rates.get(f)) for p in points]) for f in ("acked", "claimed", "failed")],
-            title="per second: finished, claimed, failed",
+            [Series("finished", rate("acked"), "done"), Series("failed", rate("failed"), "failed")],
+            title=f"{done_unit} per second: finished, failed",
+            now=now,
+            fmt=formats.rate,
+        ),
+        "claimed": line_chart(
+            [Series(f"claimed ({unit})", rate("claimed"))],
+            title=f"{unit} claimed per second",
             now=now,
             fmt=formats.rate,
         ),
         "lag": line_chart(
-            [Series("lag", [(p.at, p.lag_s) for p in points])], title="lag", now=now, fmt=formats.duration
+            [Series("lag", [(p.at, plotted_lag(p)) for p in points])],
+            title="lag",
+            now=now,
+            fmt=formats.axis_seconds,
+            placeholder=lag_placeholder(points),
         ),
         "backlog": line_chart(
             [
-                Series("due", [(p.at, float(p.backlog)) for p in points]),
-                Series("in flight", [(p.at, float(p.in_flight)) for p in points]),
+                Series(f"due ({unit})", [(p.at, float(p.backlog)) for p in points]),
+                Series(f"in flight ({unit})", [(p.at, float(p.in_flight)) for p in points]),
             ],
-            title="due backlog and in flight",
+            title=f"due backlog and in flight, in {unit}",
             now=now,
         ),
     }
@@ -144,6 +185,7 @@ def _register_sources(app: Flask, ctx: WebContext) -> None:
             queues=[r for r in rows if is_job_queue(r.name)],
             charts=overview_charts(ctx.history, names),
             readings=len(ctx.history),
+            **overview_notes(rows),
         )
 
     @app.get("/sources/<name>")
@@ -156,7 +198,7 @@ def _register_sources(app: Flask, ctx: WebContext) -> None:
             "source.html",
             row=row,
             queue=name.split(".", 1)[1] if is_job_queue(name) else None,
-            charts=source_charts(ctx.history, name, rescan),
+            charts=source_charts(ctx.history, name, rescan, row.snap.db.unit),
         )
 
     @app.get("/workers")

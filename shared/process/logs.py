@@ -1,4 +1,5 @@
-"""Process logging: the human format (default), or one JSON object per line (`log_format = "json"`).
+"""Process logging: the human format (default), or one JSON object per line (`log_format = "json"`),
+with repeated warnings and errors rate-limited to one line per cause per interval (RepeatFilter).
 
 A JSON line carries a stable `event` name: the one a log call gives in `extra={"event": ...}`, else one
 derived from its logger and message template. Its other `extra` fields (source, job_id, count...) are
@@ -13,6 +14,10 @@ import os
 import re
 import socket
 import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -67,11 +72,102 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str, ensure_ascii=False)
 
 
+REPEAT_INTERVAL_S = 10.0  # the interval over which a cause's lines are limited
+REPEAT_BURST = 2  # lines a cause writes per interval (two: a retry is seen to repeat)
+_MAX_CAUSES = 1000  # causes remembered at once; past it, those whose interval has ended are forgotten
+
+
+@dataclass
+class _Cause:
+    window_end: float  # when the current interval of this cause ends
+    shown: int = 1  # lines written in it so far
+    suppressed: int = 0  # lines dropped in it so far
+
+
+def cause_of(record: logging.LogRecord) -> tuple[str, str, str, str]:
+    """(logger, message template, exception, subject): what makes two lines "the same".
+
+    The template is `record.msg` before its arguments (`handler failed for %s id=%s`), so rows and
+    ids do not make causes. The exception is the record's (exc_info) or the first one among its
+    arguments, by type and, for a server's error, its code (a deadlock, 1213, is not a lost
+    session, 2013). A template that starts with its subject as an argument (`%s hit %s; retrying
+    ...`, shared by every retried unit) keys on that subject too: one unit's retries do not hide
+    another's.
+    """
+    template = str(record.msg)
+    args = record.args if isinstance(record.args, tuple) else ()
+    exc = record.exc_info[1] if record.exc_info else None
+    if exc is None:
+        exc = next((a for a in args if isinstance(a, BaseException)), None)
+    code = getattr(exc, "code", None)
+    kind = "" if exc is None else type(exc).__name__ + (f":{code}" if isinstance(code, int) else "")
+    subject = str(args[0])[:200] if template.startswith("%s") and args else ""
+    return record.name, template, kind, subject
+
+
+class RepeatFilter(logging.Filter):
+    """At most `burst` WARNING-or-worse lines per cause per `interval_s`; the next line after an
+    interval in which some were dropped says how many: `... (N more like this in 10 s)`.
+
+    A downstream service failing every call so logs two tracebacks per interval instead of one per
+    row (a worker wrote 9.9 MB in 7 minutes before). Another exception, template, subject or logger
+    is another cause (cause_of) and is written at once. INFO and DEBUG lines pass untouched: they
+    are the operator's chosen chatter, not a failure's echo.
+    """
+
+    def __init__(
+        self,
+        interval_s: float = REPEAT_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+        burst: int = REPEAT_BURST,
+    ) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self.burst = burst
+        self._clock = clock
+        self._causes: dict[tuple[str, str, str, str], _Cause] = {}
+        self._lock = threading.Lock()  # a handler calls its filters outside its own lock
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        with self._lock:
+            return self._admit(record, self._clock())
+
+    def _admit(self, record: logging.LogRecord, now: float) -> bool:
+        key = cause_of(record)
+        cause = self._causes.get(key)
+        if cause is not None and now < cause.window_end:
+            if cause.shown < self.burst:
+                cause.shown += 1
+                return True
+            cause.suppressed += 1
+            return False
+        if cause is not None and cause.suppressed:
+            self._note_repeats(record, cause.suppressed)
+        if cause is None and len(self._causes) >= _MAX_CAUSES:
+            live = {k: c for k, c in self._causes.items() if now < c.window_end}
+            # Still crowded with open intervals: forget them all (at worst one line each too many),
+            # so neither the memory nor the cost of this sweep grows with the causes.
+            self._causes = live if len(live) < _MAX_CAUSES // 2 else {}
+        self._causes[key] = _Cause(now + self.interval_s)
+        return True
+
+    def _note_repeats(self, record: logging.LogRecord, count: int) -> None:
+        """Append the count of the lines dropped since this cause's last line (the event name stays
+        the template's: it is fixed before the message changes)."""
+        record.event = event_name(record)
+        record.repeated = count
+        record.msg = f"{record.getMessage()} ({count:,} more like this in {self.interval_s:g} s)"
+        record.args = None
+
+
 def setup(level: str, fmt: LogFormat = "human") -> None:
-    """Log to stderr in `fmt`. Like logging.basicConfig, a no-op when the root logger already has a
-    handler (an embedding application's, or pytest's)."""
+    """Log to stderr in `fmt`, repeated failures rate-limited. Like logging.basicConfig, a no-op when
+    the root logger already has a handler (an embedding application's, or pytest's)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(HUMAN_FORMAT))
+    handler.addFilter(RepeatFilter())
     logging.basicConfig(level=level, handlers=[handler])
     quiet_libraries(level)
 

@@ -1,7 +1,9 @@
-"""The SQL of row-mode freshness: how many rows of a re-scan source were not checked within their period.
+"""The SQL of row-mode freshness: how many rows of a re-scan source were not checked within their period;
+and of range mode's first pass: how many of its ranges have been checked at least once.
 
-Every statement reads a bounded number of index entries (a LIMIT inside a derived table), so its cost
-does not grow with the table. Range mode's freshness is one aggregate over its ranges (shared.queries.source).
+Every row-mode statement reads a bounded number of index entries (a LIMIT inside a derived table), so
+its cost does not grow with the table. Range mode's freshness is one aggregate over its ranges
+(shared.queries.source), and so is its first pass (a range per range_size ids: ~1/1,000 of the rows).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from ..identifiers import quote
 from ..settings import SourceSettings
 from ..states import DUE_INDEX, STATE_COLUMN, State
+from .ranges import NEVER_CHECKED, ranges_table
 
 IDLE, DISPATCHED, RUNNING = int(State.IDLE), int(State.DISPATCHED), int(State.RUNNING)
 
@@ -42,3 +45,10 @@ def render_freshness(src: SourceSettings) -> FreshnessSQL:
             "AND TABLE_NAME = %s"
         ),
     )
+
+
+def render_first_pass(src: SourceSettings) -> str:
+    """(ranges, ranges checked at least once) of a range-mode source: a discovered range keeps
+    NEVER_CHECKED until a worker first acks it, so the two differ until the first pass is over."""
+    r = quote(ranges_table(src))
+    return f"SELECT COUNT(*), COALESCE(SUM(`checked_at` > '{NEVER_CHECKED}'), 0) FROM {r}"

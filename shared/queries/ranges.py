@@ -18,6 +18,9 @@ from ..states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLU
 IDLE, RUNNING = int(State.IDLE), int(State.RUNNING)
 
 RANGE_PREFIX = "dc_ranges_"
+# A discovered range's checked_at until its first check: due at once, and older than any real check,
+# so freshness can tell "never checked" (the first pass has not reached it) from "checked long ago".
+NEVER_CHECKED = "2000-01-01 00:00:00"
 
 
 def ranges_table(src: SourceSettings) -> str:
@@ -118,7 +121,7 @@ def render_ranges(src: SourceSettings, ranges_table: str) -> RangeSQL:
         # INSERT IGNORE keeps that case idempotent and harmless.
         discover=(
             f"INSERT IGNORE INTO {r} (`range_id`, `lo`, `hi`, `checked_at`) "
-            f"SELECT s.range_id, s.lo, s.lo + {size}, '2000-01-01 00:00:00' FROM ("
+            f"SELECT s.range_id, s.lo, s.lo + {size}, '{NEVER_CHECKED}' FROM ("
             f"SELECT DISTINCT {pk} DIV {size} + 1 AS range_id, ({pk} DIV {size}) * {size} AS lo "
             f"FROM {t} WHERE {pk} >= %s) AS s "
             f"WHERE NOT EXISTS (SELECT 1 FROM {r} AS known WHERE known.`range_id` = s.range_id)"

@@ -1,12 +1,12 @@
-"""The row-mode freshness reads: stale rows and the table's size, bounded, for shared.monitor.freshness.
-Runs shared.queries.freshness.FreshnessSQL; what the numbers mean is the monitor's.
+"""The freshness reads for shared.monitor.freshness: row mode's stale rows and table size, bounded, and
+range mode's first pass. Runs shared.queries.freshness; what the numbers mean is the monitor's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..queries.freshness import FreshnessSQL, render_freshness
+from ..queries.freshness import FreshnessSQL, render_first_pass, render_freshness
 from ..settings import SourceSettings
 from .db import Database
 from .range_store import FRESH_SLACK_S
@@ -44,6 +44,14 @@ class RowFreshness:
         if total == 0:
             return None, True
         return (total - min(stale, total)) / total, exact
+
+
+def read_first_pass(db: Database, business: SourceSettings) -> tuple[int, int]:
+    """(ranges, ranges checked at least once) of a range-mode source: one aggregate over its ranges."""
+    with db.transaction() as cur:
+        cur.execute(render_first_pass(business))
+        row = cur.fetchone()
+    return (0, 0) if row is None else (int(row[0] or 0), int(row[1] or 0))
 
 
 def _int(row: tuple[Any, ...] | None) -> int:

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 
 # Metrics are module objects, not built in main(): prometheus-client keeps one registry per
 # process, and a counter is a fact about the process whichever object does the counting. They hold
 # no connection and no setting, so this is not the import-time wiring the house style warns about.
 NAMESPACE = "duecast"
+
+# No `*_created` series beside each counter and histogram: a creation timestamp per label set
+# doubles what is scraped, and Prometheus's rate() and increase() already handle restarts.
+# The switch is process-wide and read when /metrics renders (prometheus-client >= 0.16).
+disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus-client
 
 # Batch durations run from a 1-row ack (ms) to a 2,000-row batch of slow handlers (minutes).
 _BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)

@@ -12,10 +12,11 @@ from collections.abc import Callable
 import pymysql
 import pytest
 
+from duecast.cli import formats
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.monitor.freshness import Freshness, measure
 from duecast.shared.process.runtime import build_stores
-from duecast.shared.queries.ranges import ranges_table
+from duecast.shared.queries.ranges import NEVER_CHECKED, ranges_table
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.storage import freshness
 from duecast.shared.storage.admin import migrate
@@ -109,5 +110,20 @@ def test_range_mode_is_exact_and_counts_rows_not_ranges(
         assert (fresh.fresh_share, fresh.exact) == (199 / 250, True)
         assert fresh.worst_staleness_s is not None
         assert 60 <= fresh.worst_staleness_s < 70
+        assert fresh.first_pass is None  # every range has been checked once
+
+        # As if the first pass had not reached span [200, 300) yet: its rows are unknown (rows_seen 0).
+        sql.execute(
+            f"UPDATE `{ranges_table(src)}` SET checked_at = '{NEVER_CHECKED}', rows_seen = 0 WHERE lo = 200"
+        )
+        fresh = measure(store, store.status())
+
+        assert fresh is not None
+        assert fresh.first_pass == pytest.approx(2 / 3)
+        # The two checked spans' 199 rows are all fresh, but the share is not 100%: the unreached
+        # span counts as stale, taken to hold as many rows as a checked one.
+        assert fresh.fresh_share == pytest.approx(2 / 3)
+        assert formats.share(fresh) == "first pass 66%"
+        assert formats.staleness(fresh) == "never"
     finally:
         sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{ranges_table(src)}`")

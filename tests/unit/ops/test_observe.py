@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, generate_latest
 
 from duecast.shared.acks import Ack
 from duecast.shared.api.handlers import Handler
@@ -77,3 +77,15 @@ def test_batch_done_observes_the_elapsed_time() -> None:
     observe.batch_done("worker", src, started_s=0.0)  # perf_counter() seconds ago: a positive value
     assert value("duecast_batch_duration_seconds_count", role="worker", source=src) == 1
     assert value("duecast_batch_duration_seconds_sum", role="worker", source=src) > 0
+
+
+def test_no_created_series_is_exported_for_counters_or_histograms() -> None:
+    """No `*_created` series: it doubles the series per label set, for a timestamp no chart uses."""
+    src = fresh_source()
+    metrics.add(src, {"acked": 2, "failed": 1})
+    metrics.HANDLER_SECONDS.labels(source=src).observe(0.01)
+    metrics.BATCH_SECONDS.labels(role="worker", source=src).observe(0.01)
+    text = generate_latest(REGISTRY).decode()
+    assert f'duecast_acked_total{{source="{src}"}} 2.0' in text
+    assert f'duecast_handler_duration_seconds_count{{source="{src}"}} 1.0' in text
+    assert "_created" not in text

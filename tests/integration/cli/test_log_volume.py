@@ -1,0 +1,90 @@
+"""A worker whose every handler call fails keeps its log small: two lines per cause per 10 s, with counts.
+
+Real processes (`duecast dispatcher --drain`, `duecast worker --drain`) and the default human format;
+every job's handler raises the same error, as when a downstream service is down.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pymysql
+import pytest
+
+from duecast.shared.api.enqueue import Enqueuer
+from duecast.shared.fanout.client import connect_redis
+from duecast.shared.process.logs import REPEAT_BURST, REPEAT_INTERVAL_S
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.states import State
+from duecast.shared.storage.admin import migrate
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[3]
+JOBS = 400
+
+
+@pytest.fixture
+def jobs_env(
+    mysql_settings: MySQLSettings, redis_settings: RedisSettings, sql: pymysql.cursors.Cursor
+) -> Iterator[tuple[dict[str, str], Enqueuer, str]]:
+    table = f"jobs_{uuid.uuid4().hex[:8]}"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DUECAST_JOBS", "DUECAST_SOURCES"))},
+        "DUECAST_MYSQL__DATABASE": mysql_settings.database,
+        "DUECAST_REDIS__KEY_PREFIX": redis_settings.key_prefix,
+        "DUECAST_JOBS__TABLE": table,
+        "DUECAST_JOBS__SCHEDULES_TABLE": f"{table}_s",
+        "DUECAST_LOG_FORMAT": "human",
+        "DUECAST_WORKER__BLOCK_TIMEOUT_S": "0.1",
+    }
+    jobs = {"table": table, "schedules_table": f"{table}_s"}
+    settings = Settings(mysql=mysql_settings, redis=redis_settings, jobs=jobs)  # type: ignore[arg-type]
+    migrate.apply(settings)
+    yield env, Enqueuer(settings, connect_redis(redis_settings)), table
+    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`, `{table}_runs`, `{table}_cursors`")
+
+
+def run(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "duecast", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    return done.stderr
+
+
+def test_a_worker_whose_every_call_fails_logs_each_cause_twice_per_interval_at_most(
+    jobs_env: tuple[dict[str, str], Enqueuer, str], sql: pymysql.cursors.Cursor
+) -> None:
+    env, enqueuer, table = jobs_env
+    for n in range(JOBS):
+        enqueuer.enqueue("fail_always", f"down-{n}", max_attempts=1)
+
+    run(env, "dispatcher", "--drain")
+    started = time.monotonic()
+    log = run(env, "worker", "--drain", "--app", "tests.integration.jobs_app")
+    took_s = time.monotonic() - started
+
+    sql.execute(f"SELECT COUNT(*) FROM `{table}` WHERE dc_state = %s", (int(State.DEAD),))
+    assert sql.fetchone() == (JOBS,)  # every job ran, failed and was dead-lettered
+    most = REPEAT_BURST * (1 + int(took_s // REPEAT_INTERVAL_S))  # lines a cause may write
+    failed = [line for line in log.splitlines() if " handler failed for jobs.default " in line]
+    dead = [line for line in log.splitlines() if re.search(r" job \d+ dead after ", line)]
+    assert 1 <= len(failed) <= most, log[-3000:]
+    assert 1 <= len(dead) <= most
+    assert log.count("RuntimeError: boom down-") == len(failed)  # one traceback per line shown
+    # 400 tracebacks of ~1 KB would be ~400 KB; the rate-limited log is a few lines.
+    assert len(log.encode()) < 20_000 + 5_000 * most, log[-3000:]
