@@ -5,11 +5,13 @@ Each subcommand builds settings in its own `main()`; nothing is configured at im
 
 from __future__ import annotations
 
-import argparse
+import difflib
 import sys
 from collections.abc import Callable
+from importlib import metadata
 
-from ..shared.process.failures import run_command
+from ..shared.process import arguments
+from ..shared.process.failures import EXIT_CONFIG, EXIT_OK, run_command
 from ..shared.settings import load_settings
 from ..shared.storage.admin import migrate
 
@@ -39,11 +41,10 @@ def _cmd_sweeper(rest: list[str]) -> int:
 
 
 def _cmd_migrate(rest: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = arguments.parser(
         prog="duecast migrate",
         description="Create the jobs table and add dispatch columns + index to each configured source.",
     )
-    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
     parser.add_argument("--print", dest="dry_run", action="store_true", help="print the SQL, change nothing")
     args = parser.parse_args(rest)
     settings = load_settings(args.config)
@@ -100,12 +101,37 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
 }
 
 
+def usage() -> str:
+    lines = ["usage: duecast COMMAND [options]   (duecast COMMAND --help for its options)", "", "commands:"]
+    lines += [f"  {name:<11} {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "\n".join([*lines, "", "  --version   print duecast's version and exit"])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in {"-h", "--help"} or args[0] not in COMMANDS:
-        print("usage: duecast COMMAND [options]\n\ncommands:")
-        for name, (_, help_) in COMMANDS.items():
-            print(f"  {name:<11} {help_}")
-        return 0 if args and args[0] in {"-h", "--help"} else 2
+    first = args[0] if args else None
+    if first in {"-h", "--help"}:
+        print(usage())
+        return EXIT_OK
+    if first in {"-V", "--version"}:
+        print(f"duecast {version()}")
+        return EXIT_OK
+    if first is None:
+        print(usage(), file=sys.stderr)
+        return EXIT_CONFIG
+    if first not in COMMANDS:
+        near = difflib.get_close_matches(first, COMMANDS, n=1)
+        hint = f"did you mean `duecast {near[0]}`? " if near else ""
+        what = "option" if first.startswith("-") else "command"
+        print(f"duecast: unknown {what} {first!r}; {hint}see `duecast --help`", file=sys.stderr)
+        return EXIT_CONFIG
     # A failure duecast can explain is one line and an exit code (docs/runbook.md#exit-codes).
-    return run_command(f"duecast {args[0]}", COMMANDS[args[0]][0], args[1:])
+    return run_command(f"duecast {first}", COMMANDS[first][0], args[1:])
+
+
+def version() -> str:
+    """The installed distribution's version (a checkout run without installing: unknown)."""
+    try:
+        return metadata.version("duecast")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"

@@ -16,9 +16,10 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
+from ..shared.api.app import load_registry
 from ..shared.api.enqueue import EnqueueError, Enqueuer, Job, JobRow, OnDuplicate, Written, encode
-from ..shared.api.handlers import load_registry
 from ..shared.fanout.client import connect_redis
+from ..shared.process import arguments
 from ..shared.settings import JOBS_SOURCE, Settings, load_settings
 from ..shared.storage.db import Database
 from ..shared.storage.units import StorageError, access_denied
@@ -46,18 +47,25 @@ def enqueue_main(rest: list[str]) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = arguments.parser(
         prog="duecast enqueue",
         description="Enqueue one job, or every job of a JSON Lines file in one transaction.",
     )
     parser.add_argument("task", nargs="?", help="task name (not with --file)")
-    parser.add_argument("--payload", default="null", help="the job's JSON payload (default null)")
-    parser.add_argument("--queue", default="default")
+    parser.add_argument("--payload", default="null", help="the job's JSON payload")
+    parser.add_argument("--queue", default="default", help="the queue (one of jobs.queues)")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds until it is due")
     parser.add_argument("--priority", type=int, default=0, help="0-9, 0 runs first")
-    parser.add_argument("--max-attempts", type=int)
-    parser.add_argument("--unique-key")
-    parser.add_argument("--on-duplicate", choices=["error", "keep"], default="error")
+    parser.add_argument(
+        "--max-attempts", type=int, help="failed runs before it is dead (default: jobs.max_attempts)"
+    )
+    parser.add_argument("--unique-key", help="at most one active job holds this key (see --on-duplicate)")
+    parser.add_argument(
+        "--on-duplicate",
+        choices=["error", "keep"],
+        default="error",
+        help="when an active job holds --unique-key: fail, or keep that job and enqueue nothing",
+    )
     parser.add_argument(
         "--file",
         type=Path,
@@ -72,7 +80,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-check", action="store_true", help="enqueue task names no live worker or --app knows"
     )
-    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
     return parser
 
 

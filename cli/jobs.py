@@ -9,31 +9,36 @@ import sys
 from datetime import datetime
 from typing import Any
 
+from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
 from ..shared.api.enqueue import EnqueueError, Enqueuer
 from ..shared.fanout.client import connect_redis
+from ..shared.process import arguments
 from ..shared.process.failures import EXIT_NO, EXIT_UNCONFIRMED, StartupError
 from ..shared.settings import Settings, load_settings
 from ..shared.states import STATE_NAMES, State
 from ..shared.storage.admin.job_admin import STATES_BY_NAME, Filter, JobAdmin, Outcome
 from ..shared.storage.db import Database
+from .status_view import fit
 
 MAX_LIST = 10_000  # rows `duecast jobs list` prints at most
+ERROR_MIN = 20  # columns the last error keeps in `jobs list` before the table is split instead
+SHOWN_IDS = 10  # ids a retry, replay or discard that changed nothing explains one by one
 
 
 def main(rest: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="duecast jobs", description="Inspect and act on one-off jobs.")
-    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
-    sub = parser.add_subparsers(dest="action", required=True)
+    parser = arguments.parser("duecast jobs", "Inspect and act on one-off jobs.")
+    sub = arguments.subcommands(parser)
     show = sub.add_parser("show", help="one job, with its payload and last error")
-    show.add_argument("id", type=int)
+    show.add_argument("id", type=int, help="the job's id")
     listing = sub.add_parser("list", help="jobs matching a filter, newest first")
     _filters(listing, states=True)
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--limit", type=int, default=50, help=f"jobs to list at most (1-{MAX_LIST})")
     for name, help_ in (
         ("retry", "dead jobs -> pending now, with a fresh attempt budget"),
         ("replay", "done or dead jobs -> pending again (needs jobs.retention_s for done ones)"),
@@ -54,18 +59,20 @@ def main(rest: list[str]) -> int:
     if args.action == "list":
         if not 1 <= args.limit <= MAX_LIST:
             raise EnqueueError(f"--limit must be 1-{MAX_LIST}, not {args.limit}")
-        console.print(_table(admin.find(flt, args.limit)))
+        print_jobs(console, admin.find(flt, args.limit))
         return 0
     return _act(console, admin, args, flt, settings)
 
 
 def _filters(p: argparse.ArgumentParser, *, states: bool) -> None:
     if states:
-        p.add_argument("--state", action="append", choices=sorted(STATES_BY_NAME), default=[])
-    p.add_argument("--queue")
-    p.add_argument("--task")
-    p.add_argument("--since", type=datetime.fromisoformat, help="created at or after (database time)")
-    p.add_argument("--until", type=datetime.fromisoformat, help="created before (database time)")
+        states_ = sorted(STATES_BY_NAME)
+        p.add_argument("--state", action="append", choices=states_, default=[], help="in this state (repeat)")
+    p.add_argument("--queue", help="in this queue")
+    p.add_argument("--task", help="of this task")
+    when = "database time; ISO 8601, or a time ago: 30m, 1h, 2d"
+    p.add_argument("--since", type=arguments.time_arg, metavar="TIME", help=f"created at or after ({when})")
+    p.add_argument("--until", type=arguments.time_arg, metavar="TIME", help=f"created before ({when})")
 
 
 def _filter(args: argparse.Namespace) -> Filter:
@@ -95,8 +102,8 @@ def _act(console: Console, admin: JobAdmin, args: argparse.Namespace, flt: Filte
         raise EnqueueError(f"{args.action}: {exc}") from exc
     total = admin.count(flt)
     if total == 0:
-        console.print(f"{args.action}: no job matches")
-        return 0
+        console.print(f"{args.action}: nothing changed: {_why_none(admin, flt, allowed)}")
+        return EXIT_NO
     if not _confirmed(console, args, flt, f"{args.action} {total:,} job(s)"):
         console.print("nothing changed")
         return EXIT_NO
@@ -108,6 +115,24 @@ def _act(console: Console, admin: JobAdmin, args: argparse.Namespace, flt: Filte
     if args.action != "discard" and out.changed:
         Enqueuer(settings, connect_redis(settings.redis)).wake()
     return 0
+
+
+def _why_none(admin: JobAdmin, flt: Filter, allowed: list[State]) -> str:
+    """Why an action matched nothing: the state of each job named by id (the first few), or that
+    no job in the action's states matches the filter."""
+    states = " or ".join(STATE_NAMES[s] for s in allowed)
+    if not flt.ids:
+        return f"no {states} job matches"
+    shown = flt.ids[:SHOWN_IDS]
+    found = {j["id"]: State(j["dc_state"]) for j in admin.find(Filter(ids=shown), len(shown))}
+    said = [
+        f"there is no job {i}"
+        if i not in found
+        else f"job {i} is {STATE_NAMES[found[i]]}" + (" but not in the filter" * (found[i] in allowed))
+        for i in shown
+    ]
+    more = f" (and {len(flt.ids) - len(shown)} more)" if len(flt.ids) > len(shown) else ""
+    return f"{'; '.join(said)}{more}; this applies to {states} jobs only"
 
 
 def _confirmed(console: Console, args: argparse.Namespace, flt: Filter, what: str) -> bool:
@@ -156,23 +181,50 @@ def _show(console: Console, admin: JobAdmin, job_id: int) -> int:
     return 0
 
 
-def _table(jobs: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"{len(jobs)} job(s)")
-    for col in ("id", "queue", "task", "state", "errors", "run_at", "created_at", "last error"):
-        table.add_column(col)
-    for j in jobs:
+def print_jobs(console: Console, jobs: list[dict[str, Any]]) -> None:
+    """The jobs on one line each where the terminal allows: the last error gets the room the other
+    columns leave (at least ERROR_MIN, wrapping below), or, when even that is too wide, the table
+    is split by columns as `duecast status` splits its own (each part keeps the id)."""
+    table = job_table(jobs, ERROR_MIN)
+    spare = console.width - Measurement.get(console, console.options.update_width(10_000), table).maximum
+    if spare < 0:
+        console.print(*fit(table, console))
+    else:
+        console.print(job_table(jobs, ERROR_MIN + spare))
+
+
+def job_table(jobs: list[dict[str, Any]], error_width: int | None = None) -> Table:
+    """A queue or state every listed job shares is said once in the title, times drop the date they
+    all share (said in the title too), and the last error wraps within `error_width` rather than
+    being cut; `duecast jobs show ID` has the rest."""
+    queues = {j["queue"] for j in jobs}
+    states = {STATE_NAMES[State(j["dc_state"])] for j in jobs}
+    (run_at, created), day = dates([j["run_at"] for j in jobs], [j["created_at"] for j in jobs])
+    said = [f"{len(jobs)} job(s)"]
+    said += [f"queue {q}" for q in queues if len(queues) == 1]
+    said += [f"all {s}" for s in states if len(states) == 1 and len(jobs) > 1]
+    if day:
+        said.append(f"times on {day}")
+    table = Table(title=", ".join(said), box=box.SIMPLE_HEAD, padding=0, show_edge=False)
+    show_queue, show_state = len(queues) > 1, len(states) > 1 or len(jobs) == 1
+    headers = ["id", *(["queue"] * show_queue), "task", *(["state"] * show_state), "errors", "run at"]
+    for col in [*headers, "created"]:
+        table.add_column(col, no_wrap=True, justify="right" if col == "id" else "left")
+    # fold: a word too long for the column breaks onto the next line instead of ending in `…`
+    table.add_column("last error", overflow="fold", max_width=error_width)
+    for j, due, made in zip(jobs, run_at, created, strict=True):
         error = (j["last_error"] or "").strip().splitlines()
-        table.add_row(
-            str(j["id"]),
-            j["queue"],
-            j["task"],
-            STATE_NAMES[State(j["dc_state"])],
-            f"{j['errors']}/{j['max_attempts']}",
-            str(j["run_at"]),
-            str(j["created_at"]),
-            error[-1][:80] if error else "",
-        )
+        cells = [str(j["id"]), *([j["queue"]] * show_queue), j["task"]]
+        cells += [STATE_NAMES[State(j["dc_state"])]] * show_state
+        table.add_row(*cells, f"{j['errors']}/{j['max_attempts']}", due, made, error[-1] if error else "")
     return table
 
 
-# ---------------------------------------------------------------- enqueue
+def dates(*columns: list[Any]) -> tuple[list[list[str]], str]:
+    """Each column's datetimes as text to the second, and last the day they all share: then the
+    cells are times of day only (`14:03:07`), else `2026-01-31 14:03:07`; "" for a missing one."""
+    every = [d for col in columns for d in col if isinstance(d, datetime)]
+    days = {d.date() for d in every}
+    form = "%H:%M:%S" if len(days) == 1 else "%Y-%m-%d %H:%M:%S"
+    out = [[d.strftime(form) if isinstance(d, datetime) else "" for d in col] for col in columns]
+    return out, str(next(iter(days))) if len(days) == 1 else ""

@@ -5,7 +5,6 @@ what it cannot (a one-shot then exits 3, docs/runbook.md#exit-codes).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import threading
@@ -20,6 +19,7 @@ from rich.text import Text
 
 from ..shared.fanout.queue import ReadyQueue
 from ..shared.monitor.coverage import unserved, unserved_line
+from ..shared.process import arguments
 from ..shared.process.failures import EXIT_OK, EXIT_UNAVAILABLE, explain
 from ..shared.process.runtime import build_queue
 from ..shared.settings import Settings, load_settings
@@ -166,8 +166,7 @@ def _live(w: LiveWorker) -> dict[str, Any]:
 
 
 def main(rest: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="duecast status", description="Show the state of every source.")
-    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
+    parser = arguments.parser(prog="duecast status", description="Show the state of every source.")
     parser.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (--watch)")
     parser.add_argument("--count", type=int, default=0, help="stop after this many refreshes (0 = never)")

@@ -7,6 +7,7 @@ is cli/status.py's.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.measure import Measurement
@@ -33,6 +34,8 @@ def source_table(snaps: list[SourceSnapshot], history: History) -> Table:
         "in Redis",
         "oldest due age",
         "acked",
+        "failed",
+        "timed out",
         "stale",
         "bad",
         "requeued",
@@ -52,6 +55,8 @@ def source_table(snaps: list[SourceSnapshot], history: History) -> Table:
             f"{s.list_length:,}",
             formats.seconds(s.db.oldest_due_age_s),
             f"{c.get('acked', 0):,}",
+            f"{c.get('failed', 0):,}",
+            f"{c.get('timed_out', 0):,}",
             f"{c.get('stale_entries', 0) + c.get('stale_acks', 0):,}",
             f"{c.get('bad', 0):,}",
             f"{c.get('requeued', 0):,}",
@@ -147,16 +152,27 @@ def render(
     return parts
 
 
+class Keyed(Table):
+    """A table whose first `keys` columns together say what a row is (a consumer group is its topic
+    and its name): `fit` repeats them all in each part, so no row of a part is ambiguous."""
+
+    def __init__(self, *args: Any, keys: int = 1, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.keys = keys
+
+
 def fit(part: RenderableType, console: Console) -> list[RenderableType]:
     """`part`, or for a table wider than the console, tables of its columns that each fit, the first
-    column (what a row is) repeated in each: rich would otherwise cut cells to `…`."""
+    column (what a row is; a Keyed table's first columns) repeated in each: rich would otherwise cut
+    cells and headers to `…`."""
     if not isinstance(part, Table) or _width(part, console) <= console.width:
         return [part]
-    key, *rest = part.columns
-    groups: list[list[Column]] = [[key]]
+    n = part.keys if isinstance(part, Keyed) else 1
+    key, rest = part.columns[:n], part.columns[n:]
+    groups: list[list[Column]] = [list(key)]
     for col in rest:
-        if len(groups[-1]) > 1 and _width(_table(part, [*groups[-1], col]), console) > console.width:
-            groups.append([key])
+        if len(groups[-1]) > n and _width(_table(part, [*groups[-1], col]), console) > console.width:
+            groups.append(list(key))
         groups[-1].append(col)
     return [_table(part, cols, (i, len(groups))) for i, cols in enumerate(groups, start=1)]
 
@@ -169,7 +185,13 @@ def _width(table: Table, console: Console) -> int:
 def _table(like: Table, columns: list[Column], part: tuple[int, int] | None = None) -> Table:
     title = like.title if part is None else f"{like.title} ({part[0]}/{part[1]})"
     last = part is None or part[0] == part[1]
-    table = Table(title=title, caption=like.caption if last else None)
+    table = Table(
+        title=title,
+        caption=like.caption if last else None,
+        box=like.box,
+        padding=like.padding,
+        show_edge=like.show_edge,
+    )
     for col in columns:
         # fold: a cell too wide even alone wraps onto a second line instead of losing its end
         table.add_column(col.header, justify=col.justify, overflow="fold")

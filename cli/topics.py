@@ -17,11 +17,13 @@ from rich.table import Table
 
 from ..shared.api.publish import Publish, Publisher, PublishError, encode
 from ..shared.fanout.client import connect_redis
+from ..shared.process import arguments
 from ..shared.settings import Settings, TopicsSettings, load_settings
 from ..shared.states import STATE_NAMES, State
 from ..shared.storage.db import Database
 from ..shared.storage.topic_admin import TopicAdmin, TopicError, position
 from ..shared.storage.topic_status import GroupStatus, TopicMonitor
+from .status_view import Keyed, fit
 
 _MESSAGE_FIELDS = {"topic", "payload", "key"}
 MAX_BAD_LINES = 50  # bad lines of a --file listed one by one; the rest are counted
@@ -38,34 +40,33 @@ def main(rest: list[str]) -> int:
 
 
 def _main(rest: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="duecast topics", description="Inspect and act on topics.")
-    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
-    sub = parser.add_subparsers(dest="action", required=True)
+    parser = arguments.parser("duecast topics", "Inspect and act on topics.")
+    sub = arguments.subcommands(parser)
     sub.add_parser("status", help="per group: backlog, lag, in flight, dead, timeouts; topics by volume")
     pub = sub.add_parser("publish", help="publish one message, or a JSON Lines file (all or nothing)")
-    pub.add_argument("topic", nargs="?")
-    pub.add_argument("--payload", default="null", help="the message's JSON (default null)")
-    pub.add_argument("--key")
+    pub.add_argument("topic", nargs="?", help="the topic to publish to (not with --file)")
+    pub.add_argument("--payload", default="null", help="the message's JSON")
+    pub.add_argument("--key", help="the message's key (find it with `duecast topics find`)")
     pub.add_argument("--file", type=Path, help='JSON Lines: {"topic": ..., "payload": ..., "key": ...}')
     show = sub.add_parser("show", help="one message and its trace in every group")
-    show.add_argument("topic")
-    show.add_argument("id", type=int)
+    show.add_argument("topic", help="the message's topic")
+    show.add_argument("id", type=int, help="the message's id")
     find = sub.add_parser("find", help="messages published with a key, newest first")
-    find.add_argument("topic")
-    find.add_argument("--key", required=True)
-    find.add_argument("--limit", type=int, default=20)
+    find.add_argument("topic", help="the topic to look in")
+    find.add_argument("--key", required=True, help="the key the messages were published with")
+    find.add_argument("--limit", type=int, default=20, help=f"messages to list at most (1-{MAX_ROWS})")
     reset = sub.add_parser("reset", help="move a group's position: replay from it (back) or skip to it")
-    reset.add_argument("topic")
-    reset.add_argument("group")
+    reset.add_argument("topic", help="the group's topic")
+    reset.add_argument("group", help="the consumer group")
     reset.add_argument(
         "--to", required=True, help='"earliest", "latest", a message id, or an ISO time with zone'
     )
     reset.add_argument("--member", help="broadcast groups: only this member (default: all)")
     reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     volume = sub.add_parser("volume", help="messages published per hour (or --bucket-s) for a topic")
-    volume.add_argument("topic")
-    volume.add_argument("--buckets", type=int, default=24)
-    volume.add_argument("--bucket-s", type=float, default=3600.0)
+    volume.add_argument("topic", help="the topic to count")
+    volume.add_argument("--buckets", type=int, default=24, help=f"how many, newest last (1-{MAX_ROWS})")
+    volume.add_argument("--bucket-s", type=float, default=3600.0, help="each bucket's length in seconds")
     args = parser.parse_args(rest)
     _check_counts(args)
     settings = load_settings(args.config)
@@ -77,12 +78,13 @@ def _main(rest: list[str]) -> int:
         return _publish(console, settings, args)
     if args.action == "status":
         for table in topic_tables(TopicMonitor(admin.db, settings.topics)):
-            console.print(table)
+            console.print(*fit(table, console))
         return 0
     if args.action == "show":
         return _show(console, admin, args.topic, args.id)
     if args.action == "find":
-        console.print(_messages(admin.find(args.topic, args.key, args.limit), f"key {args.key!r}"))
+        found = admin.find(args.topic, args.key, args.limit)
+        console.print(*fit(_messages(found, f"key {args.key!r}"), console))
         return 0
     if args.action == "volume":
         return _volume(console, TopicMonitor(admin.db, settings.topics), args)
@@ -106,7 +108,7 @@ def topic_tables(monitor: TopicMonitor) -> list[Table]:
 
 
 def group_table(statuses: list[GroupStatus]) -> Table:
-    table = Table(title="consumer groups")
+    table = Keyed(title="consumer groups", keys=2)  # a group is named by its topic and its name
     columns = ("topic", "group", "mode", "last id", "position", "backlog", "lag", "pending", "in flight")
     for col in (*columns, "dead", "timeouts", "skipped", "alerts"):
         table.add_column(col, justify="left" if col in ("topic", "group", "mode", "alerts") else "right")
@@ -204,9 +206,9 @@ def _show(console: Console, admin: TopicAdmin, topic: str, message_id: int) -> i
     if message is None:
         console.print(f"no message {message_id} in {topic} (never published, or deleted by retention)")
         return 1
-    console.print(_messages([message], f"{topic} message {message_id}"))
+    console.print(*fit(_messages([message], f"{topic} message {message_id}"), console))
     for group, trace in admin.trace(topic, message_id).items():
-        console.print(_trace_table(group, trace))
+        console.print(*fit(_trace_table(group, trace), console))
     return 0
 
 
@@ -267,7 +269,7 @@ def _volume(console: Console, monitor: TopicMonitor, args: argparse.Namespace) -
     for k, n in enumerate(counts):
         ago = (len(counts) - k) * args.bucket_s
         table.add_row(f"{ago:g}s - {ago - args.bucket_s:g}s", f"{n:,}")
-    console.print(table)
+    console.print(*fit(table, console))
     return 0
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import threading
 from collections.abc import Callable
 
+from ..shared.api.app import load_registry
 from ..shared.api.enqueue import Enqueuer
-from ..shared.api.handlers import load_registry
 from ..shared.fanout.queue import ReadyQueue
 from ..shared.policy import Cause
+from ..shared.process import arguments
 from ..shared.process.failures import retry_startup
 from ..shared.process.health import serving, with_port
 from ..shared.process.loop import Role, run
@@ -175,12 +175,11 @@ def _range_stores(stores: list[Store]) -> list[RangeStore]:
 
 
 def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queue) -> int:
-    parser = argparse.ArgumentParser(
+    parser = arguments.parser(
         prog="duecast dispatcher",
         description="Claim due rows and push their entries to Redis; also redeliver unacked rows, "
         "run recurring schedules, discover ranges and feed topics' groups.",
     )
-    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
     parser.add_argument("--drain", action="store_true", help="exit once nothing is due")
     parser.add_argument(
         "--health-port",
@@ -199,8 +198,7 @@ def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queu
 
 
 def sweeper_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="duecast sweeper", description="Run only the sweeper job.")
-    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
+    parser = arguments.parser(prog="duecast sweeper", description="Run only the sweeper job.")
     parser.add_argument("--once", action="store_true", help="sweep once and exit")
     args = parser.parse_args(argv)
     settings, stop = start_process(args.config)

@@ -10,7 +10,9 @@ import threading
 from collections.abc import Mapping
 from dataclasses import replace
 
-from ..shared.api.handlers import Handler, Registry, load_registry
+from ..shared.api.app import load_registry
+from ..shared.api.handlers import Handler, Registry
+from ..shared.process import arguments
 from ..shared.process.failures import StartupError, retry_startup
 from ..shared.process.health import serving, with_port
 from ..shared.process.loop import run
@@ -97,9 +99,10 @@ def check_columns(registry: Registry, stores: Mapping[str, Store]) -> None:
         table_columns: frozenset[str] = getattr(store, "columns", frozenset())
         missing = [c for c in registry.handler(name).columns if c not in table_columns]
         if missing and table_columns:
+            table = getattr(store, "business", store.src).table  # range mode: the rows' table
             raise StartupError(
                 f"the handler for source {name!r} reads column(s) {', '.join(missing)}, which table "
-                f"{store.src.table} does not have; fix columns=[...] in @registry.row/batch({name!r}, ...)"
+                f"{table} does not have; fix columns=[...] in @registry.row/batch({name!r}, ...)"
             )
 
 
@@ -182,11 +185,10 @@ def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queu
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = arguments.parser(
         prog="duecast worker",
         description="Pop entries from Redis, run the app's handlers, tasks and consumers, and ack in MySQL.",
     )
-    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
     parser.add_argument(
         "--app",
         action="append",

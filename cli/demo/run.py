@@ -6,7 +6,6 @@ MySQL and Redis once a second, and stops every process it started.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import threading
 import time
@@ -19,6 +18,7 @@ from rich.progress import Progress
 
 from ...shared.fanout.queue import ReadyQueue
 from ...shared.monitor.status import snapshot
+from ...shared.process import arguments
 from ...shared.process.loop import stop_on_signals
 from ...shared.process.runtime import build_queue, build_stores
 from ...shared.settings import Settings, SourceSettings, load_settings
@@ -136,7 +136,7 @@ def _watch(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="duecast demo", description=__doc__)
+    parser = arguments.parser(prog="duecast demo", description=__doc__)
     parser.add_argument("--users", type=int, default=100_000, help="rows in user_block_status")
     parser.add_argument("--workers", type=int, default=3, help="worker processes")
     parser.add_argument("--seconds", type=float, default=30.0, help="run time (Ctrl-C ends early)")
@@ -147,9 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         "--mode",
         choices=["ranges", "rows"],
         default="ranges",
-        help="dispatch state per range of ids (default: the fastest) or per row",
+        help="dispatch state per range of ids (the fastest) or per row",
     )
-    parser.add_argument("--config", help="TOML settings file (connection settings)")
     args = parser.parse_args(argv)
     if args.users < 1 or args.workers < 1 or args.seconds <= 0:
         parser.error("--users and --workers must be >= 1 and --seconds > 0")

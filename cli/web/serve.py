@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import signal
 import threading
@@ -13,9 +12,9 @@ from typing import Any
 
 from waitress import create_server
 
+from ...shared.api.app import load_registry
 from ...shared.api.enqueue import Enqueuer
-from ...shared.api.handlers import load_registry
-from ...shared.process import logs
+from ...shared.process import arguments, logs
 from ...shared.settings import Settings, WebSettings, load_settings
 from ..history import History
 from ..sampler import Sampler, SamplerThread
@@ -73,8 +72,7 @@ def running(ctx: WebContext, sampler: Sampler) -> Iterator[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="duecast web", description="Serve the web dashboard.")
-    parser.add_argument("--config", help="TOML settings file (else DUECAST_CONFIG)")
+    parser = arguments.parser(prog="duecast web", description="Serve the web dashboard.")
     parser.add_argument("--host", help="address to listen on (overrides web.host)")
     parser.add_argument("--port", type=int, help="port to listen on (overrides web.port)")
     parser.add_argument("--app", help="module[:attribute] whose Registry declares recurring schedules")

@@ -5,17 +5,14 @@ what to do with each; the worker turns that into fenced, batched SQL.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
-import os
-import sys
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from ..acks import Ack, Row
-from ..errors import DuecastError
 from ..identifiers import check_identifier
 from ..settings import JOBS_SOURCE, ScheduleSettings, topic_source
 from .context import call_as, job_context, running
@@ -36,6 +33,7 @@ ConsumerFunction = Callable[
 
 
 AsyncFunction = Callable[..., Awaitable[Any]]
+_log = logging.getLogger("duecast.worker")
 
 
 @dataclass(frozen=True)
@@ -258,21 +256,32 @@ class Registry:
         name = row["task"]
         return name in self._async_tasks, self._timeouts.get(name)
 
-    def _task_of(self, row: Row) -> tuple[str, TaskFunction]:
-        name = row["task"]
-        fn = self._tasks.get(name)
-        if fn is None:
-            raise LookupError(f"no task named {name!r} is registered")
-        return name, fn
+    def _unknown(self, row: Row) -> Ack:
+        """A job whose task this app does not register is dead at once, in one WARNING line: no
+        attempt could run it, so retrying costs max_attempts tracebacks (docs/jobs.md, "Unknown
+        tasks"); `duecast jobs retry` revives it once a worker knows the task."""
+        known = ", ".join(sorted(self._tasks)) or "none"
+        why = f"no task named {row['task']!r} is registered (registered: {known})"
+        _log.warning(
+            "job %s: %s; dead without retries",
+            row.get("id"),
+            why,
+            extra={"event": "worker.unknown_task", "job_id": row.get("id"), "task": row["task"]},
+        )
+        return Ack.discard(why)
 
     async def _run_job_async(self, row: Row) -> Ack | None:
-        _, fn = self._task_of(row)
+        fn = self._tasks.get(row["task"])
+        if fn is None:
+            return self._unknown(row)
         payload = json.loads(row["payload"])
         with running(job_context(row)):  # the task's own asyncio Task copies this context
             return await cast(Awaitable[Ack | None], fn(payload))
 
     def _run_job(self, row: Row) -> Ack | None:
-        name, fn = self._task_of(row)
+        name, fn = row["task"], self._tasks.get(row["task"])
+        if fn is None:
+            return self._unknown(row)
         payload = json.loads(row["payload"])
         job = job_context(row)  # what duecast.current_job() returns while fn runs
         if name in self._transactional:
@@ -336,36 +345,3 @@ class Registry:
         except KeyError:
             raise KeyError(f"no handler registered for source {source!r}") from None
         return handler
-
-
-class AppError(DuecastError, ValueError):
-    """The handler app named by --app / worker.app cannot be loaded; the message says why."""
-
-
-def load_registry(spec: str) -> Registry:
-    """Import "package.module[:attribute]" (attribute defaults to `handlers`) and return its Registry;
-    several specs, comma-separated, give one Registry holding all of theirs (Registry.include).
-
-    The current directory is importable, as with `python -m duecast.worker`, so `duecast worker --app
-    myapp.handlers` finds a project's own modules.
-    """
-    specs = [s.strip() for s in spec.split(",") if s.strip()]
-    if len(specs) > 1:
-        combined = Registry()
-        for one in specs:
-            try:
-                combined.include(load_registry(one))
-            except ValueError as exc:
-                raise AppError(f"--app {', '.join(specs)}: {exc}") from exc
-        return combined
-    module_name, _, attr = spec.strip().partition(":")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise AppError(f"cannot import the app module {module_name!r}: {exc}") from exc
-    registry = getattr(module, attr or "handlers", None)
-    if not isinstance(registry, Registry):
-        raise AppError(f"{spec}: expected a duecast Registry at {module_name}:{attr or 'handlers'}")
-    return registry

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
+from ..api.app import AppError
 from ..api.enqueue import EnqueueError
-from ..api.handlers import AppError
 from ..api.publish import PublishError
 from ..errors import DuecastError
 from ..fanout.client import redis_problem

@@ -217,6 +217,7 @@ class Database:
 
 _NOTE = "duecast: MySQL "
 _ACCESS_DENIED, _DB_ACCESS_DENIED, _UNKNOWN_DATABASE, _TOO_MANY_CONNECTIONS = 1045, 1044, 1049, 1040
+_NO_SUCH_TABLE = 1146  # a command run before `duecast migrate`: the user's step to take, not a bug
 _UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 1927, 4031}
 
 
@@ -225,7 +226,7 @@ def server_note(settings: MySQLSettings) -> str:
     return f"{_NOTE}{where}, user {settings.user!r}, database {settings.database!r}"
 
 
-def mysql_problem(exc: BaseException) -> tuple[str, bool] | None:
+def mysql_problem(exc: BaseException) -> tuple[str, bool] | None:  # noqa: PLR0911 - one per problem
     """A driver error (or duecast's for one) as (one line naming the server and setting and what to
     do, server unavailable?), or None when it is not about reaching or using the server (a bug, or a
     query's own error)."""
@@ -243,6 +244,8 @@ def mysql_problem(exc: BaseException) -> tuple[str, bool] | None:
             "--config or DUECAST_CONFIG, or DUECAST_MYSQL__DATABASE), or run `duecast migrate` to create it",
             False,
         )
+    if code == _NO_SUCH_TABLE:
+        return f"{where}: {said}; run `duecast migrate`, or fix the table's name in the settings", False
     if code in (_ACCESS_DENIED, _DB_ACCESS_DENIED):
         return f"{where}: access denied ({said}); check mysql.user and mysql.password", False
     if code == _TOO_MANY_CONNECTIONS:

@@ -26,7 +26,7 @@ from .packed import PACKABLE_TYPES, read_packed
 from .protocol import AckCounts, SourceStatus
 from .range_batch import RANGE_KEY, Late, RangeBatch, Span
 from .row_batch import RowBatch, guarded
-from .schema import check_business_columns, described
+from .schema import SchemaError, check_business_columns, described
 from .source_store import SourceStore
 from .units import Cursor
 
@@ -61,6 +61,12 @@ class RangeStore:
         check_business_columns(self.business, info)
         self.columns = frozenset(info.columns)
         self.column_types = dict(info.columns)
+        table = self.ranges.src.table  # duecast's own: only `duecast migrate` makes it
+        what = f"source {self.business.name}: its ranges table {table}"
+        with self.db.transaction() as cur:
+            ranges = described(cur, table, what)
+        if not ranges.columns:
+            raise SchemaError(f"{what} is missing; run `duecast migrate`")
         self.ranges.verify()
 
     def claim_due(self, limit: int) -> list[Entry]:

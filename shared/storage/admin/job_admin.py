@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ...queries.job_runs import RunSQL, render_runs
@@ -33,8 +33,8 @@ class Filter:
     states: list[State] = field(default_factory=list)
     queue: str | None = None
     task: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
+    since: datetime | timedelta | None = None  # a timedelta: that long before NOW(6)
+    until: datetime | timedelta | None = None
 
     def where(self) -> tuple[str, list[Any]]:
         parts: list[str] = ["1 = 1"]
@@ -47,12 +47,13 @@ class Filter:
             if value is not None:
                 parts.append(f"`{column}` = %s")
                 params.append(value)
-        if self.since is not None:
-            parts.append("`created_at` >= %s")
-            params.append(self.since)
-        if self.until is not None:
-            parts.append("`created_at` < %s")
-            params.append(self.until)
+        for op, bound in ((">=", self.since), ("<", self.until)):
+            if isinstance(bound, timedelta):  # a time ago: from the database's clock, not ours
+                parts.append(f"`created_at` {op} NOW(6) - INTERVAL %s MICROSECOND")
+                params.append(round(bound.total_seconds() * 1_000_000))
+            elif bound is not None:
+                parts.append(f"`created_at` {op} %s")
+                params.append(bound)
         return " AND ".join(parts), params
 
     def narrowed_to(self, allowed: list[State]) -> Filter:

@@ -16,6 +16,7 @@ import pytest
 from duecast.shared.acks import Ack
 from duecast.shared.entries import encode_entry
 from duecast.shared.settings import JobsSettings, Settings
+from duecast.shared.states import State
 from duecast.shared.storage.admin import migrate
 from duecast.worker.worker import Worker
 from tests.integration import apps
@@ -222,16 +223,17 @@ def test_jobs_run_their_task_once_and_are_deleted(
     worker = work(settings)
 
     assert sorted(p["n"] for p in recorder.tasks) == [1, 2]
-    assert (worker.counts["acked"], worker.counts["failed"]) == (2, 1)
+    # The unknown task's job is discarded (acked as dead), not failed: no attempt could run it.
+    assert (worker.counts["acked"], worker.counts["failed"]) == (3, 0)
     env.sql.execute(f"SELECT task, dc_state, dc_attempt FROM `{table}` ORDER BY id")
     assert env.sql.fetchall()[0] == ("remember", 0, 0)  # not due yet: never dispatched
     env.sql.execute(
-        f"SELECT dc_state, dc_attempt, errors, run_at > NOW(6), last_error FROM `{table}` "
-        "WHERE task = 'no_such_task'"
+        f"SELECT dc_state, dc_attempt, last_error FROM `{table}` WHERE task = 'no_such_task'"
     )
-    state, attempt, errors, later, error = env.sql.fetchone()
-    # Failed: pending again after a backoff delay, with the error and its traceback kept.
-    assert (state, attempt, errors, later) == (IDLE, 1, 1, 1)
-    assert "LookupError: no task named 'no_such_task' is registered" in error
+    state, attempt, error = env.sql.fetchone()
+    # Dead at once, not retried after a backoff: its error names the task and the registered ones.
+    assert (state, attempt) == (State.DEAD, 1)
+    assert error.endswith(": no task named 'no_such_task' is registered (registered: remember)")
+    assert "Traceback" not in error
     env.sql.execute(f"SELECT COUNT(*) FROM `{table}`")
     assert env.sql.fetchone() == (2,)

@@ -331,3 +331,39 @@ def test_enqueue_without_an_app_checks_the_task_against_what_live_workers_serve(
     finally:
         registry.db.close()
         sql.execute(f"DROP TABLE IF EXISTS `{workers}`")
+
+
+def test_an_action_that_changes_nothing_says_why_and_exits_1(
+    table: str, sql: pymysql.cursors.Cursor, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["enqueue", "record"]) == 0
+    capsys.readouterr()
+
+    assert cli.main(["jobs", "retry", "1"]) == EXIT_NO
+    said = "retry: nothing changed: job 1 is pending; this applies to dead jobs only"
+    assert capsys.readouterr().out.strip() == said
+    assert cli.main(["jobs", "retry", "1", "99", "--queue", "mail"]) == EXIT_NO
+    assert "job 1 is pending; there is no job 99;" in capsys.readouterr().out
+    assert cli.main(["jobs", "discard", "1", "--queue", "mail"]) == EXIT_NO
+    assert "job 1 is pending but not in the filter" in capsys.readouterr().out
+    assert cli.main(["jobs", "retry", "--task", "nope", "--yes"]) == EXIT_NO
+    assert "retry: nothing changed: no dead job matches" in capsys.readouterr().out
+    assert states(sql, table) == {1: State.IDLE}
+
+
+def test_since_and_until_take_a_time_ago_from_the_database_clock(
+    table: str, sql: pymysql.cursors.Cursor, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["enqueue", "record"]) == 0
+    sql.execute(f"UPDATE `{table}` SET created_at = NOW(6) - INTERVAL 2 DAY")
+    assert cli.main(["enqueue", "record"]) == 0
+    capsys.readouterr()
+
+    cases = [
+        (["--since", "1d"], "1 job(s)"), (["--until", "1d"], "1 job(s)"), (["--since", "3d"], "2 job(s)"),
+    ]
+    for args, listed in cases:
+        assert cli.main(["jobs", "list", *args]) == 0
+        assert listed in capsys.readouterr().out, args
+    assert cli.main(["jobs", "list", "--since", "1h", "--until", "2026-01-01"]) == 0
+    assert "0 job(s)" in capsys.readouterr().out

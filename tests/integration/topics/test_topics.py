@@ -13,7 +13,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from duecast.shared.api.handlers import load_registry
+from duecast.shared.api.app import load_registry
 from duecast.shared.api.publish import Publish, PublishError
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.settings import TopicsSettings

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import uuid
@@ -13,7 +14,8 @@ import pytest
 
 from duecast import JobContext, current_job
 from duecast.shared.acks import Ack, Row
-from duecast.shared.api.handlers import AppError, Registry, load_registry
+from duecast.shared.api.app import AppError, load_registry
+from duecast.shared.api.handlers import Registry
 from duecast.shared.settings import JOBS_SOURCE
 
 # --- tasks ------------------------------------------------------------------------------------------
@@ -54,13 +56,36 @@ def test_task_routing_decodes_payload() -> None:
     assert out == [Ack.default(), Ack.touch(60), Ack.default()]
 
 
-def test_unknown_task_is_a_lookup_error_outcome() -> None:
+def test_unknown_task_is_dead_at_once_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
     reg = Registry()
     reg.task("known")(lambda p: None)
+    reg.task("other")(lambda p: None)
+
     out = reg.handler(JOBS_SOURCE).run([_job("unknown", {}), _job("known", {})])
-    assert isinstance(out[0], LookupError)
-    assert "unknown" in str(out[0])
+
+    # Discarded (dead, no more attempts) with the reason kept as its error; not an exception.
+    assert out[0] == Ack.discard("no task named 'unknown' is registered (registered: known, other)")
     assert out[1] == Ack.default()
+    [record] = caplog.records
+    assert record.levelname == "WARNING"
+    assert record.exc_info is None
+    assert "'unknown'" in record.getMessage()
+    assert "known, other" in record.getMessage()
+    assert record.__dict__["event"] == "worker.unknown_task"
+
+
+def test_unknown_task_of_an_async_app_is_dead_at_once() -> None:
+    reg = Registry()
+
+    @reg.task("known")
+    async def known(payload: object) -> None:
+        return None
+
+    handler = reg.handler(JOBS_SOURCE)
+    assert handler.plan(_job("unknown", {}))[0] is False  # an unknown task takes the thread path
+    assert asyncio.run(handler.run_one(_job("unknown", {}))) == Ack.discard(
+        "no task named 'unknown' is registered (registered: known)"
+    )
 
 
 def test_bad_payload_json_is_that_rows_outcome() -> None:
@@ -123,6 +148,52 @@ def test_load_registry_named_attribute(app_module: str) -> None:
 def test_load_registry_wrong_type(app_module: str, attr: str) -> None:
     with pytest.raises(AppError, match=f"expected a duecast Registry at {app_module}:{attr}"):
         load_registry(f"{app_module}:{attr}")
+
+
+@pytest.mark.parametrize("name", ["tasks", "anything"])
+def test_load_registry_finds_the_modules_one_registry_whatever_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    module = f"one_registry_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(
+        f"from duecast import Registry\n{name} = Registry()\n"
+        f"{name}.task('t')(lambda p: None)\nalias = {name}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert load_registry(module).task_names == {"t"}
+
+
+def test_load_registry_names_the_registries_it_found(app_module: str, tmp_path: Path) -> None:
+    with pytest.raises(AppError, match=r"Registries in .*: handlers, other"):
+        load_registry(f"{app_module}:handler")
+    several = f"several_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{several}.py").write_text("from duecast import Registry\nb = Registry()\na = Registry()\n")
+    with pytest.raises(AppError, match=rf"several Registries \(a, b\); name one: --app {several}:a"):
+        load_registry(several)
+    none = f"none_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{none}.py").write_text("x = 1\n")
+    with pytest.raises(AppError, match="holds no duecast Registry"):
+        load_registry(none)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("x = (\n", r"has a syntax error at .*broken_\w+\.py:1: '\(' was never closed"),
+        ("import os\nraise RuntimeError('no key')\n", r"raised RuntimeError: no key at .*broken_\w+\.py:2"),
+        ("import no_such_dependency_xyz\n", r"cannot import the app module .*no_such_dependency_xyz"),
+    ],
+)
+def test_an_app_that_fails_to_import_is_one_app_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, expected: str
+) -> None:
+    module = f"broken_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(AppError, match=expected) as raised:
+        load_registry(module)
+    assert "\n" not in str(raised.value)
+    assert repr(module) in str(raised.value)
 
 
 def test_load_registry_missing_module() -> None:
