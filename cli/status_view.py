@@ -64,7 +64,9 @@ def source_table(snaps: list[SourceSnapshot], history: History) -> Table:
             formats.staleness(s.freshness),
             formats.rate(rates.get("acked")),
         )
-    table.caption = "fresh: rows checked within period + 1 s (≈: over InnoDB's row estimate)"
+    table.caption = "fresh: rows checked within period + 1 s" + (
+        " (≈: over InnoDB's row estimate)" if formats.estimated(s.freshness for s in snaps) else ""
+    )
     return table
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from flask import Flask, render_template
 
-from duecast.cli import formats
+from duecast.cli import formats, status_view
 from duecast.cli.history import History, Reading
 from duecast.cli.web import pages
 from duecast.cli.web.app import create_app
@@ -170,6 +170,14 @@ def test_the_estimate_note_shows_under_estimated_shares_only(app: Flask) -> None
     estimated = overview(rows(snap("a", 1, fresh=Freshness(3.0, 0.97, False))))
     assert "≈: over InnoDB's row estimate" in estimated
     assert "≈97.0%" in estimated
+
+
+def test_duecast_status_shows_the_estimate_caption_under_estimated_shares_only() -> None:
+    history = History(maxlen=10)
+    exact = status_view.source_table([snap("a", 1, fresh=Freshness(3.0, 1.0, True))], history)
+    assert exact.caption == "fresh: rows checked within period + 1 s"
+    estimated = status_view.source_table([snap("a", 1, fresh=Freshness(3.0, 0.97, False))], history)
+    assert "≈: over InnoDB's row estimate" in str(estimated.caption)
 
 
 def test_a_source_before_its_first_pass_ends_never_reads_100_percent(app: Flask) -> None:
