@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import uuid
@@ -17,6 +16,7 @@ from duecast.shared.acks import Ack, Row
 from duecast.shared.api.app import AppError, load_registry
 from duecast.shared.api.handlers import Registry
 from duecast.shared.settings import JOBS_SOURCE
+from tests.unit.rules.test_handlers_async import arun
 
 # --- tasks ------------------------------------------------------------------------------------------
 
@@ -83,7 +83,7 @@ def test_unknown_task_of_an_async_app_is_dead_at_once() -> None:
 
     handler = reg.handler(JOBS_SOURCE)
     assert handler.plan(_job("unknown", {}))[0] is False  # an unknown task takes the thread path
-    assert asyncio.run(handler.run_one(_job("unknown", {}))) == Ack.discard(
+    assert arun(handler.run_one(_job("unknown", {}))) == Ack.discard(
         "no task named 'unknown' is registered (registered: known)"
     )
 
