@@ -4,10 +4,8 @@ and a failed job's lines carry its id, its task and the worker process (host:pid
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +14,8 @@ import pymysql
 import pytest
 
 from duecast.shared.api.enqueue import Enqueuer
-from duecast.shared.fanout.client import connect_redis
-from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
-from duecast.shared.storage.admin import migrate
+from duecast.shared.settings import MySQLSettings, RedisSettings
+from tests.integration.cli.jobs_cli_env import JobsEnv, jobs_cli_env
 
 pytestmark = pytest.mark.integration
 
@@ -28,22 +25,9 @@ ROOT = Path(__file__).resolve().parents[3]
 @pytest.fixture
 def jobs_env(
     mysql_settings: MySQLSettings, redis_settings: RedisSettings, sql: pymysql.cursors.Cursor
-) -> Iterator[tuple[dict[str, str], Enqueuer, str]]:
-    table = f"jobs_{uuid.uuid4().hex[:8]}"
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("DUECAST_JOBS", "DUECAST_SOURCES"))},
-        "DUECAST_MYSQL__DATABASE": mysql_settings.database,
-        "DUECAST_REDIS__KEY_PREFIX": redis_settings.key_prefix,
-        "DUECAST_JOBS__TABLE": table,
-        "DUECAST_JOBS__SCHEDULES_TABLE": f"{table}_s",
-        "DUECAST_LOG_FORMAT": "json",
-        "DUECAST_WORKER__BLOCK_TIMEOUT_S": "0.1",
-    }
-    jobs = {"table": table, "schedules_table": f"{table}_s"}
-    settings = Settings(mysql=mysql_settings, redis=redis_settings, jobs=jobs)  # type: ignore[arg-type]
-    migrate.apply(settings)
-    yield env, Enqueuer(settings, connect_redis(redis_settings)), table
-    sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`, `{table}_runs`, `{table}_cursors`")
+) -> Iterator[JobsEnv]:
+    with jobs_cli_env(mysql_settings, redis_settings, sql, "json") as env:
+        yield env
 
 
 def run(env: dict[str, str], *args: str) -> list[dict[str, Any]]:

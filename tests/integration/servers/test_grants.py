@@ -10,34 +10,19 @@ from __future__ import annotations
 import re
 import threading
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from duecast.dispatcher import main as dispatcher_main
 from duecast.shared.api.enqueue import Enqueuer, Job
-from duecast.shared.settings import MySQLSettings, RedisSettings
 from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.source_store import SourceStore
 from duecast.worker import main as worker_main
 from tests.integration import apps, jobs_app, range_app
-from tests.integration.servers.grants_env import ROWS, Granted, granted_database
+from tests.integration.servers.grants_env import ROWS, Granted
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def granted(mysql_settings: MySQLSettings) -> Iterator[Granted]:
-    with granted_database(mysql_settings) as state:
-        yield state
-
-
-@pytest.fixture
-def roles(granted: Granted, redis_settings: RedisSettings) -> Granted:
-    """The module's accounts with this test's own Redis key prefix."""
-    granted.redis = redis_settings
-    return granted
 
 
 def test_the_file_grants_each_account_only_what_it_lists(granted: Granted) -> None:

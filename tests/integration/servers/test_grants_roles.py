@@ -9,7 +9,6 @@ with access denied. Accounts and the database are the run's own (grants_env), dr
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -21,7 +20,6 @@ from duecast.cli.web.context import WebContext
 from duecast.dispatcher import main as dispatcher_main
 from duecast.shared.api.publish import Publisher
 from duecast.shared.fanout.client import connect_redis
-from duecast.shared.settings import MySQLSettings, RedisSettings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database, connect
 from duecast.shared.storage.schema import SchemaError
@@ -29,25 +27,12 @@ from duecast.shared.storage.source_store import SourceStore
 from duecast.shared.storage.topic_schema import check_topic_tables
 from duecast.worker import main as worker_main
 from tests.integration import apps, range_app, topics_app
-from tests.integration.servers.grants_env import Granted, granted_database
+from tests.integration.servers.grants_env import Granted
 from tests.integration.topics.topics_env import APP as TOPICS_APP
 
 pytestmark = pytest.mark.integration
 
 TOKEN = "grants-token-0123456789"
-
-
-@pytest.fixture(scope="module")
-def granted(mysql_settings: MySQLSettings) -> Iterator[Granted]:
-    with granted_database(mysql_settings) as state:
-        yield state
-
-
-@pytest.fixture
-def roles(granted: Granted, redis_settings: RedisSettings) -> Granted:
-    """The module's accounts with this test's own Redis key prefix."""
-    granted.redis = redis_settings
-    return granted
 
 
 def dead_job(roles: Granted) -> int:
