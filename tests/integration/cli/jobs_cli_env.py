@@ -4,9 +4,12 @@ given log format: what the JSON-log and log-volume tests both start from."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pymysql
 
@@ -16,6 +19,7 @@ from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.storage.admin import migrate
 
 JobsEnv = tuple[dict[str, str], Enqueuer, str]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @contextmanager
@@ -37,3 +41,18 @@ def jobs_cli_env(
     migrate.apply(settings)
     yield env, Enqueuer(settings, connect_redis(redis)), table
     sql.execute(f"DROP TABLE IF EXISTS `{table}`, `{table}_s`, `{table}_runs`, `{table}_cursors`")
+
+
+def run_duecast(env: dict[str, str], *args: str, timeout_s: float = 60) -> str:
+    """`duecast ARGS...` in that environment, which must succeed; returns what it logged (stderr)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "duecast", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    return done.stderr

@@ -4,8 +4,6 @@ and a failed job's lines carry its id, its task and the worker process (host:pid
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +13,7 @@ import pytest
 
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.settings import MySQLSettings, RedisSettings
-from tests.integration.cli.jobs_cli_env import JobsEnv, jobs_cli_env
+from tests.integration.cli.jobs_cli_env import JobsEnv, jobs_cli_env, run_duecast
 
 pytestmark = pytest.mark.integration
 
@@ -31,17 +29,7 @@ def jobs_env(
 
 
 def run(env: dict[str, str], *args: str) -> list[dict[str, Any]]:
-    done = subprocess.run(
-        [sys.executable, "-m", "duecast", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    lines = [line for line in run_duecast(env, *args).splitlines() if line.strip()]
     assert lines, "the process logged nothing"
     return [json.loads(line) for line in lines]  # every line is one JSON object
 

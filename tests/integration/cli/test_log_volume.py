@@ -7,8 +7,6 @@ every job's handler raises the same error, as when a downstream service is down.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +18,7 @@ from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.process.logs import REPEAT_BURST, REPEAT_INTERVAL_S
 from duecast.shared.settings import MySQLSettings, RedisSettings
 from duecast.shared.states import State
-from tests.integration.cli.jobs_cli_env import JobsEnv, jobs_cli_env
+from tests.integration.cli.jobs_cli_env import JobsEnv, jobs_cli_env, run_duecast
 
 pytestmark = pytest.mark.integration
 
@@ -37,17 +35,7 @@ def jobs_env(
 
 
 def run(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "duecast", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-5000:]
-    return done.stderr
+    return run_duecast(env, *args, timeout_s=120)
 
 
 def test_a_worker_whose_every_call_fails_logs_each_cause_twice_per_interval_at_most(
