@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pymysql
@@ -17,7 +16,6 @@ from tests.integration.cli.jobs_cli_env import JobsEnv, jobs_cli_env, run_duecas
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pymysql
 import pytest
@@ -22,7 +21,6 @@ from tests.integration.cli.jobs_cli_env import JobsEnv, jobs_cli_env, run_duecas
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[3]
 JOBS = 400
 
 
