@@ -11,9 +11,10 @@ import time
 from collections import Counter
 
 from ..shared.acks import Ack, Row
+from ..shared.api.handlers import TimedOut
 from ..shared.policy import ack_now, error_backoff_s
 from ..shared.storage.source_store import Store
-from .flight import Flight, Outcome, TimedOut
+from .flight import Flight, Outcome
 from .report import log_failures
 
 log = logging.getLogger("duecast.worker")

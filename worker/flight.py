@@ -16,18 +16,9 @@ from typing import Any
 from ..shared.acks import Ack, Row
 from ..shared.api.handlers import Handler
 from ..shared.entries import Entry
-from ..shared.errors import DuecastError
 from ..shared.storage.source_store import Store, WorkBatch
 
 Outcome = Ack | BaseException
-
-
-class TimedOut(DuecastError, TimeoutError):
-    """A handler call that ran past its time limit (a failure like any other)."""
-
-    def __init__(self, source: str, limit_s: float) -> None:
-        super().__init__(f"{source}: the handler ran longer than its timeout_s ({limit_s:g}s)")
-        self.limit_s = limit_s
 
 
 class Flight:

@@ -9,11 +9,11 @@ import logging
 import time
 from collections.abc import Callable
 
+from ..shared.api.handlers import TimedOut
 from ..shared.policy import too_many_stuck
 from ..shared.process.loop import Tick
 from ..shared.storage.protocol import GivesBack
 from .acker import Acker
-from .flight import TimedOut
 from .report import Stats
 from .runner import Completions, LoopRunner, ThreadRunner
 from .starting import Starter

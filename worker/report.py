@@ -10,8 +10,9 @@ from collections import Counter
 from typing import Protocol
 
 from ..shared.acks import Row
+from ..shared.api.handlers import TimedOut
 from ..shared.fanout.protocol import Queue
-from .flight import Flight, Outcome, TimedOut
+from .flight import Flight, Outcome
 
 log = logging.getLogger("duecast.worker")
 STATS_EVERY_S = 0.5  # how often counts go to Redis (duecast status) while busy

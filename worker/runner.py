@@ -15,7 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..shared.acks import Ack, Row
-from .flight import Flight, Outcome, TimedOut
+from ..shared.api.handlers import TimedOut
+from .flight import Flight, Outcome
 
 _SLICES_PER_THREAD = 4  # a batch handler's rows in more slices than threads keeps threads busy
 

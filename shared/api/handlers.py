@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from ..acks import Ack, Row
+from ..errors import DuecastError
 from ..identifiers import check_identifier
 from ..settings import JOBS_SOURCE, ScheduleSettings, topic_source
 from .context import call_as, job_context, running
@@ -345,3 +346,12 @@ class Registry:
         except KeyError:
             raise KeyError(f"no handler registered for source {source!r}") from None
         return handler
+
+
+class TimedOut(DuecastError, TimeoutError):
+    """A handler call that ran past its time limit (a failure like any other). Here, beside the
+    handlers, so that the worker and duecast.testing make the same one."""
+
+    def __init__(self, source: str, limit_s: float) -> None:
+        super().__init__(f"{source}: the handler ran longer than its timeout_s ({limit_s:g}s)")
+        self.limit_s = limit_s

@@ -1,0 +1,9 @@
+"""`duecast.testing`: run and check a duecast app's tasks and handlers in the app's own tests, with no
+MariaDB and no Redis (docs/testing.md). A face, like ./__init__.py: the helpers live in shared/testing.
+"""
+
+from duecast.shared.api.handlers import TimedOut
+from duecast.shared.testing.calls import TestingError
+from duecast.shared.testing.jobs import Drained, JobDead, JobRecord, Jobs
+
+__all__ = ["Drained", "JobDead", "JobRecord", "Jobs", "TestingError", "TimedOut"]
