@@ -105,7 +105,8 @@ def retried_until_done(d: Driver) -> None:
     d.settle()
     seen = d.seen(job)
     assert (seen.state, seen.errors) == ("done", 2)
-    assert seen.last_error is not None and "RuntimeError: flaky failure 2" in seen.last_error
+    assert seen.last_error is not None
+    assert "RuntimeError: flaky failure 2" in seen.last_error
     assert [attempt for _, _, attempt in RUNS] == [1, 2, 3]
 
 
@@ -114,7 +115,8 @@ def dead_after_max_attempts(d: Driver) -> None:
     d.settle()
     seen = d.seen(job)
     assert (seen.state, seen.errors) == ("dead", 2)
-    assert seen.last_error is not None and seen.last_error.rstrip().endswith("ValueError: boom")
+    assert seen.last_error is not None
+    assert seen.last_error.rstrip().endswith("ValueError: boom")
     assert len(RUNS) == 2
 
 
@@ -136,7 +138,8 @@ def touch_from_a_task_fails_it(d: Driver) -> None:
     d.settle()
     seen = d.seen(job)
     assert (seen.state, seen.errors) == ("dead", 1)
-    assert seen.last_error is not None and seen.last_error.startswith("invalid result from the task: Ack(")
+    assert seen.last_error is not None
+    assert seen.last_error.startswith("invalid result from the task: Ack(")
 
 
 def junk_result_fails_it(d: Driver) -> None:
@@ -144,9 +147,8 @@ def junk_result_fails_it(d: Driver) -> None:
     d.settle()
     seen = d.seen(job)
     assert (seen.state, seen.errors) == ("dead", 1)
-    assert seen.last_error is not None and "TypeError: a handler must return an Ack or None, not int" in (
-        seen.last_error
-    )
+    assert seen.last_error is not None
+    assert "TypeError: a handler must return an Ack or None, not int" in (seen.last_error)
 
 
 def unknown_task_is_dead_at_once(d: Driver) -> None:
@@ -154,13 +156,15 @@ def unknown_task_is_dead_at_once(d: Driver) -> None:
     d.settle()
     seen = d.seen(job)
     assert (seen.state, seen.errors) == ("dead", 0)
-    assert seen.last_error is not None and "no task named 'nobody_registers_this' is registered" in seen.last_error
+    assert seen.last_error is not None
+    assert "no task named 'nobody_registers_this' is registered" in seen.last_error
 
 
 def unique_key_kept(d: Driver) -> None:
     first = d.enqueue("ok", 1, unique_key="k", delay_s=60)
     second = d.enqueue("ok", 2, unique_key="k", on_duplicate="keep")
-    assert second == first and getattr(second, "merged", False)
+    assert second == first
+    assert getattr(second, "merged", False)
     d.settle()
     assert RUNS == [("ok", 1, 1)]
 
