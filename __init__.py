@@ -9,7 +9,7 @@ imports the root under the checkout's folder name, and must reach the one real `
 
 from duecast.shared.acks import Ack, Row
 from duecast.shared.api.context import JobContext, current_job
-from duecast.shared.api.enqueue import DuplicateJob, EnqueueError, Enqueuer, Job, JobId
+from duecast.shared.api.enqueue import DuplicateJob, EnqueueError, Enqueuer, Job, JobId, JobResult
 from duecast.shared.api.handlers import Registry
 from duecast.shared.api.messages import Message
 from duecast.shared.api.publish import Publish, Publisher, PublishError
@@ -25,6 +25,7 @@ __all__ = [
     "Job",
     "JobContext",
     "JobId",
+    "JobResult",
     "Message",
     "NotConnected",
     "Publish",

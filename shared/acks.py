@@ -27,6 +27,9 @@ class Ack:
     # "transaction": a job whose work runs in the worker's ack transaction (Registry.task(...,
     # transactional=True)); it gets the cursor and returns the job's real Ack.
     work: Callable[[Any], Ack | None] | None = field(default=None, compare=False)
+    # A job done with a value: its task's return value as JSON text (Registry), kept with the done
+    # job (docs/jobs.md, "Results"). None: the task returned None or an Ack.
+    result: str | None = field(default=None, compare=False)
 
     @classmethod
     def default(cls) -> Ack:

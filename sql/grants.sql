@@ -44,7 +44,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`duecast_jobs` TO 'duecast_dispatc
 GRANT SELECT, INSERT, UPDATE ON `app`.`duecast_schedules` TO 'duecast_dispatcher'@'%';
 GRANT SELECT, DELETE,
   UPDATE (`dc_state`, `dc_attempt`, `run_at`, `lease_until`, `worker`, `errors`, `interruptions`,
-    `last_error`, `finished_at`, `unique_slot`)
+    `last_error`, `result`, `finished_at`, `unique_slot`)
   ON `app`.`duecast_jobs` TO 'duecast_worker'@'%';
 -- (Every role's start-up check looks for the schedules table; REFERENCES shows it, not its rows.)
 GRANT REFERENCES ON `app`.`duecast_schedules` TO 'duecast_worker'@'%';

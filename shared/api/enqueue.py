@@ -14,6 +14,7 @@ from typing import Any
 
 from ..fanout.client import RedisClient, connect_redis
 from ..settings import Settings, load_settings
+from ..storage.job_results import JobResult, read_result
 from ..storage.job_writer import (
     DuplicateJob,
     EnqueueError,
@@ -35,6 +36,7 @@ __all__ = [
     "Enqueuer",
     "Job",
     "JobId",
+    "JobResult",
     "JobRow",
     "OnDuplicate",
     "Written",
@@ -111,6 +113,13 @@ class Enqueuer(JobWriter):
         if conn is None:
             self.wake()
         return ids
+
+
+    def result(self, job_id: int) -> JobResult | None:
+        """The job's outcome (JobResult: state, the task's return value once done, its last error),
+        or None when there is no such job: never enqueued, or pruned. A done job's value is kept only
+        while done jobs are (jobs.retention_s > 0; docs/jobs.md, "Results")."""
+        return read_result(self.db, self.sql, int(job_id))
 
 
 def _job_id(written: Written) -> JobId:

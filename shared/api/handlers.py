@@ -104,6 +104,24 @@ class Handler:
         return [_outcome(a) for a in acks]
 
 
+def task_outcome(value: object) -> Ack | None:
+    """What a task's return value means: None and an Ack as for any handler; any other value is
+    its result, done and kept as JSON text (a value JSON cannot hold fails the run: TypeError)."""
+    if value is None or isinstance(value, Ack):
+        return value
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise TypeError(
+            f"a task must return None, an Ack or a JSON value (its result), not {type(value).__name__}: {exc}"
+        ) from exc
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TypeError("a task's result holds a lone surrogate, which utf8mb4 cannot store") from exc
+    return Ack(result=text)
+
+
 def _outcome(value: object) -> Ack | BaseException:
     """One batch item as a row outcome: a non-Ack fails that row only."""
     try:
@@ -277,7 +295,7 @@ class Registry:
             return self._unknown(row)
         payload = json.loads(row["payload"])
         with running(job_context(row)):  # the task's own asyncio Task copies this context
-            return await cast(Awaitable[Ack | None], fn(payload))
+            return task_outcome(await cast(Awaitable[Any], fn(payload)))
 
     def _run_job(self, row: Row) -> Ack | None:
         name, fn = row["task"], self._tasks.get(row["task"])
@@ -286,9 +304,8 @@ class Registry:
         payload = json.loads(row["payload"])
         job = job_context(row)  # what duecast.current_job() returns while fn runs
         if name in self._transactional:
-            return Ack("transaction", work=lambda cursor: call_as(job, fn, payload, cursor))
-        result: Ack | None = call_as(job, fn, payload)
-        return result
+            return Ack("transaction", work=lambda cursor: task_outcome(call_as(job, fn, payload, cursor)))
+        return task_outcome(call_as(job, fn, payload))
 
     def schedule(
         self,

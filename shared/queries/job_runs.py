@@ -59,6 +59,7 @@ class RunSQL:
     member_rows_plain: str
     finish_delete: str
     finish_done: str
+    finish_done_result: str
     fail_retry: str
     fail_dead: str
     snooze_delay: str
@@ -285,6 +286,11 @@ def _members(n: _RunNames) -> dict[str, str]:
         finish_done=(
             f"UPDATE {j} SET `dc_state` = {DONE}, `dc_attempt` = `dc_attempt` + 1, `worker` = %s, {finished} "
             "WHERE " + member
+        ),
+        # One done member whose task returned a value: kept with it (jobs.retention_s > 0 only).
+        finish_done_result=(
+            f"UPDATE {j} SET `dc_state` = {DONE}, `dc_attempt` = `dc_attempt` + 1, `worker` = %s, "
+            f"`result` = %s, `last_error` = %s, {finished} WHERE " + member
         ),
         # A failed member with attempts left: pending again after the backoff (ahead of the cursor).
         # dc_attempt counts a job's ended runs: the next run is attempt dc_attempt + 1.

@@ -67,6 +67,8 @@ class JobSQL:
     call_unique_holder: str
     find_scheduled_holder: str
     id_facts: str
+    read_result: str
+    call_result: str
     find_prunable: str
     prune: str
     count_state: str
@@ -83,7 +85,27 @@ class JobSQL:
 def render_jobs(table: str) -> JobSQL:
     """The jobs table's statements but dispatch's: jobs are dispatched in runs (job_runs.py)."""
     t = quote(table)
-    return JobSQL(**_enqueueing(t, quote(f"{table}_holder")), **_upkeep(t), **_operating(t))
+    return JobSQL(
+        **_enqueueing(t, quote(f"{table}_holder")),
+        **_results(t, quote(f"{table}_result")),
+        **_upkeep(t),
+        **_operating(t),
+    )
+
+
+# What Enqueuer.result() tells of a job, in this order (the function below returns the same as JSON).
+RESULT_COLUMNS = ("dc_state", "result", "last_error", "errors", "dc_attempt", "created_at", "finished_at")
+
+
+def _results(t: str, reader: str) -> dict[str, str]:
+    """An application's read of one job's outcome (Enqueuer.result): by primary key."""
+    cols = ", ".join(quote(c) for c in RESULT_COLUMNS)
+    return dict(
+        read_result=f"SELECT {cols} FROM {t} WHERE `id` = %s",
+        # For an enqueuer account with no SELECT (sql/grants.sql): the DBA's definer function
+        # `<table>_result` returns the same columns as one JSON array, or NULL.
+        call_result=f"SELECT {reader}(%s)",
+    )
 
 
 def _enqueueing(t: str, holder: str) -> dict[str, str]:

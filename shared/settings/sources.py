@@ -115,6 +115,9 @@ class JobsSettings(_Section):
     # most threads stuck exits and is replaced). Per task: @tasks.task(name, timeout_s=...).
     timeout_s: float = Field(1800.0, ge=1, le=7 * 86400)
     retention_s: float = Field(0.0, ge=0, le=366 * 86400)  # keep done jobs this long; 0 = delete at once
+    # A task's return value is kept with its done job (so only when retention_s > 0), as JSON text
+    # of at most this many bytes; a larger one is not kept, and last_error says so. 0: keep none.
+    max_result_bytes: int = Field(65_536, ge=0, le=16 * 1024 * 1024)
     dead_retention_s: float = Field(30 * 86400.0, ge=0, le=10 * 366 * 86400)  # 0 = keep dead jobs forever
     prune_interval_s: float = Field(60.0, gt=0, le=86400)
     prune_batch: int = Field(5000, ge=1, le=100_000)

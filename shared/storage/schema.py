@@ -52,6 +52,8 @@ JOB_COLUMNS: dict[str, str] = {
     "worker": "VARCHAR(128) NULL",
     "finished_at": "DATETIME(6) NULL",
     "last_error": "MEDIUMTEXT NULL",
+    # A done job's return value as JSON text, when its task returned one (docs/jobs.md, "Results").
+    "result": "MEDIUMTEXT NULL",
     **DISPATCH_COLUMNS,
 }
 # name -> (kind, columns)

@@ -31,6 +31,7 @@ class Finish:
     delay_s: float = 0.0
     at: datetime | None = None  # naive UTC
     error: BaseException | None = None
+    result: str | None = None  # done with a value: the task's result, as JSON text
 
 
 class JobRun:
@@ -75,7 +76,7 @@ class JobRun:
                 return Finish("dead", text=f"discarded by its task{reason}")
             if outcome.action == "retry":
                 return Finish("retried", delay_s=outcome.delay_s, at=outcome.at)
-            return Finish("done")
+            return Finish("done", result=outcome.result)
         return self._failed(row, outcome)
 
     def _failed(self, row: Row, outcome: object) -> Finish:

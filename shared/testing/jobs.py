@@ -16,6 +16,7 @@ from typing import Any
 from ..api.enqueue import DuplicateJob, Job, JobId, JobRow, OnDuplicate, encode
 from ..api.handlers import Registry
 from ..settings import JobsSettings
+from ..storage.leased.run_units import kept_result
 from .calls import TestingError
 from .job_run import Finish, JobRun
 
@@ -49,6 +50,7 @@ class JobRecord:
     attempt: int = 0  # runs so far
     errors: int = 0  # failed runs
     last_error: str | None = None
+    result: Any = None  # what the task returned (decoded JSON), once done
     finished_at: datetime | None = None
     payload_text: str = field(default="", repr=False)
 
@@ -303,6 +305,9 @@ class Jobs:
         job.attempt += 1
         if finish.state_word == "done":
             job.state, job.finished_at = DONE, self.now
+            if finish.result is not None:
+                kept, job.last_error = kept_result(finish.result, self.settings.max_result_bytes)
+                job.result = None if kept is None else json.loads(kept)
         elif finish.state_word == "dead":
             job.state, job.finished_at = DEAD, self.now
             job.errors += finish.errors

@@ -66,7 +66,13 @@ def touches(payload: Any) -> Ack:
 @tasks.task("junk")
 def junk(payload: Any) -> Any:
     _seen("junk", payload)
-    return 42  # not an Ack: a failure of the run
+    return {1, 2}  # neither an Ack nor a JSON value: a failure of the run
+
+
+@tasks.task("answers")
+def answers(payload: Any) -> Any:
+    _seen("answers", payload)
+    return {"total": payload * 2, "items": [1.5, None, "é"]}  # the job's result
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,7 @@ class Seen:
     state: str  # pending | done | dead
     errors: int
     last_error: str | None
+    result: Any = None  # the task's return value kept with the done job
 
 
 class Driver(Protocol):
@@ -148,7 +155,14 @@ def junk_result_fails_it(d: Driver) -> None:
     seen = d.seen(job)
     assert (seen.state, seen.errors) == ("dead", 1)
     assert seen.last_error is not None
-    assert "TypeError: a handler must return an Ack or None, not int" in (seen.last_error)
+    wanted = "TypeError: a task must return None, an Ack or a JSON value (its result), not set"
+    assert wanted in seen.last_error
+
+
+def result_kept_with_the_done_job(d: Driver) -> None:
+    job = d.enqueue("answers", 21)
+    d.settle()
+    assert d.seen(job) == Seen("done", 0, None, {"total": 42, "items": [1.5, None, "é"]})
 
 
 def unknown_task_is_dead_at_once(d: Driver) -> None:
@@ -178,6 +192,7 @@ SCENARIOS: list[Callable[[Driver], None]] = [
     discarded_is_dead_at_once,
     touch_from_a_task_fails_it,
     junk_result_fails_it,
+    result_kept_with_the_done_job,
     unknown_task_is_dead_at_once,
     unique_key_kept,
 ]

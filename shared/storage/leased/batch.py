@@ -66,6 +66,7 @@ class Finisher(Protocol):
     def scope(self) -> Naming: ...
 
     def finish_ok(self, cur: Cursor, rows: Sequence[Row]) -> int: ...
+    def finish_ok_with_result(self, cur: Cursor, row: Row, result: str) -> int: ...
     def finish_failed(self, cur: Cursor, row: Row, outcome: object) -> str: ...
     def finish_special(self, cur: Cursor, row: Row, ack: Ack) -> int: ...
 
@@ -149,7 +150,12 @@ class LeasedBatch:
             mine = self._fenced(cur, [row for row, _ in acks])
             stale = len(acks) - len(mine)
             acks = [(row, ack) for row, ack in acks if int(row[self._key]) in mine]
-            done = [row for row, ack in acks if ack.action in ("default", "delete")]
+            done = [row for row, ack in acks if ack.action in ("default", "delete") and ack.result is None]
+            for row, ack in acks:
+                if ack.action in ("default", "delete") and ack.result is not None:
+                    n = store.finish_ok_with_result(cur, row, ack.result)
+                    acked += n
+                    stale += 1 - n
             if done:
                 n = store.finish_ok(cur, done)
                 acked += n

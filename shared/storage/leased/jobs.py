@@ -61,6 +61,7 @@ class JobStore(RunUnits):
         kept = jobs.retention_s > 0
         self._done = self.runs.finish_done if kept else self.runs.finish_delete
         self._done_args = (self.worker,) if kept else None
+        self._result_max = jobs.max_result_bytes if kept else -1
         self._rng = random.Random()
         self._cursors_made = False
         self.claimed_rows = 0  # jobs in the runs the last claim made or dispatched again

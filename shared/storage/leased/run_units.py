@@ -32,6 +32,7 @@ class RunUnits(LeasedStore):
     queue: str
     _done: str  # the statement that finishes successes (kept as done, or deleted)
     _done_args: tuple[str, ...] | None  # ...and its arguments
+    _result_max: int  # jobs.max_result_bytes, or -1 when done jobs are not kept (retention_s = 0)
 
     # -- start -----------------------------------------------------------------------------------
 
@@ -180,6 +181,14 @@ class RunUnits(LeasedStore):
     def finish_ok(self, cur: Cursor, rows: Sequence[Row]) -> int:
         return int(cur.execute(self._done.format(ids=_ids(rows)), self._done_args))
 
+    def finish_ok_with_result(self, cur: Cursor, row: Row, result: str) -> int:
+        """A done job whose task returned a value: kept with it, if done jobs are kept and it fits."""
+        if self._result_max < 0:
+            return self.finish_ok(cur, [row])  # deleted at once: nowhere to keep it
+        kept, note = kept_result(result, self._result_max)
+        args = (self.worker, kept, note)
+        return int(cur.execute(self.runs.finish_done_result.format(ids=_ids([row])), args))
+
     def finish_dead(self, cur: Cursor, row: Row, text: str, errors: int, outcome: str = "dead") -> int:
         return int(cur.execute(self.runs.fail_dead.format(ids=_ids([row])), (errors, self.worker, text)))
 
@@ -191,6 +200,17 @@ class RunUnits(LeasedStore):
         if at is not None:
             return int(cur.execute(self.runs.snooze_at.format(ids=ids), (self.worker, at)))
         return int(cur.execute(self.runs.snooze_delay.format(ids=ids), (self.worker, delay_us)))
+
+
+def kept_result(result: str, limit: int) -> tuple[str | None, str | None]:
+    """(result to keep, note for last_error): a result over `limit` bytes of UTF-8 is not kept, and
+    the note says so; limit 0 keeps none, silently (a setting, not a surprise)."""
+    if limit == 0:
+        return None, None
+    size = len(result.encode("utf-8"))
+    if size > limit:
+        return None, f"result not kept: {size:,} bytes of JSON, over jobs.max_result_bytes ({limit:,})"
+    return result, None
 
 
 def _ids(rows: Sequence[Row]) -> str:

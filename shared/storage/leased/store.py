@@ -292,6 +292,10 @@ class LeasedStore(ABC):
     @abstractmethod
     def finish_ok(self, cur: Cursor, rows: Sequence[Row]) -> int: ...
 
+    def finish_ok_with_result(self, cur: Cursor, row: Row, result: str) -> int:
+        """A success carrying a task's result; kinds that keep none finish it as any success."""
+        return self.finish_ok(cur, [row])
+
     @abstractmethod
     def finish_dead(self, cur: Cursor, row: Row, text: str, errors: int, outcome: str = "dead") -> int: ...
 

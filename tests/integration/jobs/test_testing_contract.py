@@ -3,6 +3,7 @@ a worker: what duecast.testing.Jobs does in tests/unit/testing is what a worker 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -40,8 +41,9 @@ class RealDriver:
         raise AssertionError(f"jobs still pending after {ROUNDS} rounds")
 
     def seen(self, job_id: int) -> Seen:
-        state, errors, last_error = self.env.job(job_id, "dc_state", "errors", "last_error")
-        return Seen(STATE_NAMES[State(state)], int(errors), last_error)
+        state, errors, last_error, result = self.env.job(job_id, "dc_state", "errors", "last_error", "result")
+        value = None if result is None else json.loads(result)
+        return Seen(STATE_NAMES[State(state)], int(errors), last_error, value)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)

@@ -24,7 +24,7 @@ class FakeDriver:
 
     def seen(self, job_id: int) -> Seen:
         job = self.jobs.get(job_id)
-        return Seen(job.state, job.errors, job.last_error)
+        return Seen(job.state, job.errors, job.last_error, job.result)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
