@@ -33,6 +33,7 @@ class RunUnits(LeasedStore):
     _done: str  # the statement that finishes successes (kept as done, or deleted)
     _done_args: tuple[str, ...] | None  # ...and its arguments
     _result_max: int  # jobs.max_result_bytes, or -1 when done jobs are not kept (retention_s = 0)
+    _told_no_results = False  # said once per store that results are not kept
 
     # -- start -----------------------------------------------------------------------------------
 
@@ -183,8 +184,17 @@ class RunUnits(LeasedStore):
 
     def finish_ok_with_result(self, cur: Cursor, row: Row, result: str) -> int:
         """A done job whose task returned a value: kept with it, if done jobs are kept and it fits."""
-        if self._result_max < 0:
-            return self.finish_ok(cur, [row])  # deleted at once: nowhere to keep it
+        if self._result_max < 0:  # deleted at once: nowhere to keep it
+            if not self._told_no_results:
+                self._told_no_results = True
+                self.scope.log.warning(
+                    "a task of %s returned a value (job %s), but jobs.retention_s = 0 deletes done jobs "
+                    "at once: no result is kept; set jobs.retention_s to read results",
+                    self.scope.place,
+                    row["id"],
+                    extra={"event": "job.result_not_kept", "source": self.src.name},
+                )
+            return self.finish_ok(cur, [row])
         kept, note = kept_result(result, self._result_max)
         args = (self.worker, kept, note)
         return int(cur.execute(self.runs.finish_done_result.format(ids=_ids([row])), args))
