@@ -8,7 +8,7 @@
 --   user_block_status, account_checks   your sources: copy the block of each source's mode
 --   duecast_jobs, duecast_schedules     jobs.table and jobs.schedules_table, if you renamed them
 --   duecast_jobs_runs, _cursors         named after jobs.table: <table>_runs, <table>_cursors
---   duecast_jobs_holder                 named after jobs.table too: <table>_holder
+--   duecast_jobs_holder, _result        named after jobs.table too: <table>_holder, <table>_result
 --   duecast_topics, duecast_messages... topics.table_prefix + topics, messages, groups, deliveries,
 --                                       attempts, members (leave the topics blocks out without topics)
 --
@@ -86,6 +86,17 @@ CREATE DEFINER = 'duecast_holder'@'localhost' FUNCTION `app`.`duecast_jobs_holde
 -- MariaDB checks EXECUTE for the definer too.)
 GRANT EXECUTE ON FUNCTION `app`.`duecast_jobs_holder` TO 'duecast_holder'@'localhost';
 GRANT EXECUTE ON FUNCTION `app`.`duecast_jobs_holder` TO 'duecast_enqueuer'@'%';
+-- Enqueuer.result(id) (docs/jobs.md, "Results"): with no SELECT, the application reads one job's
+-- outcome through the same locked account's second function: by primary key, without a lock, only
+-- the outcome's columns (never the payload), as one JSON array.
+GRANT SELECT (`id`, `dc_state`, `result`, `last_error`, `errors`, `dc_attempt`, `created_at`, `finished_at`)
+  ON `app`.`duecast_jobs` TO 'duecast_holder'@'localhost';
+CREATE DEFINER = 'duecast_holder'@'localhost' FUNCTION `app`.`duecast_jobs_result`(p_id BIGINT)
+  RETURNS MEDIUMTEXT CHARACTER SET utf8mb4 READS SQL DATA SQL SECURITY DEFINER
+  RETURN (SELECT JSON_ARRAY(`dc_state`, `result`, `last_error`, `errors`, `dc_attempt`, `created_at`,
+    `finished_at`) FROM `app`.`duecast_jobs` WHERE `id` = p_id);
+GRANT EXECUTE ON FUNCTION `app`.`duecast_jobs_result` TO 'duecast_holder'@'localhost';
+GRANT EXECUTE ON FUNCTION `app`.`duecast_jobs_result` TO 'duecast_enqueuer'@'%';
 
 -- A row-mode source (mode = "rows"). Dispatcher: claims (SELECT ... FOR UPDATE, UPDATE of the
 -- dc_* columns) and requeues. Worker: locks its rows, acks with UPDATE (a touch, and the columns

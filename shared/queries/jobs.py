@@ -53,6 +53,7 @@ SHOW_COLUMNS = (
     "schedule",
     "scheduled_for",
     "payload",
+    "result",
     "last_error",
 )
 

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
+from rich.console import Console
 
+from duecast.cli.jobs import _show
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.fanout.client import connect_redis
+from duecast.shared.storage.admin.job_admin import JobAdmin
+from duecast.shared.storage.db import Database
 from tests.integration.jobs.jobs_env import JobsEnv
 
 APP = "tests.unit.jobs_contract:tasks"
@@ -73,3 +78,13 @@ def test_with_done_jobs_deleted_no_result_is_kept_and_the_worker_says_so_once(
     told = [r for r in caplog.records if "jobs.retention_s" in r.getMessage()]
     assert len(told) == 1, [r.getMessage() for r in told]
     assert "returned a value" in told[0].getMessage()
+
+
+def test_jobs_show_prints_the_result(env: JobsEnv) -> None:
+    env = env.with_jobs(retention_s=3600).with_app(APP, frozenset())
+    job = enqueuer_of(env).enqueue("answers", 5)
+    env.run_once()
+    console = Console(record=True, width=80)
+    assert _show(console, JobAdmin(Database(env.settings.mysql), env.settings.jobs), int(job)) == 0
+    shown = console.export_text()
+    assert re.search(r'│ result\s+│ \{"total":10,"items":\[1\.5,null,"é"\]\}\s+│', shown), shown

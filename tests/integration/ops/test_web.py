@@ -170,3 +170,16 @@ def test_every_response_carries_a_strict_content_security_policy(web: Web) -> No
     assert "frame-ancestors 'none'" in resp.headers["Content-Security-Policy"]
     assert resp.headers["X-Content-Type-Options"] == "nosniff"
     assert web.client.get("/static/live.js").status_code == 200
+
+
+def test_a_done_jobs_page_shows_its_result_escaped(web: Web) -> None:
+    job_id = web.enqueuer.enqueue("record", "r")
+    # What a worker writes for a task that returned a value (kept: jobs.retention_s > 0).
+    web.sql.execute(
+        f"UPDATE `{web.jobs_table}` SET dc_state = %s, result = %s, finished_at = NOW(6) WHERE id = %s",
+        (int(State.DONE), '{"answer":42,"html":"<b>"}', job_id),
+    )
+    html = web.page(f"/jobs/{job_id}")
+    assert '<pre id="result">{&#34;answer&#34;:42,&#34;html&#34;:&#34;&lt;b&gt;&#34;}</pre>' in html
+    plain = web.enqueuer.enqueue("record", "no result")
+    assert 'id="result"' not in web.page(f"/jobs/{plain}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+import pymysql
 import pytest
 
 from duecast import cli
@@ -18,6 +19,7 @@ from duecast.cli.sampler import Sampler
 from duecast.cli.web.app import create_app
 from duecast.cli.web.context import WebContext
 from duecast.dispatcher import main as dispatcher_main
+from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.api.publish import Publisher
 from duecast.shared.fanout.client import connect_redis
 from duecast.shared.states import State
@@ -229,3 +231,31 @@ def test_the_enqueuers_keep_lookup_can_hold_only_the_row_it_asks_for(roles: Gran
         enqueuer.close()
         worker.close()
         roles.sql.execute("DELETE FROM duecast_jobs WHERE id IN (%s, %s)", (held, other))
+
+
+def test_the_enqueuer_reads_a_jobs_result_through_the_function_only(roles: Granted) -> None:
+    """Stored results: the enqueuer account has no SELECT, so Enqueuer.result() goes through
+    `<table>_result`, which gives the outcome's columns of one job and never the payload."""
+    roles.sql.execute(
+        "INSERT INTO duecast_jobs (task, payload, dc_state, dc_attempt, result, finished_at) "
+        "VALUES ('record', '\"secret payload\"', %s, 1, '{\"n\":1}', NOW(6))",
+        (int(State.DONE),),
+    )
+    job = int(roles.sql.lastrowid or 0)
+    enqueuer = Enqueuer(roles.settings("enqueuer"), None)
+    try:
+        got = enqueuer.result(job)
+        assert got is not None
+        assert (got.state, got.value, got.attempts, got.error) == ("done", {"n": 1}, 1, None)
+        assert got.finished_at is not None
+        assert enqueuer.result(job + 1000) is None
+        direct = connect(roles.accounts["enqueuer"])
+        try:
+            with direct.cursor() as cur, pytest.raises(pymysql.err.OperationalError) as denied:
+                cur.execute("SELECT payload FROM duecast_jobs WHERE id = %s", (job,))
+            assert denied.value.args[0] in {1142, 1143}
+        finally:
+            direct.close()
+    finally:
+        enqueuer.db.close()
+        roles.sql.execute("DELETE FROM duecast_jobs WHERE id = %s", (job,))
