@@ -10,7 +10,6 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -20,7 +19,7 @@ from ..fanout.keys import Keys
 from ..fanout.queue import wake_dispatcher
 from ..settings import Settings
 from .joined import joined
-from .pool import Pool
+from .pool import Pool, Threads
 from .units import Cursor, is_transient, retry_transient
 
 T = TypeVar("T")
@@ -46,7 +45,7 @@ class Outbox:
         self.retry_s = settings.mysql.writer_retry_s  # how long a write of our own rides out MySQL
         self.client = client
         self.keys = Keys(settings.redis.key_prefix)
-        self._executor: ThreadPoolExecutor | None = None
+        self._threads: Threads | None = None
         self._executor_lock = threading.Lock()
         self._closed = False
 
@@ -100,18 +99,19 @@ class Outbox:
         with self._executor_lock:
             if self._closed:
                 raise MisusedWriter("this writer is closed")
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(self.db.size, "duecast-writer")
-            executor = self._executor
-        return await asyncio.get_running_loop().run_in_executor(executor, call)
+            if self._threads is None:
+                self._threads = Threads(self.db.size)  # one connection each: none waits for another
+            threads = self._threads
+        result: T = await asyncio.wrap_future(threads.submit(call))
+        return result
 
     def close(self) -> None:
         """Close the writer's connections and threads (a write still running finishes first)."""
         with self._executor_lock:
             self._closed = True
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True)
+            threads, self._threads = self._threads, None
+        if threads is not None:
+            threads.shutdown()
         self.db.close()
 
     def wake(self) -> None:
