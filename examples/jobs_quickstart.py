@@ -86,9 +86,11 @@ def tour(settings: Settings, conn: Any) -> None:
     except DuplicateJob as exc:
         print(f"refused a duplicate: {exc}")
     # The transactional outbox: your rows and your jobs commit together, or neither does.
-    with enqueuer.transaction(conn), conn.cursor() as cur:
+    with conn.cursor() as cur:
         cur.execute("INSERT INTO example_audit (note) VALUES ('signed up')")
-        enqueuer.enqueue("audit", "sign-up checked", conn=conn)
+        enqueuer.enqueue("audit", "sign-up checked", conn=conn)  # in your transaction: not committed
+    conn.commit()
+    enqueuer.wake()  # start it now (a plain driver connection has no on-commit hook to do it)
 
     drain(settings)
     with conn.cursor() as cur:  # let the flaky job's backoff pass, in SQL, and drain again

@@ -29,6 +29,7 @@ from ..shared.storage.source_store import Store
 from ..shared.storage.worker_registry import Heartbeat
 from ..shared.telemetry.observe import timed
 from .broadcast import broadcast_members, running, served_topic_sources
+from .lifespan import run_start, run_stop
 from .supervisor import supervise
 from .worker import Worker
 
@@ -72,7 +73,10 @@ def serve(
         worker.cap,
     )
     heartbeat.start()
+    started = False
     try:
+        run_start(registry.hooks, worker.loop)  # before the first handler
+        started = True
         with serving(settings, "worker") as liveness, running(members, stop, drain=drain):
             backoff_s = settings.worker.error_backoff_s
             if stores or not members:
@@ -82,6 +86,8 @@ def serve(
                 while not drain and not stop.wait(1.0):
                     liveness.beat()
     finally:
+        if started:
+            run_stop(registry.hooks, worker.loop)  # after the last handler (or the grace period)
         worker.close()
         heartbeat.stop()
         for store in stores.values():

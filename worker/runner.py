@@ -12,12 +12,13 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from ..shared.acks import Ack, Row
 from ..shared.api.handlers import TimedOut
 from .flight import Flight, Outcome
 
+T = TypeVar("T")
 _SLICES_PER_THREAD = 4  # a batch handler's rows in more slices than threads keeps threads busy
 
 
@@ -106,11 +107,22 @@ class LoopRunner:
     def submit(self, flight: Flight, indexes: list[int]) -> None:
         if not indexes:
             return
+        self._started().call_soon_threadsafe(self._launch, flight, indexes)
+
+    def run(self, call: Awaitable[T]) -> T:
+        """Await `call` on the loop (the app's async start/stop hooks) and return its result."""
+
+        async def wrapped() -> T:
+            return await call
+
+        return asyncio.run_coroutine_threadsafe(wrapped(), self._started()).result()
+
+    def _started(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             self._loop = new_event_loop()
             self._thread = threading.Thread(target=self._loop.run_forever, name="duecast-loop", daemon=True)
             self._thread.start()
-        self._loop.call_soon_threadsafe(self._launch, flight, indexes)
+        return self._loop
 
     def _launch(self, flight: Flight, indexes: list[int]) -> None:
         loop = asyncio.get_running_loop()

@@ -2,14 +2,17 @@
 shared.storage.job_writer (the batched INSERT, a duplicate unique key merged), and the Redis wake-up
 that lets the dispatcher start a job now instead of at its next poll.
 
-Jobs can join the caller's own open PyMySQL transaction (transactional outbox): they exist if and
-only if the caller's transaction commits. The wake-up is a hint; a lost one costs one poll interval.
+Jobs can join the caller's own open transaction (transactional outbox, `conn=`: a PyMySQL or mysqlclient
+connection or cursor, a SQLAlchemy Connection or Session, a Django connection): they exist if and only if
+it commits. The wake-up is a hint; a lost one costs one poll interval. `aenqueue*` run the same write on
+the Enqueuer's threads, so an event loop never waits for MySQL.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from ..fanout.client import RedisClient, connect_redis
@@ -24,7 +27,6 @@ from ..storage.job_writer import (
     OnDuplicate,
     Written,
 )
-from ..storage.units import Connection
 from .job_input import MAX_PAYLOAD_DEPTH, Job, encode
 
 # Re-exported: callers take Job, EnqueueError and encode from here, as before job_input split off, and
@@ -74,14 +76,18 @@ class Enqueuer(JobWriter):
         max_attempts: int | None = None,
         unique_key: str | None = None,
         on_duplicate: OnDuplicate = "error",
-        conn: Connection | None = None,
+        conn: object | None = None,
     ) -> JobId:
         """Enqueue one job; returns its id. With on_duplicate="keep" and an active job of the same
         task holding `unique_key`, nothing is enqueued and the id is that job's (`.merged` is True).
 
         With `conn`, joins that open transaction (see enqueue_many).
         """
-        job = Job(task, payload, queue, delay_s, run_at, priority, max_attempts, unique_key)
+        return self._enqueue(
+            Job(task, payload, queue, delay_s, run_at, priority, max_attempts, unique_key), on_duplicate, conn
+        )
+
+    def _enqueue(self, job: Job, on_duplicate: OnDuplicate, conn: object | None) -> JobId:
         row = encode(job, self.jobs, self.tasks)
         job_id = _job_id(self.insert_rows([row], on_duplicate, conn, "enqueue"))
         if conn is None:
@@ -93,7 +99,7 @@ class Enqueuer(JobWriter):
         jobs: Iterable[Job],
         *,
         on_duplicate: OnDuplicate = "error",
-        conn: Connection | None = None,
+        conn: object | None = None,
     ) -> list[JobId]:
         """Enqueue all jobs or none, in one transaction; returns the jobs' ids in the order given, a
         JobId each (`.merged` True for a duplicate kept as the active job holding its key).
@@ -101,9 +107,13 @@ class Enqueuer(JobWriter):
         Every job is validated before anything is written. A unique key already held by an active
         job of the same task (or twice in `jobs`) raises DuplicateJob and writes nothing, or with
         on_duplicate="keep" leaves the existing job as it is. Without `conn`, duecast commits and
-        wakes the dispatcher. With `conn` (the caller's open transaction), nothing is committed
-        here: the jobs exist only if the caller commits; call `wake()` after that commit to start
-        them at once.
+        wakes the dispatcher. With `conn` (the caller's open transaction: a PyMySQL or mysqlclient
+        connection or cursor, a SQLAlchemy Connection or Session, a Django connection), nothing is
+        committed or rolled back here: the jobs exist only if the caller commits. Django's
+        on_commit and SQLAlchemy's commit events wake the dispatcher; through a plain driver
+        connection, call `wake()` after your commit, or the dispatcher's poll finds them within
+        dispatcher.poll_interval_s. A connection in autocommit mode (Django outside `atomic()`)
+        holds no transaction: the jobs are written in one of duecast's own on it, committed here.
         """
         rows = [encode(job, self.jobs, self.tasks) for job in jobs]
         if not rows:
@@ -113,6 +123,29 @@ class Enqueuer(JobWriter):
         if conn is None:
             self.wake()
         return ids
+
+    async def aenqueue(
+        self,
+        task: str,
+        payload: Any = None,
+        *,
+        queue: str = "default",
+        delay_s: float = 0.0,
+        run_at: datetime | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        unique_key: str | None = None,
+        on_duplicate: OnDuplicate = "error",
+    ) -> JobId:
+        """`enqueue` for asyncio code, in a transaction of duecast's own: the write runs on one of the
+        Enqueuer's threads (one connection each), so the event loop never waits for MySQL, even while
+        it is down, and any number of tasks may await at once."""
+        job = Job(task, payload, queue, delay_s, run_at, priority, max_attempts, unique_key)
+        return await self.off_loop(partial(self._enqueue, job, on_duplicate, None))
+
+    async def aenqueue_many(self, jobs: Iterable[Job], *, on_duplicate: OnDuplicate = "error") -> list[JobId]:
+        """`enqueue_many` for asyncio code (see aenqueue)."""
+        return await self.off_loop(partial(self.enqueue_many, list(jobs), on_duplicate=on_duplicate))
 
 
     def result(self, job_id: int) -> JobResult | None:

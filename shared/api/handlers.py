@@ -17,6 +17,7 @@ from ..errors import DuecastError
 from ..identifiers import check_identifier
 from ..settings import JOBS_SOURCE, ScheduleSettings, topic_source
 from .context import call_as, job_context, running
+from .lifespan import Hook, Hooks
 from .messages import Message
 
 # Each may be a plain function or an `async def` one (a coroutine function) returning the same.
@@ -148,6 +149,24 @@ class Registry:
         self._async_tasks: set[str] = set()
         self._timeouts: dict[str, float] = {}
         self._schedules: list[ScheduleSettings] = []
+        self._hooks = Hooks()
+
+    def on_start(self, fn: Hook) -> Hook:
+        """Register `fn()` or `async def fn()` to run once in each worker process, before its first
+        handler: open what handlers share (an aiohttp session, a connection pool). An async one runs
+        on the worker's event loop, where async handlers run. If it raises, the worker does not start."""
+        return self._hooks.add("start", fn)
+
+    def on_stop(self, fn: Hook) -> Hook:
+        """Register `fn()` or `async def fn()` to run once in each worker process, after its last
+        handler finished (or was given up at the stop's grace period): close what on_start opened.
+        Stops run in the reverse order of their registration; one that raises is logged, and the
+        others still run."""
+        return self._hooks.add("stop", fn)
+
+    @property
+    def hooks(self) -> Hooks:
+        return self._hooks
 
     def row(self, source: str, columns: Sequence[str] = ()) -> Callable[[RowHandler], RowHandler]:
         """Register `fn(row) -> Ack | None` for `source`.
@@ -341,7 +360,7 @@ class Registry:
         return sorted(self._handlers)
 
     def include(self, other: Registry) -> None:
-        """Add `other`'s handlers, tasks and schedules to this one: a worker serving two apps
+        """Add `other`'s handlers, tasks, schedules and hooks to this one: a worker serving two apps
         (`--app a --app b`). A source, task or schedule both declare is an error, never a silent pick."""
         for source, handler in other._handlers.items():
             if source != JOBS_SOURCE:
@@ -356,6 +375,7 @@ class Registry:
             if any(s.name == sched.name for s in self._schedules):
                 raise ValueError(f"schedule {sched.name!r} is declared twice")
             self._schedules.append(sched)
+        self._hooks.include(other._hooks)
 
     def handler(self, source: str) -> Handler:
         try:

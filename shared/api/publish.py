@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..errors import DuecastError
 from ..fanout.client import connect_redis
 from ..settings import Settings, TopicsSettings, load_settings
 from ..storage.message_writer import MessageWriter
-from ..storage.units import Connection
 
 
 class PublishError(DuecastError, ValueError):
@@ -73,7 +73,7 @@ class Publisher(MessageWriter):
         payload: Any = None,
         *,
         key: str | None = None,
-        conn: Connection | None = None,
+        conn: object | None = None,
     ) -> int:
         """Publish one message; returns its id within the topic. With `conn`, joins that open
         transaction (see publish_many)."""
@@ -83,13 +83,13 @@ class Publisher(MessageWriter):
         self,
         messages: Iterable[Publish],
         *,
-        conn: Connection | None = None,
+        conn: object | None = None,
     ) -> list[int]:
         """Publish all messages or none, in one transaction; returns their ids, in the order given.
 
         Every message is validated before anything is written. Without `conn`, duecast commits and
-        wakes the dispatcher. With `conn` (the caller's open transaction) nothing is committed here:
-        the messages exist only if the caller commits (`with publisher.transaction(conn): ...`).
+        wakes the dispatcher. With `conn` (the caller's open transaction, as Enqueuer.enqueue_many
+        takes it) nothing is committed or rolled back here: the messages exist only if it commits.
         Publishers of one topic take turns from here to their commit: that keeps ids in commit order.
         """
         rows = [encode(m, self.topics) for m in messages]
@@ -99,3 +99,12 @@ class Publisher(MessageWriter):
         if conn is None:
             self.wake()
         return ids
+
+    async def apublish(self, topic: str, payload: Any = None, *, key: str | None = None) -> int:
+        """`publish` for asyncio code: the write runs on one of the Publisher's threads, so the event
+        loop never waits for MySQL, and any number of tasks may await at once."""
+        return (await self.apublish_many([Publish(topic, payload, key)]))[0]
+
+    async def apublish_many(self, messages: Iterable[Publish]) -> list[int]:
+        """`publish_many` for asyncio code (see apublish)."""
+        return await self.off_loop(partial(self.publish_many, list(messages)))

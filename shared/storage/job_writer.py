@@ -12,12 +12,10 @@ from typing import Any, Literal
 
 from ..errors import DuecastError
 from ..fanout.client import RedisClient
-from ..fanout.keys import Keys
 from ..queries.jobs import render_jobs
 from ..settings import Settings
-from .db import Database
 from .outbox import Outbox
-from .units import Connection, Cursor, DuplicateKey, StorageError, access_denied, translated
+from .units import Cursor, DuplicateKey, StorageError, access_denied, translated
 
 INSERT_CHUNK = 500  # rows per multi-row INSERT: 500 x 64 KiB stays under the default 64 MiB packet
 MERGE_TRIES = 3  # a duplicate whose holder finished before we could read it: insert again
@@ -91,31 +89,28 @@ class JobWriter(Outbox):
     def __init__(
         self, settings: Settings, client: RedisClient | None, tasks: frozenset[str] | None = None
     ) -> None:
+        super().__init__(settings, client)
         self.jobs = settings.jobs
-        self.db = Database(settings.mysql)
-        self.retry_s = settings.mysql.writer_retry_s
-        self.client = client
-        self.keys = Keys(settings.redis.key_prefix)
         self.tasks = tasks
         self.sql = render_jobs(self.jobs.table)
         self._ids_how: str | None = None  # how write_ids learns the new ids on this server
 
     def insert_rows(
-        self, rows: Sequence[JobRow], on_duplicate: OnDuplicate, conn: Connection | None, what: str
+        self, rows: Sequence[JobRow], on_duplicate: OnDuplicate, conn: object | None, what: str
     ) -> Written:
         """write() in the caller's open transaction `conn` (nothing committed here), or without it in
         a transaction of our own, committed (Outbox.on_own_connection)."""
         if conn is not None:
-            with conn.cursor() as cur:
+            with self.joined(conn) as cur:
                 return self.write(cur, rows, on_duplicate)
         return self.on_own_connection(lambda cur: self.write(cur, rows, on_duplicate), what)
 
     def insert_rows_with_ids(
-        self, rows: Sequence[JobRow], on_duplicate: OnDuplicate, conn: Connection | None, what: str
+        self, rows: Sequence[JobRow], on_duplicate: OnDuplicate, conn: object | None, what: str
     ) -> list[JobId]:
         """write_ids() in the caller's open transaction `conn`, or in one of our own, committed."""
         if conn is not None:
-            with conn.cursor() as cur:
+            with self.joined(conn) as cur:
                 return self.write_ids(cur, rows, on_duplicate)
         return self.on_own_connection(lambda cur: self.write_ids(cur, rows, on_duplicate), what)
 

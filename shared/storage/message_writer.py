@@ -9,13 +9,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from ..fanout.client import RedisClient
-from ..fanout.keys import Keys
 from ..queries.topics import render_topics
 from ..settings import Settings
-from .db import Database
 from .outbox import Outbox
 from .topic_ids import topic_id
-from .units import Connection, Cursor, translated
+from .units import Cursor, translated
 
 INSERT_CHUNK = 500  # rows per multi-row INSERT: 500 x 64 KiB stays under the default 64 MiB packet
 Message = tuple[str, str | None, str]  # (topic, key, JSON text), checked
@@ -25,20 +23,17 @@ class MessageWriter(Outbox):
     """Appends messages to topics; each message gets the next id of its topic, in commit order."""
 
     def __init__(self, settings: Settings, client: RedisClient | None) -> None:
+        super().__init__(settings, client)
         self.topics = settings.topics
-        self.db = Database(settings.mysql)
-        self.retry_s = settings.mysql.writer_retry_s
-        self.client = client
-        self.keys = Keys(settings.redis.key_prefix)
         self.sql = render_topics(self.topics)
         self._ids: dict[str, int] = {}
 
-    def insert_messages(self, rows: Sequence[Message], conn: Connection | None) -> list[int]:
+    def insert_messages(self, rows: Sequence[Message], conn: object | None) -> list[int]:
         """The rows' ids, written in the caller's open transaction `conn` (nothing committed here), or
         without it in a transaction of our own, committed. A topic's row is made at its first use."""
         self._resolve({topic for topic, _, _ in rows})
         if conn is not None:
-            with conn.cursor() as cur:
+            with self.joined(conn) as cur:
                 return self.write(cur, rows)
         return self.on_own_connection(lambda cur: self.write(cur, rows), "publish")
 

@@ -3,7 +3,8 @@
 
 Python blocks run as a reader runs a page: each in a fresh interpreter, after the page's earlier
 Python blocks (a later block uses `tasks` or `handlers` declared above it) and after a prelude of
-stand-ins for the reader's own application (`mailer`, `billing`, `conn`, `cur`, `emails`...). A
+stand-ins for the reader's own application (`mailer`, `billing`, `conn`, `cur`, `emails`...; a
+configured Django project and a SQLAlchemy `engine` for programs that import them). A
 block that opens with `# myapp/x.py` is also written to that file, so `--app myapp.x` finds it. Sh
 blocks run in bash, after the Python blocks. Everything runs in a database and key prefix of its
 own, migrated, with jobs.queues `default, media` and topics `orders, audit` (the pages' settings).
@@ -92,6 +93,31 @@ conn = pymysql.connect(
 )
 cur = conn.cursor()
 '''
+
+
+# The reader's Django project and SQLAlchemy engine, for the programs that use them (the outbox
+# snippets): Django on its default MySQL driver (mysqlclient), SQLAlchemy on PyMySQL.
+DJANGO_PRELUDE = """
+import django
+from django.conf import settings as _django_settings
+
+_django_settings.configure(DATABASES={"default": {
+    "ENGINE": "django.db.backends.mysql", "NAME": os.environ["DUECAST_MYSQL__DATABASE"],
+    "USER": os.environ["DUECAST_MYSQL__USER"], "PASSWORD": os.environ["DUECAST_MYSQL__PASSWORD"],
+    "HOST": os.environ["DUECAST_MYSQL__HOST"], "PORT": os.environ["DUECAST_MYSQL__PORT"],
+}})
+django.setup()
+"""
+SQLALCHEMY_PRELUDE = """
+import sqlalchemy
+
+engine = sqlalchemy.create_engine(sqlalchemy.URL.create(
+    "mysql+pymysql",
+    username=os.environ["DUECAST_MYSQL__USER"], password=os.environ["DUECAST_MYSQL__PASSWORD"],
+    host=os.environ["DUECAST_MYSQL__HOST"], port=int(os.environ["DUECAST_MYSQL__PORT"]),
+    database=os.environ["DUECAST_MYSQL__DATABASE"],
+))
+"""
 
 
 def all_blocks() -> list[Block]:
@@ -204,7 +230,13 @@ def commands(block: Block) -> list[str]:
 def program(block: Block) -> str:
     """The prelude, the page's earlier runnable Python blocks, then this one."""
     earlier = [b for b in run_blocks() if b.path == block.path and b.lang == "python" and b.line < block.line]
-    return "\n".join([PRELUDE, *(b.text for b in earlier), block.text])
+    texts = [*(b.text for b in earlier), block.text]
+    frameworks = [
+        prelude
+        for prelude, name in ((DJANGO_PRELUDE, "from django"), (SQLALCHEMY_PRELUDE, "from sqlalchemy"))
+        if any(name in text for text in texts)
+    ]
+    return "\n".join([PRELUDE, *frameworks, *texts])
 
 
 @pytest.mark.parametrize("block", run_blocks(), ids=lambda b: b.where(ROOT))
