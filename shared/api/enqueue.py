@@ -154,6 +154,10 @@ class Enqueuer(JobWriter):
         while done jobs are (jobs.retention_s > 0; docs/jobs.md, "Results")."""
         return read_result(self.db, self.sql, int(job_id))
 
+    async def aresult(self, job_id: int) -> JobResult | None:
+        """result() for asyncio code: the read runs on the writer's own threads, never on the loop."""
+        return await self.off_loop(lambda: self.result(job_id))
+
 
 def _job_id(written: Written) -> JobId:
     if 0 in written.merged:

@@ -70,6 +70,7 @@ class JobSQL:
     id_facts: str
     read_result: str
     call_result: str
+    read_job: str
     find_prunable: str
     prune: str
     count_state: str
@@ -106,6 +107,8 @@ def _results(t: str, reader: str) -> dict[str, str]:
         # For an enqueuer account with no SELECT (sql/grants.sql): the DBA's definer function
         # `<table>_result` returns the same columns as one JSON array, or NULL.
         call_result=f"SELECT {reader}(%s)",
+        # ...and with what it runs (a framework's task API rebuilds its call from it: Django's).
+        read_job=f"SELECT {cols}, `task`, `payload`, `started_at` FROM {t} WHERE `id` = %s",
     )
 
 

@@ -6,13 +6,15 @@ account without SELECT, through the DBA's definer function (sql/grants.sql). Nev
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from ..queries.jobs import JobSQL
 from ..states import STATE_NAMES, State
 from .db import Database
+from .joined import joined
+from .pool import Pool
 from .units import StorageError, access_denied, translated
 
 
@@ -31,12 +33,16 @@ class JobResult:
     enqueued_at: datetime  # naive, in the database's time zone (NOW()'s)
     finished_at: datetime | None
 
+    task: str | None = None  # read_job only: the job's task...
+    payload: Any = None  # ...and its decoded payload
+    started_at: datetime | None = None  # read_job only: when its last run started
+
     @property
     def finished(self) -> bool:
         return self.state in ("done", "dead")
 
 
-def read_result(db: Database, sql: JobSQL, job_id: int) -> JobResult | None:
+def read_result(db: Database | Pool, sql: JobSQL, job_id: int) -> JobResult | None:
     """The job's outcome, or None when there is no such job (never enqueued, or pruned)."""
     with db.transaction() as cur:
         try:
@@ -50,8 +56,23 @@ def read_result(db: Database, sql: JobSQL, job_id: int) -> JobResult | None:
                 cur.execute(sql.call_result, (job_id,))
             found = cur.fetchone()
             row = None if found is None or found[0] is None else tuple(json.loads(found[0]))
+    return None if row is None else _result(job_id, row)
+
+
+def read_job(handle: object, sql: JobSQL, job_id: int) -> JobResult | None:
+    """The job's outcome with its task and payload, read on the caller's connection `handle`
+    (anything `conn=` takes: storage.joined), in their transaction if they have one open."""
+    with joined(handle, lambda: None) as cur, translated():
+        cur.execute(sql.read_job, (job_id,))
+        row = cur.fetchone()
     if row is None:
         return None
+    base = _result(job_id, row[:7])
+    task, payload, started = row[7:]
+    return replace(base, task=str(task), payload=json.loads(payload), started_at=started)
+
+
+def _result(job_id: int, row: Any) -> JobResult:
     state, value, error, errors, attempts, enqueued, finished = row
     return JobResult(
         id=int(job_id),

@@ -16,7 +16,8 @@ from duecast.shared.errors import DuecastError, TransientFailure
 from duecast.shared.fanout.protocol import QueueError, QueueUnavailable
 from duecast.shared.storage.units import NotConnected, StorageError, TransientError
 
-PARTS = ("shared", "worker", "dispatcher", "cli")
+PARTS = ("shared", "worker", "dispatcher", "cli")  # integrations/ define no errors; importing
+# duecast.integrations.django.worker sets a Django project up
 # Modules that run something when imported (a role's or the command's entry point): nothing in them
 # defines an exception class.
 SKIPPED = {"__main__"}

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-FOLDERS = ("shared", "worker", "dispatcher", "cli", "examples")
+FOLDERS = ("shared", "worker", "dispatcher", "cli", "examples", "integrations")
 FACE = ("__init__.py", "__main__.py")  # the root is the package: its own modules count too
 MODULE_MAX = 400
 FUNCTION_MAX = 60

@@ -1,0 +1,93 @@
+"""The worker side: `duecast worker --app duecast.integrations.django.worker` runs Django tasks that
+DuecastBackend enqueued. Importing it sets Django up (DJANGO_SETTINGS_MODULE); each task runs as
+Django runs a request's code: old database connections closed before and after, signals sent."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import django
+from django.apps import apps
+from django.db import close_old_connections
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from ...shared.api.context import current_job
+from ...shared.api.handlers import Registry
+from .api import Task, TaskContext, TaskResult, TaskResultStatus, task_finished, task_started
+from .calls import ASYNC, PLAIN
+
+if not apps.ready:
+    if not os.environ.get("DJANGO_SETTINGS_MODULE"):
+        raise ImportError(
+            "duecast.integrations.django.worker needs DJANGO_SETTINGS_MODULE (your project's settings "
+            "module, e.g. DJANGO_SETTINGS_MODULE=mysite.settings)"
+        )
+    django.setup()
+
+handlers = Registry()
+
+
+@handlers.task(PLAIN)
+def run_plain(call: dict[str, Any]) -> Any:
+    """A plain Django task, on a worker thread."""
+    task, result = _started(call)
+    close_old_connections()  # this thread's connections may be stale from a task long ago
+    try:
+        value = task.call(*_args(task, result), **result.kwargs)
+    except BaseException:
+        _finished(result, TaskResultStatus.FAILED)
+        raise
+    finally:
+        close_old_connections()
+    _finished(result, TaskResultStatus.SUCCESSFUL)
+    return value
+
+
+@handlers.task(ASYNC)
+async def run_async(call: dict[str, Any]) -> Any:
+    """An `async def` Django task, on the worker's event loop."""
+    task, result = _started(call)
+    try:
+        value = await task.acall(*_args(task, result), **result.kwargs)
+    except BaseException:
+        _finished(result, TaskResultStatus.FAILED)
+        raise
+    _finished(result, TaskResultStatus.SUCCESSFUL)
+    return value
+
+
+def _started(call: dict[str, Any]) -> tuple[Task, TaskResult]:
+    """The Task the job names, and its TaskResult as Django's signals and TaskContext see it."""
+    task = import_string(call["task"])
+    if not isinstance(task, Task):
+        raise TypeError(f"{call['task']} is not a Django task (decorate it with @task)")
+    job = current_job()
+    now = timezone.now()
+    result = TaskResult(
+        task=task,
+        id=str(job.id),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=None,
+        started_at=now,
+        finished_at=None,
+        last_attempted_at=now,
+        args=call.get("args", []),
+        kwargs=call.get("kwargs", {}),
+        backend=task.backend,
+        errors=[],
+        worker_ids=["duecast"] * job.attempt,
+    )
+    task_started.send(sender=type(task.get_backend()), task_result=result)
+    return task, result
+
+
+def _args(task: Task, result: TaskResult) -> list[Any]:
+    return [TaskContext(task_result=result), *result.args] if task.takes_context else list(result.args)
+
+
+def _finished(result: TaskResult, status: Any) -> None:
+    object.__setattr__(result, "status", status)
+    object.__setattr__(result, "finished_at", timezone.now())
+    task_finished.send(sender=type(result.task.get_backend()), task_result=result)
