@@ -12,6 +12,7 @@ from duecast.shared.api.context import JobContext, current_job
 from duecast.shared.api.enqueue import DuplicateJob, EnqueueError, Enqueuer, Job, JobId, JobResult
 from duecast.shared.api.handlers import Registry
 from duecast.shared.api.messages import Message
+from duecast.shared.api.middleware import Middleware
 from duecast.shared.api.publish import Publish, Publisher, PublishError
 from duecast.shared.errors import DuecastError
 from duecast.shared.storage.units import NotConnected, StorageError, TransientError
@@ -27,6 +28,7 @@ __all__ = [
     "JobId",
     "JobResult",
     "Message",
+    "Middleware",
     "NotConnected",
     "Publish",
     "PublishError",

@@ -2,7 +2,7 @@
 MariaDB and no Redis (docs/testing.md). A face, like ./__init__.py: the helpers live in shared/testing.
 """
 
-from duecast.shared.api.handlers import TimedOut
+from duecast.shared.api.outcomes import TimedOut
 from duecast.shared.testing.calls import TestingError
 from duecast.shared.testing.jobs import Drained, JobDead, JobRecord, Jobs
 

@@ -73,7 +73,8 @@ GRANT SELECT, DELETE ON `app`.`duecast_workers` TO 'duecast_dispatcher'@'%';
 -- with its definer's rights (a locked account that cannot log in) and returns only the id.
 -- `duecast enqueue`'s default task check reads the worker registry: this account skips it with a
 -- one-line warning; give it --app (or worker.app) to check task names without the database.
-GRANT INSERT (`queue`, `task`, `payload`, `priority`, `max_attempts`, `unique_key`, `unique_slot`, `run_at`)
+GRANT INSERT (`queue`, `task`, `payload`, `priority`, `max_attempts`, `unique_key`, `unique_slot`, `run_at`,
+    `meta`)
   ON `app`.`duecast_jobs` TO 'duecast_enqueuer'@'%';
 GRANT SELECT (`id`, `task`, `unique_slot`) ON `app`.`duecast_jobs` TO 'duecast_holder'@'localhost';
 CREATE DEFINER = 'duecast_holder'@'localhost' FUNCTION `app`.`duecast_jobs_holder`(

@@ -20,6 +20,7 @@ CREATE TABLE IF NOT EXISTS `duecast_jobs` (
   `worker` VARCHAR(128) NULL,
   `finished_at` DATETIME(6) NULL,
   `last_error` MEDIUMTEXT NULL,
+  `meta` TEXT NULL,
   `result` MEDIUMTEXT NULL,
   `dc_state` TINYINT UNSIGNED NOT NULL DEFAULT 0,
   `dc_attempt` INT UNSIGNED NOT NULL DEFAULT 0,

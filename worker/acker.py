@@ -11,7 +11,7 @@ import time
 from collections import Counter
 
 from ..shared.acks import Ack, Row
-from ..shared.api.handlers import TimedOut
+from ..shared.api.outcomes import TimedOut
 from ..shared.policy import ack_now, error_backoff_s
 from ..shared.storage.source_store import Store
 from .flight import Flight, Outcome

@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from ..shared.api.handlers import TimedOut
+from ..shared.api.outcomes import TimedOut
 from ..shared.policy import too_many_stuck
 from ..shared.process.loop import Tick
 from ..shared.storage.protocol import GivesBack

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Protocol
 
 from ..shared.acks import Row
-from ..shared.api.handlers import TimedOut
+from ..shared.api.outcomes import TimedOut
 from ..shared.fanout.protocol import Queue
 from .flight import Flight, Outcome
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ..shared.acks import Ack, Row
-from ..shared.api.handlers import TimedOut
+from ..shared.api.outcomes import TimedOut
 from .flight import Flight, Outcome
 
 T = TypeVar("T")

@@ -6,10 +6,11 @@ job), never outside one: a task's signature stays `fn(payload)`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import json
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +26,7 @@ class JobContext:
     enqueued_at: datetime  # the job's created_at: naive, in the database's time zone (NOW()'s)
     errors: int  # failed runs before this one
     max_attempts: int  # errors at which the job is dead
+    meta: Mapping[str, str] = field(default_factory=dict)  # what enqueue middleware carried
 
 
 def current_job() -> JobContext:
@@ -47,6 +49,7 @@ def job_context(row: dict[str, Any]) -> JobContext:
         enqueued_at=created if isinstance(created, datetime) else datetime.fromisoformat(str(created)),
         errors=int(row["errors"]),
         max_attempts=int(row["max_attempts"]),
+        meta=json.loads(row["meta"]) if row.get("meta") else {},
     )
 
 

@@ -28,6 +28,7 @@ from ..storage.job_writer import (
     Written,
 )
 from .job_input import MAX_PAYLOAD_DEPTH, Job, encode
+from .middleware import Middleware, through_enqueue
 
 # Re-exported: callers take Job, EnqueueError and encode from here, as before job_input split off, and
 # the write's types from here, as before the write moved into storage.
@@ -53,6 +54,7 @@ class Enqueuer(JobWriter):
         self, settings: Settings, client: RedisClient | None, tasks: Iterable[str] | None = None
     ) -> None:
         super().__init__(settings, client, frozenset(tasks) if tasks is not None else None)
+        self.middleware: list[Middleware] = []
 
     @classmethod
     def connect(cls, config: str | None = None, tasks: Iterable[str] | None = None) -> Enqueuer:
@@ -83,9 +85,8 @@ class Enqueuer(JobWriter):
 
         With `conn`, joins that open transaction (see enqueue_many).
         """
-        return self._enqueue(
-            Job(task, payload, queue, delay_s, run_at, priority, max_attempts, unique_key), on_duplicate, conn
-        )
+        job = Job(task, payload, queue, delay_s, run_at, priority, max_attempts, unique_key)
+        return self._enqueue(self._through(job), on_duplicate, conn)
 
     def _enqueue(self, job: Job, on_duplicate: OnDuplicate, conn: object | None) -> JobId:
         row = encode(job, self.jobs, self.tasks)
@@ -115,6 +116,9 @@ class Enqueuer(JobWriter):
         dispatcher.poll_interval_s. A connection in autocommit mode (Django outside `atomic()`)
         holds no transaction: the jobs are written in one of duecast's own on it, committed here.
         """
+        return self._enqueue_many([self._through(job) for job in jobs], on_duplicate, conn)
+
+    def _enqueue_many(self, jobs: list[Job], on_duplicate: OnDuplicate, conn: object | None) -> list[JobId]:
         rows = [encode(job, self.jobs, self.tasks) for job in jobs]
         if not rows:
             return []
@@ -140,12 +144,24 @@ class Enqueuer(JobWriter):
         """`enqueue` for asyncio code, in a transaction of duecast's own: the write runs on one of the
         Enqueuer's threads (one connection each), so the event loop never waits for MySQL, even while
         it is down, and any number of tasks may await at once."""
-        job = Job(task, payload, queue, delay_s, run_at, priority, max_attempts, unique_key)
+        job = self._through(Job(task, payload, queue, delay_s, run_at, priority, max_attempts, unique_key))
         return await self.off_loop(partial(self._enqueue, job, on_duplicate, None))
 
     async def aenqueue_many(self, jobs: Iterable[Job], *, on_duplicate: OnDuplicate = "error") -> list[JobId]:
         """`enqueue_many` for asyncio code (see aenqueue)."""
-        return await self.off_loop(partial(self.enqueue_many, list(jobs), on_duplicate=on_duplicate))
+        prepared = [self._through(job) for job in jobs]  # here: middleware sees the caller's context
+        return await self.off_loop(partial(self._enqueue_many, prepared, on_duplicate, None))
+
+    def use(self, middleware: Middleware) -> Middleware:
+        """Add enqueue middleware (Middleware.enqueue), run in the caller on every job before it is
+        checked; the first added runs first. Returns it."""
+        if not isinstance(middleware, Middleware):
+            raise TypeError(f"Enqueuer.use takes a duecast Middleware, not {type(middleware).__name__}")
+        self.middleware.append(middleware)
+        return middleware
+
+    def _through(self, job: Job) -> Job:
+        return through_enqueue(self.middleware, job) if self.middleware else job
 
 
     def result(self, job_id: int) -> JobResult | None:

@@ -13,12 +13,13 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from ..acks import Ack, Row
-from ..errors import DuecastError
 from ..identifiers import check_identifier
 from ..settings import JOBS_SOURCE, ScheduleSettings, topic_source
-from .context import call_as, job_context, running
+from .context import JobContext, call_as, job_context, running
 from .lifespan import Hook, Hooks
 from .messages import Message
+from .middleware import Middleware, awrapped, wrapped
+from .outcomes import task_outcome
 
 # Each may be a plain function or an `async def` one (a coroutine function) returning the same.
 RowHandler = Callable[[Row], Ack | None] | Callable[[Row], Awaitable[Ack | None]]
@@ -105,24 +106,6 @@ class Handler:
         return [_outcome(a) for a in acks]
 
 
-def task_outcome(value: object) -> Ack | None:
-    """What a task's return value means: None and an Ack as for any handler; any other value is
-    its result, done and kept as JSON text (a value JSON cannot hold fails the run: TypeError)."""
-    if value is None or isinstance(value, Ack):
-        return value
-    try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise TypeError(
-            f"a task must return None, an Ack or a JSON value (its result), not {type(value).__name__}: {exc}"
-        ) from exc
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise TypeError("a task's result holds a lone surrogate, which utf8mb4 cannot store") from exc
-    return Ack(result=text)
-
-
 def _outcome(value: object) -> Ack | BaseException:
     """One batch item as a row outcome: a non-Ack fails that row only."""
     try:
@@ -149,6 +132,7 @@ class Registry:
         self._async_tasks: set[str] = set()
         self._timeouts: dict[str, float] = {}
         self._schedules: list[ScheduleSettings] = []
+        self._middleware: list[Middleware] = []
         self._hooks = Hooks()
 
     def on_start(self, fn: Hook) -> Hook:
@@ -313,8 +297,12 @@ class Registry:
         if fn is None:
             return self._unknown(row)
         payload = json.loads(row["payload"])
-        with running(job_context(row)):  # the task's own asyncio Task copies this context
-            return task_outcome(await cast(Awaitable[Any], fn(payload)))
+        job = job_context(row)
+        with running(job):  # the task's own asyncio Task copies this context
+            call: Callable[[], Awaitable[Any]] = lambda: cast(Awaitable[Any], fn(payload))  # noqa: E731
+            if self._middleware:
+                call = awrapped(self._middleware, job, call)
+            return task_outcome(await call())
 
     def _run_job(self, row: Row) -> Ack | None:
         name, fn = row["task"], self._tasks.get(row["task"])
@@ -323,8 +311,22 @@ class Registry:
         payload = json.loads(row["payload"])
         job = job_context(row)  # what duecast.current_job() returns while fn runs
         if name in self._transactional:
-            return Ack("transaction", work=lambda cursor: task_outcome(call_as(job, fn, payload, cursor)))
-        return task_outcome(call_as(job, fn, payload))
+            return Ack("transaction", work=lambda cursor: task_outcome(self._call(job, fn, payload, cursor)))
+        return task_outcome(self._call(job, fn, payload))
+
+    def _call(self, job: JobContext, fn: TaskFunction, *args: Any) -> Any:
+        """fn(*args) as `job`, inside the run middleware (if any)."""
+        if not self._middleware:
+            return call_as(job, fn, *args)
+        return call_as(job, wrapped(self._middleware, job, lambda: fn(*args)))
+
+    def use(self, middleware: Middleware) -> Middleware:
+        """Add run middleware (Middleware.run / arun) around every task of this Registry; the first
+        added is outermost. Returns it."""
+        if not isinstance(middleware, Middleware):
+            raise TypeError(f"Registry.use takes a duecast Middleware, not {type(middleware).__name__}")
+        self._middleware.append(middleware)
+        return middleware
 
     def schedule(
         self,
@@ -362,6 +364,7 @@ class Registry:
     def include(self, other: Registry) -> None:
         """Add `other`'s handlers, tasks, schedules and hooks to this one: a worker serving two apps
         (`--app a --app b`). A source, task or schedule both declare is an error, never a silent pick."""
+        self._middleware += [mw for mw in other._middleware if mw not in self._middleware]
         for source, handler in other._handlers.items():
             if source != JOBS_SOURCE:
                 if source in self._handlers:
@@ -384,11 +387,3 @@ class Registry:
             raise KeyError(f"no handler registered for source {source!r}") from None
         return handler
 
-
-class TimedOut(DuecastError, TimeoutError):
-    """A handler call that ran past its time limit (a failure like any other). Here, beside the
-    handlers, so that the worker and duecast.testing make the same one."""
-
-    def __init__(self, source: str, limit_s: float) -> None:
-        super().__init__(f"{source}: the handler ran longer than its timeout_s ({limit_s:g}s)")
-        self.limit_s = limit_s

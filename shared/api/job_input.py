@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,6 +17,7 @@ from ..storage.job_writer import EnqueueError, JobRow
 
 TEXT_CHARS = 191  # task and unique_key: VARCHAR(191), the most utf8mb4 an index prefix took in 5.6
 SHOWN_CHARS = 60  # of a bad value, in an error message
+META_BYTES = 4096  # a job's meta, as JSON
 MAX_PAYLOAD_DEPTH = 100  # nesting of lists and objects: MySQL's own JSON limit
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -33,6 +34,8 @@ class Job:
     priority: int = 0  # 0-9, 0 runs first
     max_attempts: int | None = None  # None: jobs.max_attempts
     unique_key: str | None = None  # at most one pending or running job of this task per key
+    # Strings middleware carries from enqueue to the run (a trace context): JobContext.meta.
+    meta: Mapping[str, str] | None = None
 
 
 def encode(job: Job, jobs: JobsSettings, tasks: frozenset[str] | None) -> JobRow:
@@ -60,7 +63,26 @@ def encode(job: Job, jobs: JobsSettings, tasks: frozenset[str] | None) -> JobRow
         job.unique_key,
         _utc(job.run_at, jobs.max_delay_s),
         delay_us,
+        meta=_meta_text(job.meta),
     )
+
+
+def _meta_text(meta: object) -> str | None:
+    """meta as stored: a JSON object of strings, at most META_BYTES (trace headers are ~100)."""
+    if meta is None:
+        return None
+    if not isinstance(meta, Mapping) or not all(isinstance(k, str) for k in meta):
+        raise EnqueueError(f"meta must map strings to strings, not {_shown(meta)}")
+    if not all(isinstance(v, str) for v in meta.values()):
+        raise EnqueueError(f"meta must map strings to strings, not {_shown(meta)}")
+    text = json.dumps(dict(meta), ensure_ascii=False, separators=(",", ":"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise EnqueueError("meta holds a lone surrogate, which utf8mb4 cannot store") from exc
+    if size > META_BYTES:
+        raise EnqueueError(f"meta is {size} bytes of JSON; the limit is {META_BYTES}")
+    return text or None
 
 
 def _shown(value: object) -> str:

@@ -32,6 +32,7 @@ JOB_COLUMNS = (
     "interruptions",
     "queue",  # with created_at: a task's JobContext (shared/api/context.py)
     "created_at",
+    "meta",  # what enqueue middleware carried (a trace context): JobContext.meta
 )
 # Columns of `duecast jobs show/list`.
 SHOW_COLUMNS = (
@@ -119,22 +120,22 @@ def _enqueueing(t: str, holder: str) -> dict[str, str]:
         # the state, counters, lease and schedule columns keep their defaults.
         insert=(
             f"INSERT INTO {t} (`queue`, `task`, `payload`, `priority`, `max_attempts`, `unique_key`, "
-            "`unique_slot`, `run_at`) VALUES "
+            "`unique_slot`, `run_at`, `meta`) VALUES "
         ),
         # run_at: NOW(6) + delay, or a UTC time converted to the session's zone (NOW(6)'s zone).
         insert_values=(
             "(%s, %s, %s, %s, %s, %s, %s, "
-            "COALESCE(CONVERT_TZ(%s, '+00:00', @@session.time_zone), NOW(6) + INTERVAL %s MICROSECOND))"
+            "COALESCE(CONVERT_TZ(%s, '+00:00', @@session.time_zone), NOW(6) + INTERVAL %s MICROSECOND), %s)"
         ),
         # A recurring schedule's run (the dispatcher): also keyed by (schedule, scheduled_for).
         insert_scheduled=(
             f"INSERT INTO {t} (`queue`, `task`, `payload`, `priority`, `max_attempts`, `unique_key`, "
-            "`unique_slot`, `run_at`, `schedule`, `scheduled_for`) VALUES "
+            "`unique_slot`, `run_at`, `meta`, `schedule`, `scheduled_for`) VALUES "
         ),
         insert_scheduled_values=(
             "(%s, %s, %s, %s, %s, %s, %s, "
             "COALESCE(CONVERT_TZ(%s, '+00:00', @@session.time_zone), NOW(6) + INTERVAL %s MICROSECOND), "
-            "%s, %s)"
+            "%s, %s, %s)"
         ),
         # on_duplicate="keep": after a duplicate-key error, the active job holding the key (dc_unique).
         # A locking read: it sees the latest commit, whatever the transaction's snapshot, and the

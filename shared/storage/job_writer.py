@@ -56,6 +56,7 @@ class JobRow:
     delay_us: int
     schedule: str | None = None
     scheduled_for: datetime | None = None
+    meta: str | None = None  # JSON: what enqueue middleware carries to the run (a trace context)
 
     """A validated job, as the INSERT takes it."""
 
@@ -71,6 +72,7 @@ class JobRow:
             self.unique_key,  # unique_slot: the key, held while the job is active
             self.run_at_utc,
             self.delay_us,
+            self.meta,
         )
         return (*values, self.schedule, self.scheduled_for) if scheduled else values
 

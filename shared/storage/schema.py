@@ -52,6 +52,8 @@ JOB_COLUMNS: dict[str, str] = {
     "worker": "VARCHAR(128) NULL",
     "finished_at": "DATETIME(6) NULL",
     "last_error": "MEDIUMTEXT NULL",
+    # What middleware at enqueue carries to the run (a trace context): a JSON object of strings.
+    "meta": "TEXT NULL",
     # A done job's return value as JSON text, when its task returned one (docs/jobs.md, "Results").
     "result": "MEDIUMTEXT NULL",
     **DISPATCH_COLUMNS,

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ..acks import Ack, Row
-from ..api.handlers import TimedOut
+from ..api.outcomes import TimedOut
 from ..errors import DuecastError
 
 T = TypeVar("T")

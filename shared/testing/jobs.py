@@ -15,6 +15,7 @@ from typing import Any
 
 from ..api.enqueue import DuplicateJob, Job, JobId, JobRow, OnDuplicate, encode
 from ..api.handlers import Registry
+from ..api.middleware import Middleware, through_enqueue
 from ..settings import JobsSettings
 from ..storage.leased.run_units import kept_result
 from .calls import TestingError
@@ -53,6 +54,7 @@ class JobRecord:
     result: Any = None  # what the task returned (decoded JSON), once done
     finished_at: datetime | None = None
     payload_text: str = field(default="", repr=False)
+    meta_text: str | None = field(default=None, repr=False)
 
     def row(self) -> dict[str, Any]:
         """The row a worker reads to run it (shared/queries/jobs.py JOB_COLUMNS)."""
@@ -66,6 +68,7 @@ class JobRecord:
             "interruptions": 0,
             "queue": self.queue,
             "created_at": self.created_at,
+            "meta": self.meta_text,
         }
 
 
@@ -101,6 +104,7 @@ class Jobs:
         self.tasks = frozenset(tasks) if tasks is not None else None
         self.now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
         self._run = JobRun(registry, self.settings, cursor, random.Random(seed))
+        self.middleware: list[Middleware] = []
         self._jobs: dict[int, JobRecord] = {}
         self._next_id = 1
 
@@ -125,7 +129,7 @@ class Jobs:
         """As Enqueuer.enqueue_many: every job checked first, then all enqueued or none."""
         if on_duplicate not in ("error", "keep"):
             raise TestingError(f"on_duplicate must be 'error' or 'keep', not {on_duplicate!r}")
-        rows = [encode(job, self.settings, self.tasks) for job in jobs]
+        rows = [encode(through_enqueue(self.middleware, job), self.settings, self.tasks) for job in jobs]
         holders = self._holders(rows, on_duplicate)
         ids = [
             JobId(h, merged=True) if h else JobId(self._add(r).id) for r, h in zip(rows, holders, strict=True)
@@ -141,6 +145,12 @@ class Jobs:
 
     async def aenqueue_many(self, jobs: Iterable[Job], **options: Any) -> list[JobId]:
         return self.enqueue_many(jobs, **options)
+
+    def use(self, middleware: Middleware) -> Middleware:
+        """As Enqueuer.use: enqueue middleware on every job (the Registry's run middleware applies
+        to runs here as on a worker)."""
+        self.middleware.append(middleware)
+        return middleware
 
     def wake(self) -> None:
         """Nothing to wake: kept so that code calling Enqueuer.wake() runs under test."""
@@ -251,6 +261,7 @@ class Jobs:
             run_at,
             self.now,
             payload_text=row.payload,
+            meta_text=row.meta,
         )
         self._jobs[job.id] = job
         self._next_id += 1

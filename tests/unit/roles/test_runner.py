@@ -11,7 +11,8 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from duecast.shared.acks import Ack, Row
-from duecast.shared.api.handlers import Handler, TimedOut
+from duecast.shared.api.handlers import Handler
+from duecast.shared.api.outcomes import TimedOut
 from duecast.shared.storage.source_store import AckCounts
 from duecast.worker.flight import Flight, Outcome
 from duecast.worker.runner import Completions, LoopRunner, ThreadRunner
