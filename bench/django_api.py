@@ -157,14 +157,14 @@ def run(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any]]:
 def table(args: argparse.Namespace, results: list[dict[str, Any]]) -> Table:
     t = Table(title=f"Django's task API: {args.jobs:,} no-op tasks, {args.workers} workers "
                     f"(median of {len(results)} runs)")
-    for col in ("way", "enqueue tasks/s", "drain tasks/s", "drain × reference", "drain × duecast's API"):
+    for col in ("way", "enqueue tasks/s", "drain tasks/s", "drain vs reference", "drain vs own API"):
         t.add_column(col, justify="right")
     rate = {w: statistics.median(args.jobs / r[f"{w}_drain_s"] for r in results)
             for w in ("reference", "django", "duecast")}
     for way, label in (("reference", "django-tasks-db (db_worker)"), ("django", "duecast, Django backend"),
                        ("duecast", "duecast, its own API")):
         enq = statistics.median(args.jobs / r[f"{way}_enqueue_s"] for r in results)
-        t.add_row(label, f"{enq:,.0f}", f"{rate[way]:,.0f}", f"{rate[way] / rate['reference']:.1f}×",
+        t.add_row(label, f"{enq:,.0f}", f"{rate[way]:,.0f}", f"{rate[way] / rate["reference"]:.1f}x",
                   f"{rate[way] / rate['duecast']:.2f}")
     return t
 
