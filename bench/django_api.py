@@ -164,7 +164,7 @@ def table(args: argparse.Namespace, results: list[dict[str, Any]]) -> Table:
     for way, label in (("reference", "django-tasks-db (db_worker)"), ("django", "duecast, Django backend"),
                        ("duecast", "duecast, its own API")):
         enq = statistics.median(args.jobs / r[f"{way}_enqueue_s"] for r in results)
-        t.add_row(label, f"{enq:,.0f}", f"{rate[way]:,.0f}", f"{rate[way] / rate["reference"]:.1f}x",
+        t.add_row(label, f"{enq:,.0f}", f"{rate[way]:,.0f}", f"{rate[way] / rate['reference']:.1f}x",
                   f"{rate[way] / rate['duecast']:.2f}")
     return t
 
