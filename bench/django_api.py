@@ -45,6 +45,7 @@ from duecast.shared.storage.db import connect
 
 BENCH_DIR = Path(__file__).resolve().parent
 PROJECT = BENCH_DIR / "django_bench"
+WAYS = ("reference", "django", "duecast")
 REF_TABLE = "django_tasks_database_dbtaskresult"
 ENQUEUE = """
 import sys, time
@@ -140,15 +141,18 @@ def run(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any]]:
     for n in range(args.runs):
         logs = Path(tempfile.mkdtemp(prefix="duecast-django-bench-"))
         row: dict[str, Any] = {"run": n + 1}
-        prepare(settings)
-        row["reference_enqueue_s"] = django_enqueue(args.jobs, args.per_transaction, "ref")
-        row["reference_drain_s"] = reference_drain(args, logs)
-        prepare(settings)
-        row["django_enqueue_s"] = django_enqueue(args.jobs, args.per_transaction, "default")
-        row["django_drain_s"] = duecast_drain(settings, args, logs, "duecast.integrations.django.worker")
-        prepare(settings)
-        row["duecast_enqueue_s"] = own_enqueue(settings, args.jobs)
-        row["duecast_drain_s"] = duecast_drain(settings, args, logs, "bench_jobs_app")
+        if "reference" in args.ways:
+            prepare(settings)
+            row["reference_enqueue_s"] = django_enqueue(args.jobs, args.per_transaction, "ref")
+            row["reference_drain_s"] = reference_drain(args, logs)
+        if "django" in args.ways:
+            prepare(settings)
+            row["django_enqueue_s"] = django_enqueue(args.jobs, args.per_transaction, "default")
+            row["django_drain_s"] = duecast_drain(settings, args, logs, "duecast.integrations.django.worker")
+        if "duecast" in args.ways:
+            prepare(settings)
+            row["duecast_enqueue_s"] = own_enqueue(settings, args.jobs)
+            row["duecast_drain_s"] = duecast_drain(settings, args, logs, "bench_jobs_app")
         results.append(row)
         print(", ".join(f"{k} {v:.2f}" for k, v in row.items() if k != "run"), file=sys.stderr)
     return results
@@ -159,13 +163,16 @@ def table(args: argparse.Namespace, results: list[dict[str, Any]]) -> Table:
                     f"(median of {len(results)} runs)")
     for col in ("way", "enqueue tasks/s", "drain tasks/s", "drain vs reference", "drain vs own API"):
         t.add_column(col, justify="right")
-    rate = {w: statistics.median(args.jobs / r[f"{w}_drain_s"] for r in results)
-            for w in ("reference", "django", "duecast")}
-    for way, label in (("reference", "django-tasks-db (db_worker)"), ("django", "duecast, Django backend"),
-                       ("duecast", "duecast, its own API")):
+    rate = {w: statistics.median(args.jobs / r[f"{w}_drain_s"] for r in results) for w in args.ways}
+
+    def ratio(way: str, base: str) -> str:
+        return f"{rate[way] / rate[base]:.2f}" if base in rate else "-"
+
+    labels = {"reference": "django-tasks-db (db_worker)", "django": "duecast, Django backend",
+              "duecast": "duecast, its own API"}
+    for way in args.ways:
         enq = statistics.median(args.jobs / r[f"{way}_enqueue_s"] for r in results)
-        t.add_row(label, f"{enq:,.0f}", f"{rate[way]:,.0f}", f"{rate[way] / rate['reference']:.1f}x",
-                  f"{rate[way] / rate['duecast']:.2f}")
+        t.add_row(labels[way], f"{enq:,.0f}", f"{rate[way]:,.0f}", ratio(way, "reference"), ratio(way, "duecast"))
     return t
 
 
@@ -178,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--json", type=Path)
+    p.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS), help="which to measure (default: all)")
     args = p.parse_args(argv)
     harness.use_bench_namespace()
     settings = load_settings()

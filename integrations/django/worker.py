@@ -4,6 +4,7 @@ Django runs a request's code: old database connections closed before and after, 
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -32,37 +33,44 @@ handlers = Registry()
 @handlers.task(PLAIN)
 def run_plain(call: dict[str, Any]) -> Any:
     """A plain Django task, on a worker thread."""
-    task, result = _started(call)
+    task, sender, result = _started(call)
     close_old_connections()  # this thread's connections may be stale from a task long ago
     try:
         value = task.call(*_args(task, result), **result.kwargs)
     except BaseException:
-        _finished(result, TaskResultStatus.FAILED)
+        _finished(result, TaskResultStatus.FAILED, sender)
         raise
     finally:
         close_old_connections()
-    _finished(result, TaskResultStatus.SUCCESSFUL)
+    _finished(result, TaskResultStatus.SUCCESSFUL, sender)
     return value
 
 
 @handlers.task(ASYNC)
 async def run_async(call: dict[str, Any]) -> Any:
     """An `async def` Django task, on the worker's event loop."""
-    task, result = _started(call)
+    task, sender, result = _started(call)
     try:
         value = await task.acall(*_args(task, result), **result.kwargs)
     except BaseException:
-        _finished(result, TaskResultStatus.FAILED)
+        _finished(result, TaskResultStatus.FAILED, sender)
         raise
-    _finished(result, TaskResultStatus.SUCCESSFUL)
+    _finished(result, TaskResultStatus.SUCCESSFUL, sender)
     return value
 
 
-def _started(call: dict[str, Any]) -> tuple[Task, TaskResult]:
-    """The Task the job names, and its TaskResult as Django's signals and TaskContext see it."""
-    task = import_string(call["task"])
+@functools.cache
+def _task(path: str) -> tuple[Task, type]:
+    """The Task at `path` and its backend's class (what signals are sent by), looked up once."""
+    task = import_string(path)
     if not isinstance(task, Task):
-        raise TypeError(f"{call['task']} is not a Django task (decorate it with @task)")
+        raise TypeError(f"{path} is not a Django task (decorate it with @task)")
+    return task, type(task.get_backend())
+
+
+def _started(call: dict[str, Any]) -> tuple[Task, type, TaskResult]:
+    """The Task the job names, and its TaskResult as Django's signals and TaskContext see it."""
+    task, sender = _task(call["task"])
     job = current_job()
     now = timezone.now()
     result = TaskResult(
@@ -79,15 +87,15 @@ def _started(call: dict[str, Any]) -> tuple[Task, TaskResult]:
         errors=[],
         worker_ids=["duecast"] * job.attempt,
     )
-    task_started.send(sender=type(task.get_backend()), task_result=result)
-    return task, result
+    task_started.send(sender=sender, task_result=result)
+    return task, sender, result
 
 
 def _args(task: Task, result: TaskResult) -> list[Any]:
     return [TaskContext(task_result=result), *result.args] if task.takes_context else list(result.args)
 
 
-def _finished(result: TaskResult, status: Any) -> None:
+def _finished(result: TaskResult, status: Any, sender: type) -> None:
     object.__setattr__(result, "status", status)
     object.__setattr__(result, "finished_at", timezone.now())
-    task_finished.send(sender=type(result.task.get_backend()), task_result=result)
+    task_finished.send(sender=sender, task_result=result)
