@@ -65,8 +65,11 @@ print(time.perf_counter() - started)
 
 
 def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": f"{PROJECT}:{BENCH_DIR}:{os.environ.get('PYTHONPATH', '')}",
-            "DJANGO_SETTINGS_MODULE": "djbench.settings"}
+    return {
+        **os.environ,
+        "PYTHONPATH": f"{PROJECT}:{BENCH_DIR}:{os.environ.get('PYTHONPATH', '')}",
+        "DJANGO_SETTINGS_MODULE": "djbench.settings",
+    }
 
 
 def prepare(settings: Settings) -> None:
@@ -79,8 +82,14 @@ def prepare(settings: Settings) -> None:
 
 
 def django_enqueue(jobs: int, per: int, backend: str) -> float:
-    done = subprocess.run([sys.executable, "-c", ENQUEUE, str(jobs), str(per), backend], cwd=PROJECT,
-                          env=env(), check=True, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", ENQUEUE, str(jobs), str(per), backend],
+        cwd=PROJECT,
+        env=env(),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return float(done.stdout.strip().splitlines()[-1])
 
 
@@ -97,9 +106,23 @@ def reference_drain(args: argparse.Namespace, logs: Path) -> float:
     started = time.perf_counter()
     procs = [
         subprocess.Popen(
-            [sys.executable, "manage.py", "db_worker", "--backend", "ref", "--batch", "--no-startup-delay",
-             "--queue-name", "*", "--worker-id", f"ref-{i}"],
-            cwd=PROJECT, env=env(), stdout=(logs / f"ref-{i}.log").open("wb"), stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "manage.py",
+                "db_worker",
+                "--backend",
+                "ref",
+                "--batch",
+                "--no-startup-delay",
+                "--queue-name",
+                "*",
+                "--worker-id",
+                f"ref-{i}",
+            ],
+            cwd=PROJECT,
+            env=env(),
+            stdout=(logs / f"ref-{i}.log").open("wb"),
+            stderr=subprocess.STDOUT,
         )
         for i in range(args.workers)
     ]
@@ -159,8 +182,10 @@ def run(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def table(args: argparse.Namespace, results: list[dict[str, Any]]) -> Table:
-    t = Table(title=f"Django's task API: {args.jobs:,} no-op tasks, {args.workers} workers "
-                    f"(median of {len(results)} runs)")
+    t = Table(
+        title=f"Django's task API: {args.jobs:,} no-op tasks, {args.workers} workers "
+        f"(median of {len(results)} runs)"
+    )
     for col in ("way", "enqueue tasks/s", "drain tasks/s", "drain vs reference", "drain vs own API"):
         t.add_column(col, justify="right")
     rate = {w: statistics.median(args.jobs / r[f"{w}_drain_s"] for r in results) for w in args.ways}
@@ -168,11 +193,16 @@ def table(args: argparse.Namespace, results: list[dict[str, Any]]) -> Table:
     def ratio(way: str, base: str) -> str:
         return f"{rate[way] / rate[base]:.2f}" if base in rate else "-"
 
-    labels = {"reference": "django-tasks-db (db_worker)", "django": "duecast, Django backend",
-              "duecast": "duecast, its own API"}
+    labels = {
+        "reference": "django-tasks-db (db_worker)",
+        "django": "duecast, Django backend",
+        "duecast": "duecast, its own API",
+    }
     for way in args.ways:
         enq = statistics.median(args.jobs / r[f"{way}_enqueue_s"] for r in results)
-        t.add_row(labels[way], f"{enq:,.0f}", f"{rate[way]:,.0f}", ratio(way, "reference"), ratio(way, "duecast"))
+        t.add_row(
+            labels[way], f"{enq:,.0f}", f"{rate[way]:,.0f}", ratio(way, "reference"), ratio(way, "duecast")
+        )
     return t
 
 
@@ -185,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--json", type=Path)
-    p.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS), help="which to measure (default: all)")
+    p.add_argument(
+        "--ways", nargs="+", choices=WAYS, default=list(WAYS), help="which to measure (default: all)"
+    )
     args = p.parse_args(argv)
     harness.use_bench_namespace()
     settings = load_settings()
