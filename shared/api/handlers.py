@@ -18,7 +18,7 @@ from ..settings import JOBS_SOURCE, ScheduleSettings, topic_source
 from .context import JobContext, call_as, job_context, running
 from .lifespan import Hook, Hooks
 from .messages import Message
-from .middleware import Middleware, awrapped, wrapped
+from .middleware import Middleware, achecked, awrapped, checked, checking, wrapped
 from .outcomes import task_outcome
 
 # Each may be a plain function or an `async def` one (a coroutine function) returning the same.
@@ -385,5 +385,12 @@ class Registry:
             handler = self._handlers[source]
         except KeyError:
             raise KeyError(f"no handler registered for source {source!r}") from None
-        return handler
+        around = checking(self._middleware) if source != JOBS_SOURCE else []
+        if not around:
+            return handler
+        return replace(
+            handler,
+            fn=None if handler.fn is None else checked(around, source, handler.fn),
+            afn=None if handler.afn is None else achecked(around, source, handler.afn),
+        )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from ..acks import Row
 from .context import JobContext
 from .job_input import Job
 
@@ -28,6 +29,61 @@ class Middleware:
 
     async def arun(self, job: JobContext, call: Callable[[], Awaitable[Any]]) -> Any:
         return await call()
+
+    def check(self, source: str, rows: list[Row], call: Callable[[], Any]) -> Any:
+        """Around a re-scan or consumer handler's call (a row handler: one row; a batch handler: its
+        slice). Only middleware that overrides check/acheck wraps these: the hot path stays bare."""
+        return call()
+
+    async def acheck(self, source: str, rows: list[Row], call: Callable[[], Awaitable[Any]]) -> Any:
+        return await call()
+
+
+def checking(middleware: Sequence[Middleware]) -> list[Middleware]:
+    """The middleware that wraps re-scan and consumer calls: those overriding check or acheck."""
+    return [
+        mw
+        for mw in middleware
+        if type(mw).check is not Middleware.check or type(mw).acheck is not Middleware.acheck
+    ]
+
+
+def checked(middleware: Sequence[Middleware], source: str, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A plain row or batch handler `fn(row | rows)` inside every check middleware."""
+
+    def call(arg: Any) -> Any:
+        rows = arg if isinstance(arg, list) else [arg]
+        inner: Callable[[], Any] = lambda: fn(arg)  # noqa: E731
+        for mw in reversed(middleware):
+            inner = _bind_check(mw, source, rows, inner)
+        return inner()
+
+    return call
+
+
+def achecked(
+    middleware: Sequence[Middleware], source: str, fn: Callable[[Any], Awaitable[Any]]
+) -> Callable[[Any], Awaitable[Any]]:
+    """The async twin of `checked`."""
+
+    async def call(arg: Any) -> Any:
+        rows = arg if isinstance(arg, list) else [arg]
+        inner: Callable[[], Awaitable[Any]] = lambda: fn(arg)  # noqa: E731
+        for mw in reversed(middleware):
+            inner = _abind_check(mw, source, rows, inner)
+        return await inner()
+
+    return call
+
+
+def _bind_check(mw: Middleware, source: str, rows: list[Row], inner: Callable[[], Any]) -> Callable[[], Any]:
+    return lambda: mw.check(source, rows, inner)
+
+
+def _abind_check(
+    mw: Middleware, source: str, rows: list[Row], inner: Callable[[], Awaitable[Any]]
+) -> Callable[[], Awaitable[Any]]:
+    return lambda: mw.acheck(source, rows, inner)
 
 
 def through_enqueue(middleware: Sequence[Middleware], job: Job) -> Job:
