@@ -11,9 +11,10 @@ import time
 from collections import Counter
 
 from ..shared.acks import Ack, Row
+from ..shared.limits import shown
 from ..shared.policy import ack_now, error_backoff_s
 from ..shared.storage.source_store import Store
-from .flight import Flight, Outcome, TimedOut
+from .flight import Flight, InvalidAck, Outcome, TimedOut
 from .report import log_failures
 
 log = logging.getLogger("duecast.worker")
@@ -50,16 +51,19 @@ class Acker:
         done = flight.take_done()
         acks: list[tuple[Row, Ack]] = []
         failed: list[tuple[Row, Outcome]] = []
-        valid: dict[int, bool] = {}  # by identity: handlers mostly return one shared Ack object
+        refusals: dict[int, InvalidAck | None] = {}  # by identity: handlers mostly share one Ack
         for row, outcome in done:
-            if isinstance(outcome, Ack):
-                ok = valid.get(id(outcome))
-                if ok is None:
-                    ok = valid[id(outcome)] = _valid(flight.store, outcome)
-                if ok:
-                    acks.append((row, outcome))
-                    continue
-            failed.append((row, outcome))
+            if not isinstance(outcome, Ack):
+                failed.append((row, outcome))
+                continue
+            key = id(outcome)
+            if key not in refusals:
+                refusals[key] = _refusal(flight.store, outcome)
+            refused = refusals[key]
+            if refused is None:
+                acks.append((row, outcome))
+            else:
+                failed.append((row, refused))
         counts = self.stats(flight.source)
         try:
             result = flight.batch.ack(acks)
@@ -93,9 +97,11 @@ class Acker:
         )
 
 
-def _valid(store: Store, ack: Ack) -> bool:
+def _refusal(store: Store, ack: Ack) -> InvalidAck | None:
+    """Why the store refuses `ack` (the row then fails alone, and the log says why), or None.
+    Whatever the check raises: an Ack built by hand may hold anything."""
     try:
         store.group_key(ack)
-    except ValueError:
-        return False
-    return True
+    except Exception as exc:
+        return InvalidAck(f"{exc}; the ack was {shown(ack)}")
+    return None

@@ -30,6 +30,11 @@ class TimedOut(DuecastError, TimeoutError):
         self.limit_s = limit_s
 
 
+class InvalidAck(DuecastError, ValueError):
+    """An Ack the row's store refuses (an action, a delay or a column not allowed there): that
+    row's failure, logged in one line with why, never sent to the database."""
+
+
 class Flight:
     """Rows a store started for this worker, until each has an outcome and every outcome is acked."""
 
