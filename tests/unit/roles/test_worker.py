@@ -243,3 +243,31 @@ def test_a_bug_is_not_pushed_back(ready_queue: ReadyQueue) -> None:
     with pytest.raises(RuntimeError):
         worker.tick()
     assert ready_queue.length("users") == 0  # the sweeper's visibility timeout paces a bug, not a loop
+
+
+def test_a_hand_built_or_out_of_place_ack_fails_its_row_alone_and_says_why(
+    ready_queue: ReadyQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 25, items 1, 12, 13: Acks the store refuses (NaN delay, past jobs.max_delay_s, the
+    due column, a retry on a row source) fail their own rows, each logged in one line with why;
+    the rest of the batch is acked."""
+    store = FakeWorkStore(rescan_source(), {i: 1 for i in range(1, 7)})
+    bad = {
+        2: Ack("touch", delay_s=float("nan")),
+        3: Ack("touch", delay_s=1e18),
+        4: Ack.touch(updated_time="2099-01-01"),
+        5: Ack.retry(60),
+    }
+    ready_queue.push("users", [Entry(i, 1) for i in range(1, 7)])
+    worker = _worker(store, Handler("users", lambda row: bad.get(row["user_id"]), batch=False), ready_queue)
+    with caplog.at_level("ERROR", "duecast.worker"):
+        drain(worker)
+    assert _acked_ids(store) == [1, 6]
+    assert sorted(r["user_id"] for r in store.failed) == [2, 3, 4, 5]
+    lines = {
+        r.row_id: r.getMessage() for r in caplog.records if getattr(r, "event", "") == "worker.invalid_ack"
+    }  # type: ignore[attr-defined]
+    assert "finite" in lines[2]
+    assert "jobs.max_delay_s" in lines[3]
+    assert "the due column of source users" in lines[4]
+    assert "Ack.retry() is for jobs and consumer groups" in lines[5]
