@@ -24,11 +24,12 @@ from ..storage.job_writer import (
     Written,
 )
 from ..storage.units import Connection
-from .job_input import MAX_PAYLOAD_DEPTH, Job, encode
+from .job_input import MAX_JOBS_PER_CALL, MAX_PAYLOAD_DEPTH, Job, check_count, check_on_duplicate, encode
 
 # Re-exported: callers take Job, EnqueueError and encode from here, as before job_input split off, and
 # the write's types from here, as before the write moved into storage.
 __all__ = [
+    "MAX_JOBS_PER_CALL",
     "MAX_PAYLOAD_DEPTH",
     "DuplicateJob",
     "EnqueueError",
@@ -79,6 +80,7 @@ class Enqueuer(JobWriter):
 
         With `conn`, joins that open transaction (see enqueue_many).
         """
+        check_on_duplicate(on_duplicate)
         job = Job(task, payload, queue, delay_s, run_at, priority, max_attempts, unique_key)
         row = encode(job, self.jobs, self.tasks)
         job_id = _job_id(self.insert_rows([row], on_duplicate, conn, "enqueue"))
@@ -96,14 +98,20 @@ class Enqueuer(JobWriter):
         """Enqueue all jobs or none, in one transaction; returns the jobs' ids in the order given, a
         JobId each (`.merged` True for a duplicate kept as the active job holding its key).
 
-        Every job is validated before anything is written. A unique key already held by an active
-        job of the same task (or twice in `jobs`) raises DuplicateJob and writes nothing, or with
+        Every job is validated before anything is written; more than MAX_JOBS_PER_CALL (100,000)
+        jobs in one call are refused (EnqueueError: split them over several calls). A unique key
+        already held by an active job of the same task (or twice in `jobs`) raises DuplicateJob and
+        writes nothing, or with
         on_duplicate="keep" leaves the existing job as it is. Without `conn`, duecast commits and
         wakes the dispatcher. With `conn` (the caller's open transaction), nothing is committed
         here: the jobs exist only if the caller commits; call `wake()` after that commit to start
         them at once.
         """
-        rows = [encode(job, self.jobs, self.tasks) for job in jobs]
+        check_on_duplicate(on_duplicate)
+        rows: list[JobRow] = []
+        for job in jobs:  # counted as they come: a generator of millions stops at the first too many
+            check_count(len(rows) + 1)
+            rows.append(encode(job, self.jobs, self.tasks))
         if not rows:
             return []
         _check_unique_within(rows, on_duplicate)

@@ -18,6 +18,11 @@ from ..storage.job_writer import EnqueueError, JobRow
 
 TEXT_CHARS = 191  # task and unique_key: VARCHAR(191), the most utf8mb4 an index prefix took in 5.6
 MAX_PAYLOAD_DEPTH = 100  # nesting of lists and objects: MySQL's own JSON limit
+# Jobs one enqueue_many (or `duecast enqueue --file`) writes in its one transaction: all or none is
+# the promise, so a larger batch is refused, never split (about 0.5 KiB of memory per job, and an
+# undo log as large on the server). Split the jobs over several calls.
+MAX_JOBS_PER_CALL = 100_000
+ON_DUPLICATE = ("error", "keep")
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,12 @@ def encode(job: Job, jobs: JobsSettings, tasks: frozenset[str] | None) -> JobRow
         raise EnqueueError(f"max_attempts must be an int 1-10000, not {_shown(attempts)}")
     if job.unique_key is not None:
         _check_text("unique_key", job.unique_key)
+        if job.unique_key.endswith(" "):
+            # MySQL compares VARCHARs padded with spaces (PAD SPACE): 'k1 ' would be the key 'k1'.
+            raise EnqueueError(
+                f"unique_key {_shown(job.unique_key)} ends in a space, which MySQL ignores when it "
+                "compares keys (it would be the same key without it); strip it"
+            )
     return JobRow(
         job.queue,
         job.task,
@@ -60,6 +71,20 @@ def encode(job: Job, jobs: JobsSettings, tasks: frozenset[str] | None) -> JobRow
         _utc(job.run_at, jobs.max_delay_s),
         delay_us,
     )
+
+
+def check_on_duplicate(on_duplicate: object) -> None:
+    """on_duplicate is "error" or "keep"; anything else is a mistake, refused in one line."""
+    if not isinstance(on_duplicate, str) or on_duplicate not in ON_DUPLICATE:
+        raise EnqueueError(f'on_duplicate must be "error" or "keep", not {_shown(on_duplicate)}')
+
+
+def check_count(count: int, what: str = "enqueue_many", split: str = "split them over several calls") -> None:
+    """At most MAX_JOBS_PER_CALL jobs in one transaction."""
+    if count > MAX_JOBS_PER_CALL:
+        raise EnqueueError(
+            f"{what} of more than {MAX_JOBS_PER_CALL:,} jobs in one transaction is refused; {split}"
+        )
 
 
 def _check_text(field: str, value: object) -> None:
