@@ -1,6 +1,7 @@
 """Turns a flight's finished outcomes into fenced acks and fails as they come, in small batches
-(shared.policy.ack_now), and asks stores to settle what waits on time. Counts go to Stats; a failed
-ack keeps its outcomes (their rows stay leased) and is tried again after a backoff.
+(shared.policy.ack_now), and asks stores to settle what waits on time. Counts go to Stats; an ack
+the database could not take keeps its outcomes (their rows stay leased) and is tried again after a
+backoff; one some ack of it spoilt is split, and that ack fails its own row alone.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from collections import Counter
 from ..shared.acks import Ack, Row
 from ..shared.limits import shown
 from ..shared.policy import ack_now, error_backoff_s
+from ..shared.storage.protocol import NO_ACKS, AckCounts
 from ..shared.storage.source_store import Store
+from ..shared.storage.units import StorageError, is_transient
 from .flight import Flight, InvalidAck, Outcome, TimedOut
 from .report import log_failures
 
@@ -68,8 +71,15 @@ class Acker:
         try:
             result = flight.batch.ack(acks)
         except Exception as exc:
-            self._failed(flight, done, exc)
-            return
+            if _passes(exc) or len(acks) < 2:
+                self._failed(flight, done, exc)
+                return
+            try:  # not the database's state but some ack's own fault: find it, acking one at a time
+                result, alone = self._one_by_one(flight, acks)
+            except Exception as again:
+                self._failed(flight, done, again)
+                return
+            failed += alone
         counts.update(acked=result.acked, stale_acks=result.stale, failed=result.refused)
         try:
             flight.batch.fail(failed)
@@ -80,6 +90,22 @@ class Acker:
         timed_out = [row for row, outcome in failed if isinstance(outcome, TimedOut)]
         counts.update(failed=len(failed), timed_out=len(timed_out))
         log_failures(flight, failed, len(timed_out))
+
+    def _one_by_one(
+        self, flight: Flight, acks: list[tuple[Row, Ack]]
+    ) -> tuple[AckCounts, list[tuple[Row, Outcome]]]:
+        """Ack each outcome alone (every ack is fenced: one already applied counts as stale); an ack
+        that raises again, with anything but an error that passes, is that row's failure alone."""
+        total = NO_ACKS
+        alone: list[tuple[Row, Outcome]] = []
+        for row, ack in acks:
+            try:
+                total += flight.batch.ack([(row, ack)])
+            except Exception as exc:
+                if _passes(exc):
+                    raise
+                alone.append((row, InvalidAck(f"its ack could not be applied: {exc!r}"[:500])))
+        return total, alone
 
     def _failed(self, flight: Flight, items: list[tuple[Row, Outcome]], exc: Exception) -> None:
         """Keep the outcomes (their rows stay RUNNING under leases) and ack them again after a backoff."""
@@ -95,6 +121,12 @@ class Acker:
             delay,
             extra={"event": "worker.ack_retried", "source": flight.source, "count": len(items)},
         )
+
+
+def _passes(exc: BaseException) -> bool:
+    """Whether an ack's error is the database's state (down, a lock, a missing grant): the whole ack
+    is tried again later. Anything else is some ack's own fault, found by acking one at a time."""
+    return is_transient(exc) or isinstance(exc, StorageError)
 
 
 def _refusal(store: Store, ack: Ack) -> InvalidAck | None:

@@ -17,7 +17,7 @@ from duecast.shared.entries import Entry
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import WorkerSettings
-from duecast.shared.storage.source_store import SourceStore
+from duecast.shared.storage.source_store import AckCounts, SourceStore
 from duecast.shared.storage.units import TransientError
 from duecast.worker.worker import Worker
 from tests.unit.fakes import FakeBatch, FakeWorkStore, rescan_source
@@ -271,3 +271,47 @@ def test_a_hand_built_or_out_of_place_ack_fails_its_row_alone_and_says_why(
     assert "jobs.max_delay_s" in lines[3]
     assert "the due column of source users" in lines[4]
     assert "Ack.retry() is for jobs and consumer groups" in lines[5]
+
+
+def test_an_ack_one_outcome_spoils_fails_that_row_alone_and_the_rest_are_acked(
+    ready_queue: ReadyQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25, item 1: whatever an ack raises that is not the database's state (down, a lock, a
+    grant), it is split: each outcome acked alone, and the one that raises again fails its row.
+    Before, the whole ack was retried 4-5 times a second for as long as the worker lived."""
+    store = FakeWorkStore(rescan_source(), {i: 1 for i in range(1, 5)})
+    real_ack = FakeBatch.ack
+
+    def ack(self: FakeBatch, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
+        if any(row["user_id"] == 3 for row, _ in acks):
+            raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
+        return real_ack(self, acks)
+
+    monkeypatch.setattr(FakeBatch, "ack", ack)
+    ready_queue.push("users", [Entry(i, 1) for i in range(1, 5)])
+    worker = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue)
+    drain(worker, timeout_s=5)
+    assert _acked_ids(store) == [1, 2, 4]
+    assert [r["user_id"] for r in store.failed] == [3]
+    assert +worker.counts == Counter({"popped": 4, "started": 4, "acked": 3, "failed": 1})
+
+
+def test_an_ack_the_database_cannot_take_is_kept_whole_and_tried_again(
+    ready_queue: ReadyQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FakeWorkStore(rescan_source(), {1: 1, 2: 1})
+    real_ack = FakeBatch.ack
+    calls: list[int] = []
+
+    def ack(self: FakeBatch, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
+        calls.append(len(acks))
+        if len(calls) == 1:
+            raise TransientError("lost connection", 2013)
+        return real_ack(self, acks)
+
+    monkeypatch.setattr(FakeBatch, "ack", ack)
+    ready_queue.push("users", [Entry(1, 1), Entry(2, 1)])
+    drain(_worker(store, Handler("users", lambda row: None, batch=False), ready_queue), timeout_s=5)
+    assert calls[:2] == [2, 2]  # never split: the whole ack again, after a backoff
+    assert _acked_ids(store) == [1, 2]
+    assert store.failed == []
