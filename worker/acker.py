@@ -16,7 +16,7 @@ from ..shared.limits import shown
 from ..shared.policy import ack_now, error_backoff_s
 from ..shared.storage.protocol import NO_ACKS, AckCounts
 from ..shared.storage.source_store import Store
-from ..shared.storage.units import StorageError, is_transient
+from ..shared.storage.units import access_denied, is_transient
 from .flight import Flight, InvalidAck, Outcome, TimedOut
 from .report import log_failures
 
@@ -71,7 +71,7 @@ class Acker:
         try:
             result = flight.batch.ack(acks)
         except Exception as exc:
-            if _passes(exc) or len(acks) < 2:
+            if _passes(exc):
                 self._failed(flight, done, exc)
                 return
             try:  # not the database's state but some ack's own fault: find it, acking one at a time
@@ -125,8 +125,10 @@ class Acker:
 
 def _passes(exc: BaseException) -> bool:
     """Whether an ack's error is the database's state (down, a lock, a missing grant): the whole ack
-    is tried again later. Anything else is some ack's own fault, found by acking one at a time."""
-    return is_transient(exc) or isinstance(exc, StorageError)
+    is tried again later. Anything else (a statement refused, an overflow, text the driver cannot
+    encode, a bug) is some ack's own fault, found by acking one at a time: a row whose ack fails
+    alone too fails, and is retried as its source retries failures."""
+    return is_transient(exc) or access_denied(exc)
 
 
 def _refusal(store: Store, ack: Ack) -> InvalidAck | None:

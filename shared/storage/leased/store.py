@@ -241,7 +241,10 @@ class LeasedStore(ABC):
             text = f"discarded by its {self.scope.author}" + (f": {ack.reason}" if ack.reason else "")
             text = storable_text(text)  # a hand-built Ack skips Ack.discard's own
             return self.finish_dead(cur, row, text, 0, outcome="discarded")
-        return self._snooze(cur, row, ack.at, _us(ack.delay_s))
+        at = ack.at
+        if at is not None and at.tzinfo is not None:  # hand-built: the driver would drop the zone
+            at = at.astimezone(UTC).replace(tzinfo=None)
+        return self._snooze(cur, row, at, _us(ack.delay_s))
 
     # -- what a kind decides -------------------------------------------------------------------------
 

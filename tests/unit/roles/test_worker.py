@@ -18,7 +18,7 @@ from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import WorkerSettings
 from duecast.shared.storage.source_store import AckCounts, SourceStore
-from duecast.shared.storage.units import TransientError
+from duecast.shared.storage.units import StorageError, TransientError
 from duecast.worker.worker import Worker
 from tests.unit.fakes import FakeBatch, FakeWorkStore, rescan_source
 
@@ -285,19 +285,40 @@ def test_an_ack_one_outcome_spoils_fails_that_row_alone_and_the_rest_are_acked(
     def ack(self: FakeBatch, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
         if any(row["user_id"] == 3 for row, _ in acks):
             raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
+        if any(row["user_id"] == 4 for row, _ in acks):
+            raise StorageError("Got overflow when converting 1e24 to DATETIME", 1916)
         return real_ack(self, acks)
 
     monkeypatch.setattr(FakeBatch, "ack", ack)
     ready_queue.push("users", [Entry(i, 1) for i in range(1, 5)])
     worker = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue)
     drain(worker, timeout_s=5)
-    assert _acked_ids(store) == [1, 2, 4]
-    assert [r["user_id"] for r in store.failed] == [3]
-    assert +worker.counts == Counter({"popped": 4, "started": 4, "acked": 3, "failed": 1})
+    assert _acked_ids(store) == [1, 2]
+    assert sorted(r["user_id"] for r in store.failed) == [3, 4]
+    assert +worker.counts == Counter({"popped": 4, "started": 4, "acked": 2, "failed": 2})
 
 
-def test_an_ack_the_database_cannot_take_is_kept_whole_and_tried_again(
+def test_a_lone_ack_that_spoils_fails_its_row(
     ready_queue: ReadyQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FakeWorkStore(rescan_source(), {1: 1})
+
+    def ack(self: FakeBatch, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
+        raise StorageError("Got overflow when converting 1e24 to DATETIME", 1916)
+
+    monkeypatch.setattr(FakeBatch, "ack", ack)
+    ready_queue.push("users", [Entry(1, 1)])
+    drain(_worker(store, Handler("users", lambda row: None, batch=False), ready_queue), timeout_s=5)
+    assert [r["user_id"] for r in store.failed] == [1]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [TransientError("lost connection", 2013), StorageError("UPDATE command denied", 1142)],
+    ids=["transient", "access-denied"],
+)
+def test_an_ack_the_database_cannot_take_is_kept_whole_and_tried_again(
+    ready_queue: ReadyQueue, monkeypatch: pytest.MonkeyPatch, error: Exception
 ) -> None:
     store = FakeWorkStore(rescan_source(), {1: 1, 2: 1})
     real_ack = FakeBatch.ack
@@ -306,12 +327,12 @@ def test_an_ack_the_database_cannot_take_is_kept_whole_and_tried_again(
     def ack(self: FakeBatch, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
         calls.append(len(acks))
         if len(calls) == 1:
-            raise TransientError("lost connection", 2013)
+            raise error
         return real_ack(self, acks)
 
     monkeypatch.setattr(FakeBatch, "ack", ack)
     ready_queue.push("users", [Entry(1, 1), Entry(2, 1)])
     drain(_worker(store, Handler("users", lambda row: None, batch=False), ready_queue), timeout_s=5)
-    assert calls[:2] == [2, 2]  # never split: the whole ack again, after a backoff
+    assert calls[:2] == [2, 2]  # never split: the whole ack again, after a backoff (a grant too)
     assert _acked_ids(store) == [1, 2]
     assert store.failed == []
