@@ -8,6 +8,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import pymysql
 import pytest
 
 from duecast.shared.acks import Ack, check_times
@@ -15,6 +16,7 @@ from duecast.shared.limits import ERROR_TEXT_MAX, MAX_DELAY_S, delay_refusal, mo
 from duecast.shared.settings import MySQLSettings, SourceSettings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.range_store import RangeStore
+from duecast.shared.storage.units import ValueRefused, is_transient, translate
 from tests.unit.fakes import FakeStore, rescan_source
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -175,3 +177,20 @@ def test_a_range_source_refuses_the_same(ack: Ack, why: str) -> None:
     with pytest.raises(ValueError, match=re.escape(why)):
         _range_store().group_key(ack)
     assert _range_store().group_key(Ack.touch(title="t")) == ("touch", (("title", "t"),))
+
+
+@pytest.mark.parametrize(
+    "driver",
+    [
+        pymysql.err.OperationalError(1916, "Got overflow when converting '1e24' to DATETIME"),
+        pymysql.err.InternalError(1366, "Incorrect integer value: 'x' for column `status`"),
+        pymysql.err.DataError(1406, "Data too long for column 'payload'"),
+    ],
+    ids=lambda e: str(e.args[0]),
+)
+def test_a_value_the_database_refuses_is_a_value_refusal_whatever_the_driver_class(driver: Exception) -> None:
+    """1916 was an OperationalError outside the "value errors" (issue 25, item 1)."""
+    mine = translate(driver)
+    assert isinstance(mine, ValueRefused)
+    assert mine.code == driver.args[0]
+    assert not is_transient(driver)
