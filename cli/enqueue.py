@@ -18,6 +18,7 @@ from rich.progress import Progress
 
 from ..shared.api.app import load_registry
 from ..shared.api.enqueue import EnqueueError, Enqueuer, Job, JobRow, OnDuplicate, Written, encode
+from ..shared.api.job_input import check_count
 from ..shared.fanout.client import connect_redis
 from ..shared.process import arguments
 from ..shared.settings import JOBS_SOURCE, Settings, load_settings
@@ -164,10 +165,28 @@ def _merged_lines(path: Path, merged: dict[int, int]) -> str:
 _JOB_FIELDS = {"task", "payload", "queue", "delay_s", "priority", "max_attempts", "unique_key"}
 
 
+class _DuplicateKey(EnqueueError):
+    """A JSON object holding one key twice (the key is its argument); reported with its place."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different: `{"task": "a", "task": "b"}` is a mistake, not
+    the last one winning."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen[key] = value
+    return seen
+
+
 def _json(what: str, text: str) -> Any:
-    """Parse JSON text from the command line or a file; EnqueueError naming `what` if it is not."""
+    """Parse JSON text from the command line or a file; EnqueueError naming `what` if it is not,
+    or if an object in it holds one key twice."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise EnqueueError(f"{what}: the key {exc.args[0]!r} appears twice in one object") from exc
     except json.JSONDecodeError as exc:
         raise EnqueueError(f"{what}: not JSON: {exc}") from exc
     except RecursionError as exc:  # the parser recurses per level: thousands of [ or {
@@ -223,13 +242,14 @@ def enqueue_file(
     each merged one (`keep`) its line -> the job kept."""
     if not path.is_file():
         raise EnqueueError(f"{path}: no such file")
-    rows = []
+    rows: list[JobRow] = []
     numbers = []
     merged: dict[int, int] = {}
     with Progress(console=console, transient=True) as bar:
         check = bar.add_task("validating", total=path.stat().st_size)
         for number, job in read_jobs(path):
             try:
+                check_count(len(rows) + 1, "a file", "split it into several files")
                 rows.append(encode(job, enqueuer.jobs, enqueuer.tasks))
                 numbers.append(number)
             except EnqueueError as exc:

@@ -3,13 +3,13 @@ work) and the Row it is about. Vocabulary shared by the public API and the stora
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from .identifiers import check_identifier
+from .limits import CEILING, DELAY_CEILING_S, delay_refusal, moment_refusal, storable_text
 from .states import DISPATCH_COLUMNS
 
 Row = dict[str, Any]
@@ -38,9 +38,9 @@ class Ack:
 
     @classmethod
     def touch(cls, delay_s: float = 0.0, **values: Any) -> Ack:
-        """Mark the row handled now (due again after its period + delay_s), setting `values`."""
-        if not math.isfinite(delay_s) or delay_s < 0:
-            raise ValueError(f"delay_s must be a finite number >= 0, not {delay_s!r}")
+        """Mark the row handled now (due again after its period + delay_s), setting `values`.
+        delay_s: 0 to jobs.max_delay_s (shared.limits)."""
+        _check_delay(delay_s, DELAY_CEILING_S)
         for name in values:
             check_identifier(name)
             if name in DISPATCH_COLUMNS:
@@ -56,19 +56,45 @@ class Ack:
     @classmethod
     def retry(cls, delay_s: float = 0.0, *, at: datetime | None = None) -> Ack:
         """Jobs: run this job again after `delay_s`, or at `at` (an aware datetime). Not an error:
-        it does not use up an attempt."""
+        it does not use up an attempt. Both at most jobs.max_delay_s ahead (10 years), as at enqueue."""
         if at is not None:
-            if at.tzinfo is None or at.utcoffset() is None:
-                raise ValueError("Ack.retry(at=...) needs a timezone-aware datetime")
+            why = moment_refusal(at, datetime.now(UTC), DELAY_CEILING_S, CEILING)
+            if why is not None:
+                raise ValueError(f"Ack.retry(at=...) {why}")
             return cls("retry", at=at.astimezone(UTC).replace(tzinfo=None))
-        if not math.isfinite(delay_s) or delay_s < 0:
-            raise ValueError(f"delay_s must be a finite number >= 0, not {delay_s!r}")
+        _check_delay(delay_s, DELAY_CEILING_S)
         return cls("retry", delay_s=float(delay_s))
 
     @classmethod
     def discard(cls, reason: str = "") -> Ack:
-        """Jobs: stop here, no further attempts; the job is kept as dead with `reason` as its error."""
-        return cls("discard", reason=str(reason))
+        """Jobs: stop here, no further attempts; the job is kept as dead with `reason` as its error
+        (made storable: a lone surrogate escaped, cut to shared.limits.ERROR_TEXT_MAX characters)."""
+        return cls("discard", reason=storable_text(str(reason)))
 
 
 _DEFAULT = Ack()
+
+
+def _check_delay(delay_s: object, max_delay_s: float) -> None:
+    """A constructor's check: the configured cap is not known yet, so the most it may be set to
+    (the store applies jobs.max_delay_s itself, to every Ack: check_times)."""
+    why = delay_refusal(delay_s, max_delay_s, CEILING)
+    if why is not None:
+        raise ValueError(f"delay_s {why}")
+
+
+def check_times(ack: Ack, max_delay_s: float, now: datetime) -> None:
+    """Refuse (ValueError) an Ack whose delay or moment is past the cap, not finite or negative:
+    what the constructors check, applied by the stores to every Ack, a hand-built one too
+    (`Ack("retry", delay_s=float("nan"))`), with the configured cap (jobs.max_delay_s)."""
+    what = f"Ack.{ack.action}()"
+    why = delay_refusal(ack.delay_s, max_delay_s)
+    if why is not None:
+        raise ValueError(f"{what}: delay_s {why}")
+    if ack.at is not None:
+        at = ack.at if not isinstance(ack.at, datetime) or ack.at.tzinfo else ack.at.replace(tzinfo=UTC)
+        why = moment_refusal(at, now, max_delay_s)
+        if why is not None:
+            raise ValueError(f"{what}: at {why}")
+    if not isinstance(ack.reason, str):
+        raise ValueError(f"{what}: reason must be a string, not {type(ack.reason).__name__}")

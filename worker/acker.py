@@ -1,6 +1,7 @@
 """Turns a flight's finished outcomes into fenced acks and fails as they come, in small batches
-(shared.policy.ack_now), and asks stores to settle what waits on time. Counts go to Stats; a failed
-ack keeps its outcomes (their rows stay leased) and is tried again after a backoff.
+(shared.policy.ack_now), and asks stores to settle what waits on time. Counts go to Stats; an ack
+the database could not take keeps its outcomes (their rows stay leased) and is tried again after a
+backoff; one some ack of it spoilt is split, and that ack fails its own row alone.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ from collections import Counter
 
 from ..shared.acks import Ack, Row
 from ..shared.api.outcomes import TimedOut
+from ..shared.limits import shown
 from ..shared.policy import ack_now, error_backoff_s
+from ..shared.storage.protocol import NO_ACKS, AckCounts
 from ..shared.storage.source_store import Store
-from .flight import Flight, Outcome
+from ..shared.storage.units import access_denied, is_transient
+from .flight import Flight, InvalidAck, Outcome
 from .report import log_failures
 
 log = logging.getLogger("duecast.worker")
@@ -51,22 +55,32 @@ class Acker:
         done = flight.take_done()
         acks: list[tuple[Row, Ack]] = []
         failed: list[tuple[Row, Outcome]] = []
-        valid: dict[int, bool] = {}  # by identity: handlers mostly return one shared Ack object
+        refusals: dict[int, InvalidAck | None] = {}  # by identity: handlers mostly share one Ack
         for row, outcome in done:
-            if isinstance(outcome, Ack):
-                ok = valid.get(id(outcome))
-                if ok is None:
-                    ok = valid[id(outcome)] = _valid(flight.store, outcome)
-                if ok:
-                    acks.append((row, outcome))
-                    continue
-            failed.append((row, outcome))
+            if not isinstance(outcome, Ack):
+                failed.append((row, outcome))
+                continue
+            key = id(outcome)
+            if key not in refusals:
+                refusals[key] = _refusal(flight.store, outcome)
+            refused = refusals[key]
+            if refused is None:
+                acks.append((row, outcome))
+            else:
+                failed.append((row, refused))
         counts = self.stats(flight.source)
         try:
             result = flight.batch.ack(acks)
         except Exception as exc:
-            self._failed(flight, done, exc)
-            return
+            if _passes(exc):
+                self._failed(flight, done, exc)
+                return
+            try:  # not the database's state but some ack's own fault: find it, acking one at a time
+                result, alone = self._one_by_one(flight, acks)
+            except Exception as again:
+                self._failed(flight, done, again)
+                return
+            failed += alone
         counts.update(acked=result.acked, stale_acks=result.stale, failed=result.refused)
         try:
             flight.batch.fail(failed)
@@ -77,6 +91,22 @@ class Acker:
         timed_out = [row for row, outcome in failed if isinstance(outcome, TimedOut)]
         counts.update(failed=len(failed), timed_out=len(timed_out))
         log_failures(flight, failed, len(timed_out))
+
+    def _one_by_one(
+        self, flight: Flight, acks: list[tuple[Row, Ack]]
+    ) -> tuple[AckCounts, list[tuple[Row, Outcome]]]:
+        """Ack each outcome alone (every ack is fenced: one already applied counts as stale); an ack
+        that raises again, with anything but an error that passes, is that row's failure alone."""
+        total = NO_ACKS
+        alone: list[tuple[Row, Outcome]] = []
+        for row, ack in acks:
+            try:
+                total += flight.batch.ack([(row, ack)])
+            except Exception as exc:
+                if _passes(exc):
+                    raise
+                alone.append((row, InvalidAck(f"its ack could not be applied: {exc!r}"[:500])))
+        return total, alone
 
     def _failed(self, flight: Flight, items: list[tuple[Row, Outcome]], exc: Exception) -> None:
         """Keep the outcomes (their rows stay RUNNING under leases) and ack them again after a backoff."""
@@ -94,9 +124,19 @@ class Acker:
         )
 
 
-def _valid(store: Store, ack: Ack) -> bool:
+def _passes(exc: BaseException) -> bool:
+    """Whether an ack's error is the database's state (down, a lock, a missing grant): the whole ack
+    is tried again later. Anything else (a statement refused, an overflow, text the driver cannot
+    encode, a bug) is some ack's own fault, found by acking one at a time: a row whose ack fails
+    alone too fails, and is retried as its source retries failures."""
+    return is_transient(exc) or access_denied(exc)
+
+
+def _refusal(store: Store, ack: Ack) -> InvalidAck | None:
+    """Why the store refuses `ack` (the row then fails alone, and the log says why), or None.
+    Whatever the check raises: an Ack built by hand may hold anything."""
     try:
         store.group_key(ack)
-    except ValueError:
-        return False
-    return True
+    except Exception as exc:
+        return InvalidAck(f"{exc}; the ack was {shown(ack)}")
+    return None

@@ -12,7 +12,8 @@ from typing import Protocol
 from ..shared.acks import Row
 from ..shared.api.outcomes import TimedOut
 from ..shared.fanout.protocol import Queue
-from .flight import Flight, Outcome
+from ..shared.limits import shown as cut
+from .flight import Flight, InvalidAck, Outcome
 
 log = logging.getLogger("duecast.worker")
 STATS_EVERY_S = 0.5  # how often counts go to Redis (duecast status) while busy
@@ -77,7 +78,15 @@ def log_failures(flight: Flight, failed: list[tuple[Row, Outcome]], timed_out: i
     for row, outcome in shown[:LOGGED_PER_ACK]:
         row_id = row.get(key)
         fields = log_fields(source, row, row_id)
-        if isinstance(outcome, BaseException):
+        if isinstance(outcome, InvalidAck):
+            log.error(
+                "invalid ack for %s id=%s: %s",
+                source,
+                row_id,
+                outcome,
+                extra={"event": "worker.invalid_ack", **fields},
+            )
+        elif isinstance(outcome, BaseException):
             log.error(
                 "handler failed for %s id=%s: %r",
                 source,
@@ -88,10 +97,10 @@ def log_failures(flight: Flight, failed: list[tuple[Row, Outcome]], timed_out: i
             )
         else:
             log.error(
-                "invalid ack for %s id=%s: %r",
+                "invalid ack for %s id=%s: %s",
                 source,
                 row_id,
-                outcome,
+                cut(outcome),
                 extra={"event": "worker.invalid_ack", **fields},
             )
     if len(shown) > LOGGED_PER_ACK:

@@ -165,7 +165,7 @@ class LoopRunner:
         except asyncio.CancelledError:
             # Our timer is the only canceller; a handler that swallows the cancel ends as it likes.
             outcome = TimedOut(flight.source, limit)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit too: this call's failure, not the event loop's end
             outcome = exc
         observe(time.perf_counter() - began)
         self.pending -= 1

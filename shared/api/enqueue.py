@@ -27,12 +27,13 @@ from ..storage.job_writer import (
     OnDuplicate,
     Written,
 )
-from .job_input import MAX_PAYLOAD_DEPTH, Job, encode
+from .job_input import MAX_JOBS_PER_CALL, MAX_PAYLOAD_DEPTH, Job, check_count, check_on_duplicate, encode
 from .middleware import Middleware, through_enqueue
 
 # Re-exported: callers take Job, EnqueueError and encode from here, as before job_input split off, and
 # the write's types from here, as before the write moved into storage.
 __all__ = [
+    "MAX_JOBS_PER_CALL",
     "MAX_PAYLOAD_DEPTH",
     "DuplicateJob",
     "EnqueueError",
@@ -85,6 +86,7 @@ class Enqueuer(JobWriter):
 
         With `conn`, joins that open transaction (see enqueue_many).
         """
+        check_on_duplicate(on_duplicate)
         job = Job(task, payload, queue, delay_s, run_at, priority, max_attempts, unique_key)
         return self._enqueue(self._through(job), on_duplicate, conn)
 
@@ -105,8 +107,10 @@ class Enqueuer(JobWriter):
         """Enqueue all jobs or none, in one transaction; returns the jobs' ids in the order given, a
         JobId each (`.merged` True for a duplicate kept as the active job holding its key).
 
-        Every job is validated before anything is written. A unique key already held by an active
-        job of the same task (or twice in `jobs`) raises DuplicateJob and writes nothing, or with
+        Every job is validated before anything is written; more than MAX_JOBS_PER_CALL (100,000)
+        jobs in one call are refused (EnqueueError: split them over several calls). A unique key
+        already held by an active job of the same task (or twice in `jobs`) raises DuplicateJob and
+        writes nothing, or with
         on_duplicate="keep" leaves the existing job as it is. Without `conn`, duecast commits and
         wakes the dispatcher. With `conn` (the caller's open transaction: a PyMySQL or mysqlclient
         connection or cursor, a SQLAlchemy Connection or Session, a Django connection), nothing is
@@ -116,10 +120,16 @@ class Enqueuer(JobWriter):
         dispatcher.poll_interval_s. A connection in autocommit mode (Django outside `atomic()`)
         holds no transaction: the jobs are written in one of duecast's own on it, committed here.
         """
-        return self._enqueue_many([self._through(job) for job in jobs], on_duplicate, conn)
+        return self._enqueue_many((self._through(job) for job in jobs), on_duplicate, conn)
 
-    def _enqueue_many(self, jobs: list[Job], on_duplicate: OnDuplicate, conn: object | None) -> list[JobId]:
-        rows = [encode(job, self.jobs, self.tasks) for job in jobs]
+    def _enqueue_many(
+        self, jobs: Iterable[Job], on_duplicate: OnDuplicate, conn: object | None
+    ) -> list[JobId]:
+        check_on_duplicate(on_duplicate)
+        rows: list[JobRow] = []
+        for job in jobs:  # counted as they come: a generator of millions stops at the first too many
+            check_count(len(rows) + 1)
+            rows.append(encode(job, self.jobs, self.tasks))
         if not rows:
             return []
         _check_unique_within(rows, on_duplicate)

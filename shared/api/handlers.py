@@ -5,6 +5,7 @@ what to do with each; the worker turns that into fenced, batched SQL.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
@@ -19,7 +20,7 @@ from .context import JobContext, call_as, job_context, running
 from .lifespan import Hook, Hooks
 from .messages import Message
 from .middleware import Middleware, achecked, awrapped, checked, checking, wrapped
-from .outcomes import task_outcome
+from .outcomes import as_ack, outcome, task_outcome
 
 # Each may be a plain function or an `async def` one (a coroutine function) returning the same.
 RowHandler = Callable[[Row], Ack | None] | Callable[[Row], Awaitable[Ack | None]]
@@ -64,62 +65,52 @@ class Handler:
     async def run_one(self, row: Row) -> Ack:
         """An async row handler's outcome for one row (raises what the handler raised)."""
         assert self.afn is not None
-        return _as_ack(await self.afn(row))
+        return as_ack(await self.afn(row))
 
     async def run_batch(self, rows: list[Row]) -> list[Ack | BaseException]:
-        """An async batch handler's outcomes, as `run` gives a plain one's."""
+        """An async batch handler's outcomes, as `run` gives a plain one's. The worker's own
+        cancellation (its time limit) passes through; any other BaseException is the call's failure."""
         assert self.afn is not None
         try:
             result = await self.afn(rows)
-        except Exception as exc:
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
             return [exc] * len(rows)
         return self._outcomes(rows, result)
 
     def run(self, rows: list[Row]) -> list[Ack | BaseException]:
-        """Outcome per row: its Ack, or the exception its handling raised (that row is not acked)."""
+        """Outcome per row: its Ack, or the exception its handling raised (that row is not acked).
+        Any BaseException: SystemExit or KeyboardInterrupt from user code (argparse, sys.exit() in
+        a library) is that call's failure, retried as any other; caught here, it can neither kill
+        the handler thread nor leave its batch-mates without an outcome."""
         fn = self.fn
         assert fn is not None
         if self.batch:
             try:
                 result = fn(rows)
-            except Exception as exc:
+            except BaseException as exc:
                 return [exc] * len(rows)
             return self._outcomes(rows, result)
         out: list[Ack | BaseException] = []
         for row in rows:
             try:
-                out.append(_as_ack(fn(row)))
-            except Exception as exc:
+                out.append(as_ack(fn(row)))
+            except BaseException as exc:
                 out.append(exc)
         return out
 
     def _outcomes(self, rows: list[Row], result: object) -> list[Ack | BaseException]:
         try:
             acks = [Ack.default()] * len(rows) if result is None else list(result)  # type: ignore[call-overload]
-        except TypeError as exc:  # not iterable
+        except BaseException as exc:  # not iterable, or a generator that raised
             return [exc] * len(rows)
         if len(acks) != len(rows):
             err = ValueError(
                 f"batch handler for {self.source} returned {len(acks)} acks for {len(rows)} rows"
             )
             return [err] * len(rows)
-        return [_outcome(a) for a in acks]
-
-
-def _outcome(value: object) -> Ack | BaseException:
-    """One batch item as a row outcome: a non-Ack fails that row only."""
-    try:
-        return _as_ack(value)
-    except TypeError as exc:
-        return exc
-
-
-def _as_ack(value: object) -> Ack:
-    if value is None:
-        return Ack.default()
-    if not isinstance(value, Ack):
-        raise TypeError(f"a handler must return an Ack or None, not {type(value).__name__}")
-    return value
+        return [outcome(a) for a in acks]
 
 
 class Registry:

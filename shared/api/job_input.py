@@ -6,20 +6,24 @@ bound on run_at. `shared/storage/job_writer.py` writes what `encode` returns.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
+from ..limits import delay_refusal, moment_refusal
+from ..limits import shown as _shown
 from ..settings import JobsSettings
 from ..storage.job_writer import EnqueueError, JobRow
 
 TEXT_CHARS = 191  # task and unique_key: VARCHAR(191), the most utf8mb4 an index prefix took in 5.6
-SHOWN_CHARS = 60  # of a bad value, in an error message
 META_BYTES = 4096  # a job's meta, as JSON
 MAX_PAYLOAD_DEPTH = 100  # nesting of lists and objects: MySQL's own JSON limit
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Jobs one enqueue_many (or `duecast enqueue --file`) writes in its one transaction: all or none is
+# the promise, so a larger batch is refused, never split (about 0.5 KiB of memory per job, and an
+# undo log as large on the server). Split the jobs over several calls.
+MAX_JOBS_PER_CALL = 100_000
+ON_DUPLICATE = ("error", "keep")
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,12 @@ def encode(job: Job, jobs: JobsSettings, tasks: frozenset[str] | None) -> JobRow
         raise EnqueueError(f"max_attempts must be an int 1-10000, not {_shown(attempts)}")
     if job.unique_key is not None:
         _check_text("unique_key", job.unique_key)
+        if job.unique_key.endswith(" "):
+            # MySQL compares VARCHARs padded with spaces (PAD SPACE): 'k1 ' would be the key 'k1'.
+            raise EnqueueError(
+                f"unique_key {_shown(job.unique_key)} ends in a space, which MySQL ignores when it "
+                "compares keys (it would be the same key without it); strip it"
+            )
     return JobRow(
         job.queue,
         job.task,
@@ -85,10 +95,19 @@ def _meta_text(meta: object) -> str | None:
     return text or None
 
 
-def _shown(value: object) -> str:
-    """A bad value in an error message: its repr, cut short (it may be huge, or hostile)."""
-    text = repr(value)
-    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+
+def check_on_duplicate(on_duplicate: object) -> None:
+    """on_duplicate is "error" or "keep"; anything else is a mistake, refused in one line."""
+    if not isinstance(on_duplicate, str) or on_duplicate not in ON_DUPLICATE:
+        raise EnqueueError(f'on_duplicate must be "error" or "keep", not {_shown(on_duplicate)}')
+
+
+def check_count(count: int, what: str = "enqueue_many", split: str = "split them over several calls") -> None:
+    """At most MAX_JOBS_PER_CALL jobs in one transaction."""
+    if count > MAX_JOBS_PER_CALL:
+        raise EnqueueError(
+            f"{what} of more than {MAX_JOBS_PER_CALL:,} jobs in one transaction is refused; {split}"
+        )
 
 
 def _check_text(field: str, value: object) -> None:
@@ -104,12 +123,11 @@ def _check_text(field: str, value: object) -> None:
 
 
 def _delay_us(delay_s: object, max_delay_s: float) -> int:
-    if isinstance(delay_s, bool) or not isinstance(delay_s, int | float):
-        raise EnqueueError(f"delay_s must be a number of seconds, not {_shown(delay_s)}")
-    if isinstance(delay_s, float) and not math.isfinite(delay_s):
-        raise EnqueueError(f"delay_s must be a finite number of seconds, not {delay_s!r}")
-    if not 0 <= delay_s <= max_delay_s:
-        raise EnqueueError(f"delay_s must be 0-{max_delay_s:.0f} s (jobs.max_delay_s), not {_shown(delay_s)}")
+    """delay_s in microseconds, within shared.limits' cap (which every Ack obeys too)."""
+    why = delay_refusal(delay_s, max_delay_s)
+    if why is not None:
+        raise EnqueueError(f"delay_s {why}")
+    assert isinstance(delay_s, int | float)
     return round(delay_s * 1_000_000)
 
 
@@ -152,20 +170,12 @@ def _depth_within(value: Any, limit: int) -> bool:
 
 
 def _utc(at: object, max_delay_s: float) -> datetime | None:
-    """run_at as a naive UTC datetime, between 1970 and jobs.max_delay_s ahead. The app clock only
-    bounds it (due-ness is still decided by NOW(6)): a clock off by minutes moves no job."""
+    """run_at as a naive UTC datetime, between 1970 and jobs.max_delay_s ahead (shared.limits). The
+    app clock only bounds it (due-ness is still decided by NOW(6)): a clock off by minutes moves no job."""
     if at is None:
         return None
-    if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
-        raise EnqueueError(f"run_at must be a timezone-aware datetime, not {_shown(at)}")
-    try:
-        utc = at.astimezone(UTC)
-    except OverflowError as exc:
-        raise EnqueueError(f"run_at {at.isoformat()} is out of range") from exc
-    latest = datetime.now(UTC) + timedelta(seconds=max_delay_s)
-    if not EPOCH <= utc <= latest:
-        raise EnqueueError(
-            f"run_at must be between 1970 and {max_delay_s:.0f} s (jobs.max_delay_s) from now, "
-            f"not {utc.isoformat()}"
-        )
-    return utc.replace(tzinfo=None)
+    why = moment_refusal(at, datetime.now(UTC), max_delay_s)
+    if why is not None:
+        raise EnqueueError(f"run_at {why}")
+    assert isinstance(at, datetime)
+    return at.astimezone(UTC).replace(tzinfo=None)

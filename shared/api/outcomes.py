@@ -27,6 +27,22 @@ def task_outcome(value: object) -> Ack | None:
     return Ack(result=text)
 
 
+def outcome(value: object) -> Ack | BaseException:
+    """One batch item as a row outcome: a non-Ack fails that row only."""
+    try:
+        return as_ack(value)
+    except TypeError as exc:
+        return exc
+
+
+def as_ack(value: object) -> Ack:
+    if value is None:
+        return Ack.default()
+    if not isinstance(value, Ack):
+        raise TypeError(f"a handler must return an Ack or None, not {type(value).__name__}")
+    return value
+
+
 class TimedOut(DuecastError, TimeoutError):
     """A handler call that ran past its time limit (a failure like any other); the worker and
     duecast.testing make the same one."""

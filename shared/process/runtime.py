@@ -91,9 +91,10 @@ def _store(db: Database, settings: Settings, src: SourceSettings, kinds: dict[st
     kind = kinds.get(src.name)
     if kind == "jobs":
         return JobStore(db, src, settings.jobs, settings.mysql)
+    cap = settings.jobs.max_delay_s  # one cap on how far ahead an Ack may put work, as enqueue's
     if kind == "group":
-        return GroupStore(db, src, settings.topics, settings.mysql)
-    return SourceStore(db, src) if src.mode == "rows" else RangeStore(db, src)
+        return GroupStore(db, src, settings.topics, settings.mysql, cap)
+    return SourceStore(db, src, cap) if src.mode == "rows" else RangeStore(db, src, cap)
 
 
 def store_kinds(settings: Settings) -> dict[str, Leased]:

@@ -11,21 +11,23 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from ..acks import Ack, Row
+from ..acks import Ack, Row, check_times
 from ..entries import Entry
 from ..identifiers import quote
+from ..limits import MAX_DELAY_S
 from ..queries.ranges import range_source, ranges_table, render_ranges
 from ..queries.source import assignments, column_list, in_list, spans
 from ..settings import SourceSettings
-from ..states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
+from ..states import ATTEMPT_COLUMN
 from .db import Database
 from .packed import PACKABLE_TYPES, read_packed
 from .protocol import AckCounts, SourceStatus
 from .range_batch import RANGE_KEY, Late, RangeBatch, Span
-from .row_batch import RowBatch, guarded
+from .row_batch import RowBatch, check_settable, guarded, row_action_refusal
 from .schema import SchemaError, check_business_columns, described
 from .source_store import SourceStore
 from .units import Cursor
@@ -36,12 +38,12 @@ FRESH_SLACK_S = 1.0  # "checked within period + 1 s" is what freshness counts
 
 
 class RangeStore:
-    def __init__(self, db: Database, business: SourceSettings) -> None:
+    def __init__(self, db: Database, business: SourceSettings, max_delay_s: float = MAX_DELAY_S) -> None:
         if business.mode != "ranges":
             raise ValueError(f"source {business.name} is not in range mode")
         self.db = db
         self.business = business
-        self.ranges = SourceStore(db, range_source(business))
+        self.ranges = SourceStore(db, range_source(business), max_delay_s)
         self.sql = render_ranges(business, ranges_table(business))
         # Ranges are acked at a fixed rate (see RangeSQL.ack_checked); the rest is row machinery.
         self.ranges.sql = replace(self.ranges.sql, ack_touch=self.sql.ack_checked)
@@ -220,11 +222,13 @@ class RangeStore:
         return bool(key[0] == "delete" or key[1])
 
     def group_key(self, ack: Ack) -> Any:
-        """Validate an ack for range mode; rows with equal keys share one write."""
+        """Validate an ack for range mode (as SourceStore.group_key); rows with equal keys share one write."""
         action = "touch" if ack.action == "default" else ack.action
+        if action not in ("touch", "delete"):
+            raise ValueError(row_action_refusal(ack, self.business.name))
+        check_times(ack, self.ranges.max_delay_s, datetime.now(UTC))
         for name, _ in ack.values:
-            if name not in self.columns or name in DISPATCH_COLUMNS:
-                raise ValueError(f"Ack sets {name!r}, which is not a column of {self.business.table}")
+            check_settable(name, self.business, self.columns)
         if action == "delete":
             return ("delete",)
         try:
@@ -248,7 +252,7 @@ class RangeStore:
                 groups[key].append(row)
         refused: list[Row] = []
         for key, rows in groups.items():
-            _, bad = guarded(cur, rows, partial(self._write, cur, key))
+            _, bad = guarded(cur, rows, partial(self._write, cur, key), self.business)
             refused.extend(bad)
         return refused
 

@@ -11,11 +11,13 @@ from typing import Any, Protocol, TypeVar
 
 from ..acks import Ack, Row
 from ..entries import Entry
+from ..limits import storable_text
 from ..settings import SourceSettings
+from ..states import DISPATCH_COLUMNS
 from .db import Database
 from .leased.keeper import Hold
 from .protocol import NO_ACKS, AckCounts
-from .units import VALUE_ERRORS, Cursor, retry_transient, savepoint
+from .units import Cursor, is_transient, retry_transient, savepoint
 
 log = logging.getLogger("duecast.worker")
 FINISH_RETRIES = 3
@@ -37,22 +39,32 @@ class RowOwner(Protocol):
     def give_back(self, rows: Sequence[Row]) -> None: ...
 
 
-def guarded(cur: Cursor, rows: list[Row], run: Callable[[list[Row]], int]) -> tuple[int, list[Row]]:
-    """Run `run(rows)` under a savepoint; if the database refuses a value, undo just that statement
-    and run the rows one by one, so one bad value cannot roll back a whole batch.
+def guarded(
+    cur: Cursor, rows: list[Row], run: Callable[[list[Row]], int], src: SourceSettings
+) -> tuple[int, list[Row]]:
+    """Run `run(rows)` under a savepoint; if anything but a transient error stops it (a value the
+    database refuses, an overflow, text the driver cannot encode), undo just that statement and run
+    the rows one by one, so one bad value cannot roll back, or stall, a whole batch. Each row
+    refused is logged, naming it and why (rate-limited: shared/process/logs.RepeatFilter).
 
-    Returns (what `run` counted, the rows the database refused).
+    Returns (what `run` counted, the rows refused).
     """
     try:
         return _saved(cur, rows, run), []
-    except VALUE_ERRORS:
+    except Exception as exc:
+        if is_transient(exc):
+            raise
         if len(rows) == 1:
+            _log_refused(src, rows[0], exc)
             return 0, rows
     done, refused = 0, []
     for row in rows:
         try:
             done += _saved(cur, [row], run)
-        except VALUE_ERRORS:
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            _log_refused(src, row, exc)
             refused.append(row)
     return done, refused
 
@@ -60,6 +72,43 @@ def guarded(cur: Cursor, rows: list[Row], run: Callable[[list[Row]], int]) -> tu
 def _saved(cur: Cursor, rows: list[Row], run: Callable[[list[Row]], int]) -> int:
     with savepoint(cur, "dc_ack"):
         return run(rows)
+
+
+def _log_refused(src: SourceSettings, row: Row, exc: BaseException) -> None:
+    why = storable_text(str(exc) or type(exc).__name__, 500)
+    log.warning(
+        "row %s of %s: the database refused its ack (%s); it fails alone",
+        row.get(src.id_column),
+        src.name,
+        why,
+        extra={"event": "worker.ack_refused", "source": src.name, "row_id": row.get(src.id_column)},
+    )
+
+
+def row_action_refusal(ack: Ack, source: str) -> str:
+    """Why a source's row may not take `ack` (retry, discard, a transactional task's): refused
+    rather than read as a touch, which would check the row again a period later, not when asked."""
+    return (
+        f"Ack.{ack.action}() is for jobs and consumer groups; a row of source {source} takes "
+        "Ack.touch(delay_s=...) to be checked later, Ack.delete() or None"
+    )
+
+
+def check_settable(name: str, src: SourceSettings, columns: frozenset[str]) -> None:
+    """Refuse (ValueError) a column a handler's Ack.touch may not set in `src`'s table: duecast's
+    own dispatch columns, the row's id (it would move the row) and its due column (it would take
+    the row out of rotation, or bring it back early: push a check with delay_s instead)."""
+    if name == src.due_column:
+        raise ValueError(
+            f"Ack.touch sets {name!r}, the due column of source {src.name}; duecast sets it "
+            "(to check the row later, use Ack.touch(delay_s=...))"
+        )
+    if name == src.id_column or name in DISPATCH_COLUMNS:
+        raise ValueError(
+            f"Ack.touch sets {name!r}, duecast's own column of source {src.name}; a handler may not"
+        )
+    if name not in columns:
+        raise ValueError(f"Ack sets {name!r}, which is not a column of {src.table}")
 
 
 class RowBatch:

@@ -12,18 +12,20 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from ..acks import Ack, Row
+from ..acks import Ack, Row, check_times
 from ..entries import Entry
+from ..limits import MAX_DELAY_S
 from ..queries.source import SourceSQL, assignments, column_list, fence, in_list, render
 from ..settings import SourceSettings
-from ..states import ATTEMPT_COLUMN, DISPATCH_COLUMNS
+from ..states import ATTEMPT_COLUMN
 from .db import Database
 from .leased.keeper import Extended, LeaseKeeper, renew_leases
 from .protocol import AckCounts, SkipsLocked, SourceStatus, StaleAck, Store, WorkBatch
-from .row_batch import AckGroups, RowBatch, guarded
+from .row_batch import AckGroups, RowBatch, check_settable, guarded, row_action_refusal
 from .schema import check_source, described
 from .units import MYSQL_ERRORS, Cursor, lock_or_skip
 
@@ -41,9 +43,10 @@ def _us(seconds: float) -> int:
 
 
 class SourceStore:
-    def __init__(self, db: Database, src: SourceSettings) -> None:
+    def __init__(self, db: Database, src: SourceSettings, max_delay_s: float = MAX_DELAY_S) -> None:
         self.db = db
         self.src = src
+        self.max_delay_s = max_delay_s  # jobs.max_delay_s: the most an Ack.touch may push a row
         self.sql: SourceSQL = render(src)
         self.columns: frozenset[str] = frozenset()
         self.id_column = src.id_column
@@ -179,14 +182,17 @@ class SourceStore:
     # -- finishing, run by RowBatch (and range mode) in its transaction; fenced on RUNNING ---------
 
     def group_key(self, ack: Ack) -> Any:
+        """Rows with equal keys share one statement. A bad Ack raises ValueError (its row fails
+        alone, logged by the worker): an action a source's row has no meaning for, a delay past
+        jobs.max_delay_s, or a column that is not the handler's to set."""
         action = self.src.on_success if ack.action == "default" else ack.action
+        if action not in ("touch", "delete"):
+            raise ValueError(row_action_refusal(ack, self.src.name))
+        check_times(ack, self.max_delay_s, datetime.now(UTC))
         if action == "delete":
             return ("delete",)
         for name, _ in ack.values:
-            if name not in self.columns or name in DISPATCH_COLUMNS:
-                raise ValueError(
-                    f"Ack sets {name!r}, which is not a column a handler may set in {self.src.table}"
-                )
+            check_settable(name, self.src, self.columns)
         try:
             hash(ack.values)
             return ("touch", ack.delay_s, ack.values)
@@ -205,7 +211,7 @@ class SourceStore:
         acked = stale = 0
         refused: list[Row] = []
         for key, rows in groups.items():
-            done, bad = guarded(cur, rows, partial(self.run_ack, cur, key))
+            done, bad = guarded(cur, rows, partial(self.run_ack, cur, key), self.src)
             acked += done
             stale += len(rows) - len(bad) - done
             refused.extend(bad)

@@ -66,6 +66,11 @@ class DuplicateKey(ValueRefused):
 DRIVER_ERRORS = (pymysql.err.MySQLError,)
 # Errors that mean "this statement's values are wrong", not "the connection or lock is".
 VALUE_ERRORS = (pymysql.err.DataError, pymysql.err.IntegrityError, ValueRefused)
+# ...and the codes that mean so whatever class the driver gives them: 1916 (an overflow converting
+# a value, e.g. NOW(6) + INTERVAL 1e24 MICROSECOND) and 1292/1366 (an incorrect value) arrive as
+# OperationalError or InternalError. Callers isolate a refused row whatever it raises (row_batch
+# .guarded); this names it right in their log lines and for callers that catch ValueRefused.
+VALUE_CODES = frozenset({1264, 1292, 1366, 1406, 1441, 1916})
 # Anything MySQL may raise, as the driver's error (inside a unit) or as ours (out of one).
 MYSQL_ERRORS = (pymysql.err.MySQLError, StorageError)
 
@@ -105,7 +110,7 @@ def translate(exc: BaseException) -> BaseException:
         return TransientError(message, code)
     if isinstance(exc, pymysql.err.IntegrityError) and code == DUPLICATE_KEY:
         return DuplicateKey(message, code)
-    if isinstance(exc, VALUE_ERRORS):
+    if isinstance(exc, VALUE_ERRORS) or code in VALUE_CODES:
         return ValueRefused(message, code)
     return StorageError(message, code) if isinstance(exc, DRIVER_ERRORS) else exc
 

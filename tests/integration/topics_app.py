@@ -40,6 +40,10 @@ def _record(message: Message) -> None:
     payload = message.payload if isinstance(message.payload, dict) else {}
     if message.group in payload.get("fail", ()):
         raise RuntimeError(f"{message.group} cannot take message {message.id}")
+    if message.group in payload.get("fail_surrogate", ()):  # a file name, as os.listdir gives it
+        raise RuntimeError("cannot open " + b"report-\xff.csv".decode("utf-8", "surrogateescape"))
+    if message.group in payload.get("exit", ()):
+        raise SystemExit(4)
 
 
 for _group in ("billing", "shipping", "audit"):

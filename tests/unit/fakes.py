@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from duecast.shared.acks import Ack, Row
 from duecast.shared.entries import Entry
+from duecast.shared.limits import MAX_DELAY_S
 from duecast.shared.settings import SourceSettings
 from duecast.shared.states import ATTEMPT_COLUMN, State
 from duecast.shared.storage.source_store import AckCounts, SourceStore
@@ -114,6 +115,7 @@ class FakeStore:
         self.rows_per_entry = 1
         self.claim_weight = 1
         self.columns = frozenset({src.id_column, src.due_column, ATTEMPT_COLUMN, *columns})
+        self.max_delay_s = MAX_DELAY_S  # jobs.max_delay_s, as SourceStore.group_key reads it
         self.rows: dict[int, FakeRow] = {}
         self.live: dict[int, FakeBatch] = {}  # open batches, whose leases are kept
         self._clock = 0.0

@@ -13,6 +13,8 @@ from typing import Protocol, TypeVar
 
 from ...acks import Ack, Row
 from ...entries import Entry
+from ...errors import DuecastError
+from ...limits import shown, storable_text
 from ...settings import SourceSettings
 from ...telemetry import observe
 from ..db import Database
@@ -21,17 +23,22 @@ from ..units import Cursor, is_transient, retry_transient, rollback_to, savepoin
 from .keeper import Hold
 
 FINISH_RETRIES = 3
-ERROR_TEXT_MAX = 16_000  # characters of message + traceback kept per failure
 T = TypeVar("T")
 
 
 def error_text(outcome: object) -> str:
-    """A failure as stored in last_error: the exception and its traceback, capped."""
+    """A failure as stored in last_error: the exception and its traceback, made storable (a lone
+    surrogate escaped, cut to shared.limits.ERROR_TEXT_MAX characters)."""
     if isinstance(outcome, BaseException):
         text = "".join(traceback.format_exception(outcome))
     else:
-        text = f"invalid result from the task: {outcome!r}"
-    return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 20] + "\n...(truncated)"
+        text = f"invalid result from the task: {shown(outcome)}"
+    return storable_text(text)
+
+
+class AckRefused(DuecastError):
+    """The database refused what a handler's Ack asked of its row (a value out of range, text it
+    cannot store...): that row failed alone, its batch-mates were acked."""
 
 
 def finish_group(ack: Ack, handler: str) -> tuple[object, ...]:
@@ -51,6 +58,8 @@ class Naming(Protocol):
     def key(self) -> str: ...
     @property
     def noun(self) -> str: ...
+    @property
+    def place(self) -> str: ...
     @property
     def log(self) -> Logger: ...
 
@@ -162,7 +171,11 @@ class LeasedBatch:
                 stale += len(done) - n
             for row, ack in acks:
                 if ack.action in ("retry", "discard"):
-                    n = store.finish_special(cur, row, ack)
+                    special = self._special(cur, row, ack)
+                    if isinstance(special, AckRefused):
+                        failures.append((row, special))
+                        continue
+                    n = special
                     acked += n
                     stale += 1 - n
                     discarded += n if ack.action == "discard" else 0
@@ -179,6 +192,34 @@ class LeasedBatch:
         observe.count(store.src.name, "dead", discarded)
         return (acked, stale), failures
 
+    def _special(self, cur: Cursor, row: Row, ack: Ack) -> int | AckRefused:
+        """A retry or discard under its own savepoint: whatever the database (or the driver) refuses
+        of it fails this row alone, logged; its batch-mates' acks stand. A transient error is the
+        whole transaction's: the unit is run again."""
+        try:
+            with savepoint(cur, "dc_ack"):
+                return self._store.finish_special(cur, row, ack)
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            return self._refused(row, f"Ack.{ack.action}()", exc)
+
+    def _refused(self, row: Row, what: str, exc: BaseException) -> AckRefused:
+        """Log (rate-limited: one template, shared/process/logs.RepeatFilter) why the database
+        refused `what` for `row`; the row then fails alone with this as its error."""
+        s = self._store.scope
+        why = storable_text(str(exc) or type(exc).__name__, 500)
+        s.log.warning(
+            "%s %s of %s: the database refused its %s (%s); it fails alone",
+            s.noun,
+            row.get(self._key),
+            s.place,
+            what,
+            why,
+            extra={"event": f"{s.noun}.ack_refused", "source": self._store.src.name},
+        )
+        return AckRefused(f"the database refused its {what}: {why}")
+
     def _in_transaction(self, cur: Cursor, row: Row, ack: Ack) -> object | None:
         """Run a transactional task and finish it under one savepoint: its writes stay only if the
         job really is finished by this attempt. Returns None (done), "stale", or the failure."""
@@ -193,7 +234,7 @@ class LeasedBatch:
                     n = self._store.finish_ok(cur, [row])
                 else:
                     n = self._store.finish_special(cur, row, final)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit in a task is its failure, not the worker's exit
             if is_transient(exc):
                 raise  # the whole transaction is gone: the finish is retried as one unit
             return exc  # the savepoint undid the task's writes
@@ -215,10 +256,29 @@ class LeasedBatch:
                 outcomes[""] += len(failures) - len(mine)
                 ended = [(row, outcome) for row, outcome in failures if int(row[self._key]) in mine]
                 for row, outcome in ended:
-                    outcomes[self._store.finish_failed(cur, row, outcome)] += 1
+                    outcomes[self._fail_one(cur, row, outcome)] += 1
                 self._finished(cur, [row for row, _ in ended])
             return outcomes
 
         outcomes = self._retrying(once)
         for name in ("retried", "dead"):  # counted once committed
             observe.count(self._store.src.name, name, outcomes[name])
+
+    def _fail_one(self, cur: Cursor, row: Row, outcome: object) -> str:
+        """One failure under its own savepoint. Should the database refuse even that, the row fails
+        with the refusal as its error instead; should it refuse that too, the row is left to its
+        lease (interrupted once it runs out): never a poison that stalls the rest."""
+        try:
+            with savepoint(cur, "dc_fail"):
+                return self._store.finish_failed(cur, row, outcome)
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            refused = self._refused(row, "failure", exc)
+        try:
+            with savepoint(cur, "dc_fail"):
+                return self._store.finish_failed(cur, row, refused)
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            return ""

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from ...acks import Row
 from ...entries import Entry
+from ...limits import MAX_DELAY_S
 from ...policy import dead_after_retries, stepped_delay_s
 from ...queries.topics import DISPATCHED, MESSAGE_COLUMNS, RUNNING, TopicSQL, render_topics
 from ...settings import MySQLSettings, SourceSettings, TopicsSettings
@@ -31,7 +32,12 @@ class GroupStore(RowUnits):
     """One cluster group: its deliveries are keyed by message id (`seq`) within the group."""
 
     def __init__(
-        self, db: Database, src: SourceSettings, topics: TopicsSettings, mysql: MySQLSettings
+        self,
+        db: Database,
+        src: SourceSettings,
+        topics: TopicsSettings,
+        mysql: MySQLSettings,
+        max_delay_s: float = MAX_DELAY_S,
     ) -> None:
         self.topics = topics
         self.group = next(g for g in topics.groups if g.source == src.name)
@@ -57,6 +63,7 @@ class GroupStore(RowUnits):
             lease_s=topics.lease_s,
             max_interruptions=topics.max_interruptions,
             what=f"messages of {src.name}",
+            max_delay_s=max_delay_s,
         )
 
     def verify(self) -> None:

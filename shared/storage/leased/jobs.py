@@ -55,6 +55,7 @@ class JobStore(RunUnits):
             lease_s=jobs.lease_s,
             max_interruptions=jobs.max_interruptions,
             what=f"job runs of {src.name}",
+            max_delay_s=jobs.max_delay_s,
         )
         self.rows_per_entry = jobs.run_size  # a worker pops entries for this many jobs each
         self.claim_weight = jobs.run_size  # claim_batch and high_water count jobs

@@ -12,11 +12,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from ...acks import Ack, Row
+from ...acks import Ack, Row, check_times
 from ...entries import Entry
+from ...limits import MAX_DELAY_S, storable_text
 from ...policy import blame_interruptions
 from ...settings import MySQLSettings, SourceSettings
 from ...telemetry import observe
@@ -63,8 +64,10 @@ class LeasedStore(ABC):
         max_interruptions: int,
         what: str,
         timeout_s: float | None = None,
+        max_delay_s: float = MAX_DELAY_S,
     ) -> None:
         self.db = db
+        self.max_delay_s = max_delay_s  # jobs.max_delay_s: how far ahead an Ack may put work
         self.src = src
         self.scope = naming
         self.max_interruptions = max_interruptions
@@ -153,7 +156,10 @@ class LeasedStore(ABC):
             return self._renew(cur, entries)
 
     def group_key(self, ack: Ack) -> Any:
-        return finish_group(ack, self.scope.handler)
+        """How the ack is finished (finish_group); a bad Ack raises ValueError, and its row fails alone."""
+        key = finish_group(ack, self.scope.handler)
+        check_times(ack, self.max_delay_s, datetime.now(UTC))
+        return key
 
     # -- requeue, by cause -------------------------------------------------------------------------
 
@@ -233,8 +239,12 @@ class LeasedStore(ABC):
         """A handler's explicit retry (not a failure) or discard (dead now)."""
         if ack.action == "discard":
             text = f"discarded by its {self.scope.author}" + (f": {ack.reason}" if ack.reason else "")
+            text = storable_text(text)  # a hand-built Ack skips Ack.discard's own
             return self.finish_dead(cur, row, text, 0, outcome="discarded")
-        return self._snooze(cur, row, ack.at, _us(ack.delay_s))
+        at = ack.at
+        if at is not None and at.tzinfo is not None:  # hand-built: the driver would drop the zone
+            at = at.astimezone(UTC).replace(tzinfo=None)
+        return self._snooze(cur, row, at, _us(ack.delay_s))
 
     # -- what a kind decides -------------------------------------------------------------------------
 

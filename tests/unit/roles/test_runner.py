@@ -173,3 +173,66 @@ def test_a_stuck_plain_call_is_given_up_and_the_rest_of_its_flight_goes_on(compl
     finally:
         release.set()
         runner.close(wait=True)
+
+
+# -- a BaseException from user code (issue 25, item 7) -------------------------------------------------
+
+_RAISED: list[type[BaseException]] = [SystemExit, KeyboardInterrupt, GeneratorExit]
+
+
+@pytest.mark.parametrize("kind", _RAISED, ids=lambda k: k.__name__)
+@pytest.mark.parametrize("batch", [False, True], ids=["row", "batch"])
+def test_a_plain_handler_raising_a_base_exception_fails_its_call_and_its_batch_mates_go_on(
+    completions: Completions, kind: type[BaseException], batch: bool
+) -> None:
+    """argparse's SystemExit in a task, a library's sys.exit(): the call's failure, with an outcome
+    for every row, never a dead handler thread leaving the rest without one until the time limit."""
+
+    def check(row: Row) -> None:
+        if row["id"] == 1:
+            raise kind("from user code")
+
+    def check_all(rows: list[Row]) -> None:
+        if any(r["id"] == 1 for r in rows):
+            raise kind("from user code")
+
+    threads = ThreadRunner(1, completions)
+    flight = _flight(Handler("s", check_all if batch else check, batch=batch), 4)
+    try:
+        threads.submit(flight, list(range(4)))
+        _gather(completions, flight, until=4, timeout_s=5)
+    finally:
+        threads.close(wait=True)
+    outcomes = _outcomes(flight)
+    assert isinstance(outcomes[1], kind)
+    assert all(isinstance(o, kind) if batch else o == Ack.default() for i, o in outcomes.items() if i != 1)
+
+
+@pytest.mark.parametrize("kind", _RAISED, ids=lambda k: k.__name__)
+@pytest.mark.parametrize("batch", [False, True], ids=["row", "batch"])
+def test_an_async_handler_raising_a_base_exception_fails_its_call_and_the_loop_goes_on(
+    completions: Completions, loop: LoopRunner, kind: type[BaseException], batch: bool
+) -> None:
+    """On the event loop a SystemExit escaping a task stops run_forever: every later call would
+    wait for its time limit. It is that call's failure instead, and the loop serves the next flight."""
+
+    async def check(row: Row) -> None:
+        if row["id"] == 1:
+            raise kind("from user code")
+
+    async def check_all(rows: list[Row]) -> None:
+        if any(r["id"] == 1 for r in rows):
+            raise kind("from user code")
+
+    handler = Handler("s", None, batch=batch, afn=check_all if batch else check)
+    first = _flight(handler, 4)
+    loop.submit(first, list(range(4)))
+    _gather(completions, first, until=4, timeout_s=5)
+    outcomes = _outcomes(first)
+    assert isinstance(outcomes[1], kind)
+    assert all(isinstance(o, kind) if batch else o == Ack.default() for i, o in outcomes.items() if i != 1)
+    second = _flight(handler, 1)
+    second.rows[0]["id"] = 0
+    loop.submit(second, [0])
+    _gather(completions, second, until=1, timeout_s=5)
+    assert _outcomes(second) == {0: Ack.default()}

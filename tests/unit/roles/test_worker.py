@@ -17,8 +17,8 @@ from duecast.shared.entries import Entry
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import WorkerSettings
-from duecast.shared.storage.source_store import SourceStore
-from duecast.shared.storage.units import TransientError
+from duecast.shared.storage.source_store import AckCounts, SourceStore
+from duecast.shared.storage.units import StorageError, TransientError
 from duecast.worker.worker import Worker
 from tests.unit.fakes import FakeBatch, FakeWorkStore, rescan_source
 
@@ -243,3 +243,96 @@ def test_a_bug_is_not_pushed_back(ready_queue: ReadyQueue) -> None:
     with pytest.raises(RuntimeError):
         worker.tick()
     assert ready_queue.length("users") == 0  # the sweeper's visibility timeout paces a bug, not a loop
+
+
+def test_a_hand_built_or_out_of_place_ack_fails_its_row_alone_and_says_why(
+    ready_queue: ReadyQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 25, items 1, 12, 13: Acks the store refuses (NaN delay, past jobs.max_delay_s, the
+    due column, a retry on a row source) fail their own rows, each logged in one line with why;
+    the rest of the batch is acked."""
+    store = FakeWorkStore(rescan_source(), {i: 1 for i in range(1, 7)})
+    bad = {
+        2: Ack("touch", delay_s=float("nan")),
+        3: Ack("touch", delay_s=1e18),
+        4: Ack.touch(updated_time="2099-01-01"),
+        5: Ack.retry(60),
+    }
+    ready_queue.push("users", [Entry(i, 1) for i in range(1, 7)])
+    worker = _worker(store, Handler("users", lambda row: bad.get(row["user_id"]), batch=False), ready_queue)
+    with caplog.at_level("ERROR", "duecast.worker"):
+        drain(worker)
+    assert _acked_ids(store) == [1, 6]
+    assert sorted(r["user_id"] for r in store.failed) == [2, 3, 4, 5]
+    lines = {
+        r.row_id: r.getMessage() for r in caplog.records if getattr(r, "event", "") == "worker.invalid_ack"
+    }  # type: ignore[attr-defined]
+    assert "finite" in lines[2]
+    assert "jobs.max_delay_s" in lines[3]
+    assert "the due column of source users" in lines[4]
+    assert "Ack.retry() is for jobs and consumer groups" in lines[5]
+
+
+def test_an_ack_one_outcome_spoils_fails_that_row_alone_and_the_rest_are_acked(
+    ready_queue: ReadyQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25, item 1: whatever an ack raises that is not the database's state (down, a lock, a
+    grant), it is split: each outcome acked alone, and the one that raises again fails its row.
+    Before, the whole ack was retried 4-5 times a second for as long as the worker lived."""
+    store = FakeWorkStore(rescan_source(), {i: 1 for i in range(1, 5)})
+    real_ack = FakeBatch.ack
+
+    def ack(self: FakeBatch, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
+        if any(row["user_id"] == 3 for row, _ in acks):
+            raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
+        if any(row["user_id"] == 4 for row, _ in acks):
+            raise StorageError("Got overflow when converting 1e24 to DATETIME", 1916)
+        return real_ack(self, acks)
+
+    monkeypatch.setattr(FakeBatch, "ack", ack)
+    ready_queue.push("users", [Entry(i, 1) for i in range(1, 5)])
+    worker = _worker(store, Handler("users", lambda row: None, batch=False), ready_queue)
+    drain(worker, timeout_s=5)
+    assert _acked_ids(store) == [1, 2]
+    assert sorted(r["user_id"] for r in store.failed) == [3, 4]
+    assert +worker.counts == Counter({"popped": 4, "started": 4, "acked": 2, "failed": 2})
+
+
+def test_a_lone_ack_that_spoils_fails_its_row(
+    ready_queue: ReadyQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FakeWorkStore(rescan_source(), {1: 1})
+
+    def ack(self: FakeBatch, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
+        raise StorageError("Got overflow when converting 1e24 to DATETIME", 1916)
+
+    monkeypatch.setattr(FakeBatch, "ack", ack)
+    ready_queue.push("users", [Entry(1, 1)])
+    drain(_worker(store, Handler("users", lambda row: None, batch=False), ready_queue), timeout_s=5)
+    assert [r["user_id"] for r in store.failed] == [1]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [TransientError("lost connection", 2013), StorageError("UPDATE command denied", 1142)],
+    ids=["transient", "access-denied"],
+)
+def test_an_ack_the_database_cannot_take_is_kept_whole_and_tried_again(
+    ready_queue: ReadyQueue, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    store = FakeWorkStore(rescan_source(), {1: 1, 2: 1})
+    real_ack = FakeBatch.ack
+    calls: list[int] = []
+
+    def ack(self: FakeBatch, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
+        calls.append(len(acks))
+        if len(calls) == 1:
+            raise error
+        return real_ack(self, acks)
+
+    monkeypatch.setattr(FakeBatch, "ack", ack)
+    ready_queue.push("users", [Entry(1, 1), Entry(2, 1)])
+    drain(_worker(store, Handler("users", lambda row: None, batch=False), ready_queue), timeout_s=5)
+    assert calls[:2] == [2, 2]  # never split: the whole ack again, after a backoff (a grant too)
+    assert _acked_ids(store) == [1, 2]
+    assert store.failed == []

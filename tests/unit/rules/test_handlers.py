@@ -7,7 +7,9 @@ registry loading are in test_handlers_tasks.py.
 
 from __future__ import annotations
 
+import asyncio
 import math
+from collections.abc import Iterator
 
 import pytest
 
@@ -161,14 +163,44 @@ def test_row_handler_non_ack_return_is_a_type_error_outcome(bad: object) -> None
     assert out[0] == out[2] == Ack.default()
 
 
-def test_row_handler_base_exceptions_are_not_swallowed() -> None:
-    """KeyboardInterrupt / SystemExit must stop the worker, not become a row's outcome."""
+@pytest.mark.parametrize("kind", [SystemExit, KeyboardInterrupt, GeneratorExit], ids=lambda k: k.__name__)
+def test_a_base_exception_from_user_code_is_that_rows_failure(kind: type[BaseException]) -> None:
+    """argparse or sys.exit() in a library: the row's failure (retried per policy), never an exception
+    out of Handler.run that would end the handler thread and strand its batch-mates (issue 25, item 7).
+    The worker stops on SIGTERM/SIGINT through its stop event, never through KeyboardInterrupt."""
 
     def fn(row: Row) -> None:
-        raise KeyboardInterrupt
+        if row["id"] == 2:
+            raise kind
 
-    with pytest.raises(KeyboardInterrupt):
-        Handler("s", fn, batch=False).run(ROWS)
+    out = Handler("s", fn, batch=False).run(ROWS[:3])
+    assert isinstance(out[1], kind)
+    assert out[0] == out[2] == Ack.default()
+
+    def batch(rows: list[Row]) -> None:
+        raise kind
+
+    assert all(isinstance(o, kind) for o in Handler("s", batch, batch=True).run(ROWS[:3]))
+
+    def generated(rows: list[Row]) -> Iterator[Ack]:
+        yield Ack.default()
+        raise kind
+
+    assert all(isinstance(o, kind) for o in Handler("s", generated, batch=True).run(ROWS[:3]))
+
+
+def test_an_async_batch_handler_fails_its_call_on_a_base_exception_but_not_on_its_cancellation() -> None:
+    async def exits(rows: list[Row]) -> None:
+        raise SystemExit(2)
+
+    out = asyncio.run(Handler("s", None, batch=True, afn=exits).run_batch(ROWS[:2]))
+    assert [type(o) for o in out] == [SystemExit, SystemExit]
+
+    async def cancelled(rows: list[Row]) -> None:
+        raise asyncio.CancelledError  # the worker's own time limit: passes through, as a time-out
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(Handler("s", None, batch=True, afn=cancelled).run_batch(ROWS[:2]))
 
 
 def test_run_on_no_rows() -> None:
