@@ -12,13 +12,13 @@ import time
 from collections import Counter
 
 from ..shared.acks import Ack, Row
-from ..shared.api.outcomes import TimedOut
+from ..shared.api.outcomes import InvalidAck, TimedOut
 from ..shared.limits import shown
 from ..shared.policy import ack_now, error_backoff_s
 from ..shared.storage.protocol import NO_ACKS, AckCounts
 from ..shared.storage.source_store import Store
 from ..shared.storage.units import access_denied, is_transient
-from .flight import Flight, InvalidAck, Outcome
+from .flight import Flight, Outcome
 from .report import log_failures
 
 log = logging.getLogger("duecast.worker")

@@ -16,15 +16,9 @@ from typing import Any
 from ..shared.acks import Ack, Row
 from ..shared.api.handlers import Handler
 from ..shared.entries import Entry
-from ..shared.errors import DuecastError
 from ..shared.storage.source_store import Store, WorkBatch
 
 Outcome = Ack | BaseException
-
-
-class InvalidAck(DuecastError, ValueError):
-    """An Ack the row's store refuses (an action, a delay or a column not allowed there): that
-    row's failure, logged in one line with why, never sent to the database."""
 
 
 class Flight:

@@ -10,10 +10,10 @@ from collections import Counter
 from typing import Protocol
 
 from ..shared.acks import Row
-from ..shared.api.outcomes import TimedOut
+from ..shared.api.outcomes import InvalidAck, TimedOut
 from ..shared.fanout.protocol import Queue
 from ..shared.limits import shown as cut
-from .flight import Flight, InvalidAck, Outcome
+from .flight import Flight, Outcome
 
 log = logging.getLogger("duecast.worker")
 STATS_EVERY_S = 0.5  # how often counts go to Redis (duecast status) while busy

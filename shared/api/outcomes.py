@@ -50,3 +50,8 @@ class TimedOut(DuecastError, TimeoutError):
     def __init__(self, source: str, limit_s: float) -> None:
         super().__init__(f"{source}: the handler ran longer than its timeout_s ({limit_s:g}s)")
         self.limit_s = limit_s
+
+
+class InvalidAck(DuecastError, ValueError):
+    """An Ack the row's store refuses (an action, a delay or a column not allowed there): that
+    row's failure, logged in one line with why, never sent to the database."""

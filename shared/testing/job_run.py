@@ -13,6 +13,8 @@ from typing import Any
 
 from ..acks import Ack, Row
 from ..api.handlers import Handler, Registry
+from ..api.outcomes import InvalidAck
+from ..limits import shown
 from ..policy import dead_after_failure, retry_delay_s
 from ..settings import JOBS_SOURCE, JobsSettings
 from ..storage.leased.batch import error_text, finish_group
@@ -69,8 +71,8 @@ class JobRun:
         if isinstance(outcome, Ack):
             try:
                 finish_group(outcome, WHO)
-            except ValueError:
-                return self._failed(row, outcome)  # kept as "invalid result from the task: ..."
+            except ValueError as exc:  # as the worker's acker makes it (worker/acker.py)
+                return self._failed(row, InvalidAck(f"{exc}; the ack was {shown(outcome)}"))
             if outcome.action == "discard":
                 reason = f": {outcome.reason}" if outcome.reason else ""
                 return Finish("dead", text=f"discarded by its task{reason}")
