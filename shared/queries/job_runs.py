@@ -47,7 +47,8 @@ class RunSQL:
     requeue_dispatched: str
     release_unpushed: str
     expired_running: str
-    worker_running: str
+    find_worker_running: str
+    lock_worker_running: str
     release: str
     release_legacy: str
     requeue_legacy: str
@@ -240,10 +241,17 @@ def _requeueing(n: _RunNames) -> dict[str, str]:
             f"WHERE `dc_state` = {RUNNING} AND `queue` = %s AND `lease_until` < NOW(6) "
             "LIMIT %s FOR UPDATE SKIP LOCKED"
         ),
-        # Supervisor (worker/handback.py): the runs a worker process that exited was running.
-        worker_running=(
-            f"SELECT `id`, `members`, `worker`, `started_at` FROM {r} FORCE INDEX (`dc_runs`) "
-            f"WHERE `dc_state` = {RUNNING} AND `queue` = %s AND `worker` = %s LIMIT %s FOR UPDATE"
+        # Supervisor (worker/handback.py): the runs a worker process that exited was running, found
+        # by a plain read (dc_runs does not hold `worker`: a locking scan would wait on, and lock,
+        # every other worker's running runs of the queue, their lease renewals among them)...
+        find_worker_running=(
+            f"SELECT `id` FROM {r} FORCE INDEX (`dc_runs`) WHERE `dc_state` = {RUNNING} "
+            "AND `queue` = %s AND `worker` = %s LIMIT %s"
+        ),
+        # ...then locked by primary key, still RUNNING and still that worker's.
+        lock_worker_running=(
+            f"SELECT `id`, `members`, `worker`, `started_at` FROM {r} FORCE INDEX (PRIMARY) "
+            f"WHERE {{ids}} AND `dc_state` = {RUNNING} AND `worker` = %s FOR UPDATE"
         ),
         # Only with no dispatcher or worker running: every run of the queue goes, and its jobs,
         # pending and behind the cursors, are found by the next claim's sweep.

@@ -141,8 +141,14 @@ class RunUnits(LeasedStore):
         return self._interrupt_runs(cur, cur.fetchall(), INTERRUPTED)
 
     def _interrupt_worker(self, cur: Cursor, worker: str, why: str, limit: int) -> tuple[int, int, bool]:
-        cur.execute(self.runs.worker_running, (self.queue, worker, limit))
-        return (*self._interrupt_runs(cur, cur.fetchall(), why), False)
+        """Up to `limit` runs of `worker` (an exited process): found without locking, then locked by
+        id, so no other worker's run is locked or waited for. Returns (jobs, dead, more runs left?)."""
+        cur.execute(self.runs.find_worker_running, (self.queue, worker, limit))
+        ids = [int(r[0]) for r in cur.fetchall()]
+        if not ids:
+            return 0, 0, False
+        cur.execute(self.runs.lock_worker_running.format(ids=in_list(RUN_KEY, ids)), (worker,))
+        return (*self._interrupt_runs(cur, cur.fetchall(), why), len(ids) >= limit)
 
     def _interrupt_runs(self, cur: Cursor, locked: Sequence[Sequence[Any]], why: str) -> tuple[int, int]:
         """Runs (locked: id, members, worker, started_at) whose worker is gone: their members still pending
