@@ -189,22 +189,22 @@ class RunUnits(LeasedStore):
             return int(cur.execute(self._done.format(ids=_ids(rows))))
         by_start: dict[Any, list[Row]] = {}  # one statement per run start (one, usually)
         for row in rows:
-            by_start.setdefault(row["started_at"], []).append(row)
+            by_start.setdefault(row.get("started_at"), []).append(row)
         done = 0
         for at, group in by_start.items():
             done += int(cur.execute(self._done.format(ids=_ids(group)), (*self._done_args, at)))
         return done
 
     def finish_dead(self, cur: Cursor, row: Row, text: str, errors: int, outcome: str = "dead") -> int:
-        args = (errors, self.worker, row["started_at"], text)
+        args = (errors, self.worker, row.get("started_at"), text)
         return int(cur.execute(self.runs.fail_dead.format(ids=_ids([row])), args))
 
     def _fail_retry(self, cur: Cursor, row: Row, delay_us: int, text: str) -> int:
-        args = (self.worker, row["started_at"], delay_us, text)
+        args = (self.worker, row.get("started_at"), delay_us, text)
         return int(cur.execute(self.runs.fail_retry.format(ids=_ids([row])), args))
 
     def _snooze(self, cur: Cursor, row: Row, at: datetime | None, delay_us: int) -> int:
-        ids, ran = _ids([row]), (self.worker, row["started_at"])
+        ids, ran = _ids([row]), (self.worker, row.get("started_at"))
         if at is not None:
             return int(cur.execute(self.runs.snooze_at.format(ids=ids), (*ran, at)))
         return int(cur.execute(self.runs.snooze_delay.format(ids=ids), (*ran, delay_us)))
