@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from ..shared.monitor.freshness import Freshness
+from ..shared.monitor.freshness import Freshness, failed_share
 from ..shared.storage.source_store import STATUS_COUNT_CAP
 
 NEVER_S = 10 * 365 * 86400.0  # older than this is a row never checked (range discovery's start date)
@@ -59,6 +59,15 @@ def share(fresh: Freshness | None) -> str:
     if fresh is None or fresh.fresh_share is None:
         return "-"
     return f"{'' if fresh.exact else '≈'}{fresh.fresh_share:.1%}"
+
+
+def failing(fresh: Freshness | None, rates: Mapping[str, float], counters: Mapping[str, float]) -> str:
+    """A re-scan source's share of failed checks: between the last two readings (`rates`), or, from
+    one reading, since the counters began. `-` for other sources, or before any check."""
+    if fresh is None:
+        return "-"
+    share = failed_share(rates) if rates else failed_share(counters)
+    return "-" if share is None else f"{share:.1%}"
 
 
 def estimated(freshness: Iterable[Freshness | None]) -> bool:

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from ..shared.fanout.queue import ReadyQueue
 from ..shared.monitor.coverage import unserved, unserved_line
+from ..shared.monitor.freshness import failed_share
 from ..shared.process import arguments
 from ..shared.process.failures import EXIT_OK, EXIT_UNAVAILABLE, explain
 from ..shared.process.runtime import build_queue
@@ -137,6 +138,8 @@ def as_json(frame: Frame, history: History) -> dict[str, Any]:
                 "counters": snap.counters,
                 "fresh_share": None if fresh is None else fresh.fresh_share,
                 "fresh_share_exact": None if fresh is None else fresh.exact,
+                # Failed checks count as checks in fresh_share: this says how many failed.
+                "failed_share": None if fresh is None else failed_share(snap.counters),
                 "worst_staleness_s": None if fresh is None else fresh.worst_staleness_s,
                 "rates_per_s": history.current_rates(snap.name) or None,
             }

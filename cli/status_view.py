@@ -40,6 +40,7 @@ def source_table(snaps: list[SourceSnapshot], history: History) -> Table:
         "bad",
         "requeued",
         "fresh",
+        "failing",
         "worst staleness",
         "checks/s",
     )
@@ -61,11 +62,15 @@ def source_table(snaps: list[SourceSnapshot], history: History) -> Table:
             f"{c.get('bad', 0):,}",
             f"{c.get('requeued', 0):,}",
             formats.share(s.freshness),
+            formats.failing(s.freshness, rates, c),
             formats.staleness(s.freshness),
             formats.rate(rates.get("acked")),
         )
-    table.caption = "fresh: rows checked within period + 1 s" + (
-        " (≈: over InnoDB's row estimate)" if formats.estimated(s.freshness for s in snaps) else ""
+    table.caption = (
+        "fresh: rows checked within period + 1 s, failed checks included"
+        + (" (≈: over InnoDB's row estimate)" if formats.estimated(s.freshness for s in snaps) else "")
+        + "; failing: checks that failed, "
+        + ("since the last reading" if len(history) >= 2 else "since the counters began")
     )
     return table
 

@@ -15,27 +15,32 @@ from ..shared.policy import claim_room, dispatch_delay_s
 from ..shared.process.loop import Tick
 from ..shared.settings import DispatcherSettings
 from ..shared.storage.protocol import ClaimsRuns
-from ..shared.storage.source_store import SkipsLocked, Store
+from ..shared.storage.source_store import Store
 from ..shared.telemetry import observe
+from .locked import LockedRows
 from .redelivery import Redelivery
 
 log = logging.getLogger("duecast.dispatcher")
-LOCKED_LOG_EVERY_S = 30.0  # rows held by another session: one log line per source at most this often
 
 
 class Dispatcher:
     name = "dispatcher"
 
     def __init__(
-        self, stores: list[Store], queue: Queue, settings: DispatcherSettings, redelivery: Redelivery
+        self,
+        stores: list[Store],
+        queue: Queue,
+        settings: DispatcherSettings,
+        redelivery: Redelivery,
+        locked_held_s: float = 2.0,
     ) -> None:
         self.stores = stores
         self.queue = queue
         self.settings = settings
         self.redelivery = redelivery
         self.counts: Counter[str] = Counter()
-        self._locked_logged: dict[str, float] = {}  # source -> time.monotonic() of its last line
-        self._locked_since: Counter[str] = Counter()  # rows skipped as locked since that line
+        # Due rows passed over as locked, reported once held that long (mysql.lock_wait_s).
+        self.locked = LockedRows(queue, locked_held_s)
 
     def tick(self) -> Tick:
         delays = [self._dispatch(store) for store in self.stores]
@@ -56,7 +61,7 @@ class Dispatcher:
             return self.settings.poll_interval_s  # backpressure: workers are behind
         started = time.perf_counter()
         entries = store.claim_due(room)
-        self._report_locked(store)
+        self.locked.report(store)
         if entries:
             # Committed before pushing: if this push is lost, the rows stay DISPATCHED and
             # redelivery requeues them after the visibility timeout. Never push before commit.
@@ -71,27 +76,3 @@ class Dispatcher:
             self.queue.add_stats(src.name, {"claimed": claimed})
             self.counts[src.name] += claimed
         return dispatch_delay_s(len(entries) * weight, room, self.settings.poll_interval_s)
-
-    def _report_locked(self, store: Store) -> None:
-        """Count due rows the claim passed over because another session (an application's long
-        transaction) held their lock: they go unchecked for as long, so say so, at most once per
-        LOCKED_LOG_EVERY_S per source."""
-        skipped = store.skipped_locked if isinstance(store, SkipsLocked) else 0
-        if not skipped:
-            return
-        name = store.src.name
-        self.queue.add_stats(name, {"locked_skipped": skipped})
-        self._locked_since[name] += skipped
-        now = time.monotonic()
-        if now - self._locked_logged.get(name, -LOCKED_LOG_EVERY_S) >= LOCKED_LOG_EVERY_S:
-            log.warning(
-                "%d due %s of %s held by another session's lock were skipped by the claim "
-                "(%d skips since the last such line); they are claimed once the lock is released",
-                skipped,
-                "rows" if store.rows_per_entry == 1 else "ranges",
-                name,
-                self._locked_since[name],
-                extra={"event": "dispatcher.locked_skipped", "source": name, "count": skipped},
-            )
-            self._locked_logged[name] = now
-            self._locked_since[name] = 0

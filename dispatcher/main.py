@@ -59,7 +59,8 @@ def serve(
     )
     # Duties run in their own threads, on their own connections (PyMySQL is not thread-safe).
     redelivery = _redelivery(settings, queue, leadership, stop, drain=drain)
-    dispatcher = Dispatcher(build_stores(settings, sources, stop), queue, settings.dispatcher, redelivery)
+    stores = build_stores(settings, sources, stop)
+    dispatcher = Dispatcher(stores, queue, settings.dispatcher, redelivery, settings.mysql.lock_wait_s)
     keeper = RangeKeeper(_range_stores(build_stores(settings, sources, stop)), settings.dispatcher)
     # Before the first claim, so a new range source is covered at once; a lock held on the ranges
     # table past mysql.lock_wait_s is waited out, not the end of the dispatcher (issue 12.5).

@@ -23,8 +23,9 @@ from ..shared.policy import (
     redelivery_due,
 )
 from ..shared.process.loop import Tick
-from ..shared.settings import Settings, SourceSettings
+from ..shared.settings import Settings
 from ..shared.storage.holds import requeue_hold
+from ..shared.storage.leased.store import LeasedStore
 from ..shared.storage.source_store import Store
 from ..shared.storage.units import TransientError
 from ..shared.storage.worker_registry import WorkerRegistry
@@ -54,6 +55,13 @@ def cadence(settings: Settings, causes: Iterable[Cause]) -> dict[Cause, float]:
 def sweeper(settings: Settings, stores: Sequence[Store], queue: Queue) -> Redelivery:
     """The sweep alone, as `duecast sweeper` runs it: no canary, no dead workers."""
     return Redelivery(stores, queue, cadence(settings, SWEEP), settings.dispatcher.sweep_batch)
+
+
+def unit_noun(store: Store) -> str:
+    """What a store's requeue counts: rows, ranges (range mode), jobs, or a group's messages."""
+    if isinstance(store, LeasedStore):
+        return f"{store.scope.noun}s"
+    return "rows" if store.rows_per_entry == 1 else "ranges"
 
 
 def _always() -> bool:
@@ -134,32 +142,42 @@ class Redelivery:
         src = store.src
         started = time.perf_counter()
         if cause == "expired":
-            # A job's or a group's store also takes its interrupted runs here (until they share
-            # one leased store); "interrupted" then finds only what ran out in between.
-            n = store.requeue_expired(src.visibility_timeout_s, self.batch)
-        elif cause == "lost":
-            n = store.requeue_lost(self.batch)
-        else:
-            n = store.requeue_interrupted(self.batch)
+            n = 0
+            if isinstance(store, LeasedStore):
+                # Its requeue_expired would take the work whose lease ran out too, and the line
+                # would call it "not acked within the visibility timeout" (60 s) when its lease
+                # (15 s) ended: that work first, said as what it is.
+                n = self._requeued("interrupted", store, store.requeue_interrupted(self.batch), started)
+                started = time.perf_counter()
+            return n + self._requeued(
+                cause, store, store.requeue_expired(src.visibility_timeout_s, self.batch), started
+            )
+        if cause == "lost":
+            return self._requeued(cause, store, store.requeue_lost(self.batch), started)
+        return self._requeued(cause, store, store.requeue_interrupted(self.batch), started)
+
+    def _requeued(self, cause: Cause, store: Store, n: int, started: float) -> int:
+        """Count, time and say `n` units of `store` requeued for `cause`; returns n."""
         if n:
-            observe.batch_done("redelivery", src.name, started)
-            self._said(cause, src, n)
-            self.queue.add_stats(src.name, {"requeued": n})
+            observe.batch_done("redelivery", store.src.name, started)
+            self._said(cause, store, n)
+            self.queue.add_stats(store.src.name, {"requeued": n})
             self.counts[cause] += n
         return n
 
-    def _said(self, cause: Cause, src: SourceSettings, n: int) -> None:
+    def _said(self, cause: Cause, store: Store, n: int) -> None:
+        src, units = store.src, unit_noun(store)
         fields = {"event": f"redelivery.{cause}", "source": src.name, "count": n}
         if cause == "expired":
             fields["event"] = "sweeper.requeued"  # the name operators already alert on
-            msg = "requeued %d rows of %s not acked within %.0fs"
-            log.warning(msg, n, src.name, src.visibility_timeout_s, extra=fields)
+            msg = "requeued %d %s of %s not acked within %.0fs"
+            log.warning(msg, n, units, src.name, src.visibility_timeout_s, extra=fields)
         elif cause == "lost":
             log.warning(
-                "Redis lost its entries; requeued %d dispatched rows of %s", n, src.name, extra=fields
+                "Redis lost its entries; requeued %d dispatched %s of %s", n, units, src.name, extra=fields
             )
         else:
-            log.warning("requeued %d runs of %s whose lease ran out", n, src.name, extra=fields)
+            log.warning("requeued %d %s of %s whose lease ran out", n, units, src.name, extra=fields)
 
     def _requeue_held(self) -> int:
         """Requeue the hold of every dead worker and forget the worker; returns rows requeued.

@@ -4,14 +4,20 @@ goes back to pending (not when the leader finds it silent), and its registry row
 
 Only for a process waitpid reported as ended: nothing of it can run any more. Owns no SQL (the
 stores' interrupt_worker, and shared.storage.holds, which redelivery's "held" cause runs too) and
-never imports the user's app. A step that fails leaves that part to the leases and the leader,
-as if there were no supervisor.
+never imports the user's app. Ending the leases is retried on a deadlock or lock wait (or a lost
+session) with jittered backoff until it succeeds or the leases have run out anyway, in small
+transactions on a session that waits at most 1 s for a lock, so it never holds up other workers'
+renewals for long. A step that still fails leaves that part to the leases and the leader, as if
+there were no supervisor.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..shared.entries import BadHold
 from ..shared.fanout.protocol import Queue, QueueError
@@ -22,12 +28,18 @@ from ..shared.storage.holds import requeue_hold
 from ..shared.storage.leased.store import LeasedStore
 from ..shared.storage.schema import SchemaError
 from ..shared.storage.source_store import Store
-from ..shared.storage.units import MYSQL_ERRORS
+from ..shared.storage.units import MYSQL_ERRORS, retry_transient
 from ..shared.storage.worker_registry import WorkerRegistry
 
+T = TypeVar("T")
 log = logging.getLogger("duecast.supervisor")
 # What a step may meet and leave to the leases and the leader (KeyError: a hold's source not configured here).
 FAILURES: tuple[type[Exception], ...] = (*MYSQL_ERRORS, QueueError, SchemaError, KeyError)
+# Ending an exited worker's leases: runs (or a group's messages) per transaction, and the session's
+# innodb_lock_wait_timeout (its floor). A lock met is waited for briefly and the batch retried,
+# rather than one long transaction holding rows other workers' renewals want.
+HANDBACK_BATCH = 50
+HANDBACK_LOCK_WAIT_S = 1
 
 
 @dataclass(frozen=True)
@@ -41,8 +53,20 @@ class Handback:
     """Built once per supervisor; its stores and connections are made at the first exit (a parent
     that never sees its child die never opens one)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], object] = time.sleep,
+    ) -> None:
         self.settings = settings
+        # Its stores' sessions wait at most HANDBACK_LOCK_WAIT_S for a row lock.
+        self._store_settings = settings.model_copy(
+            update={"mysql": settings.mysql.model_copy(update={"lock_wait_s": HANDBACK_LOCK_WAIT_S})}
+        )
+        self.clock = clock
+        self.sleep = sleep
         self._queue: Queue | None = None
         self._stores: dict[str, Store] = {}
         self._workers: WorkerRegistry | None = None
@@ -52,26 +76,78 @@ class Handback:
         waits for the dead sessions' row locks, so the child's last start has committed or rolled
         back before its RUNNING rows are read."""
         self._close()  # an idle connection may be long dead (wait_timeout): fresh ones, as needed
+        leases_end = self.clock() + self._lease_s()  # its leases, renewed at most until now, end by then
         try:
-            held = self._requeue_hold(worker)
+            held = self._retrying(
+                lambda: self._requeue_hold(worker), f"requeueing what {worker} popped", leases_end
+            )
         except FAILURES as exc:
             self._failed(worker, "requeue the rows it had popped", exc)
-            return HandedBack(interrupted=self._interrupt(worker, why), complete=False)
-        interrupted = self._interrupt(worker, why)
+            return HandedBack(interrupted=self._interrupt(worker, why, leases_end)[0], complete=False)
+        interrupted, complete = self._interrupt(worker, why, leases_end)
         try:
             self._registry().deregister(worker)
             self._redis().release_hold(worker)
         except FAILURES as exc:
             self._failed(worker, "forget it", exc)  # the leader does, once it is silent
-        return HandedBack(held, interrupted)
+        return HandedBack(held, interrupted, complete)
 
-    def _interrupt(self, worker: str, why: str) -> int:
+    def _interrupt(self, worker: str, why: str, leases_end: float) -> tuple[int, bool]:
+        """(rows and jobs interrupted, every store's done?): each store on its own, so one that
+        keeps failing leaves only its own leases to run out."""
         try:
-            stores = self._leased()
-            return sum(s.interrupt_worker(worker, why) for s in stores if isinstance(s, LeasedStore))
+            stores = [s for s in self._leased() if isinstance(s, LeasedStore)]
         except FAILURES as exc:
             self._failed(worker, "end its leases", exc)
-            return 0
+            return 0, False
+        total, complete = 0, True
+        for store in stores:
+            try:
+                total += self._end_leases(store, worker, why, leases_end)
+            except FAILURES as exc:
+                self._failed(worker, f"end its leases of {store.src.name}", exc)
+                complete = False
+        return total, complete
+
+    def _end_leases(self, store: LeasedStore, worker: str, why: str, leases_end: float) -> int:
+        """`worker`'s leases of `store` ended, HANDBACK_BATCH runs or messages per transaction; a
+        batch that meets a deadlock, a lock wait or a lost session is retried with jittered backoff
+        for as long as the leases would have lasted (after that, the sweep takes them anyway)."""
+        total = 0
+        while True:
+            found, more = self._retrying(
+                lambda: store.interrupt_worker_batch(worker, why, HANDBACK_BATCH),
+                f"ending the leases of exited worker {worker} of {store.src.name}",
+                leases_end,
+            )
+            total += found
+            if not more:
+                return total
+
+    def _retrying(self, unit: Callable[[], T], what: str, leases_end: float) -> T:
+        """Run a fenced step again after a transient error, with jittered backoff, until the time
+        the leases would have run out (each retry one WARNING line, `supervisor.handback_retried`)."""
+        return retry_transient(
+            unit,
+            what=what,
+            redo="the hand-back",
+            retries=None,
+            budget_s=max(0.0, leases_end - self.clock()),
+            base_s=0.05,
+            cap_s=1.0,
+            log=log,
+            event="supervisor.handback_retried",
+            sleep=self.sleep,
+            clock=self.clock,
+        )
+
+    def _lease_s(self) -> float:
+        """The longest lease a child's leased work holds (job runs, cluster groups' messages)."""
+        s = self.settings
+        leases = [s.jobs.lease_s] if s.jobs.enabled else []
+        if s.topics.names:
+            leases.append(s.topics.lease_s)
+        return max(leases, default=s.jobs.lease_s)
 
     def _requeue_hold(self, worker: str) -> int:
         """The rows of its last pop it had not started (DISPATCHED, fenced on their attempt) -> pending."""
@@ -111,7 +187,7 @@ class Handback:
 
     def _store(self, source: str) -> Store:
         if source not in self._stores:
-            (store,) = build_stores(self.settings, [self.settings.source(source)])
+            (store,) = build_stores(self._store_settings, [self.settings.source(source)])
             self._stores[source] = store
         return self._stores[source]
 

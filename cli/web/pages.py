@@ -40,6 +40,12 @@ class SourceRow:
     def name(self) -> str:
         return self.snap.name
 
+    @property
+    def failing(self) -> str:
+        """Of a re-scan source's checks, the share that failed since the last reading (at the first
+        reading, since the counters began)."""
+        return formats.failing(self.snap.freshness, self.rates, self.snap.counters)
+
 
 def overview_notes(rows: list[SourceRow]) -> dict[str, bool]:
     """Which notes the overview explains under its table: only what the table shows."""

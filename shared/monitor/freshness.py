@@ -6,6 +6,7 @@ dispatcher's gauges show it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..settings import SourceSettings
@@ -43,6 +44,18 @@ def counting_unreached(share: float | None, reached: float | None) -> float | No
     if share is None or reached is None:
         return share
     return share * reached
+
+
+def failed_share(counts: Mapping[str, float]) -> float | None:
+    """The share of checks that failed (a call past its time limit counts as failed) in `counts`,
+    the Redis counters (`acked`, `failed`) or their deltas between two readings; None: no checks.
+
+    Shown beside the fresh share, which counts failed checks as checks: a row's due column is both
+    its last check and what schedules the next, so a failed check must set it too (or the row would
+    be due again at once, hammering whatever makes it fail), and a row records nothing else to
+    tell a failed check from a good one (docs/observability.md, "Freshness")."""
+    failed, acked = counts.get("failed", 0), counts.get("acked", 0)
+    return None if failed + acked <= 0 else failed / (failed + acked)
 
 
 def measure(store: Store, status: SourceStatus) -> Freshness | None:

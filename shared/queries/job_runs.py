@@ -47,7 +47,8 @@ class RunSQL:
     requeue_dispatched: str
     release_unpushed: str
     expired_running: str
-    worker_running: str
+    find_worker_running: str
+    lock_worker_running: str
     release: str
     release_legacy: str
     requeue_legacy: str
@@ -210,9 +211,10 @@ def _starting(n: _RunNames) -> dict[str, str]:
         ),
         leased=f"SELECT `id` FROM {r} WHERE " + fenced.replace("{state}", str(RUNNING)),
         # A finish's fence: the runs still RUNNING under the attempt the worker started them with,
-        # locked for the finish's transaction; a run not found is no longer this worker's.
+        # locked for the finish's transaction; a run not found is no longer this worker's. Its
+        # started_at is when its members' attempt began: each finish writes it into the job's row.
         lock_running=(
-            f"SELECT `id`, `members` FROM {r} WHERE "
+            f"SELECT `id`, `members`, `started_at` FROM {r} WHERE "
             + fenced.replace("{state}", str(RUNNING))
             + " FOR UPDATE"
         ),
@@ -236,13 +238,21 @@ def _requeueing(n: _RunNames) -> dict[str, str]:
         + fenced.replace("{state}", str(DISPATCHED)),
         # Sweeper, per queue: started runs whose lease ran out (their worker died or stalled).
         expired_running=(
-            f"SELECT `id`, `members`, `worker` FROM {r} FORCE INDEX (`dc_runs`) WHERE `dc_state` = {RUNNING} "
-            "AND `queue` = %s AND `lease_until` < NOW(6) LIMIT %s FOR UPDATE SKIP LOCKED"
+            f"SELECT `id`, `members`, `worker`, `started_at` FROM {r} FORCE INDEX (`dc_runs`) "
+            f"WHERE `dc_state` = {RUNNING} AND `queue` = %s AND `lease_until` < NOW(6) "
+            "LIMIT %s FOR UPDATE SKIP LOCKED"
         ),
-        # Supervisor (worker/handback.py): the runs a worker process that exited was running.
-        worker_running=(
-            f"SELECT `id`, `members`, `worker` FROM {r} FORCE INDEX (`dc_runs`) WHERE `dc_state` = {RUNNING} "
-            "AND `queue` = %s AND `worker` = %s LIMIT %s FOR UPDATE"
+        # Supervisor (worker/handback.py): the runs a worker process that exited was running, found
+        # by a plain read (dc_runs does not hold `worker`: a locking scan would wait on, and lock,
+        # every other worker's running runs of the queue, their lease renewals among them)...
+        find_worker_running=(
+            f"SELECT `id` FROM {r} FORCE INDEX (`dc_runs`) WHERE `dc_state` = {RUNNING} "
+            "AND `queue` = %s AND `worker` = %s LIMIT %s"
+        ),
+        # ...then locked by primary key, still RUNNING and still that worker's.
+        lock_worker_running=(
+            f"SELECT `id`, `members`, `worker`, `started_at` FROM {r} FORCE INDEX (PRIMARY) "
+            f"WHERE {{ids}} AND `dc_state` = {RUNNING} AND `worker` = %s FOR UPDATE"
         ),
         # Only with no dispatcher or worker running: every run of the queue goes, and its jobs,
         # pending and behind the cursors, are found by the next claim's sweep.
@@ -273,6 +283,7 @@ def _requeueing(n: _RunNames) -> dict[str, str]:
 def _members(n: _RunNames) -> dict[str, str]:
     """A run's members: read at its start, and finished, failed or interrupted one by one."""
     j, cols, member, finished = n.j, n.cols, n.member, n.finished
+    ran = "`worker` = %s, `started_at` = %s"  # the run's worker and started_at, as parameters
     return dict(
         member_interruptions=f"SELECT `id`, `interruptions` FROM {j} FORCE INDEX (PRIMARY) WHERE " + member,
         # A start's read of its members, as one packed value (shared.storage.packed).
@@ -282,9 +293,10 @@ def _members(n: _RunNames) -> dict[str, str]:
         ),
         member_rows_plain=f"SELECT {cols} FROM {j} FORCE INDEX (PRIMARY) WHERE " + member,
         finish_delete=f"DELETE FROM {j} WHERE " + member,
-        # Every finish that keeps the row records the worker that ran it, and counts the run.
+        # Every finish that keeps the row records the worker that ran it and when its run started
+        # (`ran`: a job's own row is not written while its run runs), and counts the run.
         finish_done=(
-            f"UPDATE {j} SET `dc_state` = {DONE}, `dc_attempt` = `dc_attempt` + 1, `worker` = %s, {finished} "
+            f"UPDATE {j} SET `dc_state` = {DONE}, `dc_attempt` = `dc_attempt` + 1, {ran}, {finished} "
             "WHERE " + member
         ),
         # One done member whose task returned a value: kept with it (jobs.retention_s > 0 only).
@@ -295,29 +307,29 @@ def _members(n: _RunNames) -> dict[str, str]:
         # A failed member with attempts left: pending again after the backoff (ahead of the cursor).
         # dc_attempt counts a job's ended runs: the next run is attempt dc_attempt + 1.
         fail_retry=(
-            f"UPDATE {j} SET `errors` = `errors` + 1, `dc_attempt` = `dc_attempt` + 1, `worker` = %s, "
+            f"UPDATE {j} SET `errors` = `errors` + 1, `dc_attempt` = `dc_attempt` + 1, {ran}, "
             "`run_at` = NOW(6) + INTERVAL %s MICROSECOND, `last_error` = %s WHERE " + member
         ),
         fail_dead=(
             f"UPDATE {j} SET `dc_state` = {DEAD}, `errors` = `errors` + %s, `dc_attempt` = `dc_attempt` + 1, "
-            f"`worker` = %s, `last_error` = %s, {finished} WHERE " + member
+            f"{ran}, `last_error` = %s, {finished} WHERE " + member
         ),
         snooze_delay=(
-            f"UPDATE {j} SET `dc_attempt` = `dc_attempt` + 1, `worker` = %s, "
+            f"UPDATE {j} SET `dc_attempt` = `dc_attempt` + 1, {ran}, "
             "`run_at` = NOW(6) + INTERVAL %s MICROSECOND WHERE " + member
         ),
         snooze_at=(
-            f"UPDATE {j} SET `dc_attempt` = `dc_attempt` + 1, `worker` = %s, "
+            f"UPDATE {j} SET `dc_attempt` = `dc_attempt` + 1, {ran}, "
             "`run_at` = CONVERT_TZ(%s, '+00:00', @@session.time_zone) WHERE " + member
         ),
         # Members of a run whose lease ran out: each interruption counts (shared.policy).
         interrupted_retry=(
             f"UPDATE {j} SET `interruptions` = `interruptions` + 1, `dc_attempt` = `dc_attempt` + 1, "
-            "`worker` = %s, `run_at` = NOW(6), `last_error` = %s WHERE " + member
+            f"{ran}, `run_at` = NOW(6), `last_error` = %s WHERE " + member
         ),
         interrupted_dead=(
             f"UPDATE {j} SET `dc_state` = {DEAD}, `interruptions` = `interruptions` + 1, "
-            f"`dc_attempt` = `dc_attempt` + 1, `worker` = %s, `last_error` = %s, {finished} WHERE " + member
+            f"`dc_attempt` = `dc_attempt` + 1, {ran}, `last_error` = %s, {finished} WHERE " + member
         ),
     )
 

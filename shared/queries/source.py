@@ -129,11 +129,9 @@ def _claiming(n: _SourceNames) -> dict[str, str]:
         # After a claim that took fewer rows than it asked for (so it walked every due row): the
         # due rows a plain (consistent, non-locking) read sees, up to a cap. Those the claim did
         # not take were passed over by SKIP LOCKED: another session holds them (an application's
-        # transaction, or another dispatcher's claim for those microseconds).
-        due_visible=(
-            f"SELECT COUNT(*) FROM (SELECT 1 FROM {t} FORCE INDEX ({ix}) WHERE {due_now} "
-            f"ORDER BY {due}, {pk} LIMIT %s) AS due_rows"
-        ),
+        # transaction, or for milliseconds duecast's own: another dispatcher's claim, an ack that
+        # committed in between). Their ids: the dispatcher reports only rows held across claims.
+        due_visible=f"SELECT {pk} FROM {t} FORCE INDEX ({ix}) WHERE {due_now} ORDER BY {due}, {pk} LIMIT %s",
         # Claim step 2: IDLE -> DISPATCHED with a new attempt; PRIMARY range on the locked ids.
         mark_dispatched=(
             f"UPDATE {t} SET {st} = {DISPATCHED}, {att} = {att} + 1, {disp} = NOW(6) WHERE {{ids}}"

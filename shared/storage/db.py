@@ -219,6 +219,10 @@ _NOTE = "duecast: MySQL "
 _ACCESS_DENIED, _DB_ACCESS_DENIED, _UNKNOWN_DATABASE, _TOO_MANY_CONNECTIONS = 1045, 1044, 1049, 1040
 _NO_SUCH_TABLE = 1146  # a command run before `duecast migrate`: the user's step to take, not a bug
 _UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 1927, 4031}
+# The server takes no writes for now: 1290 (ER_OPTION_PREVENTS_STATEMENT: --read-only, MySQL 8.0's
+# --super-read-only too) or 1836 (ER_READ_ONLY_MODE): a replica during a failover, or maintenance. A role
+# backs off and carries on (one WARNING line, no traceback); the unit is not retried on the spot.
+_READ_ONLY = frozenset({1290, 1836})
 
 
 def server_note(settings: MySQLSettings) -> str:
@@ -255,4 +259,10 @@ def mysql_problem(exc: BaseException) -> tuple[str, bool] | None:  # noqa: PLR09
         )
     if code in _UNREACHABLE or isinstance(exc, pymysql.err.InterfaceError):
         return f"{where}: no connection ({said}); start MySQL, or fix mysql.host / mysql.port", True
+    if code in _READ_ONLY:
+        return (
+            f"{where}: the server is read-only ({code}: {said}); writes wait until it takes them "
+            "again (a failover under way, or mysql.host names a replica)",
+            True,
+        )
     return None

@@ -86,6 +86,15 @@ class SkipsLocked(Protocol):
 
 
 @runtime_checkable
+class NamesSkipped(Protocol):
+    """A store whose claims also say which rows they passed over as locked (None: a full claim,
+    which did not look), so the dispatcher can tell a lock held across claims from a passing one."""
+
+    @property
+    def skipped_ids(self) -> frozenset[int] | None: ...
+
+
+@runtime_checkable
 class ClaimsRuns(Protocol):
     """A store whose entries are runs of rows (a job queue): its last claim's rows, for the counts."""
 

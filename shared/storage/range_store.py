@@ -79,6 +79,11 @@ class RangeStore:
         """Ranges the last claim passed over because another session held them."""
         return self.ranges.skipped_locked
 
+    @property
+    def skipped_ids(self) -> frozenset[int] | None:
+        """...and which (None: the claim was full, so it did not look)."""
+        return self.ranges.skipped_ids
+
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int:
         return self.ranges.requeue_expired(visibility_timeout_s, limit)
 

@@ -55,6 +55,7 @@ class SourceStore:
         self._period_us = _us(src.period_s)
         self._lease_us = _us(src.lease_s)
         self.skipped_locked = 0  # due rows the last claim passed over: another session held them
+        self.skipped_ids: frozenset[int] | None = None  # ...which (None: a full claim, not known)
         what = f"rows of {src.name}" if src.mode == "rows" else f"spans of {src.name}"
         self._leases = LeaseKeeper(self.extend_leases, src.lease_s, db.settings, what)
 
@@ -72,7 +73,8 @@ class SourceStore:
         with self.db.transaction() as cur:
             cur.execute(self.sql.claim_due, (self._period_us, limit))
             found = cur.fetchall()
-            self.skipped_locked = self._skipped_locked(cur, limit, len(found))
+            self.skipped_ids = self._skipped_locked(cur, limit, {int(r[0]) for r in found})
+            self.skipped_locked = len(self.skipped_ids or ())
             if not found:
                 return []
             cur.execute(
@@ -80,15 +82,14 @@ class SourceStore:
             )
         return [Entry(int(i), int(a) + 1) for i, a in found]
 
-    def _skipped_locked(self, cur: Cursor, limit: int, claimed: int) -> int:
+    def _skipped_locked(self, cur: Cursor, limit: int, claimed: set[int]) -> frozenset[int] | None:
         """A claim short of its limit walked every due row: each one a plain read sees that it did
         not take was held by another session. (A full claim's skipped rows show at the next short
-        one.) One indexed count, capped at SKIPPED_LOCKED_CAP."""
-        if claimed >= limit:
-            return 0
-        cur.execute(self.sql.due_visible, (self._period_us, claimed + SKIPPED_LOCKED_CAP))
-        row = cur.fetchone()
-        return max(0, int(row[0]) - claimed) if row else 0
+        one: None.) One indexed read of ids, capped at SKIPPED_LOCKED_CAP."""
+        if len(claimed) >= limit:
+            return None
+        cur.execute(self.sql.due_visible, (self._period_us, len(claimed) + SKIPPED_LOCKED_CAP))
+        return frozenset(int(r[0]) for r in cur.fetchall()) - claimed
 
     # -- start and leases ------------------------------------------------------------------------
 

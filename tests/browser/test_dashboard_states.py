@@ -119,7 +119,7 @@ def cell(page: Any, name: str, column: int) -> str:
     return text.strip()
 
 
-FRESH, FAILED_PER_S = 7, 10  # columns of the sources table
+FRESH, FAILING_SHARE, FAILED_PER_S = 7, 8, 11  # columns of the sources table
 
 
 def first_pass_share(page: Any) -> int | None:
@@ -147,7 +147,7 @@ def test_three_states_read_as_they_are(page: Any, states: States) -> None:
     share = first_pass_share(page)
     assert share is not None
     assert 0 < share < 100
-    assert cell(page, FIRST_PASS, 8) == "never"  # the users not reached yet were never checked
+    assert cell(page, FIRST_PASS, 9) == "never"  # the users not reached yet were never checked
     assert "InnoDB" not in page.locator("main").inner_text()  # every share here is exact
     failed = page.locator(f'#sources tr[data-source="{FAILING}"] td:nth-child({FAILED_PER_S})')
 
@@ -158,6 +158,9 @@ def test_three_states_read_as_they_are(page: Any, states: States) -> None:
         return "bad" in (failed.get_attribute("class") or "")
 
     wait_until(failures_drawn_bad, "the failing source's failed/s drawn as bad", timeout_s=20)
+    # Its failed checks count as checks in `fresh`: beside it, the share that failed says why.
+    assert cell(page, FAILING, FAILING_SHARE) in ("100.0%", "-")  # "-": no check between two readings
+    assert cell(page, HEALTHY, FAILING_SHARE) in ("0.0%", "-")
     screenshot(page, "web-states")
 
     page.goto(f"{states.url}/sources/{FIRST_PASS}")

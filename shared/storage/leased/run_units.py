@@ -143,20 +143,26 @@ class RunUnits(LeasedStore):
         return self._interrupt_runs(cur, cur.fetchall(), INTERRUPTED)
 
     def _interrupt_worker(self, cur: Cursor, worker: str, why: str, limit: int) -> tuple[int, int, bool]:
-        cur.execute(self.runs.worker_running, (self.queue, worker, limit))
-        return (*self._interrupt_runs(cur, cur.fetchall(), why), False)
+        """Up to `limit` runs of `worker` (an exited process): found without locking, then locked by
+        id, so no other worker's run is locked or waited for. Returns (jobs, dead, more runs left?)."""
+        cur.execute(self.runs.find_worker_running, (self.queue, worker, limit))
+        ids = [int(r[0]) for r in cur.fetchall()]
+        if not ids:
+            return 0, 0, False
+        cur.execute(self.runs.lock_worker_running.format(ids=in_list(RUN_KEY, ids)), (worker,))
+        return (*self._interrupt_runs(cur, cur.fetchall(), why), len(ids) >= limit)
 
     def _interrupt_runs(self, cur: Cursor, locked: Sequence[Sequence[Any]], why: str) -> tuple[int, int]:
-        """Runs (locked: id, members, worker) whose worker is gone: their members still pending
+        """Runs (locked: id, members, worker, started_at) whose worker is gone: their members still pending
         are each interrupted once (pending again now, ahead of the cursor), or dead when one ran
         alone for the max_interruptions-th time (`_blame`); the runs go. Returns (jobs
         interrupted, jobs dead)."""
-        runs = {int(i): (decode_members(m), w) for i, m, w in locked}
+        runs = {int(i): (decode_members(m), w, at) for i, m, w, at in locked}
         if not runs:
             return 0, 0
         # A job ran with its run (a job "ran alone" when its run held no other member still
-        # pending), on that run's worker, which its row records.
-        ran_in = {job: (run, worker) for run, (members, worker) in runs.items() for job in members}
+        # pending), on that run's worker and from its start, which its row records.
+        ran_in = {job: (run, worker, at) for run, (members, worker, at) in runs.items() for job in members}
         found: list[Interrupted] = []
         if ran_in:
             cur.execute(self.runs.member_interruptions.format(ids=in_list("`id`", ran_in)))
@@ -168,19 +174,28 @@ class RunUnits(LeasedStore):
     def _interrupted(
         self, cur: Cursor, found: Sequence[Interrupted], ids: list[int], why: str, *, dead: bool
     ) -> None:
-        """One statement per run: each job records the worker it was running on."""
+        """One statement per run: each job records the worker it was running on, and since when."""
         stmt = self.runs.interrupted_dead if dead else self.runs.interrupted_retry
         ran_in = {i: group for i, _, group in found}
-        by_run: dict[tuple[int, Any], list[int]] = {}
+        by_run: dict[tuple[int, Any, Any], list[int]] = {}  # (run, worker, started_at) -> jobs
         for job in ids:
             by_run.setdefault(ran_in[job], []).append(job)
-        for (_, worker), jobs in by_run.items():
-            cur.execute(stmt.format(ids=in_list("`id`", jobs)), (worker, why))
+        for (_, worker, at), jobs in by_run.items():
+            cur.execute(stmt.format(ids=in_list("`id`", jobs)), (worker, at, why))
 
     # -- finishing, under the runs' locks (RunBatch): members still pending --------------------------
+    # Each row carries its run's started_at, read under that lock (RunBatch._fenced).
 
     def finish_ok(self, cur: Cursor, rows: Sequence[Row]) -> int:
-        return int(cur.execute(self._done.format(ids=_ids(rows)), self._done_args))
+        if self._done_args is None:  # deleted: nothing to record
+            return int(cur.execute(self._done.format(ids=_ids(rows))))
+        by_start: dict[Any, list[Row]] = {}  # one statement per run start (one, usually)
+        for row in rows:
+            by_start.setdefault(row.get("started_at"), []).append(row)
+        done = 0
+        for at, group in by_start.items():
+            done += int(cur.execute(self._done.format(ids=_ids(group)), (*self._done_args, at)))
+        return done
 
     def finish_ok_with_result(self, cur: Cursor, row: Row, result: str) -> int:
         """A done job whose task returned a value: kept with it, if done jobs are kept and it fits."""
@@ -200,16 +215,18 @@ class RunUnits(LeasedStore):
         return int(cur.execute(self.runs.finish_done_result.format(ids=_ids([row])), args))
 
     def finish_dead(self, cur: Cursor, row: Row, text: str, errors: int, outcome: str = "dead") -> int:
-        return int(cur.execute(self.runs.fail_dead.format(ids=_ids([row])), (errors, self.worker, text)))
+        args = (errors, self.worker, row.get("started_at"), text)
+        return int(cur.execute(self.runs.fail_dead.format(ids=_ids([row])), args))
 
     def _fail_retry(self, cur: Cursor, row: Row, delay_us: int, text: str) -> int:
-        return int(cur.execute(self.runs.fail_retry.format(ids=_ids([row])), (self.worker, delay_us, text)))
+        args = (self.worker, row.get("started_at"), delay_us, text)
+        return int(cur.execute(self.runs.fail_retry.format(ids=_ids([row])), args))
 
     def _snooze(self, cur: Cursor, row: Row, at: datetime | None, delay_us: int) -> int:
-        ids = _ids([row])
+        ids, ran = _ids([row]), (self.worker, row.get("started_at"))
         if at is not None:
-            return int(cur.execute(self.runs.snooze_at.format(ids=ids), (self.worker, at)))
-        return int(cur.execute(self.runs.snooze_delay.format(ids=ids), (self.worker, delay_us)))
+            return int(cur.execute(self.runs.snooze_at.format(ids=ids), (*ran, at)))
+        return int(cur.execute(self.runs.snooze_delay.format(ids=ids), (*ran, delay_us)))
 
 
 def kept_result(result: str, limit: int) -> tuple[str | None, str | None]:

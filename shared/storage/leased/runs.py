@@ -44,17 +44,21 @@ class RunBatch(LeasedBatch):
 
     def _fenced(self, cur: Cursor, rows: Sequence[Row]) -> set[int]:
         """Lock the rows' runs still RUNNING under the attempt this worker started; the rows of
-        those runs still among their members are this batch's to finish."""
+        those runs still among their members are this batch's to finish, each given its run's
+        `started_at` (the start of this attempt, which its finish writes into the job's row)."""
         runs = {self._run_of[int(r["id"])] for r in rows}
         if not runs:
             return set()
         cur.execute(self._sql.lock_running.format(fence=fence((self._runs[i] for i in runs), RUN_KEY)))
-        self._members = {int(i): set(decode_members(m)) for i, m in cur.fetchall()}
+        locked = cur.fetchall()
+        self._members = {int(i): set(decode_members(m)) for i, m, _ in locked}
+        started = {int(i): at for i, _, at in locked}
         mine = set()
         for r in rows:
             job = int(r["id"])
             if job in self._members.get(self._run_of[job], ()):
                 mine.add(job)
+                r["started_at"] = started[self._run_of[job]]
         return mine
 
     def _finished(self, cur: Cursor, rows: Sequence[Row]) -> None:

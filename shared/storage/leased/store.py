@@ -199,12 +199,18 @@ class LeasedStore(ABC):
         run (a stalled one keeps its leases). Returns the rows (jobs) interrupted."""
         total = 0
         while True:
-            with self.db.transaction() as cur:
-                found, dead, more = self._interrupt_worker(cur, worker, why, limit)
-            observe.count(self.src.name, "dead", dead)
+            found, more = self.interrupt_worker_batch(worker, why, limit)
             total += found
             if not more:
                 return total
+
+    def interrupt_worker_batch(self, worker: str, why: str, limit: int) -> tuple[int, bool]:
+        """One transaction of interrupt_worker, over at most `limit` units (rows, or runs): (rows or
+        jobs interrupted, whether more may be left). The supervisor retries each on its own."""
+        with self.db.transaction() as cur:
+            found, dead, more = self._interrupt_worker(cur, worker, why, limit)
+        observe.count(self.src.name, "dead", dead)
+        return found, more
 
     def _blame(self, cur: Cursor, found: Sequence[Interrupted], why: str) -> list[int]:
         """Interrupted work (locked) -> pending again or dead; returns the dead ids."""

@@ -19,8 +19,10 @@ from duecast.shared.process.failures import EXIT_UNAVAILABLE
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.db import Database
+from tests.integration import apps
 from tests.integration.cli.test_cli import cli_env, run_cli, sources_json, status_row  # noqa: F401 - a fixture
 from tests.integration.conftest import Env
+from tests.integration.flow.roles_helpers import dispatch, role_settings, work
 
 pytestmark = pytest.mark.integration
 
@@ -231,3 +233,32 @@ def test_job_queues_at_80_columns_cut_no_cell(
     for header in ("queue", "pending", "scheduled", "dispatched", "oldest due age", "finished/s"):
         assert header in out
     assert out.count("2,345") == 2  # pending and due, whole
+
+
+def test_a_source_whose_checks_all_fail_shows_it_beside_its_freshness(
+    cli_env: dict[str, str],  # noqa: F811
+    make_env: Callable[..., Env],
+    recorder: apps.Recorder,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 26.7: a failed check sets the row's due column (its next check waits a period), so
+    every row reads checked: before, a source failing 100% read 100% fresh and nothing beside it."""
+    env = make_env("rescan", rows=20, name=apps.RESCAN)
+    recorder.fail_once.update(range(1, 21))  # every row's first attempt fails
+    settings = role_settings(env)
+    dispatch(settings)
+    work(settings)
+    assert sum(recorder.executions(apps.RESCAN).values()) == 20
+    monkeypatch.setenv("DUECAST_SOURCES", sources_json(env.source))
+
+    assert cli.main(["status"]) == 0
+    out = capsys.readouterr().out
+    row = status_row(out, apps.RESCAN)
+    assert (row["fresh"], row["failing"], row["failed"], row["acked"]) == ("100.0%", "100.0%", "20", "0")
+    assert "failed checks included; failing: checks that failed, since the counters began" in " ".join(
+        out.split()
+    )
+    assert cli.main(["status", "--json"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)["sources"]
+    assert (doc["fresh_share"], doc["failed_share"]) == (1.0, 1.0)

@@ -271,3 +271,36 @@ def test_the_status_counts_jobs_in_runs_as_in_flight(runs_env: JobsEnv, sql: pym
         "dispatched": 2,
         "running": 2,
     }
+
+
+# ---------------------------------------------------------------- started_at (issue 26.7)
+
+
+def test_every_finished_job_records_when_its_run_started(runs_env: JobsEnv) -> None:
+    """A job's own row is not written while its run runs: each finish (done and kept, retried,
+    snoozed, dead, interrupted) writes the run's started_at into it, so `duecast jobs show` says
+    when the last attempt began. Before, started_at stayed NULL for every job that ran in a run."""
+    env = runs_env.with_jobs(retention_s=3600)
+    store = env.store()
+    done, retried, snoozed = enqueue(env, 3)
+    (dead,) = env.enqueuer.enqueue_many([Job("record", "d", max_attempts=1)])
+    (run, other) = store.claim_due(10)
+    with store.started([run, other]) as batch:
+        rows = {int(r["id"]): r for r in batch.rows}
+        (began,) = set(env.runs("started_at"))  # both runs started by one statement
+        assert batch.ack([(rows[done], Ack.default()), (rows[snoozed], Ack.retry(delay_s=600))]).acked == 2
+        batch.fail([(rows[retried], RuntimeError("boom")), (rows[dead], RuntimeError("boom"))])
+    for job in (done, retried, snoozed, dead):
+        assert env.job(job, "started_at") == began, job
+    assert env.job(done, "dc_state", "finished_at >= started_at") == (State.DONE, 1)
+    assert env.job(retried, "dc_state", "errors") == (State.IDLE, 1)
+    assert env.job(dead, "dc_state")[0] == State.DEAD
+    # An interrupted run: its jobs record the start of the run their worker died in.
+    (late,) = enqueue(env, 1)
+    (run,) = store.claim_due(10)
+    store.start([run]).close()  # its worker stalls: no renewals
+    (began_late,) = env.runs("started_at")
+    back_date_runs(env)
+    assert store.requeue_interrupted(100) == 1
+    assert began_late[0] is not None
+    assert env.job(late, "started_at") == began_late

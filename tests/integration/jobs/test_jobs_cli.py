@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -163,6 +164,10 @@ def test_show_list_retry_replay_and_discard(
     out = capsys.readouterr().out
     assert "dead" in out
     assert "RuntimeError: boom None" in out
+    # When its last attempt began: the run's start, written at its finish (issue 26.7: was `-`).
+    started = [line for line in out.splitlines() if " started_at " in line]
+    assert len(started) == 1
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", started[0]), started[0]
     assert cli.main(["jobs", "list", "--state", "dead"]) == 0
     out = capsys.readouterr().out
     assert "2 job(s)" in out

@@ -108,9 +108,31 @@ def test_the_sweep_logs_and_counts_each_queues_jobs_under_that_queue(
         sweeper(settings, list(stores.values()), queue).drain()
 
     said = [r.getMessage() for r in caplog.records if getattr(r, "event", "") == "sweeper.requeued"]
-    assert said == ["requeued 5 rows of jobs.default not acked within 60s"]
+    assert said == ["requeued 5 jobs of jobs.default not acked within 60s"]
     assert queue.stats("jobs.default").get("requeued") == 5
     assert "requeued" not in queue.stats("jobs.mail")
+
+
+def test_the_sweep_says_jobs_whose_lease_ran_out_were_interrupted_not_unacked_for_60s(
+    settings: Settings, sql: pymysql.cursors.Cursor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 24.7: jobs (and a group's messages) whose 15 s lease ran out were reported as
+    `not acked within 60s`, and the lease cause counted them as "runs"."""
+    stores = _stores(settings)
+    _claimed(settings, stores, {"default": 5})
+    sql.execute(
+        f"UPDATE `{settings.jobs.runs_table}` SET dc_state = {RUNNING}, "
+        "started_at = NOW(6) - INTERVAL 20 SECOND, lease_until = NOW(6) - INTERVAL 5 SECOND, "
+        "worker = 'gone:1'"
+    )
+    queue = build_queue(settings)
+
+    with caplog.at_level(logging.WARNING, logger="duecast.redelivery"):
+        sweeper(settings, list(stores.values()), queue).drain()
+
+    said = [(getattr(r, "event", ""), r.getMessage()) for r in caplog.records]
+    assert said == [("redelivery.interrupted", "requeued 5 jobs of jobs.default whose lease ran out")]
+    assert queue.stats("jobs.default").get("requeued") == 5
 
 
 def test_resetting_a_queue_resets_only_that_queue(settings: Settings, sql: pymysql.cursors.Cursor) -> None:

@@ -175,7 +175,10 @@ def test_the_estimate_note_shows_under_estimated_shares_only(app: Flask) -> None
 def test_duecast_status_shows_the_estimate_caption_under_estimated_shares_only() -> None:
     history = History(maxlen=10)
     exact = status_view.source_table([snap("a", 1, fresh=Freshness(3.0, 1.0, True))], history)
-    assert exact.caption == "fresh: rows checked within period + 1 s"
+    assert exact.caption == (
+        "fresh: rows checked within period + 1 s, failed checks included; "
+        "failing: checks that failed, since the counters began"
+    )
     estimated = status_view.source_table([snap("a", 1, fresh=Freshness(3.0, 0.97, False))], history)
     assert "≈: over InnoDB's row estimate" in str(estimated.caption)
 
@@ -194,3 +197,22 @@ def test_a_failing_source_shows_its_failures_in_the_warning_colour(app: Flask) -
     html = overview([failing])
     assert '<td class="num bad">250/s</td>' in html
     assert '<td class="num bad">' not in overview([row])
+
+
+def test_a_rescan_source_whose_checks_all_fail_reads_failing_beside_fresh(app: Flask) -> None:
+    """Issue 26.7: failed checks count as checks in `fresh` (a row's due column is its last check,
+    failed or not), so a source failing 100% read 100% fresh and nothing else said so."""
+    failing = snap("a", 0, failed=40, fresh=Freshness(3.0, 1.0, True))
+    first = pages.SourceRow(failing, "re-scan every 5 s (rows)", {}, 1.0)
+    assert first.failing == "100.0%"  # one reading: since the counters began
+    html = overview([first])
+    assert '<td class="num bad">100.0%</td>' in html
+    assert "failing: the share of checks that failed" in html
+    later = pages.SourceRow(failing, first.kind, {"acked": 30.0, "failed": 10.0}, 1.0)
+    assert later.failing == "25.0%"  # two readings: between them
+    healthy = pages.SourceRow(failing, first.kind, {"acked": 30.0, "failed": 0.0}, 1.0)
+    assert '<td class="num">0.0%</td>' in overview([healthy])
+    table = status_view.source_table([failing], history_of((1.0, failing)))
+    headers = [c.header for c in table.columns]
+    assert list(table.columns[headers.index("failing")].cells) == ["100.0%"]
+    assert list(table.columns[headers.index("fresh")].cells) == ["100.0%"]
