@@ -7,6 +7,7 @@ and a key of the wrong type (WRONGTYPE) is moved aside (retype.py) rather than l
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Mapping, Sequence
@@ -20,8 +21,11 @@ from .keys import Keys
 from .protocol import NO_SOURCE, Queue
 from .retype import Retyper, wrong_type
 
+log = logging.getLogger("duecast.queue")
+
 QUARANTINE_CAP = 1000  # newest bad entries kept for inspection
 QUARANTINE_ITEM_BYTES = 256  # a 10 MB bad entry is kept as its first bytes only
+COUNTER_MAX = 2**53  # a shared counter beyond this was written by hand: not shown
 _PUSH_CHUNK = 5000  # keeps one RPUSH far from Redis' argument limits
 # A blocking timeout of 0 means "wait forever", and some Redis versions round a sub-millisecond
 # one down to it: a wait this short is not worth a round trip anyway.
@@ -233,17 +237,61 @@ class ReadyQueue:
             self._retype.call([(source, key, "hash")], lambda: self._add_fields(key, fields))
 
     def _add_fields(self, key: str, fields: Mapping[str, int]) -> None:
-        """HINCRBYs of one key: a hash of the wrong type fails every one, so a retry never doubles one."""
+        """HINCRBYs of one key: a hash of the wrong type fails every one, so a retry never doubles one.
+
+        A counter that cannot take the increment (pushed to 2**63 - 1, or not a number: the ACL lets
+        any duecast client write the hash) is reset to this increment with one WARNING: counters are
+        only telemetry, and a role's tick must not fail over one."""
         pipe = self.client.pipeline(transaction=False)
         for field, n in fields.items():
             pipe.hincrby(key, field, n)
-        pipe.execute()
+        results = pipe.execute(raise_on_error=False)
+        errors = [(f, r) for f, r in zip(fields, results, strict=True) if isinstance(r, Exception)]
+        if not errors:
+            return
+        if not all(_absurd_counter(e) for _, e in errors):
+            raise next(e for _, e in errors if not _absurd_counter(e))
+        repair = self.client.pipeline(transaction=False)
+        for field, _ in errors:
+            repair.hset(key, field, fields[field])
+        repair.execute()
+        log.warning(
+            "Redis counter%s %s in %s could not be added to (%s): reset to this increment",
+            "s" if len(errors) > 1 else "",
+            ", ".join(f for f, _ in errors),
+            key,
+            str(errors[0][1])[:80],
+            extra={"event": "queue.counter_reset", "key": key},
+        )
 
     @translating
     def stats(self, source: str) -> dict[str, int]:
+        """The shared counters; a value that is not a sane count (not an integer, negative, beyond
+        COUNTER_MAX: written by hand) is left out rather than shown or failing the reader."""
         key = self.keys.stats(source)
         raw = self._retype.call([(source, key, "hash")], lambda: self.client.hgetall(key))
-        return {_b(k).decode(): int(v) for k, v in raw.items()}
+        counts: dict[str, int] = {}
+        for k, v in raw.items():
+            n = _count(v)
+            if n is not None:
+                counts[_b(k).decode(errors="replace")] = n
+        return counts
+
+
+def _absurd_counter(exc: Exception) -> bool:
+    """HINCRBY's refusals of the value already there (overflow, not an integer)."""
+    said = str(exc).rsplit("of pipeline caused error: ", 1)[-1]
+    return isinstance(exc, redis.ResponseError) and (
+        "would overflow" in said or "not an integer" in said
+    )
+
+
+def _count(value: object) -> int | None:
+    text = _b(value)
+    if len(text) > 20 or not text.isdigit():
+        return None
+    n = int(text)
+    return n if n <= COUNTER_MAX else None
 
 
 # mypy proves here that the class satisfies the port it is wired in as (the contract tests check it

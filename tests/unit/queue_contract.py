@@ -14,6 +14,7 @@ private to the test (its lists start empty). Nothing here assumes more of the se
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -139,6 +140,27 @@ class QueueContract:
         assert items[0] == b"malformed later"
 
     # --- stats ------------------------------------------------------------------------------------
+
+    def test_a_counter_at_its_limit_or_not_a_number_is_reset_with_one_warning(
+        self, queue: ReadyQueue, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        # What the documented ACL lets any duecast client do: HINCRBY ... claimed 9223372036854775807.
+        queue.client.hset(queue.keys.stats("alpha"), mapping={"claimed": 2**63 - 1, "acked": "junk"})
+        with caplog.at_level(logging.WARNING, logger="duecast.queue"):
+            queue.add_stats("alpha", {"claimed": 3, "acked": 2, "pushed": 1})
+            queue.add_stats("alpha", {"claimed": 1})
+        assert queue.stats("alpha") == {"claimed": 4, "acked": 2, "pushed": 1}
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warnings) == 1
+        assert "claimed, acked" in warnings[0]
+        assert "reset" in warnings[0]
+
+    def test_stats_leave_out_values_that_are_not_sane_counts(self, queue: ReadyQueue) -> None:
+        queue.client.hset(
+            queue.keys.stats("alpha"),
+            mapping={"claimed": 2**63 - 1, "bad": "x", "acked": -5, "pushed": 7},
+        )
+        assert queue.stats("alpha") == {"pushed": 7}
 
     def test_stats_accumulate_per_source(self, queue: ReadyQueue) -> None:
         assert queue.stats("alpha") == {}
