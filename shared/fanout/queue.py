@@ -7,6 +7,7 @@ and a key of the wrong type (WRONGTYPE) is moved aside (retype.py) rather than l
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import time
@@ -14,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import redis
 
-from ..entries import Entry, decode_hold, encode_entry
+from ..entries import BadHold, Entry, decode_hold, encode_entry
 from ..telemetry import observe
 from .client import REDIS_ERRORS, RedisClient, translating
 from .keys import Keys
@@ -31,37 +32,10 @@ _PUSH_CHUNK = 5000  # keeps one RPUSH far from Redis' argument limits
 # one down to it: a wait this short is not worth a round trip anyway.
 _MIN_WAIT_S = 0.01
 
-# Pop and hold in one step: a worker killed the moment the pop returns has its entries in its
-# hold, for redelivery (dispatcher/redelivery.py). Scripts cannot block, hence the bells (Keys.bell).
-# KEYS: the worker's hold, its ready lists in pop order, then their bells in the same order.
-# ARGV: how many entries at most from each list, then the source names, both in the same order.
-# A list or bell of another type would fail the script half-way (a script is not rolled back),
-# so every type is checked before any write: {0, {key indexes}} names those to move aside.
-_POP_HELD = """
-local n = (#KEYS - 1) / 2
-local bad = {}
-for k = 2, #KEYS do
-  local t = redis.call('TYPE', KEYS[k]).ok
-  if t ~= 'list' and t ~= 'none' then bad[#bad + 1] = k end
-end
-if #bad > 0 then return {0, bad} end
-for i = 1, n do
-  local items = redis.call('LPOP', KEYS[1 + i], ARGV[i])
-  if items then
-    redis.call('SET', KEYS[1], ARGV[n + i] .. '\\n' .. table.concat(items, ' '))
-    -- What is left wakes the next idle worker: this pop may have taken the token that rang.
-    for j = i, n do
-      if redis.call('LLEN', KEYS[1 + j]) > 0 and redis.call('LLEN', KEYS[1 + n + j]) == 0 then
-        redis.call('LPUSH', KEYS[1 + n + j], '1')
-      end
-    end
-    return {i, items}
-  end
-end
-return false
-"""
-
-
+# Pop and hold in one step, with plain commands (no scripting: the ACL grants none, and a script
+# runs with every other client waiting): one MULTI deletes the worker's hold list, puts the source
+# name first in it and LMOVEs up to `count` entries from the ready list onto it. A worker killed the
+# moment the pop returns has its entries in its hold, for redelivery (dispatcher/redelivery.py).
 class ReadyQueue:
     """The Queue port (fanout/protocol.py) over one Redis client: every public method raises duecast's
     QueueError or QueueUnavailable in place of redis-py's errors (client.translate)."""
@@ -69,10 +43,8 @@ class ReadyQueue:
     def __init__(self, client: RedisClient, keys: Keys) -> None:
         self.client = client
         self.keys = keys
-        # EVALSHA; on NOSCRIPT (a restarted server, a failover, another cluster node) redis-py
-        # loads the script and runs it then: NOSCRIPT means it did not run, so nothing is doubled.
-        self._pop_held = client.register_script(_POP_HELD)
         self._retype = Retyper(client, keys)
+        self._turn = 0  # pop_held's next first list: lists are served in turn, not in name order
 
     @translating
     def ping(self) -> None:
@@ -155,16 +127,59 @@ class ReadyQueue:
     def _pop_into_hold(
         self, worker: str, sources: Sequence[str], bells: list[str], counts: list[int]
     ) -> tuple[str, list[bytes]] | None:
-        keys = [self.keys.inflight(worker), *(self.keys.ready(s) for s in sources), *bells]
-        reply = self._pop_held(keys=keys, args=[*counts, *sources])
-        if reply and int(reply[0]) == 0:  # nothing popped: move the keys of the wrong type aside
-            for k in reply[1]:
-                self._retype.move_aside(sources[(int(k) - 2) % len(sources)], keys[int(k) - 1], "list")
-            reply = self._pop_held(keys=keys, args=[*counts, *sources])
-        if not reply or int(reply[0]) == 0:
-            return None
-        index, items = reply
-        return sources[int(index) - 1], [_b(i) for i in items]
+        """One turn: the lists' lengths, then the first non-empty one from this turn's start moved
+        into the hold. Each call starts after the list the previous pop took from, so a list full of
+        stale or bad entries costs the others one batch per turn, not everything it holds."""
+        n = len(sources)
+        order = [(self._turn + k) % n for k in range(n)]
+        readies = [self.keys.ready(s) for s in sources]
+        checks = [(s, k, "list") for s, k in zip(sources, readies, strict=True)]
+        lengths = self._retype.call(checks, lambda: self._lengths(readies))
+        for i in order:
+            if lengths[i] <= 0:
+                continue
+            # What is left wakes the next idle worker: its wait may have taken the token that rang.
+            ring = [bells[j] for j in range(n) if lengths[j] > (counts[i] if j == i else 0)]
+            move = functools.partial(self._move_into_hold, worker, sources[i], readies[i], counts[i], ring)
+            items = self._retype.call([checks[i]], move)
+            if items:
+                self._turn = (i + 1) % n
+                return sources[i], items
+        return None
+
+    def _lengths(self, readies: Sequence[str]) -> list[int]:
+        pipe = self.client.pipeline(transaction=False)
+        for key in readies:
+            pipe.llen(key)
+        return [int(n) for n in pipe.execute()]
+
+    def _move_into_hold(
+        self, worker: str, source: str, ready: str, count: int, ring: Sequence[str]
+    ) -> list[bytes]:
+        """MULTI: the hold replaced by [source, up to `count` entries LMOVEd from `ready`], and the
+        bells of lists left non-empty rung. A ready list of the wrong type fails its LMOVEs and
+        moves nothing (WRONGTYPE raised for Retyper.call); a bell of the wrong type is moved aside."""
+        hold = self.keys.inflight(worker)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(hold)
+        pipe.rpush(hold, source.encode())
+        for _ in range(count):
+            pipe.lmove(ready, hold, "LEFT", "RIGHT")
+        for bell in ring:
+            pipe.lpush(bell, b"1")
+            pipe.ltrim(bell, 0, 0)
+        results = pipe.execute(raise_on_error=False)
+        moved = results[2 : 2 + count]
+        errors = [r for r in moved if isinstance(r, Exception)]
+        if errors:
+            raise errors[0]
+        for k, bell in enumerate(ring):
+            if isinstance(results[2 + count + 2 * k], Exception):
+                self._retype.move_aside(source, bell, "list")
+        items = [_b(r) for r in moved if r is not None]
+        if not items:  # emptied by another worker since its length was read: no hold to keep
+            self.client.delete(hold)
+        return items
 
     def _wait_bells(self, sources: Sequence[str], bells: list[str], timeout_s: float) -> object:
         checks = [(s, b, "list") for s, b in zip(sources, bells, strict=True)]
@@ -177,12 +192,21 @@ class ReadyQueue:
     @translating
     def held_by(self, worker: str) -> tuple[str, list[bytes]] | None:
         """(source, raw entries) `worker` was holding, or None (also for a hold of the wrong type,
-        which is moved aside: the other workers' holds are still read)."""
+        which is moved aside: the other workers' holds are still read). A hold is a list, the source
+        first (pop_held); a string "<source>\n<entry> ..." is an older release's, read the same."""
         key = self.keys.inflight(worker)
-        value = self._retype.call([(NO_SOURCE, key, "string")], lambda: self.client.get(key))
-        if not value:
+        kind = _b(self.client.type(key))
+        if kind == b"string":
+            value = self.client.get(key)
+            return decode_hold(_b(value)) if value else None  # BadHold: the caller quarantines it
+        items = self._retype.call([(NO_SOURCE, key, "list")], lambda: self.client.lrange(key, 0, -1))
+        if not items:
             return None
-        return decode_hold(_b(value))  # BadHold when it does not parse: the caller quarantines it
+        first = _b(items[0])
+        if b"\n" in first:
+            raise BadHold("bad_source", first)
+        source, _ = decode_hold(first + b"\n")  # BadHold when it names no source
+        return source, [_b(i) for i in items[1:]]
 
     @translating
     def data_lost(self) -> bool:
