@@ -1,0 +1,63 @@
+"""The dispatcher and a registered worker (its pop-and-hold, redelivery, counters) run end to end
+under exactly the Redis ACL line docs/security.md documents, which grants no scripting (issue 25.3).
+
+The ACL user is the test's own, on its own key prefix, and deleted after.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import redis
+from pydantic import SecretStr
+
+from duecast.shared.settings import RedisSettings
+from tests.integration import apps
+from tests.integration.flow.roles_helpers import MakeEnv, dispatch, handled_once, role_settings, work
+
+pytestmark = pytest.mark.integration
+
+SECURITY = Path(__file__).resolve().parents[3] / "docs" / "security.md"
+
+
+def documented_acl() -> list[str]:
+    """The rules of docs/security.md's `ACL SETUSER duecast ...` line, after the password."""
+    (line,) = re.findall(r"^ACL SETUSER duecast on >PASSWORD (.+)$", SECURITY.read_text(), re.M)
+    return line.split()
+
+
+@pytest.fixture
+def acl_redis(redis_settings: RedisSettings) -> Iterator[RedisSettings]:
+    admin = redis.Redis.from_url(redis_settings.url.get_secret_value(), socket_timeout=5)
+    user, password = f"dcacl-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    rules = [r.replace("{duecast}", "{" + redis_settings.key_prefix + "}") for r in documented_acl()]
+    admin.execute_command("ACL", "SETUSER", user, "on", f">{password}", *rules)
+    url = urlsplit(redis_settings.url.get_secret_value())
+    netloc = f"{user}:{password}@{url.hostname}:{url.port or 6379}"
+    try:
+        yield redis_settings.model_copy(update={"url": SecretStr(urlunsplit(url._replace(netloc=netloc)))})
+    finally:
+        admin.acl_deluser(user)
+        admin.close()
+
+
+def test_the_documented_acl_grants_no_scripting() -> None:
+    rules = documented_acl()
+    assert not [r for r in rules if re.search(r"eval|script|@all|@scripting", r, re.I) and r != "-@all"]
+
+
+def test_dispatcher_and_worker_run_under_the_documented_acl(
+    make_env: MakeEnv, recorder: apps.Recorder, acl_redis: RedisSettings
+) -> None:
+    env = make_env("rescan", rows=300, name=apps.RESCAN)
+    settings = role_settings(env).model_copy(update={"redis": acl_redis})
+    dispatch(settings)
+    worker = work(settings)  # registered: every batch is popped into its hold (MULTI, LMOVE)
+    handled_once(recorder, apps.RESCAN, range(1, 301))
+    assert worker.counts["popped"] == 300
+    assert env.queue.stats(apps.RESCAN)["acked"] == 300
