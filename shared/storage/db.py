@@ -219,6 +219,7 @@ _NOTE = "duecast: MySQL "
 _ACCESS_DENIED, _DB_ACCESS_DENIED, _UNKNOWN_DATABASE, _TOO_MANY_CONNECTIONS = 1045, 1044, 1049, 1040
 _NO_SUCH_TABLE = 1146  # a command run before `duecast migrate`: the user's step to take, not a bug
 _UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 1927, 4031}
+_TLS_REFUSED = 2026  # CR_SSL_CONNECTION_ERROR: mysql.tls = true and the server offers no TLS
 
 
 def server_note(settings: MySQLSettings) -> str:
@@ -251,6 +252,12 @@ def mysql_problem(exc: BaseException) -> tuple[str, bool] | None:  # noqa: PLR09
     if code == _TOO_MANY_CONNECTIONS:
         return (
             f"{where}: too many connections ({code}); retry later, or raise the server's max_connections",
+            True,
+        )
+    if code == _TLS_REFUSED:
+        return (
+            f"{where}: {said}; mysql.tls is true and the server offers no TLS: enable TLS on the "
+            "server, or set mysql.tls = false (DUECAST_MYSQL__TLS) to connect in plaintext",
             True,
         )
     if code in _UNREACHABLE or isinstance(exc, pymysql.err.InterfaceError):
