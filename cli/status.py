@@ -27,6 +27,7 @@ from ..shared.storage.admin.dashboard_store import DashboardStore, WorkerRow
 from ..shared.storage.db import Database
 from ..shared.storage.topic_status import TopicMonitor
 from ..shared.storage.worker_registry import LiveWorker, WorkerRegistry
+from . import formats
 from .history import History, Reading
 from .sampler import Sampler
 from .status_view import fit, redis_table, render
@@ -116,7 +117,7 @@ def view(
         parts.insert(0, Text(f"sources and queues as read at {shown}", style="yellow"))
     parts.extend(Text(unserved_line(s), style="red") for s in frame.unserved or ())
     if problems:
-        parts.extend(Text(f"cannot read: {p}", style="red") for p in frame.problems)
+        parts.extend(Text(f"cannot read: {formats.plain(p)}", style="red") for p in frame.problems)
     return Group(*(piece for part in parts for piece in fit(part, console)))
 
 
@@ -187,7 +188,7 @@ def main(rest: list[str]) -> int:
         else:
             console.print(view(frame, reader.history, console, topics, problems=False))
         if frame.problems:  # one line on stderr, as every command's failure
-            print(f"duecast status: {'; '.join(frame.problems)}", file=sys.stderr)
+            print(f"duecast status: {formats.plain('; '.join(frame.problems))}", file=sys.stderr)
         return EXIT_UNAVAILABLE if frame.problems else EXIT_OK
     return _watch(reader, console, topics, args.interval, args.count)
 
