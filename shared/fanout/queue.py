@@ -32,6 +32,7 @@ _PUSH_CHUNK = 5000  # keeps one RPUSH far from Redis' argument limits
 # one down to it: a wait this short is not worth a round trip anyway.
 _MIN_WAIT_S = 0.01
 
+
 # Pop and hold in one step, with plain commands (no scripting: the ACL grants none, and a script
 # runs with every other client waiting): one MULTI deletes the worker's hold list, puts the source
 # name first in it and LMOVEs up to `count` entries from the ready list onto it. A worker killed the
@@ -305,9 +306,7 @@ class ReadyQueue:
 def _absurd_counter(exc: Exception) -> bool:
     """HINCRBY's refusals of the value already there (overflow, not an integer)."""
     said = str(exc).rsplit("of pipeline caused error: ", 1)[-1]
-    return isinstance(exc, redis.ResponseError) and (
-        "would overflow" in said or "not an integer" in said
-    )
+    return isinstance(exc, redis.ResponseError) and ("would overflow" in said or "not an integer" in said)
 
 
 def _count(value: object) -> int | None:
