@@ -34,9 +34,14 @@ _MIN_WAIT_S = 0.01
 
 
 # Pop and hold in one step, with plain commands (no scripting: the ACL grants none, and a script
-# runs with every other client waiting): one MULTI deletes the worker's hold list, puts the source
-# name first in it and LMOVEs up to `count` entries from the ready list onto it. A worker killed the
-# moment the pop returns has its entries in its hold, for redelivery (dispatcher/redelivery.py).
+# runs with every other client waiting): one MULTI copies the first `count` entries of the ready list
+# to the worker's hold list (SORT ... BY nosort LIMIT 0 count STORE: O(count), in list order, the
+# hold replaced), puts the source name first in it and trims them off the ready list. A worker
+# killed the moment the pop returns has its entries in its hold, for redelivery
+# (dispatcher/redelivery.py). With a restricted key pattern Redis refuses SORT's BY and GET
+# patterns, so +sort reads nothing outside the prefix.
+
+
 class ReadyQueue:
     """The Queue port (fanout/protocol.py) over one Redis client: every public method raises duecast's
     QueueError or QueueUnavailable in place of redis-py's errors (client.translate)."""
@@ -157,27 +162,30 @@ class ReadyQueue:
     def _move_into_hold(
         self, worker: str, source: str, ready: str, count: int, ring: Sequence[str]
     ) -> list[bytes]:
-        """MULTI: the hold replaced by [source, up to `count` entries LMOVEd from `ready`], and the
-        bells of lists left non-empty rung. A ready list of the wrong type fails its LMOVEs and
-        moves nothing (WRONGTYPE raised for Retyper.call); a bell of the wrong type is moved aside."""
+        """MULTI: the hold replaced by [source, the first `count` entries of `ready`], those trimmed
+        off `ready`, and the bells of lists left non-empty rung. A ready list of the wrong type fails
+        the copy and the trim alike and moves nothing (WRONGTYPE raised for Retyper.call); a bell of
+        the wrong type is moved aside."""
         hold = self.keys.inflight(worker)
         pipe = self.client.pipeline(transaction=True)
-        pipe.delete(hold)
-        pipe.rpush(hold, source.encode())
-        for _ in range(count):
-            pipe.lmove(ready, hold, "LEFT", "RIGHT")
+        pipe.delete(hold)  # a failed copy must not leave the last batch under this one's name
+        # As a raw command: redis-py refuses its sort() in a cluster pipeline (both keys share the
+        # `{prefix}` slot here, which the server checks).
+        pipe.execute_command("SORT", ready, "BY", "nosort", "LIMIT", 0, count, "STORE", hold)  # type: ignore[no-untyped-call]
+        pipe.lpush(hold, source.encode())
+        pipe.lrange(hold, 1, -1)
+        pipe.ltrim(ready, count, -1)
         for bell in ring:
             pipe.lpush(bell, b"1")
             pipe.ltrim(bell, 0, 0)
         results = pipe.execute(raise_on_error=False)
-        moved = results[2 : 2 + count]
-        errors = [r for r in moved if isinstance(r, Exception)]
+        errors = [r for r in results[1:5] if isinstance(r, Exception)]
         if errors:
             raise errors[0]
         for k, bell in enumerate(ring):
-            if isinstance(results[2 + count + 2 * k], Exception):
+            if isinstance(results[5 + 2 * k], Exception):
                 self._retype.move_aside(source, bell, "list")
-        items = [_b(r) for r in moved if r is not None]
+        items = [_b(r) for r in results[3]]
         if not items:  # emptied by another worker since its length was read: no hold to keep
             self.client.delete(hold)
         return items

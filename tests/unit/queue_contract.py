@@ -95,7 +95,7 @@ class QueueContract:
         queue.push_raw("alpha", raw)
         assert queue.pop(["alpha"], 10, SHORT_TIMEOUT_S) == ("alpha", raw)
 
-    # --- pop_held (plain commands: MULTI and LMOVE, no scripting) ----------------------------------
+    # --- pop_held (plain commands: MULTI and SORT ... STORE, no scripting) ------------------------
 
     def test_pop_held_records_the_batch_as_the_workers_hold(self, queue: ReadyQueue) -> None:
         queue.push("alpha", _entries(range(1, 6)))

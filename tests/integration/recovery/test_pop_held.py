@@ -1,4 +1,4 @@
-"""ReadyQueue.pop_held on the real Redis: the pop and the worker's hold are one MULTI (LMOVEs onto the
+"""ReadyQueue.pop_held on the real Redis: the pop and the worker's hold are one MULTI (SORT ... STORE onto the
 hold list, no scripting), so an entry is always in its list or in a hold, never in between; idle
 workers wait on the bells; lists are served in turn.
 """

@@ -57,7 +57,7 @@ def test_dispatcher_and_worker_run_under_the_documented_acl(
     env = make_env("rescan", rows=300, name=apps.RESCAN)
     settings = role_settings(env).model_copy(update={"redis": acl_redis})
     dispatch(settings)
-    worker = work(settings)  # registered: every batch is popped into its hold (MULTI, LMOVE)
+    worker = work(settings)  # registered: every batch is popped into its hold (MULTI, SORT ... STORE)
     handled_once(recorder, apps.RESCAN, range(1, 301))
     assert worker.counts["popped"] == 300
     assert env.queue.stats(apps.RESCAN)["acked"] == 300

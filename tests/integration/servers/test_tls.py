@@ -152,7 +152,7 @@ def test_bad_or_missing_credentials_fail_clearly_without_printing_them(
 
 # The ACL docs/security.md recommends, `{prefix}` standing for redis.key_prefix.
 LEAST_PRIVILEGE_ACL = (
-    "on resetkeys ~{{{prefix}}}:* resetchannels -@all +ping +rpush +lpush +lmove +blmpop +blpop +llen "
+    "on resetkeys ~{{{prefix}}}:* resetchannels -@all +ping +rpush +lpush +sort +blmpop +blpop +llen "
     "+ltrim +lrange +hincrby +hset +hgetall +get +set +del +type +rename +expire +multi +exec +watch "
     "+unwatch +discard"
 )
@@ -176,7 +176,7 @@ def test_the_documented_least_privilege_acl_is_enough_for_every_queue_operation(
         assert queue.pop(["users"], 10, 0.5) == ("users", [b"1:1"])
         assert queue.pop(["users"], 10, 0.1) is None
         queue.push("users", [Entry(2, 1)])
-        assert queue.pop_held("w1", ["users"], 10, 0.5) == ("users", [b"2:1"])  # MULTI, LMOVE
+        assert queue.pop_held("w1", ["users"], 10, 0.5) == ("users", [b"2:1"])  # MULTI, SORT ... STORE
         assert queue.pop_held("w1", ["users"], 10, 0.1) is None
         assert queue.held_by("w1") == ("users", [b"2:1"])
         queue.release_hold("w1")
