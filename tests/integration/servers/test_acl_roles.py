@@ -61,3 +61,25 @@ def test_dispatcher_and_worker_run_under_the_documented_acl(
     handled_once(recorder, apps.RESCAN, range(1, 301))
     assert worker.counts["popped"] == 300
     assert env.queue.stats(apps.RESCAN)["acked"] == 300
+
+
+def test_the_documented_acl_refuses_scripts_and_sorts_that_read_other_keys(acl_redis: RedisSettings) -> None:
+    """+sort is for the pop-and-hold's `SORT ... BY nosort LIMIT 0 n STORE`: with a key pattern that is
+    not ~*, Redis refuses SORT's BY and GET patterns, which could read keys outside the prefix."""
+    client = redis.Redis.from_url(acl_redis.url.get_secret_value(), socket_timeout=5)
+    ready = "{" + acl_redis.key_prefix + "}:ready:users"
+    try:
+        client.rpush(ready, b"1:1")
+        for refused in (
+            ("EVAL", "while true do end", "0"),
+            ("SCRIPT", "LOAD", "return 1"),
+            ("FUNCTION", "LIST"),
+            ("SORT", ready, "BY", "other:*"),
+            ("SORT", ready, "BY", "nosort", "GET", "other:*"),
+        ):
+            with pytest.raises(redis.ResponseError, match=r"(?i)no permissions|denied"):
+                client.execute_command(*refused)
+        assert client.execute_command("SORT", ready, "BY", "nosort", "LIMIT", 0, 1) == [b"1:1"]
+    finally:
+        client.delete(ready)
+        client.close()
