@@ -6,7 +6,9 @@ The ACL user is the test's own, on its own key prefix, and deleted after.
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +19,10 @@ import redis
 from pydantic import SecretStr
 
 from duecast.shared.settings import RedisSettings
+from duecast.worker import main as worker_main
 from tests.integration import apps
 from tests.integration.flow.roles_helpers import MakeEnv, dispatch, handled_once, role_settings, work
+from tests.integration.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -83,3 +87,32 @@ def test_the_documented_acl_refuses_scripts_and_sorts_that_read_other_keys(acl_r
     finally:
         client.delete(ready)
         client.close()
+
+
+def test_credentials_revoked_under_a_running_worker_are_one_line_warnings_not_tracebacks(
+    make_env: MakeEnv, recorder: apps.Recorder, acl_redis: RedisSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = make_env("rescan", rows=3, name=apps.RESCAN)
+    settings = role_settings(env).model_copy(update={"redis": acl_redis})
+    dispatch(settings)
+    admin = redis.Redis.from_url(env.settings.redis.url.get_secret_value(), socket_timeout=5)
+    user = urlsplit(acl_redis.url.get_secret_value()).username
+    stop = threading.Event()
+    thread = threading.Thread(target=worker_main.serve, args=(settings, stop), daemon=True)
+    with caplog.at_level(logging.WARNING, logger="duecast"):
+        thread.start()
+        try:
+            wait_until(lambda: len(recorder.executions(apps.RESCAN)) == 3, "the worker to run its rows")
+            admin.execute_command("ACL", "SETUSER", user, "off")  # revoked: its connections are closed
+            admin.execute_command("CLIENT", "KILL", "USER", user)
+            wait_until(lambda: any("refused the credentials" in r.getMessage() for r in caplog.records), "it")
+        finally:
+            stop.set()
+            thread.join(15)
+            admin.close()
+    failed = [r for r in caplog.records if getattr(r, "event", None) == "loop.tick_failed"]
+    assert all(r.levelno == logging.WARNING and r.exc_info is None for r in failed), failed[0].getMessage()
+    refused = [r.getMessage() for r in failed if "Redis refused the credentials" in r.getMessage()]
+    assert refused
+    assert "check the password or user in redis.url" in refused[0]
+    assert not [r for r in caplog.records if r.exc_info], "no traceback"
