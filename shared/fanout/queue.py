@@ -115,9 +115,10 @@ class ReadyQueue:
         self, worker: str, sources: Sequence[str], count: int | Sequence[int], timeout_s: float
     ) -> tuple[str, list[bytes]] | None:
         """`pop`, recording the batch as `worker`'s hold (the next one replaces it) in the same
-        script. `count` may be one per source: a range-mode entry stands for a whole span, a job's
-        for one job. With every list empty it waits at most `timeout_s` on their bells, which only
-        wake it: the entries stay in Redis until the script moves them into the hold."""
+        transaction, from the lists in turn rather than in the given order (_pop_into_hold).
+        `count` may be one per source: a range-mode entry stands for a whole span, a job's for one
+        job. With every list empty it waits at most `timeout_s` on their bells, which only wake it:
+        the entries stay in Redis until a pop moves them into a hold."""
         counts = [count] * len(sources) if isinstance(count, int) else list(count)
         if len(counts) != len(sources) or min(counts, default=1) < 1:
             raise ValueError(f"pop_held needs a count >= 1 for each of {len(sources)} sources, not {count!r}")
