@@ -25,6 +25,7 @@ from ..shared.settings import JOBS_SOURCE, Settings, load_settings
 from ..shared.storage.db import Database
 from ..shared.storage.units import StorageError, access_denied
 from ..shared.storage.worker_registry import WorkerRegistry
+from .formats import plain
 
 FILE_CHUNK = 5000  # rows validated / written per progress step
 MERGES_SHOWN = 5  # merged lines named in `duecast enqueue --file`'s summary
@@ -106,11 +107,11 @@ def _enqueue_one(
     )
     if job_id.merged:
         print(
-            f"merged into job {job_id} ({args.task}), which holds unique key {args.unique_key!r}; "
-            "nothing enqueued"
+            plain(f"merged into job {job_id} ({args.task}), which holds unique key {args.unique_key!r}; ")
+            + "nothing enqueued"
         )
     else:
-        print(f"enqueued job {job_id} ({args.task})")
+        print(plain(f"enqueued job {job_id} ({args.task})"))
     return 0
 
 

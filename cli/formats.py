@@ -1,14 +1,46 @@
-"""How numbers read in `duecast status` and `duecast web`: counts, durations, shares and rates."""
+"""How values read in `duecast status`, `duecast web` and the other commands: counts, durations,
+shares and rates; and user-controlled text made safe for a terminal (`shown`).
+"""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
+
+from rich.text import Text
 
 from ..shared.monitor.freshness import Freshness, failed_share
 from ..shared.storage.source_store import STATUS_COUNT_CAP
 
 NEVER_S = 10 * 365 * 86400.0  # older than this is a row never checked (range discovery's start date)
+
+# What a terminal acts on instead of showing: C0 controls (ESC starts every escape sequence), DEL,
+# C1 controls (CSI, OSC), lone surrogates (an encode error), and the invisible marks that reorder
+# or hide text (bidi overrides and isolates, zero-width characters, line and paragraph separators).
+_UNSAFE = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff"
+_UNSAFE_IN_LINE = re.compile(f"[\t\n{_UNSAFE}]")
+_UNSAFE_IN_LINES = re.compile(f"[{_UNSAFE}]")
+
+
+def shown(value: object, *, lines: bool = False) -> Text:
+    """User-controlled text (task, queue, topic, group and worker names, keys, payloads, errors) as
+    every command prints it: a rich Text, so `[link=...]` is data and never markup, with each
+    character a terminal would act on written as its escape (`\\x1b`), so an enqueuer's text can
+    neither retitle nor recolour an operator's terminal. `lines`: keep newlines and tabs (a
+    traceback); otherwise the text stays on its line. `plain(...)` is the same as a str."""
+    return Text(plain(value, lines=lines))
+
+
+def plain(value: object, *, lines: bool = False) -> str:
+    """`shown`'s text as a str, for print() (which renders no markup)."""
+    pattern = _UNSAFE_IN_LINES if lines else _UNSAFE_IN_LINE
+    return pattern.sub(_escape, str(value))
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def count(n: int) -> str:

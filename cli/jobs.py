@@ -24,6 +24,7 @@ from ..shared.settings import Settings, load_settings
 from ..shared.states import STATE_NAMES, State
 from ..shared.storage.admin.job_admin import STATES_BY_NAME, Filter, JobAdmin, Outcome
 from ..shared.storage.db import Database
+from .formats import plain, shown
 from .status_view import fit
 
 MAX_LIST = 10_000  # rows `duecast jobs list` prints at most
@@ -170,14 +171,16 @@ def _show(console: Console, admin: JobAdmin, job_id: int) -> int:
     table.add_column("field", no_wrap=True)
     table.add_column("value", overflow="fold")  # a long payload folds onto more lines, never cut
     for key, value in job.items():
-        shown = STATE_NAMES[State(value)] if key == "dc_state" else value
+        value_shown = STATE_NAMES[State(value)] if key == "dc_state" else value
         # Text, not markup: a payload's `[...]` is data, and must neither vanish nor raise.
-        table.add_row("state" if key == "dc_state" else key, Text("-" if shown is None else str(shown)))
+        table.add_row(
+            "state" if key == "dc_state" else key, shown("-" if value_shown is None else value_shown)
+        )
     console.print(table)
     if error:
         # The traceback below the table, as written: a table cell would cut its file paths to fit.
         console.print("last_error:")
-        console.print(Text(str(error).rstrip()), soft_wrap=True)
+        console.print(shown(str(error).rstrip(), lines=True), soft_wrap=True)
     return 0
 
 
@@ -201,11 +204,11 @@ def job_table(jobs: list[dict[str, Any]], error_width: int | None = None) -> Tab
     states = {STATE_NAMES[State(j["dc_state"])] for j in jobs}
     (run_at, created), day = dates([j["run_at"] for j in jobs], [j["created_at"] for j in jobs])
     said = [f"{len(jobs)} job(s)"]
-    said += [f"queue {q}" for q in queues if len(queues) == 1]
+    said += [f"queue {plain(q)}" for q in queues if len(queues) == 1]
     said += [f"all {s}" for s in states if len(states) == 1 and len(jobs) > 1]
     if day:
         said.append(f"times on {day}")
-    table = Table(title=", ".join(said), box=box.SIMPLE_HEAD, padding=0, show_edge=False)
+    table = Table(title=Text(", ".join(said)), box=box.SIMPLE_HEAD, padding=0, show_edge=False)
     show_queue, show_state = len(queues) > 1, len(states) > 1 or len(jobs) == 1
     headers = ["id", *(["queue"] * show_queue), "task", *(["state"] * show_state), "errors", "run at"]
     for col in [*headers, "created"]:
@@ -214,9 +217,10 @@ def job_table(jobs: list[dict[str, Any]], error_width: int | None = None) -> Tab
     table.add_column("last error", overflow="fold", max_width=error_width)
     for j, due, made in zip(jobs, run_at, created, strict=True):
         error = (j["last_error"] or "").strip().splitlines()
-        cells = [str(j["id"]), *([j["queue"]] * show_queue), j["task"]]
+        cells: list[str | Text] = [str(j["id"]), *([shown(j["queue"])] * show_queue), shown(j["task"])]
         cells += [STATE_NAMES[State(j["dc_state"])]] * show_state
-        table.add_row(*cells, f"{j['errors']}/{j['max_attempts']}", due, made, error[-1] if error else "")
+        last = shown(error[-1]) if error else ""
+        table.add_row(*cells, f"{j['errors']}/{j['max_attempts']}", due, made, last)
     return table
 
 

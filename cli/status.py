@@ -27,7 +27,8 @@ from ..shared.settings import Settings, load_settings
 from ..shared.storage.admin.dashboard_store import DashboardStore, WorkerRow
 from ..shared.storage.db import Database
 from ..shared.storage.topic_status import TopicMonitor
-from ..shared.storage.worker_registry import LiveWorker, WorkerRegistry
+from ..shared.storage.worker_registry import LiveWorker, WorkerRegistry, bad_rows_line
+from . import formats
 from .history import History, Reading
 from .sampler import Sampler
 from .status_view import fit, redis_table, render
@@ -48,6 +49,7 @@ class Frame:
     redis_counters: dict[str, dict[str, int]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # one line per server that did not answer
     unserved: list[str] | None = None  # sources and queues no live worker serves (None: unknown)
+    bad_workers: list[str] = field(default_factory=list)  # registry rows skipped as malformed
 
 
 class StatusReader:
@@ -71,6 +73,7 @@ class StatusReader:
                 self._attempt(out, lambda: self._redis_only(out))
         out.workers = self._attempt(out, self.dashboard.workers)
         out.live = self._attempt(out, self.registry.alive)
+        out.bad_workers = list(self.registry.bad_rows) if out.live is not None else []
         if out.live is not None:
             out.unserved = unserved([s.name for s in self.settings.all_sources()], out.live)
         return out
@@ -116,8 +119,10 @@ def view(
         shown = time.strftime("%H:%M:%S", time.localtime(frame.stale_since))
         parts.insert(0, Text(f"sources and queues as read at {shown}", style="yellow"))
     parts.extend(Text(unserved_line(s), style="red") for s in frame.unserved or ())
+    if frame.bad_workers:
+        parts.append(Text(formats.plain(bad_rows_line(frame.bad_workers)), style="yellow"))
     if problems:
-        parts.extend(Text(f"cannot read: {p}", style="red") for p in frame.problems)
+        parts.extend(Text(f"cannot read: {formats.plain(p)}", style="red") for p in frame.problems)
     return Group(*(piece for part in parts for piece in fit(part, console)))
 
 
@@ -156,6 +161,7 @@ def as_json(frame: Frame, history: History) -> dict[str, Any]:
         "workers_running_jobs": None if frame.workers is None else [asdict(w) for w in frame.workers],
         "workers_alive": None if frame.live is None else [_live(w) for w in frame.live],
         "unserved": frame.unserved,
+        "workers_malformed": frame.bad_workers,
         "unavailable": frame.problems,
     }
 
@@ -190,7 +196,7 @@ def main(rest: list[str]) -> int:
         else:
             console.print(view(frame, reader.history, console, topics, problems=False))
         if frame.problems:  # one line on stderr, as every command's failure
-            print(f"duecast status: {'; '.join(frame.problems)}", file=sys.stderr)
+            print(f"duecast status: {formats.plain('; '.join(frame.problems))}", file=sys.stderr)
         return EXIT_UNAVAILABLE if frame.problems else EXIT_OK
     return _watch(reader, console, topics, args.interval, args.count)
 

@@ -50,7 +50,7 @@ def source_table(snaps: list[SourceSnapshot], history: History) -> Table:
         c = s.counters
         rates = history.current_rates(s.name)
         table.add_row(
-            s.name,
+            formats.shown(s.name),
             formats.count(s.db.due),
             f"{s.db.in_flight:,}",
             f"{s.list_length:,}",
@@ -84,7 +84,7 @@ def queue_table(snaps: list[SourceSnapshot], history: History) -> Table:
         detail = s.db.detail or {}
         rates = history.current_rates(s.name)
         table.add_row(
-            s.name.split(".", 1)[1],
+            formats.shown(s.name.split(".", 1)[1]),
             *(formats.count(detail.get(c, 0)) for c in QUEUE_STATES),
             formats.seconds(s.db.oldest_due_age_s),
             formats.rate(rates.get("acked")),
@@ -99,9 +99,9 @@ def worker_table(workers: list[WorkerRow]) -> Table:
         table.add_column(col, justify="right" if col in ("running", "last start") else "left")
     for w in workers:
         table.add_row(
-            w.worker,
+            formats.shown(w.worker),
             f"{w.running:,}",
-            ", ".join(w.queues),
+            formats.shown(", ".join(w.queues)),
             f"{formats.duration(w.last_start_age_s)} ago",
             "live" if w.leases_live else "[red]expired[/red]",
         )
@@ -116,7 +116,12 @@ def live_worker_table(live: list[LiveWorker]) -> Table:
     for col in ("worker (host:pid)", "sources", "last heartbeat", "up since"):
         table.add_column(col, justify="right" if col == "last heartbeat" else "left")
     for w in live:
-        table.add_row(w.name, w.sources, f"{formats.duration(w.silent_s)} ago", str(w.started_at)[:19])
+        table.add_row(
+            formats.shown(w.name),
+            formats.shown(w.sources),
+            f"{formats.duration(w.silent_s)} ago",
+            str(w.started_at)[:19],
+        )
     if not live:
         table.add_row("[dim]none[/dim]", "", "", "")
     return table
@@ -131,7 +136,7 @@ def redis_table(names: Iterable[str], lengths: dict[str, int], counters: dict[st
         c = counters.get(name, {})
         stale = c.get("stale_entries", 0) + c.get("stale_acks", 0)
         cells = (lengths.get(name, 0), c.get("acked", 0), c.get("failed", 0), stale, c.get("bad", 0))
-        table.add_row(name, *(f"{n:,}" for n in cells), f"{c.get('requeued', 0):,}")
+        table.add_row(formats.shown(name), *(f"{n:,}" for n in cells), f"{c.get('requeued', 0):,}")
     return table
 
 
@@ -190,7 +195,7 @@ def _width(table: Table, console: Console) -> int:
 
 
 def _table(like: Table, columns: list[Column], part: tuple[int, int] | None = None) -> Table:
-    title = like.title if part is None else f"{like.title} ({part[0]}/{part[1]})"
+    title = like.title if part is None else Text.assemble(like.title or "", f" ({part[0]}/{part[1]})")
     last = part is None or part[0] == part[1]
     table = Table(
         title=title,

@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..shared.api.publish import Publish, Publisher, PublishError, encode
 from ..shared.fanout.client import connect_redis
@@ -23,6 +24,7 @@ from ..shared.states import STATE_NAMES, State
 from ..shared.storage.db import Database
 from ..shared.storage.topic_admin import TopicAdmin, TopicError, position
 from ..shared.storage.topic_status import GroupStatus, TopicMonitor
+from .formats import plain, shown
 from .status_view import Keyed, fit
 
 _MESSAGE_FIELDS = {"topic", "payload", "key"}
@@ -35,7 +37,7 @@ def main(rest: list[str]) -> int:
     try:
         return _main(rest)
     except (TopicError, PublishError) as exc:
-        print(f"duecast topics: {exc}", file=sys.stderr)
+        print(f"duecast topics: {plain(exc, lines=True)}", file=sys.stderr)
         return 2
 
 
@@ -122,8 +124,8 @@ def group_table(statuses: list[GroupStatus]) -> Table:
             live = sum(1 for m in s.members if m.live)
             alerts.append(f"{live} live member(s)")
         table.add_row(
-            s.topic,
-            s.group,
+            shown(s.topic),
+            shown(s.group),
             s.mode,
             f"{s.last_id:,}",
             f"{s.position:,}",
@@ -144,7 +146,9 @@ def volume_table(volumes: list[tuple[str, int, dict[str, int]]]) -> Table:
     for col in ("topic", "last id", "last minute", "last hour", "last day"):
         table.add_column(col, justify="left" if col == "topic" else "right")
     for name, last, counts in volumes:
-        table.add_row(name, f"{last:,}", f"{counts['minute']:,}", f"{counts['hour']:,}", f"{counts['day']:,}")
+        table.add_row(
+            shown(name), f"{last:,}", f"{counts['minute']:,}", f"{counts['hour']:,}", f"{counts['day']:,}"
+        )
     return table
 
 
@@ -155,14 +159,14 @@ def _publish(console: Console, settings: Settings, args: argparse.Namespace) -> 
     if args.file is not None:
         messages = read_messages(args.file, settings.topics)
         ids = publisher.publish_many(messages)
-        console.print(f"published {len(ids):,} message(s) from {args.file}")
+        console.print(shown(f"published {len(ids):,} message(s) from {args.file}"))
         return 0
     try:
         payload = json.loads(args.payload)
     except json.JSONDecodeError as exc:
         raise PublishError(f"--payload is not JSON: {exc}") from exc
     message_id = publisher.publish(args.topic, payload, key=args.key)
-    console.print(f"published message {message_id} to {args.topic}")
+    console.print(shown(f"published message {message_id} to {args.topic}"))
     return 0
 
 
@@ -204,7 +208,7 @@ def _message(line: str) -> Publish:
 def _show(console: Console, admin: TopicAdmin, topic: str, message_id: int) -> int:
     message = admin.message(topic, message_id)
     if message is None:
-        console.print(f"no message {message_id} in {topic} (never published, or deleted by retention)")
+        console.print(shown(f"no message {message_id} in {topic} (never published, or deleted by retention)"))
         return 1
     console.print(*fit(_messages([message], f"{topic} message {message_id}"), console))
     for group, trace in admin.trace(topic, message_id).items():
@@ -213,16 +217,18 @@ def _show(console: Console, admin: TopicAdmin, topic: str, message_id: int) -> i
 
 
 def _messages(messages: list[dict[str, Any]], title: str) -> Table:
-    table = Table(title=title)
+    table = Table(title=shown(title))
     for col in ("id", "key", "published at", "payload"):
         table.add_column(col)
     for m in messages:
-        table.add_row(str(m["seq"]), m["msg_key"] or "-", _cell(m["created_at"]), str(m["payload"])[:200])
+        table.add_row(
+            str(m["seq"]), shown(m["msg_key"] or "-"), _cell(m["created_at"]), shown(str(m["payload"])[:200])
+        )
     return table
 
 
 def _trace_table(group: str, trace: dict[str, Any]) -> Table:
-    table = Table(title=f"group {group}")
+    table = Table(title=shown(f"group {group}"))
     for col in ("attempt", "outcome", "dispatched", "started", "ended", "worker", "error"):
         table.add_column(col)
     for a in trace["attempts"]:
@@ -234,7 +240,7 @@ def _trace_table(group: str, trace: dict[str, Any]) -> Table:
             _cell(a["started_at"]),
             _cell(a["ended_at"]),
             _cell(a["worker"]),
-            error[-1][:100] if error else "",
+            shown(error[-1][:100]) if error else "",
         )
     d = trace["delivery"]
     if d is not None:
@@ -247,23 +253,23 @@ def _trace_table(group: str, trace: dict[str, Any]) -> Table:
             _cell(d["started_at"]),
             _cell(d["finished_at"]),
             _cell(d["worker"]),
-            error[-1][:100] if error else "",
+            shown(error[-1][:100]) if error else "",
         )
     elif trace["read_by"]:
-        table.add_row("-", f"read by {', '.join(trace['read_by'])}", "", "", "", "", "")
+        table.add_row("-", shown(f"read by {', '.join(trace['read_by'])}"), "", "", "", "", "")
     else:
         table.add_row("-", "not delivered to this group yet", "", "", "", "", "")
     return table
 
 
-def _cell(value: object) -> str:
+def _cell(value: object) -> Text:
     """A value as `topics show` prints it: `-` for a time or worker not (yet) recorded, never `None`."""
-    return "-" if value is None or value == "" else str(value)
+    return shown("-" if value is None or value == "" else value)
 
 
 def _volume(console: Console, monitor: TopicMonitor, args: argparse.Namespace) -> int:
     counts = monitor.series(args.topic, args.buckets, args.bucket_s)
-    table = Table(title=f"{args.topic}: messages per {args.bucket_s:g} s, oldest first")
+    table = Table(title=shown(f"{args.topic}: messages per {args.bucket_s:g} s, oldest first"))
     table.add_column("ago")
     table.add_column("published", justify="right")
     for k, n in enumerate(counts):
@@ -282,17 +288,21 @@ def _reset(console: Console, admin: TopicAdmin, topics: TopicsSettings, args: ar
         position(args.to)  # before asking: a bad --to is refused, not confirmed
     except TopicError as exc:
         raise TopicError(f"--to: {exc}") from None
-    question = f"move group {args.group} of {args.topic} to {args.to}?"
+    question = plain(f"move group {args.group} of {args.topic} to {args.to}?")
     if not args.yes and not _confirm(console, question):
         console.print("nothing changed")
         return 1
     out = admin.reset(group, args.to, args.member)
     if group.mode == "broadcast":
-        console.print(f"{out.group}: {out.replayed:,} member(s) now read after id {out.new_position:,}")
+        console.print(
+            shown(f"{out.group}: {out.replayed:,} member(s) now read after id {out.new_position:,}")
+        )
     elif out.new_position < out.old_position:
-        console.print(f"{out.group}: replay after id {out.new_position:,}: {out.replayed:,} message(s) again")
+        console.print(
+            shown(f"{out.group}: replay after id {out.new_position:,}: {out.replayed:,} message(s) again")
+        )
     else:
-        console.print(f"{out.group}: position {out.old_position:,} -> {out.new_position:,} (skipped)")
+        console.print(shown(f"{out.group}: position {out.old_position:,} -> {out.new_position:,} (skipped)"))
     return 0
 
 

@@ -20,7 +20,7 @@ from ...shared.process.runtime import is_job_queue
 from ...shared.settings import TOPICS_SOURCE, Settings
 from ...shared.states import STATE_NAMES, State
 from ...shared.storage.admin.job_admin import Filter
-from ...shared.storage.worker_registry import WorkerRegistry
+from ...shared.storage.worker_registry import WorkerRegistry, bad_rows_line
 from .. import formats
 from ..history import History, Point, lag_s
 from .charts import COLLECTING, Series, line_chart
@@ -183,9 +183,11 @@ def _register_sources(app: Flask, ctx: WebContext) -> None:
     def overview() -> str:
         rows = _rows(ctx)
         names = [r.name for r in rows]
-        live = WorkerRegistry(ctx.db(), ctx.settings.worker).alive()
+        registry = WorkerRegistry(ctx.db(), ctx.settings.worker)
+        live = registry.alive()
         return render_template(
             "overview.html",
+            bad_workers=bad_rows_line(registry.bad_rows) if registry.bad_rows else None,
             unserved=[unserved_line(s) for s in unserved([s.name for s in ctx.settings.all_sources()], live)],
             sources=[r for r in rows if not is_job_queue(r.name)],
             queues=[r for r in rows if is_job_queue(r.name)],
@@ -209,8 +211,10 @@ def _register_sources(app: Flask, ctx: WebContext) -> None:
 
     @app.get("/workers")
     def workers() -> str:
-        live = WorkerRegistry(ctx.db(), ctx.settings.worker).alive()
-        return render_template("workers.html", workers=ctx.dashboard().workers(), live=live)
+        registry = WorkerRegistry(ctx.db(), ctx.settings.worker)
+        live = registry.alive()
+        bad = bad_rows_line(registry.bad_rows) if registry.bad_rows else None
+        return render_template("workers.html", workers=ctx.dashboard().workers(), live=live, bad_workers=bad)
 
     @app.get("/healthz")
     def healthz() -> dict[str, object]:

@@ -15,6 +15,7 @@ from ..errors import DuecastError
 from ..fanout.client import connect_redis
 from ..settings import Settings, TopicsSettings, load_settings
 from ..storage.message_writer import MessageWriter
+from .job_input import MAX_PAYLOAD_DEPTH, _depth_within  # enqueue's cap, the same for messages
 
 
 class PublishError(DuecastError, ValueError):
@@ -36,8 +37,10 @@ def encode(message: Publish, topics: TopicsSettings) -> tuple[str, str | None, s
         raise PublishError(
             f"unknown topic {message.topic!r}; topics.names is {', '.join(topics.names) or 'empty'}"
         )
-    if message.key is not None and not (isinstance(message.key, str) and 1 <= len(message.key) <= 191):
-        raise PublishError("a message key must be a string of 1-191 characters")
+    _check_key(message.key)
+    if not _depth_within(message.payload, MAX_PAYLOAD_DEPTH):
+        # A consumer decoding it would hit Python's recursion limit on every attempt until dead.
+        raise PublishError(f"payload for {message.topic!r} is nested deeper than {MAX_PAYLOAD_DEPTH} levels")
     try:
         # allow_nan=False: NaN/Infinity are not JSON. Never pickle: payloads are data, not code.
         text = json.dumps(message.payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
@@ -52,6 +55,19 @@ def encode(message: Publish, topics: TopicsSettings) -> tuple[str, str | None, s
             f"payload for {message.topic!r} is {size} bytes; the limit is {topics.max_payload_bytes}"
         )
     return message.topic, message.key, text
+
+
+def _check_key(key: object) -> None:
+    """msg_key: VARCHAR(191) utf8mb4."""
+    if key is None:
+        return
+    if not (isinstance(key, str) and 1 <= len(key) <= 191):
+        raise PublishError("a message key must be a string of 1-191 characters")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        shown = ascii(key)[:60]  # a hostile key may be long: enough to find it
+        raise PublishError(f"message key {shown} holds a lone surrogate, which utf8mb4 cannot store") from exc
 
 
 class Publisher(MessageWriter):

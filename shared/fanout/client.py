@@ -114,6 +114,12 @@ def redis_problem(exc: BaseException) -> tuple[str, bool] | None:
     said = " ".join(str(exc).split())
     if isinstance(exc, redis.AuthenticationError | redis.exceptions.AuthorizationError):
         return f"Redis refused the credentials ({said}); check the password or user in redis.url", False
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        return (
+            f"Redis refused a command ({said}); give redis.url's ACL user the commands "
+            "docs/security.md lists for this role",
+            False,
+        )
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError | redis.exceptions.RedisClusterException):
         return f"Redis: {said}; start Redis, or fix redis.url (DUECAST_REDIS__URL)", True
     return None

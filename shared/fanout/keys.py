@@ -28,9 +28,9 @@ class Keys:
         return f"{{{self.prefix}}}:stats:{source}"
 
     def inflight(self, worker: str) -> str:
-        """The batch a worker popped and has not finished: "<source>\n<entry> <entry> ...", written
-        by the same Lua script as the pop. Lets the leader requeue a dead worker's rows at once;
-        lost with Redis, like any entry."""
+        """The batch a worker popped and has not finished: a list, the source name then its entries,
+        written by the same MULTI as the pop (an older release's string "<source>\n<entry> ..." still
+        reads). Lets the leader requeue a dead worker's rows at once; lost with Redis, like any entry."""
         return f"{{{self.prefix}}}:inflight:{worker}"
 
     def bell(self, source: str) -> str:

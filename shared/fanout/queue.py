@@ -7,55 +7,39 @@ and a key of the wrong type (WRONGTYPE) is moved aside (retype.py) rather than l
 
 from __future__ import annotations
 
+import functools
+import logging
 import secrets
 import time
 from collections.abc import Mapping, Sequence
 
 import redis
 
-from ..entries import Entry, decode_hold, encode_entry
+from ..entries import BadHold, Entry, decode_hold, encode_entry
 from ..telemetry import observe
 from .client import REDIS_ERRORS, RedisClient, translating
 from .keys import Keys
 from .protocol import NO_SOURCE, Queue
 from .retype import Retyper, wrong_type
 
+log = logging.getLogger("duecast.queue")
+
 QUARANTINE_CAP = 1000  # newest bad entries kept for inspection
 QUARANTINE_ITEM_BYTES = 256  # a 10 MB bad entry is kept as its first bytes only
+COUNTER_MAX = 2**53  # a shared counter beyond this was written by hand: not shown
 _PUSH_CHUNK = 5000  # keeps one RPUSH far from Redis' argument limits
 # A blocking timeout of 0 means "wait forever", and some Redis versions round a sub-millisecond
 # one down to it: a wait this short is not worth a round trip anyway.
 _MIN_WAIT_S = 0.01
 
-# Pop and hold in one step: a worker killed the moment the pop returns has its entries in its
-# hold, for redelivery (dispatcher/redelivery.py). Scripts cannot block, hence the bells (Keys.bell).
-# KEYS: the worker's hold, its ready lists in pop order, then their bells in the same order.
-# ARGV: how many entries at most from each list, then the source names, both in the same order.
-# A list or bell of another type would fail the script half-way (a script is not rolled back),
-# so every type is checked before any write: {0, {key indexes}} names those to move aside.
-_POP_HELD = """
-local n = (#KEYS - 1) / 2
-local bad = {}
-for k = 2, #KEYS do
-  local t = redis.call('TYPE', KEYS[k]).ok
-  if t ~= 'list' and t ~= 'none' then bad[#bad + 1] = k end
-end
-if #bad > 0 then return {0, bad} end
-for i = 1, n do
-  local items = redis.call('LPOP', KEYS[1 + i], ARGV[i])
-  if items then
-    redis.call('SET', KEYS[1], ARGV[n + i] .. '\\n' .. table.concat(items, ' '))
-    -- What is left wakes the next idle worker: this pop may have taken the token that rang.
-    for j = i, n do
-      if redis.call('LLEN', KEYS[1 + j]) > 0 and redis.call('LLEN', KEYS[1 + n + j]) == 0 then
-        redis.call('LPUSH', KEYS[1 + n + j], '1')
-      end
-    end
-    return {i, items}
-  end
-end
-return false
-"""
+
+# Pop and hold in one step, with plain commands (no scripting: the ACL grants none, and a script
+# runs with every other client waiting): one MULTI copies the first `count` entries of the ready list
+# to the worker's hold list (SORT ... BY nosort LIMIT 0 count STORE: O(count), in list order, the
+# hold replaced), puts the source name first in it and trims them off the ready list. A worker
+# killed the moment the pop returns has its entries in its hold, for redelivery
+# (dispatcher/redelivery.py). With a restricted key pattern Redis refuses SORT's BY and GET
+# patterns, so +sort reads nothing outside the prefix.
 
 
 class ReadyQueue:
@@ -65,10 +49,8 @@ class ReadyQueue:
     def __init__(self, client: RedisClient, keys: Keys) -> None:
         self.client = client
         self.keys = keys
-        # EVALSHA; on NOSCRIPT (a restarted server, a failover, another cluster node) redis-py
-        # loads the script and runs it then: NOSCRIPT means it did not run, so nothing is doubled.
-        self._pop_held = client.register_script(_POP_HELD)
         self._retype = Retyper(client, keys)
+        self._turn = 0  # pop_held's next first list: lists are served in turn, not in name order
 
     @translating
     def ping(self) -> None:
@@ -133,9 +115,10 @@ class ReadyQueue:
         self, worker: str, sources: Sequence[str], count: int | Sequence[int], timeout_s: float
     ) -> tuple[str, list[bytes]] | None:
         """`pop`, recording the batch as `worker`'s hold (the next one replaces it) in the same
-        script. `count` may be one per source: a range-mode entry stands for a whole span, a job's
-        for one job. With every list empty it waits at most `timeout_s` on their bells, which only
-        wake it: the entries stay in Redis until the script moves them into the hold."""
+        transaction, from the lists in turn rather than in the given order (_pop_into_hold).
+        `count` may be one per source: a range-mode entry stands for a whole span, a job's for one
+        job. With every list empty it waits at most `timeout_s` on their bells, which only wake it:
+        the entries stay in Redis until a pop moves them into a hold."""
         counts = [count] * len(sources) if isinstance(count, int) else list(count)
         if len(counts) != len(sources) or min(counts, default=1) < 1:
             raise ValueError(f"pop_held needs a count >= 1 for each of {len(sources)} sources, not {count!r}")
@@ -151,16 +134,62 @@ class ReadyQueue:
     def _pop_into_hold(
         self, worker: str, sources: Sequence[str], bells: list[str], counts: list[int]
     ) -> tuple[str, list[bytes]] | None:
-        keys = [self.keys.inflight(worker), *(self.keys.ready(s) for s in sources), *bells]
-        reply = self._pop_held(keys=keys, args=[*counts, *sources])
-        if reply and int(reply[0]) == 0:  # nothing popped: move the keys of the wrong type aside
-            for k in reply[1]:
-                self._retype.move_aside(sources[(int(k) - 2) % len(sources)], keys[int(k) - 1], "list")
-            reply = self._pop_held(keys=keys, args=[*counts, *sources])
-        if not reply or int(reply[0]) == 0:
-            return None
-        index, items = reply
-        return sources[int(index) - 1], [_b(i) for i in items]
+        """One turn: the lists' lengths, then the first non-empty one from this turn's start moved
+        into the hold. Each call starts after the list the previous pop took from, so a list full of
+        stale or bad entries costs the others one batch per turn, not everything it holds."""
+        n = len(sources)
+        order = [(self._turn + k) % n for k in range(n)]
+        readies = [self.keys.ready(s) for s in sources]
+        checks = [(s, k, "list") for s, k in zip(sources, readies, strict=True)]
+        lengths = self._retype.call(checks, lambda: self._lengths(readies))
+        for i in order:
+            if lengths[i] <= 0:
+                continue
+            # What is left wakes the next idle worker: its wait may have taken the token that rang.
+            ring = [bells[j] for j in range(n) if lengths[j] > (counts[i] if j == i else 0)]
+            move = functools.partial(self._move_into_hold, worker, sources[i], readies[i], counts[i], ring)
+            items = self._retype.call([checks[i]], move)
+            if items:
+                self._turn = (i + 1) % n
+                return sources[i], items
+        return None
+
+    def _lengths(self, readies: Sequence[str]) -> list[int]:
+        pipe = self.client.pipeline(transaction=False)
+        for key in readies:
+            pipe.llen(key)
+        return [int(n) for n in pipe.execute()]
+
+    def _move_into_hold(
+        self, worker: str, source: str, ready: str, count: int, ring: Sequence[str]
+    ) -> list[bytes]:
+        """MULTI: the hold replaced by [source, the first `count` entries of `ready`], those trimmed
+        off `ready`, and the bells of lists left non-empty rung. A ready list of the wrong type fails
+        the copy and the trim alike and moves nothing (WRONGTYPE raised for Retyper.call); a bell of
+        the wrong type is moved aside."""
+        hold = self.keys.inflight(worker)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(hold)  # a failed copy must not leave the last batch under this one's name
+        # As a raw command: redis-py refuses its sort() in a cluster pipeline (both keys share the
+        # `{prefix}` slot here, which the server checks).
+        pipe.execute_command("SORT", ready, "BY", "nosort", "LIMIT", 0, count, "STORE", hold)  # type: ignore[no-untyped-call]
+        pipe.lpush(hold, source.encode())
+        pipe.lrange(hold, 1, -1)
+        pipe.ltrim(ready, count, -1)
+        for bell in ring:
+            pipe.lpush(bell, b"1")
+            pipe.ltrim(bell, 0, 0)
+        results = pipe.execute(raise_on_error=False)
+        errors = [r for r in results[1:5] if isinstance(r, Exception)]
+        if errors:
+            raise errors[0]
+        for k, bell in enumerate(ring):
+            if isinstance(results[5 + 2 * k], Exception):
+                self._retype.move_aside(source, bell, "list")
+        items = [_b(r) for r in results[3]]
+        if not items:  # emptied by another worker since its length was read: no hold to keep
+            self.client.delete(hold)
+        return items
 
     def _wait_bells(self, sources: Sequence[str], bells: list[str], timeout_s: float) -> object:
         checks = [(s, b, "list") for s, b in zip(sources, bells, strict=True)]
@@ -173,12 +202,21 @@ class ReadyQueue:
     @translating
     def held_by(self, worker: str) -> tuple[str, list[bytes]] | None:
         """(source, raw entries) `worker` was holding, or None (also for a hold of the wrong type,
-        which is moved aside: the other workers' holds are still read)."""
+        which is moved aside: the other workers' holds are still read). A hold is a list, the source
+        first (pop_held); a string "<source>\n<entry> ..." is an older release's, read the same."""
         key = self.keys.inflight(worker)
-        value = self._retype.call([(NO_SOURCE, key, "string")], lambda: self.client.get(key))
-        if not value:
+        kind = _b(self.client.type(key))
+        if kind == b"string":
+            value = self.client.get(key)
+            return decode_hold(_b(value)) if value else None  # BadHold: the caller quarantines it
+        items = self._retype.call([(NO_SOURCE, key, "list")], lambda: self.client.lrange(key, 0, -1))
+        if not items:
             return None
-        return decode_hold(_b(value))  # BadHold when it does not parse: the caller quarantines it
+        first = _b(items[0])
+        if b"\n" in first:
+            raise BadHold("bad_source", first)
+        source, _ = decode_hold(first + b"\n")  # BadHold when it names no source
+        return source, [_b(i) for i in items[1:]]
 
     @translating
     def data_lost(self) -> bool:
@@ -233,17 +271,59 @@ class ReadyQueue:
             self._retype.call([(source, key, "hash")], lambda: self._add_fields(key, fields))
 
     def _add_fields(self, key: str, fields: Mapping[str, int]) -> None:
-        """HINCRBYs of one key: a hash of the wrong type fails every one, so a retry never doubles one."""
+        """HINCRBYs of one key: a hash of the wrong type fails every one, so a retry never doubles one.
+
+        A counter that cannot take the increment (pushed to 2**63 - 1, or not a number: the ACL lets
+        any duecast client write the hash) is reset to this increment with one WARNING: counters are
+        only telemetry, and a role's tick must not fail over one."""
         pipe = self.client.pipeline(transaction=False)
         for field, n in fields.items():
             pipe.hincrby(key, field, n)
-        pipe.execute()
+        results = pipe.execute(raise_on_error=False)
+        errors = [(f, r) for f, r in zip(fields, results, strict=True) if isinstance(r, Exception)]
+        if not errors:
+            return
+        if not all(_absurd_counter(e) for _, e in errors):
+            raise next(e for _, e in errors if not _absurd_counter(e))
+        repair = self.client.pipeline(transaction=False)
+        for field, _ in errors:
+            repair.hset(key, field, fields[field])
+        repair.execute()
+        log.warning(
+            "Redis counter%s %s in %s could not be added to (%s): reset to this increment",
+            "s" if len(errors) > 1 else "",
+            ", ".join(f for f, _ in errors),
+            key,
+            str(errors[0][1])[:80],
+            extra={"event": "queue.counter_reset", "key": key},
+        )
 
     @translating
     def stats(self, source: str) -> dict[str, int]:
+        """The shared counters; a value that is not a sane count (not an integer, negative, beyond
+        COUNTER_MAX: written by hand) is left out rather than shown or failing the reader."""
         key = self.keys.stats(source)
         raw = self._retype.call([(source, key, "hash")], lambda: self.client.hgetall(key))
-        return {_b(k).decode(): int(v) for k, v in raw.items()}
+        counts: dict[str, int] = {}
+        for k, v in raw.items():
+            n = _count(v)
+            if n is not None:
+                counts[_b(k).decode(errors="replace")] = n
+        return counts
+
+
+def _absurd_counter(exc: Exception) -> bool:
+    """HINCRBY's refusals of the value already there (overflow, not an integer)."""
+    said = str(exc).rsplit("of pipeline caused error: ", 1)[-1]
+    return isinstance(exc, redis.ResponseError) and ("would overflow" in said or "not an integer" in said)
+
+
+def _count(value: object) -> int | None:
+    text = _b(value)
+    if len(text) > 20 or not text.isdigit():
+        return None
+    n = int(text)
+    return n if n <= COUNTER_MAX else None
 
 
 # mypy proves here that the class satisfies the port it is wired in as (the contract tests check it

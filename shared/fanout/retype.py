@@ -19,16 +19,7 @@ from .keys import Keys
 T = TypeVar("T")
 WRONG_TYPE_KEEP_S = 7 * 86400  # a key moved aside for holding the wrong type is kept this long
 
-# Move KEYS[1] to KEYS[2] (same `{prefix}` slot) if it exists and is not of type ARGV[1]; returns
-# the type found, or false. One step, so a key another process already moved (or that was
-# deleted and made again, right) is left alone.
-_MOVE_ASIDE = """
-local t = redis.call('TYPE', KEYS[1]).ok
-if t == 'none' or t == ARGV[1] then return false end
-redis.call('RENAME', KEYS[1], KEYS[2])
-redis.call('EXPIRE', KEYS[2], ARGV[2])
-return t
-"""
+_MOVE_TRIES = 3  # WATCH lost to another client's write this many times: leave it to the next call
 
 log = logging.getLogger("duecast.queue")
 
@@ -44,7 +35,6 @@ class Retyper:
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.client = client
         self.keys = keys
-        self._script = client.register_script(_MOVE_ASIDE)
 
     def call(self, checks: Sequence[tuple[str, str, str]], fn: Callable[[], T]) -> T:
         """`fn()`; on WRONGTYPE, move aside each (source, key, type) that is of another type, and
@@ -62,8 +52,8 @@ class Retyper:
         """Rename `key` to Keys.wrong_type if it is not a `kind`, log it and count it (wrong_type_keys)."""
         token = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
         aside = self.keys.wrong_type(key, token)
-        found = self._script(keys=[key, aside], args=[kind, WRONG_TYPE_KEEP_S])
-        if not found:
+        found = self._rename_if_not(key, kind, aside)
+        if found is None:
             return
         lost = key == self.keys.ready(source)
         if lost:
@@ -74,7 +64,7 @@ class Retyper:
         log.warning(
             "Redis key %s was a %s, not a %s: moved it aside to %s (kept %d days) and carried on%s",
             key,
-            found.decode() if isinstance(found, bytes) else found,
+            found,
             kind,
             aside,
             WRONG_TYPE_KEEP_S // 86400,
@@ -86,3 +76,26 @@ class Retyper:
             self.client.hincrby(self.keys.stats(source), "wrong_type_keys", 1)
         except (redis.RedisError, redis.exceptions.RedisClusterException):
             log.debug("could not count a wrong-type key", exc_info=True)
+
+    def _rename_if_not(self, key: str, kind: str, aside: str) -> str | None:
+        """Rename `key` to `aside` (same `{prefix}` slot, with a TTL) if it exists and is not a
+        `kind`; returns the type found, or None. WATCH makes the check and the rename one step
+        without scripting: a key another process moved, or deleted and made again, is left alone."""
+        for _ in range(_MOVE_TRIES):
+            pipe = self.client.pipeline(transaction=True)
+            try:
+                pipe.watch(key)  # type: ignore[no-untyped-call]
+                reply = pipe.type(key)
+                found = reply.decode() if isinstance(reply, bytes) else str(reply)
+                if found in ("none", kind):
+                    return None
+                pipe.multi()
+                pipe.rename(key, aside)
+                pipe.expire(aside, WRONG_TYPE_KEEP_S)
+                pipe.execute()
+                return found
+            except redis.WatchError:
+                continue
+            finally:
+                pipe.reset()  # UNWATCH when it did not come to EXEC
+        return None

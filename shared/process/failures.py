@@ -125,9 +125,12 @@ def transient_cause(exc: BaseException) -> str | None:
 
 
 def log_failure(logger: logging.Logger, exc: BaseException, msg: str, *args: object, **extra: Any) -> None:
-    """Log a failed step that will be retried, its cause on the line: a transient one as one WARNING,
-    anything else as an ERROR with its traceback (a bug, or a problem nobody expected)."""
-    cause = transient_cause(exc)
+    """Log a failed step that will be retried, its cause on the line: a transient one, or one the
+    operator must fix (credentials revoked under a running role, a grant or ACL command missing), as
+    one WARNING (rate-limited per cause by logs.RepeatFilter); anything else as an ERROR with its
+    traceback (a bug, or a problem nobody expected)."""
+    found = mysql_problem(exc) or redis_problem(exc)
+    cause = transient_cause(exc) or (None if found is None else found[0])
     if cause is None:
         said = f"{type(exc).__name__}: {_one_line(str(exc))}"
         logger.error(f"{msg}: %s", *args, said, exc_info=exc, extra={**extra, "cause": said})

@@ -149,6 +149,10 @@ def load_settings(config: str | Path | None = None) -> Settings:
     """Build settings from the environment over the TOML file named by `config` or DUECAST_CONFIG."""
     raw = config if config is not None else os.environ.get("DUECAST_CONFIG")
     path = Path(raw) if raw else None
+    if path is not None and path.is_dir():
+        raise FileNotFoundError(
+            f"settings file {path} is a directory; name a TOML file (--config or DUECAST_CONFIG)"
+        )
     if path is not None and not path.is_file():
         raise FileNotFoundError(f"settings file {path} does not exist")
     if path is not None:

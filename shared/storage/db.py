@@ -223,6 +223,7 @@ _UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 1927, 4031}
 # --super-read-only too) or 1836 (ER_READ_ONLY_MODE): a replica during a failover, or maintenance. A role
 # backs off and carries on (one WARNING line, no traceback); the unit is not retried on the spot.
 _READ_ONLY = frozenset({1290, 1836})
+_TLS_REFUSED = 2026  # CR_SSL_CONNECTION_ERROR: mysql.tls = true and the server offers no TLS
 
 
 def server_note(settings: MySQLSettings) -> str:
@@ -255,6 +256,12 @@ def mysql_problem(exc: BaseException) -> tuple[str, bool] | None:  # noqa: PLR09
     if code == _TOO_MANY_CONNECTIONS:
         return (
             f"{where}: too many connections ({code}); retry later, or raise the server's max_connections",
+            True,
+        )
+    if code == _TLS_REFUSED:
+        return (
+            f"{where}: {said}; mysql.tls is true and the server offers no TLS: enable TLS on the "
+            "server, or set mysql.tls = false (DUECAST_MYSQL__TLS) to connect in plaintext",
             True,
         )
     if code in _UNREACHABLE or isinstance(exc, pymysql.err.InterfaceError):

@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,6 +20,9 @@ from .schema import SchemaError, described, workers_migration
 from .units import MYSQL_ERRORS
 
 log = logging.getLogger("duecast.workers")
+MAX_TASKS_TEXT = 1 << 20  # a `tasks` list longer than this was not written by a worker: skipped
+BAD_ROWS_WARN_S = 60.0  # one WARNING per table at most this often about malformed rows
+_warned: dict[str, float] = {}  # table -> when its malformed rows were last logged
 
 
 def worker_name(pid: int | None = None) -> str:
@@ -51,6 +55,9 @@ class WorkerRegistry:
         self.db = db
         self.settings = settings
         self.sql: WorkerSQL = render_workers(settings.registry_table)
+        # What the last alive() skipped, one line per row: the worker account writes these rows,
+        # so status and the dashboard say so instead of failing on one.
+        self.bad_rows: list[str] = []
 
     def verify(self) -> None:
         """Start-up check: the table is there and as new as this duecast (else: run migrate)."""
@@ -90,10 +97,17 @@ class WorkerRegistry:
         with self.db.transaction() as cur:
             cur.execute(self.sql.alive, (round(self.settings.dead_after_s * 1e6),))
             rows = cur.fetchall()
-        return [
-            LiveWorker(str(n), str(h), int(p), str(s), t, float(us) / 1e6, _tasks(k))
-            for n, h, p, s, k, t, us in rows
-        ]
+        live: list[LiveWorker] = []
+        bad: list[str] = []
+        for row in rows:
+            try:
+                live.append(_live_worker(row))
+            except (ValueError, TypeError, OverflowError) as exc:
+                bad.append(f"{str(row[0])[:60]!r}: {exc}")
+        self.bad_rows = bad
+        if bad:
+            _warn_bad_rows(self.settings.registry_table, bad)
+        return live
 
     def served_tasks(self) -> dict[str, frozenset[str]]:
         """Job queue source ("jobs.<queue>") -> the tasks its live workers serve, over the workers
@@ -108,8 +122,47 @@ class WorkerRegistry:
         return out
 
 
+def _live_worker(row: tuple[object, ...]) -> LiveWorker:
+    """One registry row, checked: ValueError or TypeError naming what is wrong."""
+    n, h, p, s, k, t, us = row
+    if not isinstance(t, datetime) or not isinstance(us, int | float):
+        raise TypeError("started_at or the heartbeat's age is not a time")
+    return LiveWorker(str(n), str(h), int(str(p)), str(s), t, float(us) / 1e6, _tasks(k))
+
+
 def _tasks(listed: object) -> frozenset[str] | None:
-    return None if listed is None else frozenset(json.loads(str(listed)))
+    """`tasks`: NULL (a worker too old to say) or a JSON list of task names."""
+    if listed is None:
+        return None
+    text = listed.decode() if isinstance(listed, bytes) else str(listed)
+    if len(text) > MAX_TASKS_TEXT:
+        raise ValueError(f"tasks is {len(text):,} characters long")
+    try:
+        names = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError("tasks is not JSON") from exc
+    if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+        raise ValueError("tasks is not a JSON list of task names")
+    return frozenset(names)
+
+
+def bad_rows_line(bad: list[str]) -> str:
+    """What status and the dashboard show for the rows alive() skipped."""
+    listed = "; ".join(bad[:3]) + (f"; and {len(bad) - 3} more" if len(bad) > 3 else "")
+    return f"{len(bad)} malformed worker registry row(s) skipped, counted as no worker: {listed}"
+
+
+def _warn_bad_rows(table: str, bad: list[str]) -> None:
+    now = time.monotonic()
+    if now - _warned.get(table, -BAD_ROWS_WARN_S) < BAD_ROWS_WARN_S:
+        return
+    _warned[table] = now
+    log.warning(
+        "%s: %s (the worker account wrote what no duecast worker writes; delete the row)",
+        table,
+        bad_rows_line(bad),
+        extra={"event": "workers.bad_rows", "count": len(bad)},
+    )
 
 
 class Heartbeat:

@@ -25,9 +25,10 @@ from collections.abc import Collection
 
 import pymysql
 
-from duecast.shared.entries import BadEntry, BadHold, decode_entry, decode_hold
+from duecast.shared.entries import BadEntry, BadHold, decode_entry
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.protocol import NO_SOURCE
+from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import JOBS_SOURCE
 from duecast.shared.states import State
 from duecast.shared.storage.db import connect
@@ -135,11 +136,11 @@ def held_by(chaos: Chaos, pid: int) -> Held:
     """(source, unit ids) of a worker's hold record in Redis, or None (none, or it does not parse).
     A job queue's entries are runs: their units are the jobs the runs still hold (a run's finished
     jobs have left its members; a run gone has none left)."""
-    value = chaos.redis.client.get(keys(chaos).inflight(worker_name(pid)))
     try:
-        source, raws = decode_hold(value) if isinstance(value, bytes) else ("", [])
+        found = ReadyQueue(chaos.redis.client, keys(chaos)).held_by(worker_name(pid))
     except BadHold:
         return None
+    source, raws = found if found is not None else ("", [])
     units = set()
     for raw in raws:
         try:

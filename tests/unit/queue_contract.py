@@ -14,6 +14,7 @@ private to the test (its lists start empty). Nothing here assumes more of the se
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -94,6 +95,37 @@ class QueueContract:
         queue.push_raw("alpha", raw)
         assert queue.pop(["alpha"], 10, SHORT_TIMEOUT_S) == ("alpha", raw)
 
+    # --- pop_held (plain commands: MULTI and SORT ... STORE, no scripting) ------------------------
+
+    def test_pop_held_records_the_batch_as_the_workers_hold(self, queue: ReadyQueue) -> None:
+        queue.push("alpha", _entries(range(1, 6)))
+        assert queue.pop_held("w1", ["alpha"], 3, SHORT_TIMEOUT_S) == ("alpha", [b"1:1", b"2:1", b"3:1"])
+        assert queue.held_by("w1") == ("alpha", [b"1:1", b"2:1", b"3:1"])
+        assert queue.pop_held("w1", ["alpha"], 3, SHORT_TIMEOUT_S) == ("alpha", [b"4:1", b"5:1"])
+        assert queue.held_by("w1") == ("alpha", [b"4:1", b"5:1"])  # the next pop replaces it
+        assert queue.pop_held("w1", ["alpha"], 3, SHORT_TIMEOUT_S) is None
+        queue.release_hold("w1")
+        assert queue.held_by("w1") is None
+
+    def test_pop_held_serves_the_lists_in_turn_not_in_name_order(self, queue: ReadyQueue) -> None:
+        """A flood of stale or bad entries in one list costs the others one batch per turn."""
+        queue.push("alpha", _entries(range(1, 20_001)))  # e.g. stale entries of rows long done
+        queue.push_raw("alpha", [b"7" * 1_000_000] * 3)  # and oversized garbage
+        queue.push("beta", [Entry(5, 1)])  # one due job
+        sources = ["alpha", "beta", "gamma"]
+        first = queue.pop_held("w1", sources, 100, SHORT_TIMEOUT_S)
+        second = queue.pop_held("w1", sources, 100, SHORT_TIMEOUT_S)
+        assert first is not None
+        assert first[0] == "alpha"
+        assert second == ("beta", [b"5:1"])
+        third = queue.pop_held("w1", sources, 100, SHORT_TIMEOUT_S)
+        assert third is not None
+        assert third[0] == "alpha"  # gamma is empty: back to the start
+
+    def test_a_hold_written_by_an_older_release_still_reads(self, queue: ReadyQueue) -> None:
+        queue.client.set(queue.keys.inflight("w1"), b"alpha\n1:1 2:1")
+        assert queue.held_by("w1") == ("alpha", [b"1:1", b"2:1"])
+
     def test_every_push_rings_its_sources_bell_keeping_one_token(self, queue: ReadyQueue) -> None:
         queue.push("alpha", [Entry(1, 1)])
         queue.push("alpha", _entries(range(2, 12_000)))  # several chunks, one token
@@ -139,6 +171,27 @@ class QueueContract:
         assert items[0] == b"malformed later"
 
     # --- stats ------------------------------------------------------------------------------------
+
+    def test_a_counter_at_its_limit_or_not_a_number_is_reset_with_one_warning(
+        self, queue: ReadyQueue, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        # What the documented ACL lets any duecast client do: HINCRBY ... claimed 9223372036854775807.
+        queue.client.hset(queue.keys.stats("alpha"), mapping={"claimed": 2**63 - 1, "acked": "junk"})
+        with caplog.at_level(logging.WARNING, logger="duecast.queue"):
+            queue.add_stats("alpha", {"claimed": 3, "acked": 2, "pushed": 1})
+            queue.add_stats("alpha", {"claimed": 1})
+        assert queue.stats("alpha") == {"claimed": 4, "acked": 2, "pushed": 1}
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warnings) == 1
+        assert "claimed, acked" in warnings[0]
+        assert "reset" in warnings[0]
+
+    def test_stats_leave_out_values_that_are_not_sane_counts(self, queue: ReadyQueue) -> None:
+        queue.client.hset(
+            queue.keys.stats("alpha"),
+            mapping={"claimed": 2**63 - 1, "bad": "x", "acked": -5, "pushed": 7},
+        )
+        assert queue.stats("alpha") == {"pushed": 7}
 
     def test_stats_accumulate_per_source(self, queue: ReadyQueue) -> None:
         assert queue.stats("alpha") == {}

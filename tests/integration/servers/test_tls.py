@@ -152,8 +152,9 @@ def test_bad_or_missing_credentials_fail_clearly_without_printing_them(
 
 # The ACL docs/security.md recommends, `{prefix}` standing for redis.key_prefix.
 LEAST_PRIVILEGE_ACL = (
-    "on resetkeys ~{{{prefix}}}:* resetchannels -@all +ping +rpush +lpush +lpop +blmpop +blpop +llen "
-    "+ltrim +lrange +hincrby +hgetall +get +set +del +evalsha +script|load +type +rename +expire"
+    "on resetkeys ~{{{prefix}}}:* resetchannels -@all +ping +rpush +lpush +sort +blmpop +blpop +llen "
+    "+ltrim +lrange +hincrby +hset +hgetall +get +set +del +type +rename +expire +multi +exec +watch "
+    "+unwatch +discard"
 )
 
 
@@ -175,7 +176,7 @@ def test_the_documented_least_privilege_acl_is_enough_for_every_queue_operation(
         assert queue.pop(["users"], 10, 0.5) == ("users", [b"1:1"])
         assert queue.pop(["users"], 10, 0.1) is None
         queue.push("users", [Entry(2, 1)])
-        assert queue.pop_held("w1", ["users"], 10, 0.5) == ("users", [b"2:1"])  # SCRIPT LOAD, EVALSHA
+        assert queue.pop_held("w1", ["users"], 10, 0.5) == ("users", [b"2:1"])  # MULTI, SORT ... STORE
         assert queue.pop_held("w1", ["users"], 10, 0.1) is None
         assert queue.held_by("w1") == ("users", [b"2:1"])
         queue.release_hold("w1")
@@ -189,7 +190,13 @@ def test_the_documented_least_privilege_acl_is_enough_for_every_queue_operation(
         queue.client.set(queue.keys.ready("users"), b"stray")  # a key of the wrong type: moved aside
         queue.push("users", [Entry(3, 1)])
         assert queue.length("users") == 1
+        queue.client.hset(queue.keys.stats("users"), "bad", 2**63 - 1)  # a counter at its limit: reset
+        queue.add_stats("users", {"bad": 1})
+        assert queue.stats("users")["bad"] == 1
+        queue.client.set(queue.keys.inflight("w1"), b"users\n4:1")  # an older release's hold still reads
+        assert queue.held_by("w1") == ("users", [b"4:1"])
         refused_commands = [("FLUSHALL",), ("KEYS", "*"), ("CONFIG", "GET", "*"), ("GET", "other:key")]
+        refused_commands += [("EVAL", "return 1", "0"), ("SCRIPT", "LOAD", "return 1"), ("EVALSHA", "x", "0")]
         for refused in [*refused_commands, ("RPUSH", "other:key", "x")]:  # the last: not its key
             with pytest.raises(redis.ResponseError, match=r"(?i)no permissions"):
                 client.execute_command(*refused)

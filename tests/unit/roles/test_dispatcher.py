@@ -161,3 +161,13 @@ def test_a_failed_push_releases_the_claimed_rows_and_fails_the_tick(ready_queue:
         dispatcher.tick()
     assert store.released == _due(3)
     assert store.dispatched == []
+
+
+def test_a_counter_pushed_to_its_limit_does_not_fail_the_claim(ready_queue: ReadyQueue) -> None:
+    # HINCRBY {prefix}:stats:users claimed 9223372036854775807: allowed by the documented ACL.
+    ready_queue.client.hincrby(ready_queue.keys.stats("users"), "claimed", 2**63 - 1)
+    store = FakeClaimStore(rescan_source(claim_batch=10, high_water=100), _due(3))
+    dispatcher = _dispatcher([store], ready_queue)
+    assert [dispatcher.tick().idle for _ in range(2)] == [True, True]  # no tick raised
+    assert _drain(ready_queue, "users") == [b"1:1", b"2:1", b"3:1"]
+    assert ready_queue.stats("users") == {"claimed": 3}

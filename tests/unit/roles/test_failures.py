@@ -10,16 +10,20 @@ import pymysql
 import pytest
 import redis
 
+from duecast.shared.fanout.client import translate as translate_redis
+from duecast.shared.fanout.protocol import QueueError
 from duecast.shared.process.failures import (
     EXIT_BUG,
     EXIT_CONFIG,
     EXIT_UNAVAILABLE,
     StartupError,
     explain,
+    log_failure,
     retry_startup,
     run_command,
     transient_cause,
 )
+from duecast.shared.process.logs import REPEAT_BURST, RepeatFilter
 from duecast.shared.settings import MySQLSettings, Settings
 from duecast.shared.storage.db import server_note
 from duecast.shared.storage.schema import SchemaError
@@ -56,8 +60,15 @@ def at_connect(exc: pymysql.err.MySQLError) -> pymysql.err.MySQLError:
             EXIT_UNAVAILABLE,
             "mysql.port",
         ),
+        (  # mysql.tls = true against a server without TLS: was a traceback and exit 70
+            at_connect(
+                pymysql.err.OperationalError(2026, "SSL is required but the server doesn't support it")
+            ),
+            EXIT_UNAVAILABLE,
+            "set mysql.tls = false",
+        ),
     ],
-    ids=["unknown-database", "access-denied", "too-many-connections", "refused"],
+    ids=["unknown-database", "access-denied", "too-many-connections", "refused", "no-tls"],
 )
 def test_mysql_errors_name_the_server_and_the_setting(exc: Exception, code: int, words: str) -> None:
     problem = explain(exc)
@@ -216,3 +227,40 @@ def test_a_command_ending_on_a_lock_wait_or_deadlock_says_so_in_one_line() -> No
         assert problem.code == EXIT_UNAVAILABLE
         assert str(problem).startswith(f"TransientError: {exc}")
         assert str(problem).endswith("it passes: run it again")
+
+
+@pytest.mark.parametrize(
+    ("said", "words"),
+    [
+        (redis.AuthenticationError("invalid username-password pair or user is disabled."), "redis.url"),
+        (
+            redis.exceptions.NoPermissionError("this user has no permissions to run the 'lmove' command"),
+            "ACL",
+        ),
+    ],
+    ids=["credentials-revoked", "command-revoked"],
+)
+def test_revoked_redis_credentials_under_a_running_role_are_one_rate_limited_warning(
+    said: redis.RedisError, words: str
+) -> None:
+    """Was an ERROR with a traceback on every tick."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    handler.addFilter(RepeatFilter(interval_s=60.0))
+    logger = logging.getLogger("duecast.test-revoked")
+    logger.addHandler(handler)
+    try:
+        for n in range(1, 11):  # ten failed ticks, as the loop logs them
+            try:
+                raise translate_redis(said) from said
+            except QueueError as exc:
+                log_failure(logger, exc, "%s: tick failed (%d in a row)", "worker", n)
+    finally:
+        logger.removeHandler(handler)
+    assert len(records) == REPEAT_BURST  # then quiet until the interval ends
+    for record in records:
+        assert record.levelno == logging.WARNING
+        assert record.exc_info is None
+        assert words in record.getMessage()
+        assert "\n" not in record.getMessage()

@@ -23,8 +23,8 @@ from tests.unit.roles.redelivery_support import (
 
 
 def _hold(queue: ReadyQueue, worker: str, source: str, raws: list[bytes]) -> None:
-    """What ReadyQueue.pop_held records (its Lua script runs on real Redis only: test_pop_held.py)."""
-    queue.client.set(queue.keys.inflight(worker), source.encode() + b"\n" + b" ".join(raws))
+    """What ReadyQueue.pop_held records: a list, the source name first."""
+    queue.client.rpush(queue.keys.inflight(worker), source.encode(), *raws)
 
 
 def test_a_dead_workers_hold_is_requeued_and_the_worker_forgotten(ready_queue: ReadyQueue) -> None:

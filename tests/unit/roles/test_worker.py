@@ -120,8 +120,8 @@ def test_acks_that_lost_their_fence_count_as_stale(ready_queue: ReadyQueue) -> N
 
 
 class _RecordingQueue(ReadyQueue):
-    """pop_held as the worker sees it, without Lua (fakeredis has none here): a plain pop, recorded.
-    The script itself is tested on real Redis (tests/integration/recovery/test_pop_held.py)."""
+    """pop_held as the worker sees it, recorded: a plain pop (pop_held itself is the queue contract's,
+    tests/unit/queue_contract.py, and tests/integration/recovery/test_pop_held.py's)."""
 
     calls: list[tuple[str, str]]
     counts: list[int | Sequence[int]]
@@ -220,7 +220,7 @@ def test_a_batch_given_up_on_is_pushed_back_at_once_and_its_hold_released(
     handler = Handler("users", lambda row: None, batch=False)
     worker = Worker(stores, {"users": handler}, ready_queue, settings, process="w1")
     ready_queue.push_raw("users", [b"1:1", b"garbage", b"2:1"])
-    # fakeredis runs no Lua: pop plainly, and record a hold as the pop-and-hold script would.
+    # a plain pop, and a hold recorded by hand, as pop_held would.
     hold = ready_queue.keys.inflight("w1")
     ready_queue.client.set(hold, b"held")
     monkeypatch.setattr(ready_queue, "pop_held", lambda w, s, c, t: ready_queue.pop(s, 100, t))

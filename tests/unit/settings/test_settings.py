@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from duecast.shared.process.failures import EXIT_CONFIG, explain
 from duecast.shared.settings import (
     JOBS_SOURCE,
     MySQLSettings,
@@ -153,9 +154,19 @@ def test_missing_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         load_settings()
 
 
-def test_a_directory_is_not_a_settings_file(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError):
+def test_a_directory_is_not_a_settings_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(FileNotFoundError, match="is a directory"):
         load_settings(tmp_path)
+    monkeypatch.setenv("DUECAST_CONFIG", str(tmp_path))  # said "does not exist" before
+    with pytest.raises(FileNotFoundError) as caught:
+        load_settings()
+    problem = explain(caught.value)
+    assert problem is not None
+    assert (
+        str(problem)
+        == f"settings file {tmp_path} is a directory; name a TOML file (--config or DUECAST_CONFIG)"
+    )
+    assert problem.code == EXIT_CONFIG
 
 
 def test_unknown_keys_are_rejected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

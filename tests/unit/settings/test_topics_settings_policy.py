@@ -87,6 +87,17 @@ def test_cluster_groups_are_sources_and_broadcast_groups_are_not() -> None:
         served_sources(settings, ["topics.orders-unknown"])
 
 
+def _nested(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_a_payload_nested_up_to_the_cap_is_published() -> None:
+    assert encode(Publish("orders", _nested(100)), topics())[2] == "[" * 100 + "0" + "]" * 100
+
+
 @pytest.mark.parametrize(
     ("message", "why"),
     [
@@ -95,6 +106,9 @@ def test_cluster_groups_are_sources_and_broadcast_groups_are_not() -> None:
         (Publish("orders", "\ud800"), "surrogate"),
         (Publish("orders", "x" * 100), "limit"),
         (Publish("orders", 1, key="k" * 192), "key"),
+        (Publish("orders", 1, key="\ud800"), "key '\\\\ud800' holds a lone surrogate"),
+        (Publish("orders", _nested(101)), "nested deeper than 100 levels"),
+        (Publish("orders", {"a": _nested(100)}), "nested deeper than 100 levels"),
     ],
 )
 def test_bad_messages_are_refused_before_anything_is_written(message: Publish, why: str) -> None:
