@@ -28,7 +28,7 @@ USERS = 30
 class Pages(BaseHTTPRequestHandler):
     """The stub service: a user whose id is a multiple of 3 shows the banned page (451)."""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         user_id = int(self.path.rsplit("/", 1)[-1])
         self.send_response(451 if user_id % 3 == 0 else 200)
         self.send_header("Content-Length", "0")
