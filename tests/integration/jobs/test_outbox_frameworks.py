@@ -170,8 +170,13 @@ def test_django_atomic(driver: str, settings: Settings, sql: pymysql.cursors.Cur
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["driver"].lower().startswith(DRIVERS[driver]), seen
     assert (seen["woken_before_commit"], seen["woken_after_commit"], seen["woken_autocommit"]) == (0, 1, 1)
+    assert seen["wakes_owed"] == 1  # one wake-up at the commit, however many writes
     payloads, notes = state(sql, settings)
-    committed = [{"django": driver, "case": "commit"}, {"django": driver, "case": "autocommit"}]
+    committed = [
+        {"django": driver, "case": "commit"},
+        {"django": driver, "case": "commit, again"},
+        {"django": driver, "case": "autocommit"},
+    ]
     assert payloads == committed
     assert notes == ["django-commit"]
     assert drained(settings) == sorted(committed, key=json.dumps)
