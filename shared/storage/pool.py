@@ -51,7 +51,8 @@ class Pool:
                     self._idle.append(db)
 
     def close(self) -> None:
-        """Close the idle connections (one in use is closed when its unit ends and it is next closed)."""
+        """Close the idle connections (a unit running meanwhile keeps its own until it ends; the pool
+        opens connections again if used after this)."""
         with self._lock:
             idle = list(self._idle)
         for db in idle:
