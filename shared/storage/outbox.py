@@ -102,7 +102,7 @@ class Outbox:
             if self._threads is None:
                 self._threads = Threads(self.db.size)  # one connection each: none waits for another
             threads = self._threads
-        result: T = await asyncio.wrap_future(threads.submit(call))
+        result: T = await asyncio.wrap_future(threads.submit_soon(call, asyncio.get_running_loop()))
         return result
 
     def close(self) -> None:
