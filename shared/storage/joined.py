@@ -150,7 +150,8 @@ def _is_sqlalchemy_connection(obj: object) -> bool:
 
 
 def _is_driver(obj: object) -> bool:
-    return _module(obj).split(".")[0] in _DRIVERS
+    """One of the drivers' own objects, or of a subclass (duecast's own connections are)."""
+    return any((cls.__module__ or "").split(".")[0] in _DRIVERS for cls in type(obj).__mro__)
 
 
 def _module(obj: object) -> str:
