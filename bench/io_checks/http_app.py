@@ -1,14 +1,12 @@
 """The handler of bench/io_checks/http_check.py: each re-scan check is one GET to the stub service.
 
 `--app http_app` (bench/io_checks on PYTHONPATH). The call is http_bare.fetch over one aiohttp
-session per worker process with at most DUECAST_BENCH_HTTP_LIMIT connections, made on the first
-check inside the worker's event loop: the same code the bare client loop runs.
+session per worker process with at most DUECAST_BENCH_HTTP_LIMIT connections, opened and closed by
+the app's start and stop hooks on the worker's event loop: the same code the bare client loop runs.
 """
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import os
 
 import aiohttp
@@ -25,33 +23,28 @@ raise_open_files()  # the session's connections, besides the worker's own
 
 
 class Client:
-    """The process's session. A session belongs to one event loop: should the worker ever run checks
-    on another loop, that loop gets a session of its own."""
+    """The process's session, opened on the worker's event loop before the first check and closed
+    after the last one (Registry.on_start / on_stop), so none is left unclosed at the worker's stop."""
 
     session: aiohttp.ClientSession | None = None
-    loop: asyncio.AbstractEventLoop | None = None
     url = os.environ.get(URL_ENV, "")
 
-    @classmethod
-    def get(cls) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        if cls.session is None or cls.loop is not loop:
-            cls.session, cls.loop = aiohttp_session(int(os.environ[LIMIT_ENV])), loop
-        return cls.session
+
+@handlers.on_start
+async def open_session() -> None:
+    Client.session = aiohttp_session(int(os.environ[LIMIT_ENV]))
 
 
-@atexit.register
-def _close_session() -> None:
-    """Close the session at exit, on its loop, once the worker has stopped that loop: unclosed, it
-    logs errors ("Unclosed client session"). duecast has no shutdown hook for handler resources."""
-    session, loop = Client.session, Client.loop
-    if session is not None and loop is not None and not loop.is_running() and not loop.is_closed():
-        loop.run_until_complete(session.close())
+@handlers.on_stop
+async def close_session() -> None:
+    if Client.session is not None:
+        await Client.session.close()
 
 
 @handlers.row(SOURCE, columns=["status"])
 async def check(row: Row) -> None:
     """One call per user; anything but 200 fails the check (counted, retried at the next period)."""
-    status = await fetch(Client.get(), f"{Client.url}/users/{row['user_id']}")
+    assert Client.session is not None  # on_start opened it
+    status = await fetch(Client.session, f"{Client.url}/users/{row['user_id']}")
     if status != 200:
         raise RuntimeError(f"stub answered {status}")

@@ -6,6 +6,7 @@ PyMySQL no longer reconnects by itself; a unit of work that hits a dropped conne
 
 from __future__ import annotations
 
+import functools
 import logging
 import ssl
 from collections.abc import Iterator
@@ -60,8 +61,27 @@ def connect(settings: MySQLSettings, database: bool = True) -> Connection:
     return conn
 
 
+class _Connection(pymysql.Connection):  # generic in the stubs only: not subscriptable at run time
+    """PyMySQL's connection, with its "preferred TLS" context (no TLS settings given: TLS if the
+    server offers it, nothing verified; docs/security.md) made once per process instead of at every
+    connect: building it loads the system's CA certificates (60 ms here) while holding the GIL, which
+    stalls every thread of the process, an application's event loop too, at each reconnect."""
+
+    def _create_ssl_ctx(self, sslp: object) -> ssl.SSLContext:
+        if sslp == {}:
+            return _preferred_tls()
+        made: ssl.SSLContext = getattr(super(), "_create_ssl_ctx")(sslp)  # noqa: B009 - untyped in the stubs
+        return made
+
+
+@functools.cache
+def _preferred_tls() -> ssl.SSLContext:
+    made: ssl.SSLContext = pymysql.Connection._create_ssl_ctx(None, {})  # type: ignore[attr-defined]
+    return made
+
+
 def _open(settings: MySQLSettings, database: bool) -> Connection:
-    conn = pymysql.connect(
+    conn = _Connection(
         host=settings.host,
         port=settings.port,
         user=settings.user,

@@ -78,7 +78,7 @@ def resolve(handle: object) -> Caller:
     if _is_django(handle):
         django = cast(Any, handle)
         django.ensure_connection()
-        hook = django.on_commit if django.in_atomic_block else None
+        hook = (lambda wake: _on_django_commit(django, wake)) if django.in_atomic_block else None
         return Caller(_driver_connection(django.connection, handle), hook)
     if _is_sqlalchemy_session(handle):
         session = cast(Any, handle)
@@ -99,6 +99,14 @@ def resolve(handle: object) -> Caller:
     if _is_driver(handle) and hasattr(handle, "execute"):  # a cursor: its connection
         return Caller(_driver_connection(getattr(handle, "connection", None), handle), None)
     raise _unknown(handle)
+
+
+def _on_django_commit(django: Any, wake: Wake) -> None:
+    """`wake` at the commit of the outermost atomic(), once however many writes the block makes: a
+    callback already pending (`run_on_commit` holds (savepoint ids, callback, robust) since Django 4.2,
+    and dropped a rolled-back savepoint's) is not added again."""
+    if not any(entry[1] == wake for entry in getattr(django, "run_on_commit", ())):
+        django.on_commit(wake)
 
 
 def _wake_at_commit(holder: Any, commit: str, rollbacks: tuple[str, ...], wake: Wake) -> None:
@@ -142,7 +150,8 @@ def _is_sqlalchemy_connection(obj: object) -> bool:
 
 
 def _is_driver(obj: object) -> bool:
-    return _module(obj).split(".")[0] in _DRIVERS
+    """One of the drivers' own objects, or of a subclass (duecast's own connections are)."""
+    return any((cls.__module__ or "").split(".")[0] in _DRIVERS for cls in type(obj).__mro__)
 
 
 def _module(obj: object) -> str:

@@ -46,7 +46,7 @@ class Outbox:
         self.client = client
         self.keys = Keys(settings.redis.key_prefix)
         self._threads: Threads | None = None
-        self._executor_lock = threading.Lock()
+        self._threads_lock = threading.Lock()
         self._closed = False
 
     def on_own_connection(self, write: Callable[[Cursor], T], what: str) -> T:
@@ -96,18 +96,18 @@ class Outbox:
     async def off_loop(self, call: Callable[[], T]) -> T:
         """`call` (a blocking write) on one of the writer's threads, so the event loop never waits for
         MySQL. Cancelling the await does not stop a write already begun: it commits or fails alone."""
-        with self._executor_lock:
+        with self._threads_lock:
             if self._closed:
                 raise MisusedWriter("this writer is closed")
             if self._threads is None:
                 self._threads = Threads(self.db.size)  # one connection each: none waits for another
             threads = self._threads
-        result: T = await asyncio.wrap_future(threads.submit(call))
+        result: T = await asyncio.wrap_future(threads.submit_soon(call, asyncio.get_running_loop()))
         return result
 
     def close(self) -> None:
         """Close the writer's connections and threads (a write still running finishes first)."""
-        with self._executor_lock:
+        with self._threads_lock:
             self._closed = True
             threads, self._threads = self._threads, None
         if threads is not None:

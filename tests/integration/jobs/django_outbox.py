@@ -57,6 +57,8 @@ def main() -> None:
         with connection.cursor() as cur:
             cur.execute(f"INSERT INTO `{BUSINESS}` (note) VALUES (%s)", ("django-commit",))
         enqueuer.enqueue("record", {"django": DRIVER, "case": "commit"}, conn=connection)
+        enqueuer.enqueue("record", {"django": DRIVER, "case": "commit, again"}, conn=connection)
+        seen["wakes_owed"] = sum(1 for entry in connection.run_on_commit if entry[1] == enqueuer.wake)
         seen["woken_before_commit"] = enqueuer.client.llen(wake)
     seen["woken_after_commit"] = enqueuer.client.llen(wake)
 

@@ -112,9 +112,12 @@ def test_sqlalchemy_session_and_connection(
     assert driver_module.lower().startswith(DRIVERS[driver])
     with pytest.raises(Boom):
         in_session_then_fail(eng, enqueuer, biz)
+    enqueuer.client.delete(enqueuer.keys.wake())
     with eng.begin() as c:
         c.execute(sa.text(f"INSERT INTO {biz} (note) VALUES ('connection-commit')"))
         enqueuer.enqueue_many([Job("record", {"connection": "commit"})], conn=c)
+        assert woken(enqueuer) == 0, "woken before the caller's commit"
+    assert woken(enqueuer) == 1, "not woken at the connection's commit"
     with pytest.raises(Boom):
         in_connection_then_fail(eng, enqueuer, biz)
     with eng.connect() as c:  # SQLAlchemy's commit-as-you-go: the job waits for the caller's commit()
@@ -170,8 +173,13 @@ def test_django_atomic(driver: str, settings: Settings, sql: pymysql.cursors.Cur
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["driver"].lower().startswith(DRIVERS[driver]), seen
     assert (seen["woken_before_commit"], seen["woken_after_commit"], seen["woken_autocommit"]) == (0, 1, 1)
+    assert seen["wakes_owed"] == 1  # one wake-up at the commit, however many writes
     payloads, notes = state(sql, settings)
-    committed = [{"django": driver, "case": "commit"}, {"django": driver, "case": "autocommit"}]
+    committed = [
+        {"django": driver, "case": "commit"},
+        {"django": driver, "case": "commit, again"},
+        {"django": driver, "case": "autocommit"},
+    ]
     assert payloads == committed
     assert notes == ["django-commit"]
     assert drained(settings) == sorted(committed, key=json.dumps)
