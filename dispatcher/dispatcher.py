@@ -17,6 +17,7 @@ from ..shared.settings import DispatcherSettings
 from ..shared.storage.protocol import ClaimsRuns
 from ..shared.storage.source_store import Store
 from ..shared.telemetry import observe
+from .limits import Limiter
 from .locked import LockedRows
 from .redelivery import Redelivery
 
@@ -41,6 +42,8 @@ class Dispatcher:
         self.counts: Counter[str] = Counter()
         # Due rows passed over as locked, reported once held that long (mysql.lock_wait_s).
         self.locked = LockedRows(queue, locked_held_s)
+        # Fleet-wide limits (rate_limit_per_s, max_running): claims go through the limiter.
+        self.limiter = Limiter(stores, settings.limits_table)
 
     def tick(self) -> Tick:
         delays = [self._dispatch(store) for store in self.stores]
@@ -60,7 +63,7 @@ class Dispatcher:
         if room == 0:
             return self.settings.poll_interval_s  # backpressure: workers are behind
         started = time.perf_counter()
-        entries = store.claim_due(room)
+        entries = self.limiter.claim(store, room)
         self.locked.report(store)
         if entries:
             # Committed before pushing: if this push is lost, the rows stay DISPATCHED and
@@ -75,4 +78,5 @@ class Dispatcher:
             claimed = store.claimed_rows if isinstance(store, ClaimsRuns) else len(entries)
             self.queue.add_stats(src.name, {"claimed": claimed})
             self.counts[src.name] += claimed
-        return dispatch_delay_s(len(entries) * weight, room, self.settings.poll_interval_s)
+        delay = dispatch_delay_s(len(entries) * weight, room, self.settings.poll_interval_s)
+        return self.limiter.delay_s(store, delay)

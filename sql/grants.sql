@@ -58,6 +58,8 @@ GRANT REFERENCES ON `app`.`duecast_jobs_cursors` TO 'duecast_worker'@'%';
 
 -- The leader lease (dispatcher.leases_table): dispatchers take, renew and hand it over.
 GRANT SELECT, INSERT, UPDATE ON `app`.`duecast_leases` TO 'duecast_dispatcher'@'%';
+-- Fleet-wide limits (dispatcher.limits_table): dispatchers keep each limit's token bucket there.
+GRANT SELECT, INSERT, UPDATE ON `app`.`duecast_limits` TO 'duecast_dispatcher'@'%';
 -- The worker registry (worker.registry_table): a worker registers, beats and leaves; the leader
 -- dispatcher reads it and removes the dead.
 GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`duecast_workers` TO 'duecast_worker'@'%';
@@ -148,6 +150,7 @@ GRANT SELECT ON `app`.`duecast_jobs_cursors` TO 'duecast_dashboard'@'%';
 GRANT SELECT ON `app`.`duecast_schedules` TO 'duecast_dashboard'@'%';
 GRANT SELECT ON `app`.`duecast_workers` TO 'duecast_dashboard'@'%';
 GRANT SELECT ON `app`.`duecast_leases` TO 'duecast_dashboard'@'%';
+GRANT SELECT ON `app`.`duecast_limits` TO 'duecast_dashboard'@'%';
 GRANT SELECT ON `app`.`user_block_status` TO 'duecast_dashboard'@'%';
 GRANT SELECT ON `app`.`account_checks` TO 'duecast_dashboard'@'%';
 GRANT SELECT ON `app`.`dc_ranges_account_checks` TO 'duecast_dashboard'@'%';

@@ -27,6 +27,7 @@ class DispatcherSettings(_Section):
     # over within the lease when the leader dies.
     leader_lease_s: float = Field(15.0, ge=3, le=3600)
     leases_table: Identifier = "duecast_leases"
+    limits_table: Identifier = "duecast_limits"  # token buckets of rate_limit_per_s (settings/limits.py)
 
 
 class WorkerSettings(_Section):

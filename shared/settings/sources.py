@@ -7,12 +7,13 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import Field, model_validator
 
 from .base import Identifier, _Section
+from .limits import Limits, unit_refusal
 
 JOBS_SOURCE = "jobs"
 
 
-class SourceSettings(_Section):
-    """One table duecast dispatches from, and how a row of it becomes due."""
+class SourceSettings(Limits):
+    """One table duecast dispatches from, and how a row of it becomes due (and its fleet-wide limits)."""
 
     # A job queue's source is `jobs.<queue>`; configured sources may not use a dot (checked in Settings).
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,47}(\.[a-z0-9][a-z0-9_-]{0,47})?$")
@@ -50,6 +51,9 @@ class SourceSettings(_Section):
                 f"source {self.name}: mode='ranges' is for re-scan sources: it needs period_s > 0 "
                 "and on_success='touch'"
             )
+        refusal = unit_refusal(self.name, self, self.range_size if self.mode == "ranges" else 1, "range_size")
+        if refusal is not None:
+            raise ValueError(refusal)
         if self.claim_batch > self.high_water:
             raise ValueError(
                 f"source {self.name}: claim_batch ({self.claim_batch}) must be <= high_water "
@@ -130,6 +134,8 @@ class JobsSettings(_Section):
     # runs table and one ready-list entry for up to this many (docs/architecture.md, "Job runs").
     # claim_batch and high_water count jobs.
     run_size: int = Field(500, ge=1, le=10_000)
+    # Fleet-wide limits per queue, `[jobs.limits.<queue>]` (settings/limits.py): jobs, not runs.
+    limits: dict[QueueName, Limits] = {}
 
     @property
     def runs_table(self) -> str:
@@ -161,6 +167,11 @@ class JobsSettings(_Section):
                     f"schedule {sched.name}: queue {sched.queue!r} is not in jobs.queues "
                     f"({', '.join(self.queues)})"
                 )
+        unknown = sorted(q for q in self.limits if q not in self.queues)
+        if unknown:
+            raise ValueError(
+                f"jobs.limits names {', '.join(unknown)}, not in jobs.queues ({', '.join(self.queues)})"
+            )
         if self.retry_base_s > self.retry_cap_s:
             raise ValueError("jobs.retry_base_s must be <= jobs.retry_cap_s")
         return self
@@ -180,6 +191,7 @@ class JobsSettings(_Section):
                 visibility_timeout_s=self.visibility_timeout_s,
                 lease_s=self.lease_s,  # its store's lease keeper (shared/storage/leased) runs on it
                 timeout_s=self.timeout_s,  # a task's default time limit (a task may set its own)
+                **self.limits.get(queue, Limits()).model_dump(),
             )
             for queue in self.queues
         ]

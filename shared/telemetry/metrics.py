@@ -122,3 +122,12 @@ def add(source: str, counts: Mapping[str, int]) -> None:
     for name, n in counts.items():
         if n:
             COUNTERS[name].labels(source=source).inc(n)
+
+# Set by the dispatcher when a re-scan source's rows / period exceed its rate_limit_per_s: the
+# period the limit allows (rows / rate); 0 while the limit does not bind.
+LIMIT_PERIOD = Gauge(
+    "limit_allowed_period_seconds",
+    "Re-scan sources over their rate_limit_per_s: the period the limit allows (rows / rate).",
+    ["source"],
+    namespace=NAMESPACE,
+)

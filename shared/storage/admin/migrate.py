@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ...identifiers import quote
+from ...queries.limits import limits_table_ddl
 from ...queries.ranges import ranges_table, ranges_table_ddl
 from ...settings import Settings, SourceSettings
 from ..db import connect
@@ -43,6 +44,7 @@ def plan(settings: Settings) -> list[str]:
         steps.append(f"CREATE DATABASE IF NOT EXISTS {quote(settings.mysql.database)} CHARACTER SET utf8mb4")
         steps.append(leases_table_ddl(settings.dispatcher.leases_table))
         steps.append(workers_table_ddl(settings.worker.registry_table))
+        steps.append(limits_table_ddl(settings.dispatcher.limits_table))
         if settings.jobs.enabled:
             steps += [jobs_table_ddl(settings.jobs), schedules_table_ddl(settings.jobs)]
             steps += [runs_table_ddl(settings.jobs), cursors_table_ddl(settings.jobs)]
@@ -52,6 +54,8 @@ def plan(settings: Settings) -> list[str]:
         with conn.cursor() as cur:
             if not describe(cur, settings.dispatcher.leases_table).columns:
                 steps.append(leases_table_ddl(settings.dispatcher.leases_table))
+            if not describe(cur, settings.dispatcher.limits_table).columns:
+                steps.append(limits_table_ddl(settings.dispatcher.limits_table))
             workers = describe(cur, settings.worker.registry_table)
             if not workers.columns:
                 steps.append(workers_table_ddl(settings.worker.registry_table))

@@ -1,0 +1,95 @@
+"""Limited claims: a source's or queue's claim takes at most what its fleet-wide limits allow
+(shared/storage/limits.py holds the buckets), and a re-scan source asking more than its rate limit
+allows is said once, with the period the limit allows. Rows are still claimed stalest first."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..shared.entries import Entry
+from ..shared.policy import refill_wait_s
+from ..shared.storage.limits import Grant, LimitStore, limit_store
+from ..shared.storage.protocol import ClaimsRuns
+from ..shared.storage.source_store import Store
+from ..shared.telemetry.metrics import LIMIT_PERIOD
+
+log = logging.getLogger("duecast.limits")
+DEMAND_EVERY_S = 60.0  # a limited source's rows are counted at most this often (a full scan)
+
+
+class Limiter:
+    """Claims for the dispatcher, through each limited store's LimitStore; `wait_s` says when the
+    bucket of a store held back by its rate is worth claiming from again."""
+
+    def __init__(self, stores: list[Store], table: str) -> None:
+        self.limits: dict[str, tuple[LimitStore, str]] = {}
+        for store in stores:
+            found = limit_store(store, table)
+            if found is not None:
+                self.limits[store.src.name] = found
+        self.waits: dict[str, float] = {}
+        self.over: dict[str, float] = {}  # sources said to ask more than their limit: allowed period
+        self._counted_at: dict[str, float] = {}
+
+    def claim(self, store: Store, room: int) -> list[Entry]:
+        """Up to `room` entries, fewer when a limit binds."""
+        name = store.src.name
+        found = self.limits.get(name)
+        if found is None:
+            return store.claim_due(room)
+        lim, table = found
+        grant = lim.reserve(room)
+        entries: list[Entry] = []
+        if grant.entries > 0:
+            try:
+                entries = store.claim_due(grant.entries)
+            except BaseException:
+                lim.abandon(grant)
+                raise
+        used = store.claimed_rows if isinstance(store, ClaimsRuns) else len(entries) * lim.unit
+        lim.settle(grant, used if grant.entries > 0 else 0)
+        self.waits[name] = self._wait_s(lim, grant, room)
+        if grant.entries < room and grant.tokens is not None and store.src.period_s > 0:
+            self._demand(lim, table)
+        return entries
+
+    def delay_s(self, store: Store, delay_s: float) -> float:
+        """The dispatcher's next delay for `store`: no later than its bucket refills."""
+        return min(delay_s, self.waits.get(store.src.name, delay_s))
+
+    @staticmethod
+    def _wait_s(lim: LimitStore, grant: Grant, room: int) -> float:
+        if grant.tokens is None or lim.rate is None or grant.entries >= room:
+            return float("inf")  # not held back by the rate: the dispatcher's own pace
+        worth = min(lim.burst, room * lim.unit)  # a whole bucket, or what the room takes
+        return refill_wait_s(grant.tokens, worth, lim.rate, cap_s=1.0)
+
+    def _demand(self, lim: LimitStore, table: str) -> None:
+        """Rows / period above the rate: said once (log, gauge), with the period the limit allows."""
+        now = time.monotonic()
+        if now - self._counted_at.get(lim.name, -DEMAND_EVERY_S) < DEMAND_EVERY_S or lim.rate is None:
+            return
+        self._counted_at[lim.name] = now
+        rows = lim.rows(table)
+        asked = rows / lim.src.period_s
+        if asked <= lim.rate:
+            if self.over.pop(lim.name, None) is not None:
+                LIMIT_PERIOD.labels(lim.name).set(0)
+                log.info("source %s: demand is within rate_limit_per_s again", lim.name)
+            return
+        allowed = rows / lim.rate
+        LIMIT_PERIOD.labels(lim.name).set(allowed)
+        if lim.name not in self.over:
+            log.warning(
+                "source %s: %d rows every %gs ask %.0f checks/s, above rate_limit_per_s (%g); the limit "
+                "allows a period of %.1fs: each row is checked that often, stalest first",
+                lim.name,
+                rows,
+                lim.src.period_s,
+                asked,
+                lim.rate,
+                allowed,
+                extra={"event": "limit.demand_above", "source": lim.name, "period_s": allowed},
+            )
+        self.over[lim.name] = allowed

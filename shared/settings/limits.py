@@ -1,0 +1,65 @@
+"""Fleet-wide limits on what leaves MySQL for a source or a job queue: a rate (checks per second, with
+a burst) and a ceiling on checks started and unfinished. Enforced by the dispatcher at claim time."""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import Field, model_validator
+
+from .base import _Section
+
+MAX_RATE_PER_S = 10_000_000.0  # more than any one MySQL can claim: a bigger number is a typo
+MAX_RUNNING = 10_000_000
+
+
+class Limits(_Section):
+    """`rate_limit_per_s`: checks (rows, or jobs) claimed per second across every dispatcher, as a
+    token bucket holding at most `rate_burst` checks (unset: a tenth of a second's worth, so any 1-s
+    window holds at most 1.1 x the rate). `max_running`: checks dispatched or started and not yet
+    finished, across every worker. Unset: no limit."""
+
+    # Checks (rows, or jobs; a range counts its range_size) claimed per second, across every
+    # dispatcher and through a leader failover (docs/limits.md). Unset: no rate limit.
+    rate_limit_per_s: float | None = Field(None, gt=0, le=MAX_RATE_PER_S, allow_inf_nan=False)
+    # The most checks claimed at once after a quiet spell; unset: a tenth of a second's worth.
+    rate_burst: float | None = Field(None, ge=1, le=MAX_RATE_PER_S, allow_inf_nan=False)
+    # Checks dispatched or started and not finished, across every worker (a dead worker's come back
+    # when their leases run out). Unset: no limit.
+    max_running: int | None = Field(None, ge=1, le=MAX_RUNNING)
+
+    @model_validator(mode="after")
+    def _burst_needs_rate(self) -> Self:
+        if self.rate_burst is not None and self.rate_limit_per_s is None:
+            raise ValueError("rate_burst is set without rate_limit_per_s; set both, or neither")
+        return self
+
+    @property
+    def limited(self) -> bool:
+        return self.rate_limit_per_s is not None or self.max_running is not None
+
+    def burst(self, unit: int = 1) -> float:
+        """The bucket's size: rate_burst, or a tenth of a second's worth, and at least one entry of
+        `unit` checks (a range in range mode), so a claim can always be paid for."""
+        if self.rate_burst is not None:
+            return self.rate_burst
+        rate = self.rate_limit_per_s or 0.0
+        return max(float(unit), rate / 10.0, 1.0)
+
+
+def unit_refusal(name: str, limits: Limits, unit: int, what: str) -> str | None:
+    """Why a source's limits cannot be met by entries of `unit` checks each (`what` names the
+    setting that sets `unit`), or None."""
+    if unit <= 1:
+        return None
+    if limits.rate_burst is not None and limits.rate_burst < unit:
+        return (
+            f"source {name}: rate_burst ({limits.rate_burst}) is smaller than {what} ({unit}): a span "
+            f"of {unit} ids is claimed at once and could never be paid for; raise rate_burst"
+        )
+    if limits.max_running is not None and limits.max_running < unit:
+        return (
+            f"source {name}: max_running ({limits.max_running}) is smaller than {what} ({unit}): a "
+            f"span of {unit} ids is claimed at once and would never fit; raise max_running"
+        )
+    return None

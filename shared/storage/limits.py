@@ -1,0 +1,128 @@
+"""Fleet-wide limits at claim time: a token bucket and a reservation per limited source or queue, in
+MySQL (duecast_limits), so every dispatcher, and a new leader after a failover, sees the same ones."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from ..policy import bucket_tokens, limited_claim
+from ..queries.limits import count_rows, jobs_in_flight, render_limits, rows_in_flight
+from ..queries.ranges import ranges_table
+from ..settings import SourceSettings
+from .db import Database
+from .leased.jobs import JobStore
+from .range_store import RangeStore
+from .source_store import SourceStore
+from .units import MYSQL_ERRORS, StorageError
+
+# How long a claim's reservation counts against max_running: far longer than a claim takes, short
+# enough that the reservation of a dispatcher killed mid-claim is given back soon.
+RESERVE_S = 30.0
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What one claim may take: `entries` (of `unit` checks each), `checks` reserved for it, and the
+    tokens the bucket holds after it (None: no rate limit)."""
+
+    entries: int
+    checks: int
+    tokens: float | None
+
+
+class LimitStore:
+    """One source's or queue's limits. `reserve` (one transaction, committed) before its claim,
+    `settle` after: a dispatcher dying in between only leaves tokens unspent, never a limit exceeded."""
+
+    def __init__(
+        self,
+        db: Database,
+        table: str,
+        src: SourceSettings,
+        unit: int,
+        in_flight: tuple[str, tuple[object, ...]],
+    ) -> None:
+        self.db = db
+        self.src = src
+        self.name = src.name
+        self.unit = unit  # checks per entry: range_size in range mode, else 1
+        self.rate = src.rate_limit_per_s
+        self.burst = src.burst(unit)
+        self.sql = render_limits(table)
+        self._in_flight = in_flight
+        self._made = False
+
+    def reserve(self, want: int) -> Grant:
+        """Take the bucket's lock, refill it by MySQL's clock, count what is in flight, and spend the
+        tokens of as many entries (of `want`) as both limits allow."""
+        with self.db.transaction() as cur:
+            if not self._made:
+                cur.execute(self.sql.ensure, (self.name, self.burst))
+            cur.execute(self.sql.lock, (self.name,))
+            row = cur.fetchone()
+            if row is None:
+                raise StorageError(
+                    f"limits row {self.name} is missing from {self.sql.table}; run `duecast migrate`"
+                )
+            stored, elapsed_us, now, reserved = float(row[0]), int(row[1] or 0), row[2], int(row[3] or 0)
+            tokens = (
+                None if self.rate is None else bucket_tokens(stored, elapsed_us / 1e6, self.rate, self.burst)
+            )
+            room = None
+            if self.src.max_running is not None:
+                sql, args = self._in_flight
+                cur.execute(sql, args)
+                counted = cur.fetchone()
+                room = self.src.max_running - int(counted[0] if counted else 0) - reserved
+            entries = limited_claim(want, self.unit, tokens, room)
+            checks = entries * self.unit
+            left = stored if tokens is None else tokens - checks
+            cur.execute(
+                self.sql.reserve, (left, now, reserved + checks, now, round(RESERVE_S * 1e6), self.name)
+            )
+        self._made = True
+        return Grant(entries, checks, left if tokens is not None else None)
+
+    def settle(self, grant: Grant, used_checks: int) -> None:
+        """The claim is committed: give back the tokens it did not use (a claim that took more, a job
+        run given back whole, leaves the bucket in debt) and end its reservation."""
+        unused = grant.checks - used_checks if self.rate is not None else 0
+        with self.db.transaction() as cur:
+            cur.execute(self.sql.settle, (unused, self.burst, grant.checks, self.name))
+
+    def abandon(self, grant: Grant) -> None:
+        """The claim failed: give everything back if MySQL answers; else the reservation runs out by
+        itself and the tokens stay spent (under-used, never exceeded)."""
+        with contextlib.suppress(*MYSQL_ERRORS):
+            self.settle(grant, 0)
+
+    def rows(self, table: str) -> int:
+        """Rows of a re-scan source's table (the demand its period asks for)."""
+        with self.db.transaction() as cur:
+            cur.execute(count_rows(table))
+            row = cur.fetchone()
+        return int(row[0]) if row else 0
+
+
+def limit_store(store: object, table: str) -> tuple[LimitStore, str] | None:
+    """The limits of a dispatcher's store, and its business table (None: it has none, or they are
+    not supported for it: a topic's consumer group)."""
+    vis_us = 0
+    if isinstance(store, RangeStore):
+        src = store.business
+        vis_us = round(src.visibility_timeout_s * 1e6)
+        args: tuple[object, ...] = (vis_us, round(src.lease_s * 1e6))
+        ranges = LimitStore(store.db, table, src, src.range_size, (rows_in_flight(ranges_table(src)), args))
+        return (ranges, src.table) if src.limited else None
+    if isinstance(store, JobStore):
+        src = store.src
+        args = (store.queue, round(src.visibility_timeout_s * 1e6))
+        jobs = LimitStore(store.db, table, src, 1, (jobs_in_flight(store.jobs.runs_table), args))
+        return (jobs, src.table) if src.limited else None
+    if isinstance(store, SourceStore):
+        src = store.src
+        args = (round(src.visibility_timeout_s * 1e6), round(src.lease_s * 1e6))
+        rows = LimitStore(store.db, table, src, 1, (rows_in_flight(src.table), args))
+        return (rows, src.table) if src.limited else None
+    return None
