@@ -16,6 +16,8 @@ from ..shared.telemetry.metrics import LIMIT_PERIOD
 
 log = logging.getLogger("duecast.limits")
 DEMAND_EVERY_S = 60.0  # a limited source's rows are counted at most this often (a full scan)
+# A blocking pop's timeout is served at Redis's hz (10/s by default): a shorter refill wait is slept.
+BLOCK_RESOLUTION_S = 0.1
 
 
 class Limiter:
@@ -48,7 +50,7 @@ class Limiter:
                 lim.abandon(grant)
                 raise
         used = store.claimed_rows if isinstance(store, ClaimsRuns) else len(entries) * lim.unit
-        lim.settle(grant, used if grant.entries > 0 else 0)
+        lim.settle(grant, used)
         self.waits[name] = self._wait_s(lim, grant, room)
         if grant.entries < room and grant.tokens is not None and store.src.period_s > 0:
             self._demand(lim, table)
@@ -58,11 +60,19 @@ class Limiter:
         """The dispatcher's next delay for `store`: no later than its bucket refills."""
         return min(delay_s, self.waits.get(store.src.name, delay_s))
 
+    def paces(self, delay_s: float) -> bool:
+        """Whether the dispatcher's next wait, `delay_s`, is a bucket's refill too short for a blocking
+        pop to time (it sleeps it instead: an enqueuer's wake-up can wait that long)."""
+        return delay_s < BLOCK_RESOLUTION_S and any(w <= delay_s for w in self.waits.values())
+
     @staticmethod
     def _wait_s(lim: LimitStore, grant: Grant, room: int) -> float:
         if grant.tokens is None or lim.rate is None or grant.entries >= room:
             return float("inf")  # not held back by the rate: the dispatcher's own pace
-        worth = min(lim.burst, room * lim.unit)  # a whole bucket, or what the room takes
+        # A quarter of the bucket (at least an entry; at most what the room takes): claiming then,
+        # the bucket does not fill up to its cap while a claim's own statements run (tens of ms), so
+        # no token is dropped and the rate is met, not just bounded.
+        worth = min(max(float(lim.unit), lim.burst / 4), float(room * lim.unit))
         return refill_wait_s(grant.tokens, worth, lim.rate, cap_s=1.0)
 
     def _demand(self, lim: LimitStore, table: str) -> None:

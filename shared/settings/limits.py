@@ -15,14 +15,15 @@ MAX_RUNNING = 10_000_000
 
 class Limits(_Section):
     """`rate_limit_per_s`: checks (rows, or jobs) claimed per second across every dispatcher, as a
-    token bucket holding at most `rate_burst` checks (unset: a tenth of a second's worth, so any 1-s
-    window holds at most 1.1 x the rate). `max_running`: checks dispatched or started and not yet
-    finished, across every worker. Unset: no limit."""
+    token bucket holding at most `rate_burst` checks (unset: a twentieth of a second's worth, at least
+    two entries, so any 1-s window holds at most 1.05 x the rate, with room left for the jitter
+    between a claim and its call). `max_running`: checks dispatched or started and not yet finished,
+    across every worker. Unset: no limit."""
 
     # Checks (rows, or jobs; a range counts its range_size) claimed per second, across every
     # dispatcher and through a leader failover (docs/limits.md). Unset: no rate limit.
     rate_limit_per_s: float | None = Field(None, gt=0, le=MAX_RATE_PER_S, allow_inf_nan=False)
-    # The most checks claimed at once after a quiet spell; unset: a tenth of a second's worth.
+    # The most checks claimed at once after a quiet spell; unset: a twentieth of a second's worth.
     rate_burst: float | None = Field(None, ge=1, le=MAX_RATE_PER_S, allow_inf_nan=False)
     # Checks dispatched or started and not finished, across every worker (a dead worker's come back
     # when their leases run out). Unset: no limit.
@@ -39,12 +40,13 @@ class Limits(_Section):
         return self.rate_limit_per_s is not None or self.max_running is not None
 
     def burst(self, unit: int = 1) -> float:
-        """The bucket's size: rate_burst, or a tenth of a second's worth, and at least one entry of
-        `unit` checks (a range in range mode), so a claim can always be paid for."""
+        """The bucket's size: rate_burst, or a twentieth of a second's worth and at least two entries
+        of `unit` checks (a range in range mode), so a claim can always be paid for and the bucket
+        never fills up between two claims (a full bucket drops what it refills)."""
         if self.rate_burst is not None:
             return self.rate_burst
         rate = self.rate_limit_per_s or 0.0
-        return max(float(unit), rate / 10.0, 1.0)
+        return max(2.0 * unit, rate / 20.0)
 
 
 def unit_refusal(name: str, limits: Limits, unit: int, what: str) -> str | None:

@@ -56,9 +56,13 @@ class LimitStore:
     def reserve(self, want: int) -> Grant:
         """Take the bucket's lock, refill it by MySQL's clock, count what is in flight, and spend the
         tokens of as many entries (of `want`) as both limits allow."""
-        with self.db.transaction() as cur:
-            if not self._made:
+        if not self._made:
+            # Its own unit: INSERT IGNORE of a row that exists takes a shared lock, and two
+            # dispatchers holding one each would deadlock on the FOR UPDATE below.
+            with self.db.transaction() as cur:
                 cur.execute(self.sql.ensure, (self.name, self.burst))
+            self._made = True
+        with self.db.transaction() as cur:
             cur.execute(self.sql.lock, (self.name,))
             row = cur.fetchone()
             if row is None:
@@ -78,16 +82,17 @@ class LimitStore:
             entries = limited_claim(want, self.unit, tokens, room)
             checks = entries * self.unit
             left = stored if tokens is None else tokens - checks
-            cur.execute(
-                self.sql.reserve, (left, now, reserved + checks, now, round(RESERVE_S * 1e6), self.name)
-            )
-        self._made = True
+            # Only max_running counts a reservation: a rate is paid for by the tokens themselves.
+            held = reserved + checks if room is not None else 0
+            cur.execute(self.sql.reserve, (left, now, held, now, round(RESERVE_S * 1e6), self.name))
         return Grant(entries, checks, left if tokens is not None else None)
 
     def settle(self, grant: Grant, used_checks: int) -> None:
         """The claim is committed: give back the tokens it did not use (a claim that took more, a job
         run given back whole, leaves the bucket in debt) and end its reservation."""
         unused = grant.checks - used_checks if self.rate is not None else 0
+        if unused == 0 and (grant.checks == 0 or self.src.max_running is None):
+            return  # nothing to give back, and no reservation counts (rate limits only)
         with self.db.transaction() as cur:
             cur.execute(self.sql.settle, (unused, self.burst, grant.checks, self.name))
 

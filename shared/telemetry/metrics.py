@@ -123,6 +123,7 @@ def add(source: str, counts: Mapping[str, int]) -> None:
         if n:
             COUNTERS[name].labels(source=source).inc(n)
 
+
 # Set by the dispatcher when a re-scan source's rows / period exceed its rate_limit_per_s: the
 # period the limit allows (rows / rate); 0 while the limit does not bind.
 LIMIT_PERIOD = Gauge(

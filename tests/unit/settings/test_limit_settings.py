@@ -22,10 +22,10 @@ def test_unset_limits_limit_nothing() -> None:
     assert all(not s.limited for s in JobsSettings().queue_sources())
 
 
-def test_the_default_burst_is_a_tenth_of_a_second_and_at_least_one_entry() -> None:
-    assert SourceSettings(**USERS, rate_limit_per_s=20_000).burst() == 2000
-    assert SourceSettings(**USERS, rate_limit_per_s=5).burst() == 1
-    assert SourceSettings(**USERS, rate_limit_per_s=200).burst(unit=1000) == 1000
+def test_the_default_burst_is_a_twentieth_of_a_second_and_at_least_two_entries() -> None:
+    assert SourceSettings(**USERS, rate_limit_per_s=20_000).burst() == 1000
+    assert SourceSettings(**USERS, rate_limit_per_s=15).burst() == 2
+    assert SourceSettings(**USERS, rate_limit_per_s=200).burst(unit=1000) == 2000
     assert SourceSettings(**USERS, rate_limit_per_s=200, rate_burst=50).burst() == 50
 
 
@@ -66,7 +66,7 @@ def test_range_mode_needs_room_for_a_whole_span() -> None:
         SourceSettings(**ranges, rate_limit_per_s=100, rate_burst=500)
     with pytest.raises(ValidationError, match=r"max_running \(999\) is smaller than range_size"):
         SourceSettings(**ranges, max_running=999)
-    assert SourceSettings(**ranges, rate_limit_per_s=100, max_running=1000).burst(1000) == 1000
+    assert SourceSettings(**ranges, rate_limit_per_s=100, max_running=1000).burst(1000) == 2000
 
 
 def test_queue_limits_reach_the_queue_source() -> None:
