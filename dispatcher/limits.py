@@ -49,7 +49,9 @@ class Limiter:
             except BaseException:
                 lim.abandon(grant)
                 raise
-        used = store.claimed_rows if isinstance(store, ClaimsRuns) else len(entries) * lim.unit
+        used = 0
+        if grant.entries > 0:  # (a job queue's claimed_rows is its last claim's, maybe not this one's)
+            used = store.claimed_rows if isinstance(store, ClaimsRuns) else len(entries) * lim.unit
         lim.settle(grant, used)
         self.waits[name] = self._wait_s(lim, grant, room)
         if grant.entries < room and grant.tokens is not None and store.src.period_s > 0:

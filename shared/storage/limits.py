@@ -78,7 +78,8 @@ class LimitStore:
                 sql, args = self._in_flight
                 cur.execute(sql, args)
                 counted = cur.fetchone()
-                room = self.src.max_running - int(counted[0] if counted else 0) - reserved
+                in_flight = int(counted[0] if counted else 0) * self.unit  # a span counts its range_size
+                room = self.src.max_running - in_flight - reserved
             entries = limited_claim(want, self.unit, tokens, room)
             checks = entries * self.unit
             left = stored if tokens is None else tokens - checks

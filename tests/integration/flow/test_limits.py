@@ -1,0 +1,154 @@
+"""Fleet-wide limits at claim time on real MariaDB (dispatcher/limits.py, shared/storage/limits.py):
+a rate counts rows, not spans; max_running counts what is dispatched or started under a live lease,
+so a dead worker's rows and a dead dispatcher's reservation come back; demand above a re-scan
+source's rate is said once. Time passes by back-dating columns in SQL."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+
+import pymysql
+import pytest
+
+from duecast.dispatcher.limits import Limiter
+from duecast.shared.process.runtime import build_stores
+from duecast.shared.queries.ranges import ranges_table
+from duecast.shared.settings import DispatcherSettings, MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.admin import migrate
+from duecast.shared.storage.range_store import RangeStore
+from duecast.shared.storage.source_store import Store
+from tests.integration import range_app
+from tests.integration.conftest import Env
+
+pytestmark = pytest.mark.integration
+LIMITS = DispatcherSettings().limits_table
+
+
+@pytest.fixture(autouse=True)
+def fresh_buckets(sql: pymysql.cursors.Cursor) -> Iterator[None]:
+    yield
+    sql.execute(f"DELETE FROM `{LIMITS}`")
+
+
+def _set_bucket(sql: pymysql.cursors.Cursor, name: str, tokens: float, ago_s: float = 0.0) -> None:
+    sql.execute(
+        f"UPDATE `{LIMITS}` SET tokens = %s, refilled_at = NOW(6) - INTERVAL %s MICROSECOND WHERE name = %s",
+        (tokens, round(ago_s * 1e6), name),
+    )
+
+
+def _tokens(sql: pymysql.cursors.Cursor, name: str) -> float:
+    sql.execute(f"SELECT tokens FROM `{LIMITS}` WHERE name = %s", (name,))
+    return float(sql.fetchone()[0])
+
+
+@pytest.fixture
+def ranged(
+    mysql_settings: MySQLSettings, redis_settings: RedisSettings, sql: pymysql.cursors.Cursor
+) -> Iterator[Callable[..., RangeStore]]:
+    made: list[Settings] = []
+
+    def make(users: int, **limits: object) -> RangeStore:
+        src = range_app.users_source(sql, users, **limits)
+        settings = Settings(
+            mysql=mysql_settings,
+            redis=redis_settings,
+            sources=[src],
+            jobs={"enabled": False},  # type: ignore[arg-type]
+        )
+        migrate.apply(settings)
+        made.append(settings)
+        (store,) = build_stores(settings, settings.sources)
+        assert isinstance(store, RangeStore)
+        store.discover(full=True)
+        return store
+
+    yield make
+    for settings in made:
+        for src in settings.sources:
+            sql.execute(f"DROP TABLE IF EXISTS `{src.table}`, `{ranges_table(src)}`")
+
+
+def test_a_range_mode_rate_counts_rows_not_spans(
+    ranged: Callable[..., RangeStore], sql: pymysql.cursors.Cursor
+) -> None:
+    store = ranged(1000, rate_limit_per_s=100, rate_burst=250)  # spans of 100 ids
+    limiter = Limiter([store], LIMITS)
+    first = limiter.claim(store, 10)
+    assert len(first) == 2, "a full bucket of 250 rows pays for two spans of 100"
+    assert 50 <= _tokens(sql, store.src.name) < 51
+    _set_bucket(sql, store.src.name, 50.0)
+    assert limiter.claim(store, 10) == [], "50 rows cannot pay for a span of 100"
+    _set_bucket(sql, store.src.name, 50.0, ago_s=1.0)  # a second at 100 rows/s
+    assert len(limiter.claim(store, 10)) == 1
+    _set_bucket(sql, store.src.name, 0.0, ago_s=60.0)  # a long quiet spell: only the burst
+    assert len(limiter.claim(store, 10)) == 2
+
+
+def test_a_range_mode_max_running_counts_the_rows_of_spans_in_flight(
+    ranged: Callable[..., RangeStore],
+) -> None:
+    store = ranged(1000, max_running=300)
+    limiter = Limiter([store], LIMITS)
+    assert len(limiter.claim(store, 10)) == 3
+    assert limiter.claim(store, 10) == []
+
+
+def _claimed(limiter: Limiter, store: Store, room: int) -> list[int]:
+    return [e.id for e in limiter.claim(store, room)]
+
+
+def test_max_running_gives_back_the_slots_of_a_dead_worker_and_a_dead_dispatcher(
+    make_env: Callable[..., Env],
+) -> None:
+    env = make_env("oneoff", rows=50, max_running=5, lease_s=10)
+    limiter = Limiter([env.store], LIMITS)
+    first = _claimed(limiter, env.store, 100)
+    assert len(first) == 5
+    assert _claimed(limiter, env.store, 100) == []
+    # Two start, under a worker that then dies: counted while their lease lives, free once it ran out.
+    env.query("UPDATE {t} SET dc_state = 2, dc_dispatched_at = NOW(6) WHERE {pk} IN %s", (tuple(first[:2]),))
+    assert _claimed(limiter, env.store, 100) == []
+    env.backdate_dispatch(11, where=f"id IN ({first[0]}, {first[1]})")
+    assert len(_claimed(limiter, env.store, 100)) == 2
+    # One dispatched row sits past its visibility timeout (its entry lost): not in flight.
+    env.backdate_dispatch(3600, where=f"id = {first[2]}")
+    assert len(_claimed(limiter, env.store, 100)) == 1
+    # Three finish (their rows deleted); a dispatcher that reserved slots and died before claiming holds them until the reservation ends.
+    done = env.query(
+        "SELECT {pk} FROM {t} WHERE dc_state = 1 AND dc_dispatched_at > NOW(6) - INTERVAL 1 MINUTE LIMIT 3"
+    )
+    env.query("DELETE FROM {t} WHERE {pk} IN %s", (tuple(r[0] for r in done),))
+    (lim, _table) = limiter.limits[env.source.name]
+    assert lim.reserve(3).entries == 3  # ...and never settled
+    assert _claimed(limiter, env.store, 100) == []
+    env.sql.execute(f"UPDATE `{LIMITS}` SET reserved_until = NOW(6) - INTERVAL 1 SECOND")
+    assert len(_claimed(limiter, env.store, 100)) == 3
+
+
+def test_a_rate_holds_across_two_dispatchers(
+    make_env: Callable[..., Env], sql: pymysql.cursors.Cursor
+) -> None:
+    env = make_env("oneoff", rows=500, rate_limit_per_s=1, rate_burst=40)
+    other = env.other_store()  # a second dispatcher's session
+    one, two = Limiter([env.store], LIMITS), Limiter([other], LIMITS)
+    taken = _claimed(one, env.store, 30) + _claimed(two, other, 30)
+    assert len(taken) == 40, "the second dispatcher gets only what the first left in the shared bucket"
+    assert len(set(taken)) == 40
+    assert _tokens(sql, env.source.name) < 1
+
+
+def test_demand_above_a_rate_is_said_once_with_the_period_it_allows(
+    make_env: Callable[..., Env], caplog: pytest.LogCaptureFixture
+) -> None:
+    env = make_env("rescan", rows=300, rate_limit_per_s=10)  # 300 rows every 10 s ask 30 checks/s
+    limiter = Limiter([env.store], LIMITS)
+    with caplog.at_level(logging.WARNING, logger="duecast.limits"):
+        limiter.claim(env.store, 100)
+        limiter._counted_at.clear()  # as if a minute had passed: counted again, not said again
+        limiter.claim(env.store, 100)
+    said = [r.getMessage() for r in caplog.records if "above rate_limit_per_s" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "allows a period of 30.0s" in said[0]
+    assert limiter.over == {env.source.name: 30.0}
