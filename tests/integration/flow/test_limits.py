@@ -115,7 +115,8 @@ def test_max_running_gives_back_the_slots_of_a_dead_worker_and_a_dead_dispatcher
     # One dispatched row sits past its visibility timeout (its entry lost): not in flight.
     env.backdate_dispatch(3600, where=f"id = {first[2]}")
     assert len(_claimed(limiter, env.store, 100)) == 1
-    # Three finish (their rows deleted); a dispatcher that reserved slots and died before claiming holds them until the reservation ends.
+    # Three finish (their rows deleted). A dispatcher that reserved slots and died before
+    # claiming holds them until its reservation ends.
     done = env.query(
         "SELECT {pk} FROM {t} WHERE dc_state = 1 AND dc_dispatched_at > NOW(6) - INTERVAL 1 MINUTE LIMIT 3"
     )
