@@ -26,11 +26,13 @@ from ..shared.process.runtime import build_queue
 from ..shared.settings import Settings, load_settings
 from ..shared.storage.admin.dashboard_store import DashboardStore, WorkerRow
 from ..shared.storage.db import Database
+from ..shared.storage.limits import LimitState, read_limits
 from ..shared.storage.topic_status import TopicMonitor
 from ..shared.storage.worker_registry import LiveWorker, WorkerRegistry, bad_rows_line
 from . import formats
 from .history import History, Reading
 from .sampler import Sampler
+from .status_limits import limits_json, limits_table, over_lines
 from .status_view import fit, redis_table, render
 from .topics import topic_tables
 
@@ -50,6 +52,7 @@ class Frame:
     problems: list[str] = field(default_factory=list)  # one line per server that did not answer
     unserved: list[str] | None = None  # sources and queues no live worker serves (None: unknown)
     bad_workers: list[str] = field(default_factory=list)  # registry rows skipped as malformed
+    limits: list[LimitState] | None = None  # limited sources and queues (cli/status_limits.py)
 
 
 class StatusReader:
@@ -61,6 +64,7 @@ class StatusReader:
         self.queue: ReadyQueue = build_queue(settings)
         self.dashboard = DashboardStore(Database(settings.mysql), settings.jobs)
         self.registry = WorkerRegistry(Database(settings.mysql), settings.worker)
+        self.limits_db = Database(settings.mysql)
         self.history = History(maxlen=2)  # rates compare the last two readings
 
     def frame(self) -> Frame:
@@ -73,6 +77,7 @@ class StatusReader:
                 self._attempt(out, lambda: self._redis_only(out))
         out.workers = self._attempt(out, self.dashboard.workers)
         out.live = self._attempt(out, self.registry.alive)
+        out.limits = self._attempt(out, self._limits)
         out.bad_workers = list(self.registry.bad_rows) if out.live is not None else []
         if out.live is not None:
             out.unserved = unserved([s.name for s in self.settings.all_sources()], out.live)
@@ -84,6 +89,12 @@ class StatusReader:
         reading = self.sampler.read()
         self.history.add(reading)
         return reading
+
+    def _limits(self) -> list[LimitState]:
+        limited = [s for s in self.settings.all_sources() if s.limited]
+        if not limited:
+            return []  # no read: the table may not be migrated where no limit is set
+        return read_limits(self.limits_db, self.settings.dispatcher.limits_table, limited)
 
     def _redis_only(self, out: Frame) -> bool:
         names = [s.name for s in self.settings.all_sources()]
@@ -118,6 +129,10 @@ def view(
     if frame.stale_since is not None:
         shown = time.strftime("%H:%M:%S", time.localtime(frame.stale_since))
         parts.insert(0, Text(f"sources and queues as read at {shown}", style="yellow"))
+    limits = limits_table(frame.limits or [])
+    if limits is not None:
+        parts.append(limits)
+        parts.extend(over_lines(frame.limits or []))
     parts.extend(Text(unserved_line(s), style="red") for s in frame.unserved or ())
     if frame.bad_workers:
         parts.append(Text(formats.plain(bad_rows_line(frame.bad_workers)), style="yellow"))
@@ -161,6 +176,7 @@ def as_json(frame: Frame, history: History) -> dict[str, Any]:
         "workers_running_jobs": None if frame.workers is None else [asdict(w) for w in frame.workers],
         "workers_alive": None if frame.live is None else [_live(w) for w in frame.live],
         "unserved": frame.unserved,
+        "limits": limits_json(frame.limits),
         "workers_malformed": frame.bad_workers,
         "unavailable": frame.problems,
     }

@@ -29,6 +29,7 @@ class Limiter:
         for store in stores:
             found = limit_store(store, table)
             if found is not None:
+                found[0].verify()  # at start-up: a table not migrated is one line, not a failing tick
                 self.limits[store.src.name] = found
         self.waits: dict[str, float] = {}
         self.over: dict[str, float] = {}  # sources said to ask more than their limit: allowed period
@@ -54,8 +55,9 @@ class Limiter:
             used = store.claimed_rows if isinstance(store, ClaimsRuns) else len(entries) * lim.unit
         lim.settle(grant, used)
         self.waits[name] = self._wait_s(lim, grant, room)
-        if grant.entries < room and grant.tokens is not None and store.src.period_s > 0:
-            self._demand(lim, table)
+        bound = grant.entries < room and grant.tokens is not None
+        if store.src.period_s > 0 and (bound or name in self.over or name not in self._counted_at):
+            self._demand(lim, table)  # at most once a minute: a count of the table
         return entries
 
     def delay_s(self, store: Store, delay_s: float) -> float:
@@ -78,21 +80,21 @@ class Limiter:
         return refill_wait_s(grant.tokens, worth, lim.rate, cap_s=1.0)
 
     def _demand(self, lim: LimitStore, table: str) -> None:
-        """Rows / period above the rate: said once (log, gauge), with the period the limit allows."""
+        """Rows / period above the rate: said once (log, gauge, and the limits table for status),
+        with the period the limit allows; said again when it fits once more."""
         now = time.monotonic()
         if now - self._counted_at.get(lim.name, -DEMAND_EVERY_S) < DEMAND_EVERY_S or lim.rate is None:
             return
         self._counted_at[lim.name] = now
         rows = lim.rows(table)
         asked = rows / lim.src.period_s
-        if asked <= lim.rate:
-            if self.over.pop(lim.name, None) is not None:
-                LIMIT_PERIOD.labels(lim.name).set(0)
-                log.info("source %s: demand is within rate_limit_per_s again", lim.name)
-            return
-        allowed = rows / lim.rate
-        LIMIT_PERIOD.labels(lim.name).set(allowed)
-        if lim.name not in self.over:
+        allowed = rows / lim.rate if asked > lim.rate else None
+        was = self.over.pop(lim.name, None)
+        if allowed is not None:
+            self.over[lim.name] = allowed
+        LIMIT_PERIOD.labels(lim.name).set(allowed or 0.0)
+        lim.note_demand(allowed)
+        if allowed is not None and was is None:
             log.warning(
                 "source %s: %d rows every %gs ask %.0f checks/s, above rate_limit_per_s (%g); the limit "
                 "allows a period of %.1fs: each row is checked that often, stalest first",
@@ -104,4 +106,9 @@ class Limiter:
                 allowed,
                 extra={"event": "limit.demand_above", "source": lim.name, "period_s": allowed},
             )
-        self.over[lim.name] = allowed
+        elif allowed is None and was is not None:
+            log.info(
+                "source %s: demand is within rate_limit_per_s again",
+                lim.name,
+                extra={"event": "limit.demand_within", "source": lim.name},
+            )

@@ -14,13 +14,15 @@ DISPATCHED, RUNNING = int(State.DISPATCHED), int(State.RUNNING)
 def limits_table_ddl(table: str) -> str:
     """One row per limited source or queue: its bucket (`tokens` at `refilled_at`, may go below 0
     when a claim took more than was left: debt, paid back first) and the checks being claimed now
-    (`reserved`, until `reserved_until`: a dispatcher that died mid-claim holds nothing for long)."""
+    (`reserved`, until `reserved_until`: a dispatcher that died mid-claim holds nothing for long);
+    `allowed_period_s`: set while a re-scan source's rows / period exceed its rate (what status shows)."""
     return f"""CREATE TABLE IF NOT EXISTS {quote(table)} (
   `name` VARCHAR(191) NOT NULL,
   `tokens` DOUBLE NOT NULL,
   `refilled_at` DATETIME(6) NOT NULL,
   `reserved` BIGINT NOT NULL DEFAULT 0,
   `reserved_until` DATETIME(6) NOT NULL,
+  `allowed_period_s` DOUBLE NULL,
   PRIMARY KEY (`name`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
 
@@ -33,6 +35,7 @@ class LimitSQL:
     reserve: str
     settle: str
     read_all: str
+    note_demand: str
 
 
 def render_limits(table: str) -> LimitSQL:
@@ -54,7 +57,11 @@ def render_limits(table: str) -> LimitSQL:
         # reserved checks, name); its claimed checks are now counted by the in-flight query.
         settle=f"UPDATE {t} SET `tokens` = LEAST(`tokens` + %s, %s), "
         "`reserved` = GREATEST(0, `reserved` - %s) WHERE `name` = %s",
-        read_all=f"SELECT `name`, `tokens`, TIMESTAMPDIFF(MICROSECOND, `refilled_at`, NOW(6)) FROM {t}",
+        # Status: every bucket as it stands now (tokens refilled by the reader, not written).
+        read_all=f"SELECT `name`, `tokens`, TIMESTAMPDIFF(MICROSECOND, `refilled_at`, NOW(6)), "
+        f"`allowed_period_s` FROM {t}",
+        # The dispatcher: the period a re-scan source's rate allows (NULL: the demand fits).
+        note_demand=f"UPDATE {t} SET `allowed_period_s` = %s WHERE `name` = %s",
     )
 
 

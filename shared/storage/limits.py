@@ -13,6 +13,7 @@ from ..settings import SourceSettings
 from .db import Database
 from .leased.jobs import JobStore
 from .range_store import RangeStore
+from .schema import SchemaError, described, unseen
 from .source_store import SourceStore
 from .units import MYSQL_ERRORS, StorageError
 
@@ -52,6 +53,13 @@ class LimitStore:
         self.sql = render_limits(table)
         self._in_flight = in_flight
         self._made = False
+
+    def verify(self) -> None:
+        """The limits table exists and this account may use it (else one line: run `duecast migrate`)."""
+        what = f"source {self.name}'s limits: table {self.sql.table}"
+        with self.db.transaction() as cur:
+            if not described(cur, self.sql.table, what).columns:
+                raise SchemaError(unseen(cur, what, self.sql.table))
 
     def reserve(self, want: int) -> Grant:
         """Take the bucket's lock, refill it by MySQL's clock, count what is in flight, and spend the
@@ -103,12 +111,51 @@ class LimitStore:
         with contextlib.suppress(*MYSQL_ERRORS):
             self.settle(grant, 0)
 
+    def note_demand(self, allowed_period_s: float | None) -> None:
+        """Record the period this source's rate allows while its demand exceeds it (None: it fits)."""
+        with self.db.transaction() as cur:
+            cur.execute(self.sql.note_demand, (allowed_period_s, self.name))
+
     def rows(self, table: str) -> int:
         """Rows of a re-scan source's table (the demand its period asks for)."""
         with self.db.transaction() as cur:
             cur.execute(count_rows(table))
             row = cur.fetchone()
         return int(row[0]) if row else 0
+
+
+@dataclass(frozen=True)
+class LimitState:
+    """A limited source or queue as `duecast status` shows it: its settings, and its bucket (None:
+    no dispatcher has claimed for it yet)."""
+
+    name: str
+    rate_limit_per_s: float | None
+    burst: float | None
+    max_running: int | None
+    tokens: float | None
+    allowed_period_s: float | None
+
+
+def read_limits(db: Database, table: str, sources: list[SourceSettings]) -> list[LimitState]:
+    """Every limited source's state; its tokens refilled to now by MySQL's clock."""
+    with db.transaction() as cur:
+        cur.execute(render_limits(table).read_all)
+        rows = {str(n): (float(t), int(e or 0), p) for n, t, e, p in cur.fetchall()}
+    states = []
+    for src in sources:
+        if not src.limited:
+            continue
+        unit = src.range_size if src.mode == "ranges" else 1
+        burst = src.burst(unit) if src.rate_limit_per_s is not None else None
+        tokens = period = None
+        if src.name in rows:
+            stored, elapsed_us, noted = rows[src.name]
+            if src.rate_limit_per_s is not None and burst is not None:
+                tokens = bucket_tokens(stored, elapsed_us / 1e6, src.rate_limit_per_s, burst)
+            period = None if noted is None else float(noted)
+        states.append(LimitState(src.name, src.rate_limit_per_s, burst, src.max_running, tokens, period))
+    return states
 
 
 def limit_store(store: object, table: str) -> tuple[LimitStore, str] | None:

@@ -5,12 +5,14 @@ source's rate is said once. Time passes by back-dating columns in SQL."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator
 
 import pymysql
 import pytest
 
+from duecast import cli
 from duecast.dispatcher.limits import Limiter
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
@@ -19,6 +21,7 @@ from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.range_store import RangeStore
 from duecast.shared.storage.source_store import Store
 from tests.integration import range_app
+from tests.integration.cli.test_cli import cli_env, sources_json  # noqa: F401 - a fixture
 from tests.integration.conftest import Env
 
 pytestmark = pytest.mark.integration
@@ -153,3 +156,28 @@ def test_demand_above_a_rate_is_said_once_with_the_period_it_allows(
     assert len(said) == 1, said
     assert "allows a period of 30.0s" in said[0]
     assert limiter.over == {env.source.name: 30.0}
+
+
+def test_status_shows_each_limit_and_the_period_a_rate_allows(
+    cli_env: dict[str, str],  # noqa: F811
+    make_env: Callable[..., Env],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    env = make_env("rescan", rows=300, rate_limit_per_s=10, max_running=50)
+    Limiter([env.store], LIMITS).claim(env.store, 100)
+    monkeypatch.setenv("DUECAST_SOURCES", sources_json(env.source))
+    monkeypatch.setenv("COLUMNS", "200")
+
+    assert cli.main(["status", "--json"]) == 0
+    (limit,) = json.loads(capsys.readouterr().out)["limits"]
+    assert limit["name"] == env.source.name
+    assert (limit["rate_limit_per_s"], limit["burst"], limit["max_running"]) == (10, 2, 50)
+    assert 0 <= limit["tokens"] <= 2
+    assert limit["allowed_period_s"] == 30.0
+
+    assert cli.main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"{env.source.name}: demand above rate_limit_per_s (10/s); the limit allows a period of 30.0s" in out
+    )

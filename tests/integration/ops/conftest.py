@@ -15,6 +15,7 @@ from duecast.cli.web.app import create_app
 from duecast.cli.web.context import WebContext
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.fanout.client import connect_redis
+from duecast.shared.queries.limits import limits_table_ddl
 from duecast.shared.settings import (
     DispatcherSettings,
     MySQLSettings,
@@ -36,9 +37,10 @@ def settings_for(
 ) -> Callable[..., Settings]:
     """settings_for(table, kind, **source overrides, jobs=...) -> Settings with that one source.
 
-    The dispatcher's leases table already exists (so plans show only what a test is about)."""
+    The dispatcher's leases and limits tables already exist (so plans show only what a test is about)."""
     sql.execute(leases_table_ddl(DispatcherSettings().leases_table))
     sql.execute(workers_table_ddl(WorkerSettings().registry_table))
+    sql.execute(limits_table_ddl(DispatcherSettings().limits_table))
 
     def make(table: str, kind: str = "rescan", jobs: Any = None, **overrides: object) -> Settings:
         fields = {"name": table.lower(), "table": table, **source_fields(kind), **overrides}
