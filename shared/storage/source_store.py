@@ -12,7 +12,6 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -188,7 +187,7 @@ class SourceStore:
         action = self.src.on_success if ack.action == "default" else ack.action
         if action not in ("touch", "delete"):
             raise ValueError(row_action_refusal(ack, self.src.name))
-        check_times(ack, self.max_delay_s, datetime.now(UTC))
+        check_times(ack, self.max_delay_s)
         if action == "delete":
             return ("delete",)
         for name, _ in ack.values:

@@ -86,7 +86,7 @@ def test_a_retry_the_database_refuses_fails_its_job_alone(
 ) -> None:
     """With the store's own check taken away, NOW(6) + 1e24 microseconds reaches MariaDB: 1916, an
     OperationalError, once outside the "value errors" and retried 4-5 times a second forever."""
-    monkeypatch.setattr(store, "check_times", lambda ack, max_delay_s, now: None)
+    monkeypatch.setattr(store, "check_times", lambda ack, max_delay_s, now=None: None)
     env = env.with_app(APP, poison_app.handlers.task_names)
     ok = [env.enqueuer.enqueue("ok") for _ in range(2)]
     bad = env.enqueuer.enqueue("poison", "forged 1e18")
