@@ -201,8 +201,12 @@ class SourceStore:
     def ack_groups(self, acks: Sequence[tuple[Row, Ack]]) -> AckGroups:
         """Rows by the statement that acks them; a bad Ack raises ValueError here, before any SQL."""
         groups: AckGroups = defaultdict(list)
+        keys: dict[int, Any] = {}  # by identity: most rows share one Ack object (acks keeps it alive)
         for row, ack in acks:
-            groups[self.group_key(ack)].append(row)
+            key = keys.get(id(ack))
+            if key is None:
+                key = keys[id(ack)] = self.group_key(ack)
+            groups[key].append(row)
         return groups
 
     def finish(self, cur: Cursor, groups: AckGroups) -> AckCounts:
