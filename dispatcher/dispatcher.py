@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable, Set
 
 from ..shared.fanout.protocol import Queue, QueueError
 from ..shared.policy import claim_room, dispatch_delay_s
@@ -27,9 +28,15 @@ class Dispatcher:
     name = "dispatcher"
 
     def __init__(
-        self, stores: list[Store], queue: Queue, settings: DispatcherSettings, redelivery: Redelivery
+        self,
+        stores: list[Store],
+        queue: Queue,
+        settings: DispatcherSettings,
+        redelivery: Redelivery,
+        paused: Callable[[], Set[str]] = frozenset,
     ) -> None:
         self.stores = stores
+        self.paused = paused  # the sources an operator paused (PauseStore.paused_or_last)
         self.queue = queue
         self.settings = settings
         self.redelivery = redelivery
@@ -38,7 +45,12 @@ class Dispatcher:
         self._locked_since: Counter[str] = Counter()  # rows skipped as locked since that line
 
     def tick(self) -> Tick:
-        delays = [self._dispatch(store) for store in self.stores]
+        paused = self.paused()
+        # A paused source claims nothing: its rows stay where they are, due, until it is resumed.
+        delays = [
+            self.settings.poll_interval_s if store.src.name in paused else self._dispatch(store)
+            for store in self.stores
+        ]
         delay = min(delays, default=self.settings.poll_interval_s)
         return Tick(delay, idle=delay > 0)
 

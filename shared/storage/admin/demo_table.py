@@ -9,11 +9,12 @@ from collections.abc import Callable
 
 from ...queries import demo as sql
 from ...queries.demo import CHUNK, TABLE
+from ...queries.ranges import ranges_table
 from ...settings import MySQLSettings, SourceSettings
 from ..db import connect
 from ..units import Cursor
 
-__all__ = ["TABLE", "ensure_database", "prepare", "source"]
+__all__ = ["TABLE", "ensure_database", "make_all_due", "prepare", "source"]
 
 
 def source(period_s: float = 10.0, batch: int = 2000, mode: str = "rows") -> SourceSettings:
@@ -59,6 +60,18 @@ def prepare(mysql: MySQLSettings, users: int, period_s: float, progress: Callabl
                 conn.commit()
                 progress(n)
         return True
+    finally:
+        conn.close()
+
+
+def make_all_due(mysql: MySQLSettings, src: SourceSettings) -> None:
+    """Every user due at once: the business rows in row mode, the ranges in range mode."""
+    table, column = (ranges_table(src), "checked_at") if src.mode == "ranges" else (TABLE, src.due_column)
+    conn = connect(mysql)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql.all_due(table, column))
+        conn.commit()
     finally:
         conn.close()
 

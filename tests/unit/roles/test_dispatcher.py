@@ -161,3 +161,20 @@ def test_a_failed_push_releases_the_claimed_rows_and_fails_the_tick(ready_queue:
         dispatcher.tick()
     assert store.released == _due(3)
     assert store.dispatched == []
+
+
+# --- pauses ----------------------------------------------------------------------------------------
+
+
+def test_a_paused_source_claims_nothing_until_resumed(ready_queue: ReadyQueue) -> None:
+    store = FakeClaimStore(rescan_source(claim_batch=10, high_water=100), _due(5))
+    paused = {"users"}
+    redelivery = Redelivery([], ready_queue, {"lost": POLL_S}, SETTINGS.sweep_batch)
+    dispatcher = Dispatcher(cast(list[Store], [store]), ready_queue, SETTINGS, redelivery, lambda: paused)
+    tick = dispatcher.tick()
+    assert store.limits == []  # not even asked
+    assert (tick.delay_s, tick.idle) == (POLL_S, True)
+    assert _drain(ready_queue, "users") == []
+    paused.clear()
+    dispatcher.tick()
+    assert _drain(ready_queue, "users") == [b"%d:1" % i for i in range(1, 6)]
