@@ -23,6 +23,7 @@ from ...shared.storage.admin.job_admin import Filter
 from ...shared.storage.worker_registry import WorkerRegistry
 from .. import formats
 from ..history import History, Point, lag_s
+from . import pause_actions
 from .charts import COLLECTING, Series, line_chart
 from .context import WebContext
 
@@ -199,6 +200,9 @@ def _register_sources(app: Flask, ctx: WebContext) -> None:
             row=row,
             queue=name.split(".", 1)[1] if is_job_queue(name) else None,
             charts=source_charts(ctx.history, name, rescan, row.snap.db.unit),
+            pausable=pause_actions.target_of(ctx.settings, name) is not None,
+            paused_since=pause_actions.paused_since(ctx, name),
+            can_act=ctx.settings.web.token is not None,
         )
 
     @app.get("/workers")
