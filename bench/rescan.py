@@ -4,7 +4,10 @@ Runs the demo's real processes (one dispatcher, N workers) against a table of --
 re-checked every --period seconds, in row mode and/or range mode, several times each, and prints
 a table of medians: checks/s sustained, the share of users checked within period + 1 s, p50/p99
 staleness at the end of the run, the CPU each process used, and how even the pace is: p1 / median
-/ p99 of the 1-s windows of checks after --settle seconds, against users/period.
+/ p99 of the 1-s windows of checks after --settle seconds, against users/period (from the acked
+counters, which each worker sends every 0.5 s: a window is off by up to that much of a worker's
+checks), and the schedule itself at the end: the users due in each second of the next period,
+read from MySQL (exact).
 
     scripts/dev shell python bench/rescan.py --users 1000000 --seconds 60 --runs 3
 
@@ -82,7 +85,11 @@ def one_run(settings: Settings, args: argparse.Namespace, workers: int, console:
         ages, weights = staleness(settings)
         total = sum(weights) or 1
         within = sum(w for a, w in zip(ages, weights, strict=True) if a <= args.period + 1.0)
+        due = sorted(demo_data.due_per_second(settings.mysql, settings.sources[0]))
         measured.update(
+            due_p0=due[0],
+            due_p50=statistics.median(due),
+            due_p100=due[-1],
             fresh_share=within / total,
             staleness_p50_s=weighted_quantile(ages, weights, 0.50),
             staleness_p99_s=weighted_quantile(ages, weights, 0.99),
@@ -167,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         f"checked ≤ {args.period + 1:g} s",
         "staleness p50 / p99",
         f"1-s windows p1 / p50 / p99 (target {args.users / args.period:,.0f})",
+        "due per second: min / median / max",
         "cores: MariaDB / dispatcher / workers",
     ):
         table.add_column(col, justify="right")
@@ -183,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{median_of(runs, 'fresh_share'):.1%}",
             f"{median_of(runs, 'staleness_p50_s'):.1f} s / {median_of(runs, 'staleness_p99_s'):.1f} s",
             " / ".join(f"{median_of(runs, f'windows_{q}'):,.0f}" for q in ("p1", "p50", "p99")),
+            " / ".join(f"{median_of(runs, f'due_{q}'):,.0f}" for q in ("p0", "p50", "p100")),
             f"{cores['mariadb']:.2f} / {cores['dispatcher']:.2f} / {cores['workers']:.2f}",
         )
     out = Console()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..queries import pauses as sql
 from .db import Database
-from .units import MYSQL_ERRORS, StorageError
+from .units import MYSQL_ERRORS, StorageError, access_denied
 
 log = logging.getLogger("duecast.pauses")
 
@@ -60,10 +60,16 @@ class PauseStore:
         try:
             self._sources = frozenset(p.source for p in self.list())
         except StorageError as exc:
-            if exc.code != _NO_SUCH_TABLE:
+            if exc.code != _NO_SUCH_TABLE and not access_denied(exc):
                 raise
-            if not self._missing_logged:
-                log.warning("no %s table: nothing can be paused; run `duecast migrate`", sql.PAUSES_TABLE)
+            if not self._missing_logged:  # an upgrade that skipped `duecast migrate` or the grants
+                log.warning(
+                    "cannot read %s (%s): pauses are not seen; run `duecast migrate` and grant SELECT "
+                    "on it (sql/grants.sql)",
+                    sql.PAUSES_TABLE,
+                    exc,
+                    extra={"event": "pauses.unreadable"},
+                )
                 self._missing_logged = True
             self._sources = frozenset()
         return self._sources

@@ -14,7 +14,7 @@ from ...settings import MySQLSettings, SourceSettings
 from ..db import connect
 from ..units import Cursor
 
-__all__ = ["TABLE", "ensure_database", "make_all_due", "prepare", "source"]
+__all__ = ["TABLE", "due_per_second", "ensure_database", "make_all_due", "prepare", "source"]
 
 
 def source(period_s: float = 10.0, batch: int = 2000, mode: str = "rows") -> SourceSettings:
@@ -74,6 +74,23 @@ def make_all_due(mysql: MySQLSettings, src: SourceSettings) -> None:
         conn.commit()
     finally:
         conn.close()
+
+
+def due_per_second(mysql: MySQLSettings, src: SourceSettings) -> list[int]:
+    """Users due in each second of the period (queries.demo.due_per_second), every second listed."""
+    period_us = round(src.period_s * 1_000_000)
+    if src.mode == "ranges":
+        stmt = sql.due_per_second(ranges_table(src), "checked_at", "`rows_seen`", period_us)
+    else:
+        stmt = sql.due_per_second(TABLE, src.due_column, "1", period_us)
+    conn = connect(mysql)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(stmt)
+            counts = {int(second): int(n) for second, n in cur.fetchall()}
+    finally:
+        conn.close()
+    return [counts.get(second, 0) for second in range(max(1, round(src.period_s)))]
 
 
 def _row_count(cur: Cursor) -> int | None:
