@@ -185,6 +185,7 @@ def _register_sources(app: Flask, ctx: WebContext) -> None:
             sources=[r for r in rows if not is_job_queue(r.name)],
             queues=[r for r in rows if is_job_queue(r.name)],
             charts=overview_charts(ctx.history, names),
+            paused=pause_actions.paused(ctx),
             readings=len(ctx.history),
             **overview_notes(rows),
         )

@@ -34,12 +34,17 @@ def target_of(settings: Settings, source: str) -> tuple[str, tuple[str, ...]] | 
     return None
 
 
-def paused_since(ctx: WebContext, source: str) -> dt.datetime | None:
-    """When the source was paused, or None (also when the pauses table is not there yet)."""
+def paused(ctx: WebContext) -> list[pauses.Pause]:
+    """What is paused now; none when the pauses table is not there yet (or not readable)."""
     try:
-        found = [p for p in PauseStore(ctx.db()).list() if p.source == source]
+        return PauseStore(ctx.db()).list()
     except StorageError:
-        return None
+        return []
+
+
+def paused_since(ctx: WebContext, source: str) -> dt.datetime | None:
+    """When the source was paused, or None."""
+    found = [p for p in paused(ctx) if p.source == source]
     return found[0].paused_at if found else None
 
 

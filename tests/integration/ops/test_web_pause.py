@@ -41,6 +41,7 @@ def test_pausing_and_resuming_from_a_source_page_needs_the_token_and_a_confirmat
     done = web.client.post("/sources/users/pause", data={"confirm": "yes", "token": TOKEN})
     assert (done.status_code, done.headers["Location"]) == (303, "/sources/users?done=paused")
     assert paused_sources(web) == ["users"]
+    assert '<a href="/sources/users">source users</a> is paused' in web.page("/")
     html = web.page("/sources/users")
     assert 'id="paused"' in html
     assert 'id="resume"' in html
@@ -49,6 +50,7 @@ def test_pausing_and_resuming_from_a_source_page_needs_the_token_and_a_confirmat
     assert done.status_code == 303
     assert paused_sources(web) == []
     assert 'id="paused"' not in web.page("/sources/users")
+    assert "is paused" not in web.page("/")
 
 
 @pytest.mark.usefixtures("paused_cleared")
