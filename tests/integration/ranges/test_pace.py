@@ -147,3 +147,42 @@ def test_checks_per_second_settle_within_ten_percent_of_rows_per_period(
     # ±20%: the schedule itself is within ±10% (the tests above); a loaded test host adds a few
     # hundred milliseconds of jitter to when checks run.
     assert all(abs(w - rate) <= 0.2 * rate for w in windows), windows
+
+
+def test_the_pace_holds_through_a_restart_of_the_dispatcher_and_the_worker(
+    paced: Callable[..., Settings],
+) -> None:
+    """Range mode, real seconds (about 13 s): both roles stop half-way through the second period
+    and start again; the checks keep their phases, so the third period's 1-s windows are even."""
+    settings = paced()
+
+    def start() -> tuple[threading.Event, list[threading.Thread]]:
+        stop = threading.Event()
+        roles = [threading.Thread(target=f, args=(settings, stop)) for f in (serve_dispatcher, serve_worker)]
+        for role in roles:
+            role.start()
+        return stop, roles
+
+    def end(stop: threading.Event, roles: list[threading.Thread]) -> None:
+        stop.set()
+        for role in roles:
+            role.join(timeout=30)
+
+    began = time.monotonic()
+    first = start()
+    try:
+        while time.monotonic() < began + 1.5 * PERIOD_S:
+            time.sleep(0.05)
+    finally:
+        end(*first)
+    second = start()
+    try:
+        while time.monotonic() < began + 3 * PERIOD_S + 0.5:  # the third period's windows complete
+            time.sleep(0.05)
+    finally:
+        end(*second)
+    with PLAN.lock:
+        times = list(PLAN.times)
+    windows = per_second(times, began, 3 * PERIOD_S)[2 * PERIOD_S :]
+    rate = USERS / PERIOD_S
+    assert all(abs(w - rate) <= 0.2 * rate for w in windows), windows
