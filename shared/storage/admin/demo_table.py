@@ -41,7 +41,7 @@ def ensure_database(mysql: MySQLSettings) -> None:
 
 
 def prepare(mysql: MySQLSettings, users: int, period_s: float, progress: Callable[[int], None]) -> bool:
-    """Make the table hold exactly `users` users, last checked spread over one period.
+    """Make the table hold exactly `users` users, each last checked at its slot in the period.
 
     Returns True when it was (re)built, False when an existing table already fit.
     """
@@ -53,10 +53,10 @@ def prepare(mysql: MySQLSettings, users: int, period_s: float, progress: Callabl
                 return False
             cur.execute(sql.DROP_TABLE)
             cur.execute(sql.CREATE_TABLE)
-            spread_us = round(period_s * 1_000_000)
+            fill = sql.fill_chunk(round(period_s * 1_000_000))
             for start in range(0, users, CHUNK):
                 n = min(CHUNK, users - start)
-                cur.execute(sql.FILL_CHUNK, (start + 1, start, spread_us, max(users, 1), n))
+                cur.execute(fill, (start + 1, start + 1, n))
                 conn.commit()
                 progress(n)
         return True
