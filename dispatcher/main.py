@@ -25,6 +25,7 @@ from ..shared.settings import Settings
 from ..shared.storage.db import Database
 from ..shared.storage.leased.jobs import JobStore
 from ..shared.storage.leases import LeaseStore
+from ..shared.storage.pause_store import PauseStore
 from ..shared.storage.range_store import RangeStore
 from ..shared.storage.schedule_store import ScheduleStore
 from ..shared.storage.source_store import Store
@@ -60,7 +61,15 @@ def serve(
     # Duties run in their own threads, on their own connections (PyMySQL is not thread-safe).
     redelivery = _redelivery(settings, queue, leadership, stop, drain=drain)
     stores = build_stores(settings, sources, stop)
-    dispatcher = Dispatcher(stores, queue, settings.dispatcher, redelivery, settings.mysql.lock_wait_s)
+    pauses = PauseStore(Database(settings.mysql))
+    dispatcher = Dispatcher(
+        stores,
+        queue,
+        settings.dispatcher,
+        redelivery,
+        settings.mysql.lock_wait_s,
+        paused=pauses.paused_or_last,
+    )
     keeper = RangeKeeper(_range_stores(build_stores(settings, sources, stop)), settings.dispatcher)
     # Before the first claim, so a new range source is covered at once; a lock held on the ranges
     # table past mysql.lock_wait_s is waited out, not the end of the dispatcher (issue 12.5).

@@ -25,14 +25,6 @@ def dispatch_delay_s(claimed: int, room: int, poll_interval_s: float) -> float:
     return poll_interval_s
 
 
-def catch_up_s(period_s: float) -> float:
-    """How late a range-mode span may be checked and still keep its fixed-rate slot: a second, or a
-    tenth of a short period. Later than that, its cadence restarts from the check (less this), so
-    an outage's backlog is not checked twice over, and the extra demand while behind is bounded
-    to period / (period - catch_up), at most 11%."""
-    return min(1.0, period_s / 10)
-
-
 def error_backoff_s(failures: int, base_s: float, cap_s: float, rng: random.Random) -> float:
     """Exponential backoff with full jitter after `failures` consecutive failed ticks (>= 1)."""
     if failures < 1:
@@ -371,3 +363,26 @@ def too_many_stuck(stuck: int, threads: int) -> bool:
     """A worker whose threads are more than half stuck in calls past their limit leaves (and is
     replaced by its supervisor): Python cannot stop a thread, only a process."""
     return stuck > 0 and 2 * stuck > threads
+
+
+# --- an even pace: where in its period each row or span of a re-scan source is due -----------------
+
+# Consecutive keys land golden-ratio steps apart in the period (a Weyl sequence): any run of n keys
+# covers every tenth of the period with n/10 of them, give or take two, whatever n is. The fraction
+# (sqrt(5) - 1) / 2 to 19 digits, as an integer over PHASE_SCALE: SQL computes the same, exactly, in
+# DECIMAL (shared.queries.pace), so a key's phase reads the same on both sides.
+PHASE_SCALE = 10**19
+PHASE_STEP = 6180339887498948482
+
+
+def spread_phase_us(key: int, period_us: int) -> int:
+    """A row's or span's phase, in [0, period): its checks are due at times congruent to it."""
+    return (abs(key) * PHASE_STEP % PHASE_SCALE) * period_us // PHASE_SCALE
+
+
+def slot_us(now_us: int, key: int, period_us: int) -> int:
+    """The latest time at or before now_us at the key's phase: what a check made at now_us counts
+    from (due again a period later). Never later than the check, less than a period earlier, so a
+    key's checks settle on its phase whatever the table's starting state, and a late check keeps
+    the slot it was due at."""
+    return now_us - (now_us - spread_phase_us(key, period_us)) % period_us

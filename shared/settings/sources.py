@@ -23,8 +23,9 @@ class SourceSettings(_Section):
     # A row is due when due_column <= NOW(6) - period_s. A re-scan source (check every 10 s) sets
     # the period; a `due_at` style column uses 0.
     period_s: float = Field(0.0, ge=0, le=366 * 86400)
-    # What a handler's plain success does: "touch" sets due_column = NOW(6) (re-scan);
-    # "delete" removes the row (one-off work).
+    # What a handler's plain success does: "touch" sets due_column to the check's slot, the latest
+    # time at or before NOW(6) at the row's phase in the period (re-scan; an even pace:
+    # docs/protecting.md); "delete" removes the row (one-off work).
     on_success: Literal["touch", "delete"] = "touch"
     claim_batch: int = Field(2000, ge=1, le=10_000)
     high_water: int = Field(40_000, ge=1, le=10_000_000)

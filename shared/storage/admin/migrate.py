@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ...identifiers import quote
+from ...queries.pauses import PAUSES_DDL, PAUSES_TABLE
 from ...queries.ranges import ranges_table, ranges_table_ddl
 from ...settings import Settings, SourceSettings
 from ..db import connect
@@ -43,6 +44,7 @@ def plan(settings: Settings) -> list[str]:
         steps.append(f"CREATE DATABASE IF NOT EXISTS {quote(settings.mysql.database)} CHARACTER SET utf8mb4")
         steps.append(leases_table_ddl(settings.dispatcher.leases_table))
         steps.append(workers_table_ddl(settings.worker.registry_table))
+        steps.append(PAUSES_DDL)
         if settings.jobs.enabled:
             steps += [jobs_table_ddl(settings.jobs), schedules_table_ddl(settings.jobs)]
             steps += [runs_table_ddl(settings.jobs), cursors_table_ddl(settings.jobs)]
@@ -57,6 +59,8 @@ def plan(settings: Settings) -> list[str]:
                 steps.append(workers_table_ddl(settings.worker.registry_table))
             else:
                 steps.extend(workers_migration(settings.worker.registry_table, workers))
+            if not describe(cur, PAUSES_TABLE).columns:
+                steps.append(PAUSES_DDL)
             if settings.jobs.enabled:
                 steps.extend(_jobs_steps(cur, settings))
             steps.extend(topic_steps(cur, settings.topics))
