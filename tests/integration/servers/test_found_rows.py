@@ -101,4 +101,3 @@ def test_job_finishes_and_stale_acks_count_alike_with_or_without_found_rows(
     assert all(runs.exists(i) for i in stale_ids)
     assert not runs.exists(ids[0])
     assert two["id"] == ids[1]
-
