@@ -25,6 +25,7 @@ from duecast.shared.states import State
 from duecast.shared.storage.admin import migrate
 from tests.faults.checker import classify, read_log
 from tests.faults.conftest import REDIS_DOWN, FaultEnv
+from tests.faults.procs import Procs, wait_for
 from tests.faults.redis_ha import Cluster, Sentinel, Servers
 from tests.faults.runs import drop_job_tables
 from tests.faults.servers.ha_app import JOBS
@@ -97,6 +98,7 @@ def make_ha(
     mysql_settings: MySQLSettings,
     redis_settings: RedisSettings,
     sql: pymysql.cursors.Cursor,
+    procs: Procs,
 ) -> Iterator[Callable[[dict[str, str]], Ha]]:
     made: list[Settings] = []
 
@@ -124,6 +126,7 @@ def make_ha(
         return Ha(env, settings, children)
 
     yield make
+    procs.kill_all()  # before their tables go
     for settings in made:
         drop_job_tables(sql, settings.jobs)
 
@@ -195,6 +198,9 @@ def test_sentinel_failover_under_load(servers: Servers, make_ha: Callable[[dict[
     def failover() -> None:
         with redis.Redis(port=topology.sentinels[0], socket_timeout=5) as sentinel:
             sentinel.execute_command("SENTINEL", "FAILOVER", "duecast-ha")  # type: ignore[no-untyped-call]
+        # The fresh work goes in once the Sentinels name the new master: its run then proves the
+        # roles followed the switch (the time still counts from the command).
+        wait_for(lambda: topology.master_port() == topology.replica, 30, "the Sentinels to switch masters")
 
     _under_load(make_ha(topology.env()), failover, "SENTINEL FAILOVER")
     assert topology.master_port() == topology.replica
