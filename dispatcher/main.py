@@ -90,10 +90,12 @@ def serve(
         with serving(settings, "dispatcher") as liveness:
             # Before the first claim, in this thread: rows whose entries a fresh or flushed Redis
             # lost go back first (retried until Redis answers), so no claim is taken for lost.
-            run(redelivery.canary(), stop, drain=True, on_turn=liveness.beat)
+            run(redelivery.canary(), stop, drain=True, on_turn=liveness.beat, probe=queue.ping)
             if not drain:
-                duties.start(redelivery)
-            run(dispatcher, stop, drain=drain, pause=dispatcher.pause, on_turn=liveness.beat)
+                duties.start(redelivery, probe=queue.ping)
+            run(
+                dispatcher, stop, drain=drain, pause=dispatcher.pause, on_turn=liveness.beat, probe=queue.ping
+            )
     finally:
         duties.stop()  # each finishes its tick
         leadership.resign()  # a standby takes over now, not when the lease runs out

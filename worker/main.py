@@ -84,7 +84,8 @@ def serve(
         with serving(settings, "worker") as liveness, running(members, stop, drain=drain):
             backoff_s = settings.worker.error_backoff_s
             if stores or not members:
-                run(worker, stop, drain=drain, error_base_s=backoff_s, on_turn=liveness.beat)
+                beat, probe = liveness.beat, queue.ping
+                run(worker, stop, drain=drain, error_base_s=backoff_s, on_turn=beat, probe=probe)
                 worker.finish(FINISH_GRACE_S)
             else:  # broadcast members only: they run in their own threads
                 while not drain and not stop.wait(1.0):
