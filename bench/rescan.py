@@ -3,9 +3,18 @@
 Runs the demo's real processes (one dispatcher, N workers) against a table of --users rows that is
 re-checked every --period seconds, in row mode and/or range mode, several times each, and prints
 a table of medians: checks/s sustained, the share of users checked within period + 1 s, p50/p99
-staleness at the end of the run, and the CPU each process used.
+staleness at the end of the run, the CPU each process used, and how even the pace is: p1 / median
+/ p99 of the 1-s windows of checks after --settle seconds, against users/period (from the acked
+counters, which each worker sends every 0.5 s: a window is off by up to that much of a worker's
+checks), and the schedule itself at the end: the users due in each second of the next period,
+read from MySQL (exact).
 
     scripts/dev shell python bench/rescan.py --users 1000000 --seconds 60 --runs 3
+
+The even pace from the worst start, every user due at once (docs/benchmarks.md, "An even pace"):
+
+    scripts/dev shell python bench/rescan.py --start due --modes ranges --users 1000000 --seconds 40
+    scripts/dev shell python bench/rescan.py --start due --modes rows --users 200000 --seconds 40
 """
 
 from __future__ import annotations
@@ -76,7 +85,11 @@ def one_run(settings: Settings, args: argparse.Namespace, workers: int, console:
         ages, weights = staleness(settings)
         total = sum(weights) or 1
         within = sum(w for a, w in zip(ages, weights, strict=True) if a <= args.period + 1.0)
+        due = sorted(demo_data.due_per_second(settings.mysql, settings.sources[0]))
         measured.update(
+            due_p0=due[0],
+            due_p50=statistics.median(due),
+            due_p100=due[-1],
             fresh_share=within / total,
             staleness_p50_s=weighted_quantile(ages, weights, 0.50),
             staleness_p99_s=weighted_quantile(ages, weights, 0.99),
@@ -84,12 +97,24 @@ def one_run(settings: Settings, args: argparse.Namespace, workers: int, console:
 
     db_pid = mariadb_pid()
     db_cpu_before = cpu_seconds(db_pid) if db_pid else 0.0
-    run = demo.run(settings, args.users, workers, args.seconds, console=console, before_stop=before_stop)
+    run = demo.run(
+        settings,
+        args.users,
+        workers,
+        args.seconds,
+        console=console,
+        before_stop=before_stop,
+        all_due=args.start == "due",
+    )
     db_cpu = (cpu_seconds(db_pid) - db_cpu_before) if db_pid else 0.0
     if run.errors or any(run.exit_codes.values()):
         raise SystemExit(f"run failed: {run.errors or run.exit_codes} (logs: {run.log_dir})")
     cores = {name: cpu / args.seconds for name, cpu in run.cpu_s.items()}
+    p1, p50, p99 = run.window_quantiles(skip_s=args.settle) or (0.0, 0.0, 0.0)
     return measured | {
+        "windows_p1": p1,
+        "windows_p50": p50,
+        "windows_p99": p99,
         "checks_per_s": run.mean_rate(skip_s=args.warmup),
         "cores": {
             "mariadb": db_cpu / args.seconds,
@@ -117,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--period", type=float, default=10.0)
     parser.add_argument("--batch", type=int, default=2000)
     parser.add_argument("--warmup", type=float, default=12.0, help="seconds ignored at the start of a run")
+    parser.add_argument(
+        "--start", choices=["spread", "due"], default="spread", help="last checks spread, or all due at once"
+    )
+    parser.add_argument("--settle", type=float, default=20.0, help="the 1-s windows counted start here")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--chart", type=Path, help="also draw checks/s per mode and worker count (PNG)")
     args = parser.parse_args(argv)
@@ -144,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         "runs",
         f"checked ≤ {args.period + 1:g} s",
         "staleness p50 / p99",
+        f"1-s windows p1 / p50 / p99 (target {args.users / args.period:,.0f})",
+        "due per second: min / median / max",
         "cores: MariaDB / dispatcher / workers",
     ):
         table.add_column(col, justify="right")
@@ -159,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             ", ".join(f"{x['checks_per_s']:,.0f}" for x in runs),
             f"{median_of(runs, 'fresh_share'):.1%}",
             f"{median_of(runs, 'staleness_p50_s'):.1f} s / {median_of(runs, 'staleness_p99_s'):.1f} s",
+            " / ".join(f"{median_of(runs, f'windows_{q}'):,.0f}" for q in ("p1", "p50", "p99")),
+            " / ".join(f"{median_of(runs, f'due_{q}'):,.0f}" for q in ("p0", "p50", "p100")),
             f"{cores['mariadb']:.2f} / {cores['dispatcher']:.2f} / {cores['workers']:.2f}",
         )
     out = Console()

@@ -75,6 +75,18 @@ def _cmd_topics(rest: list[str]) -> int:
     return main(rest)
 
 
+def _cmd_pause(rest: list[str]) -> int:
+    from .pause import main  # noqa: PLC0415
+
+    return main(rest)
+
+
+def _cmd_resume(rest: list[str]) -> int:
+    from .pause import main  # noqa: PLC0415
+
+    return main(rest, resume=True)
+
+
 def _cmd_status(rest: list[str]) -> int:
     from .status import main  # noqa: PLC0415
 
@@ -95,6 +107,8 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "enqueue": (_cmd_enqueue, "enqueue one job, or a JSON Lines file of jobs, into the jobs table"),
     "jobs": (_cmd_jobs, "show, list, retry, replay or discard one-off jobs"),
     "topics": (_cmd_topics, "publish, status, show/trace, find by key, replay (reset) and volume of topics"),
+    "pause": (_cmd_pause, "pause a source, job queue or consumer group (none: list what is paused)"),
+    "resume": (_cmd_resume, "resume what `duecast pause` paused, from where it was"),
     "status": (_cmd_status, "show backlog, lag, freshness, queues and rates (--watch to refresh)"),
     "web": (_cmd_web, "serve the web dashboard (charts, sources, queues, workers, dead jobs, schedules)"),
     "demo": (_cmd_demo, "run the user_block_status re-scan demo with a live display"),

@@ -9,7 +9,7 @@ import threading
 import time
 
 from ..shared.fanout.queue import ReadyQueue
-from ..shared.monitor.status import SourceSnapshot, source_snapshot
+from ..shared.monitor.status import SourceSnapshot, mysql_snapshot, source_snapshot
 from ..shared.process.runtime import build_queue, build_stores
 from ..shared.settings import Settings
 from ..shared.storage.source_store import Store
@@ -28,13 +28,13 @@ class Sampler:
         """Stores for every source on one new connection, verified (a missing migration fails here)."""
         return cls(build_stores(settings, settings.all_sources()), build_queue(settings))
 
-    def read(self, *, strict: bool = True) -> Reading:
+    def read(self, *, strict: bool = True, redis: bool = True) -> Reading:
         """A reading of every source. Not strict: a source that cannot be read is left out (logged),
-        so one dropped table does not blank a dashboard."""
+        so one dropped table does not blank a dashboard. `redis=False`: MySQL's side only."""
         snaps: list[SourceSnapshot] = []
         for store in self.stores:
             try:
-                snaps.append(source_snapshot(store, self.queue))
+                snaps.append(source_snapshot(store, self.queue) if redis else mysql_snapshot(store))
             except Exception as exc:
                 if strict:
                     raise

@@ -17,6 +17,7 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
+from ..shared.fanout.protocol import QueueError
 from ..shared.fanout.queue import ReadyQueue
 from ..shared.monitor.coverage import unserved, unserved_line
 from ..shared.monitor.freshness import failed_share
@@ -69,7 +70,7 @@ class StatusReader:
 
     def frame(self) -> Frame:
         out = Frame()
-        out.reading = self._attempt(out, self._read)
+        out.reading = self._attempt(out, lambda: self._read(out))
         if out.reading is None:
             out.reading = self.history.latest()
             out.stale_since = out.reading.at if out.reading is not None else None
@@ -83,10 +84,16 @@ class StatusReader:
             out.unserved = unserved([s.name for s in self.settings.all_sources()], out.live)
         return out
 
-    def _read(self) -> Reading:
+    def _read(self, out: Frame) -> Reading:
         if self.sampler is None:
             self.sampler = Sampler.connect(self.settings)  # verifies the schema: not migrated fails here
-        reading = self.sampler.read()
+        try:
+            reading = self.sampler.read()
+        except QueueError as exc:
+            # Redis away: MySQL's side still holds every backlog. Not kept in the history: rates
+            # from counters read as empty would spike once Redis answers again.
+            self._unavailable(out, exc)
+            return self.sampler.read(redis=False)
         self.history.add(reading)
         return reading
 
@@ -109,12 +116,17 @@ class StatusReader:
         try:
             return read()
         except Exception as exc:
-            problem = explain(exc)
-            if problem is None or problem.code != EXIT_UNAVAILABLE:
-                raise
-            if str(problem) not in out.problems:
-                out.problems.append(str(problem))
+            StatusReader._unavailable(out, exc)
             return None
+
+    @staticmethod
+    def _unavailable(out: Frame, exc: Exception) -> None:
+        """One line in out.problems for a server that is unavailable; anything else is raised."""
+        problem = explain(exc)
+        if problem is None or problem.code != EXIT_UNAVAILABLE:
+            raise exc
+        if str(problem) not in out.problems:
+            out.problems.append(str(problem))
 
 
 def view(
@@ -154,8 +166,8 @@ def as_json(frame: Frame, history: History) -> dict[str, Any]:
                 "unit": snap.db.unit,
                 "oldest_due_age_s": snap.db.oldest_due_age_s,
                 "states": snap.db.detail,
-                "in_redis": snap.list_length,
-                "counters": snap.counters,
+                "in_redis": snap.list_length if snap.redis_read else None,
+                "counters": snap.counters if snap.redis_read else None,
                 "fresh_share": None if fresh is None else fresh.fresh_share,
                 "fresh_share_exact": None if fresh is None else fresh.exact,
                 # Failed checks count as checks in fresh_share: this says how many failed.

@@ -53,7 +53,7 @@ def source_table(snaps: list[SourceSnapshot], history: History) -> Table:
             formats.shown(s.name),
             formats.count(s.db.due),
             f"{s.db.in_flight:,}",
-            f"{s.list_length:,}",
+            f"{s.list_length:,}" if s.redis_read else "?",
             formats.seconds(s.db.oldest_due_age_s),
             f"{c.get('acked', 0):,}",
             f"{c.get('failed', 0):,}",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable, Set
 
 from ..shared.fanout.protocol import Queue, QueueError
 from ..shared.policy import claim_room, dispatch_delay_s
@@ -34,8 +35,11 @@ class Dispatcher:
         settings: DispatcherSettings,
         redelivery: Redelivery,
         locked_held_s: float = 2.0,
+        *,
+        paused: Callable[[], Set[str]] = frozenset,
     ) -> None:
         self.stores = stores
+        self.paused = paused  # the sources an operator paused (PauseStore.paused_or_last)
         self.queue = queue
         self.settings = settings
         self.redelivery = redelivery
@@ -46,7 +50,12 @@ class Dispatcher:
         self.limiter = Limiter(stores, settings.limits_table)
 
     def tick(self) -> Tick:
-        delays = [self._dispatch(store) for store in self.stores]
+        paused = self.paused()
+        # A paused source claims nothing: its rows stay where they are, due, until it is resumed.
+        delays = [
+            self.settings.poll_interval_s if store.src.name in paused else self._dispatch(store)
+            for store in self.stores
+        ]
         delay = min(delays, default=self.settings.poll_interval_s)
         return Tick(delay, idle=delay > 0)
 

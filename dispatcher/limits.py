@@ -8,7 +8,7 @@ import logging
 import time
 
 from ..shared.entries import Entry
-from ..shared.policy import refill_wait_s
+from ..shared.limit_policy import refill_wait_s
 from ..shared.storage.limits import Grant, LimitStore, limit_store
 from ..shared.storage.protocol import ClaimsRuns
 from ..shared.storage.source_store import Store

@@ -25,6 +25,7 @@ from ..shared.settings import Settings
 from ..shared.storage.db import Database
 from ..shared.storage.leased.jobs import JobStore
 from ..shared.storage.leases import LeaseStore
+from ..shared.storage.pause_store import PauseStore
 from ..shared.storage.range_store import RangeStore
 from ..shared.storage.schedule_store import ScheduleStore
 from ..shared.storage.source_store import Store
@@ -60,7 +61,15 @@ def serve(
     # Duties run in their own threads, on their own connections (PyMySQL is not thread-safe).
     redelivery = _redelivery(settings, queue, leadership, stop, drain=drain)
     stores = build_stores(settings, sources, stop)
-    dispatcher = Dispatcher(stores, queue, settings.dispatcher, redelivery, settings.mysql.lock_wait_s)
+    pauses = PauseStore(Database(settings.mysql))
+    dispatcher = Dispatcher(
+        stores,
+        queue,
+        settings.dispatcher,
+        redelivery,
+        settings.mysql.lock_wait_s,
+        paused=pauses.paused_or_last,
+    )
     keeper = RangeKeeper(_range_stores(build_stores(settings, sources, stop)), settings.dispatcher)
     # Before the first claim, so a new range source is covered at once; a lock held on the ranges
     # table past mysql.lock_wait_s is waited out, not the end of the dispatcher (issue 12.5).
@@ -81,10 +90,12 @@ def serve(
         with serving(settings, "dispatcher") as liveness:
             # Before the first claim, in this thread: rows whose entries a fresh or flushed Redis
             # lost go back first (retried until Redis answers), so no claim is taken for lost.
-            run(redelivery.canary(), stop, drain=True, on_turn=liveness.beat)
+            run(redelivery.canary(), stop, drain=True, on_turn=liveness.beat, probe=queue.ping)
             if not drain:
-                duties.start(redelivery)
-            run(dispatcher, stop, drain=drain, pause=dispatcher.pause, on_turn=liveness.beat)
+                duties.start(redelivery, probe=queue.ping)
+            run(
+                dispatcher, stop, drain=drain, pause=dispatcher.pause, on_turn=liveness.beat, probe=queue.ping
+            )
     finally:
         duties.stop()  # each finishes its tick
         leadership.resign()  # a standby takes over now, not when the lease runs out

@@ -94,18 +94,19 @@ class Running:
         self._done = threading.Event()
         self.threads: list[threading.Thread] = []
 
-    def start(self, role: Role, *, first_s: float = 0.0) -> None:
+    def start(self, role: Role, *, first_s: float = 0.0, probe: Callable[[], object] | None = None) -> None:
         """Run `role`, its first tick `first_s` from now (an interval duty's first run is one interval
-        away: start-up did its first pass already), or at once when draining."""
+        away: start-up did its first pass already), or at once when draining. `probe`: the loop's
+        (Redis answers again: the backoff ends)."""
         thread = threading.Thread(
-            target=self._run, args=(role, first_s), name=f"duecast-{role.name}", daemon=True
+            target=self._run, args=(role, first_s, probe), name=f"duecast-{role.name}", daemon=True
         )
         thread.start()
         self.threads.append(thread)
 
-    def _run(self, role: Role, first_s: float) -> None:
+    def _run(self, role: Role, first_s: float, probe: Callable[[], object] | None) -> None:
         if self.drain or first_s <= 0 or not self._done.wait(first_s):
-            run(role, self._done, drain=self.drain)
+            run(role, self._done, drain=self.drain, probe=probe)
 
     def join(self) -> None:
         for thread in self.threads:

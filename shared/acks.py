@@ -83,17 +83,21 @@ def _check_delay(delay_s: object, max_delay_s: float) -> None:
         raise ValueError(f"delay_s {why}")
 
 
-def check_times(ack: Ack, max_delay_s: float, now: datetime) -> None:
+def check_times(ack: Ack, max_delay_s: float, now: datetime | None = None) -> None:
     """Refuse (ValueError) an Ack whose delay or moment is past the cap, not finite or negative:
     what the constructors check, applied by the stores to every Ack, a hand-built one too
-    (`Ack("retry", delay_s=float("nan"))`), with the configured cap (jobs.max_delay_s)."""
+    (`Ack("retry", delay_s=float("nan"))`), with the configured cap (jobs.max_delay_s). `now`
+    (aware; default the app clock) bounds `at` only. Cheap for the common Ack (no delay, no at):
+    stores call it for every row."""
+    if ack.delay_s == 0 and ack.at is None and isinstance(ack.reason, str):
+        return
     what = f"Ack.{ack.action}()"
     why = delay_refusal(ack.delay_s, max_delay_s)
     if why is not None:
         raise ValueError(f"{what}: delay_s {why}")
     if ack.at is not None:
         at = ack.at if not isinstance(ack.at, datetime) or ack.at.tzinfo else ack.at.replace(tzinfo=UTC)
-        why = moment_refusal(at, now, max_delay_s)
+        why = moment_refusal(at, now or datetime.now(UTC), max_delay_s)
         if why is not None:
             raise ValueError(f"{what}: at {why}")
     if not isinstance(ack.reason, str):

@@ -25,14 +25,6 @@ def dispatch_delay_s(claimed: int, room: int, poll_interval_s: float) -> float:
     return poll_interval_s
 
 
-def catch_up_s(period_s: float) -> float:
-    """How late a range-mode span may be checked and still keep its fixed-rate slot: a second, or a
-    tenth of a short period. Later than that, its cadence restarts from the check (less this), so
-    an outage's backlog is not checked twice over, and the extra demand while behind is bounded
-    to period / (period - catch_up), at most 11%."""
-    return min(1.0, period_s / 10)
-
-
 def error_backoff_s(failures: int, base_s: float, cap_s: float, rng: random.Random) -> float:
     """Exponential backoff with full jitter after `failures` consecutive failed ticks (>= 1)."""
     if failures < 1:
@@ -373,23 +365,24 @@ def too_many_stuck(stuck: int, threads: int) -> bool:
     return stuck > 0 and 2 * stuck > threads
 
 
-def bucket_tokens(tokens: float, elapsed_s: float, rate_per_s: float, burst: float) -> float:
-    """A token bucket's tokens `elapsed_s` after its last refill (a clock that went back adds none),
-    capped at `burst`; debt (a claim that took more than was left) is paid back first."""
-    return min(burst, tokens + max(0.0, elapsed_s) * rate_per_s)
+# --- an even pace: where in its period each row or span of a re-scan source is due -----------------
+
+# Consecutive keys land golden-ratio steps apart in the period (a Weyl sequence): any run of n keys
+# covers every tenth of the period with n/10 of them, give or take two, whatever n is. The fraction
+# (sqrt(5) - 1) / 2 to 19 digits, as an integer over PHASE_SCALE: SQL computes the same, exactly, in
+# DECIMAL (shared.queries.pace), so a key's phase reads the same on both sides.
+PHASE_SCALE = 10**19
+PHASE_STEP = 6180339887498948482
 
 
-def limited_claim(want: int, unit: int, tokens: float | None, room: int | None) -> int:
-    """Entries of `unit` checks each a claim may take: at most `want`, as many whole entries as the
-    tokens pay for, and as fit the room under max_running (None: that limit is not set)."""
-    n = max(0, want)
-    if tokens is not None:
-        n = min(n, max(0, int(tokens // unit)))
-    if room is not None:
-        n = min(n, max(0, room // unit))
-    return n
+def spread_phase_us(key: int, period_us: int) -> int:
+    """A row's or span's phase, in [0, period): its checks are due at times congruent to it."""
+    return (abs(key) * PHASE_STEP % PHASE_SCALE) * period_us // PHASE_SCALE
 
 
-def refill_wait_s(tokens: float, checks: float, rate_per_s: float, cap_s: float) -> float:
-    """How long until the bucket holds `checks` (a claim worth making), at most `cap_s`."""
-    return min(cap_s, max(0.0, (checks - tokens) / rate_per_s))
+def slot_us(now_us: int, key: int, period_us: int) -> int:
+    """The latest time at or before now_us at the key's phase: what a check made at now_us counts
+    from (due again a period later). Never later than the check, less than a period earlier, so a
+    key's checks settle on its phase whatever the table's starting state, and a late check keeps
+    the slot it was due at."""
+    return now_us - (now_us - spread_phase_us(key, period_us)) % period_us

@@ -64,6 +64,10 @@ GRANT SELECT, INSERT, UPDATE ON `app`.`duecast_limits` TO 'duecast_dispatcher'@'
 -- dispatcher reads it and removes the dead.
 GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`duecast_workers` TO 'duecast_worker'@'%';
 GRANT SELECT, DELETE ON `app`.`duecast_workers` TO 'duecast_dispatcher'@'%';
+-- Pauses (`duecast pause` / `resume`, shared.api.pauses): every dispatcher and worker reads
+-- them; operators pause and resume as the dispatcher account, as they retry jobs with it.
+GRANT SELECT, INSERT, DELETE ON `app`.`duecast_pauses` TO 'duecast_dispatcher'@'%';
+GRANT SELECT ON `app`.`duecast_pauses` TO 'duecast_worker'@'%';
 
 -- Applications that enqueue jobs (Enqueuer, `duecast enqueue`): INSERT of the columns a job is
 -- made of, and nothing else: no UPDATE or DELETE, so an enqueuer cannot change a queued job (its
@@ -151,6 +155,7 @@ GRANT SELECT ON `app`.`duecast_schedules` TO 'duecast_dashboard'@'%';
 GRANT SELECT ON `app`.`duecast_workers` TO 'duecast_dashboard'@'%';
 GRANT SELECT ON `app`.`duecast_leases` TO 'duecast_dashboard'@'%';
 GRANT SELECT ON `app`.`duecast_limits` TO 'duecast_dashboard'@'%';
+GRANT SELECT ON `app`.`duecast_pauses` TO 'duecast_dashboard'@'%';
 GRANT SELECT ON `app`.`user_block_status` TO 'duecast_dashboard'@'%';
 GRANT SELECT ON `app`.`account_checks` TO 'duecast_dashboard'@'%';
 GRANT SELECT ON `app`.`dc_ranges_account_checks` TO 'duecast_dashboard'@'%';

@@ -25,6 +25,8 @@ from ..shared.process.runtime import (
     start_process,
 )
 from ..shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
+from ..shared.storage.db import Database
+from ..shared.storage.pause_store import PauseStore
 from ..shared.storage.source_store import Store
 from ..shared.storage.worker_registry import Heartbeat
 from ..shared.telemetry.observe import timed
@@ -64,6 +66,8 @@ def serve(
     heartbeat = Heartbeat(settings.mysql, settings.worker, list(stores), tasks)
     retry_startup(heartbeat.registry.verify, what="the workers table check", stop=stop)
     worker = Worker(stores, handlers, queue, settings.worker, process=heartbeat.name)
+    # What an operator paused is not popped, so not started (its own connection: this thread's).
+    worker.starter.paused = PauseStore(Database(settings.mysql)).paused_or_last
     members = broadcast_members(settings, registry, settings.worker.sources or registry.sources, stop)
     log.info(
         "working on %s with %d thread(s)%s, up to %d rows in flight",
@@ -80,7 +84,8 @@ def serve(
         with serving(settings, "worker") as liveness, running(members, stop, drain=drain):
             backoff_s = settings.worker.error_backoff_s
             if stores or not members:
-                run(worker, stop, drain=drain, error_base_s=backoff_s, on_turn=liveness.beat)
+                beat, probe = liveness.beat, queue.ping
+                run(worker, stop, drain=drain, error_base_s=backoff_s, on_turn=beat, probe=probe)
                 worker.finish(FINISH_GRACE_S)
             else:  # broadcast members only: they run in their own threads
                 while not drain and not stop.wait(1.0):

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence, Set
 
 from ..shared.api.handlers import Handler
 from ..shared.entries import BadEntry, Entry, decode_entry, encode_entry
@@ -22,6 +23,7 @@ from .report import log_locked
 from .runner import LoopRunner, ThreadRunner
 
 log = logging.getLogger("duecast.worker")
+PAUSED_WAIT_S = 0.2  # every source paused: look again this often (a pause is read every 0.5 s)
 UNIT_RETRIES = 1_000  # only a backstop: worker.unit_retry_s is what limits a start's retries
 
 
@@ -65,9 +67,16 @@ class Starter:
         self.flights: list[Flight] = []  # changed in place: the other parts read the same list
         self.holding = False
         self.rows_per_entry = {name: s.rows_per_entry for name, s in stores.items()}
+        self.paused: Callable[[], Set[str]] = frozenset  # the sources an operator paused
 
     def pop(self, rows: int, *, block: bool) -> tuple[str, list[bytes]] | None:
-        sources = list(self.stores)
+        paused = self.paused()
+        # A paused source's entries stay in Redis, not started (nothing lost: resumed, they are
+        # popped then, or redelivery requeues their rows after the visibility timeout).
+        sources = [s for s in self.stores if s not in paused]
+        if not sources:
+            time.sleep(min(self.settings.block_timeout_s, PAUSED_WAIT_S) if block else 0.0)
+            return None
         counts = [max(1, -(-rows // self.rows_per_entry[s])) for s in sources]
         timeout_s = self.settings.block_timeout_s if block else 0.0
         if self.process is None:

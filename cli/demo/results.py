@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import itertools
+import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +38,13 @@ class Run:
         s = [x for x in self.samples if x.t - self.samples[0].t >= skip_s] if self.samples else []
         return [(b.acked - a.acked) / (b.t - a.t) for a, b in itertools.pairwise(s) if b.t > a.t]
 
+    def window_quantiles(self, skip_s: float) -> tuple[float, float, float] | None:
+        """p1, median and p99 of the 1-s windows of checks after skip_s: how even the pace is."""
+        rates = sorted(self.rates(skip_s))
+        if not rates:
+            return None
+        return _at(rates, 0.01), statistics.median(rates), _at(rates, 0.99)
+
     def mean_rate(self, skip_s: float = 0.0) -> float:
         s = [x for x in self.samples if x.t - self.samples[0].t >= skip_s] if self.samples else []
         if len(s) < 2 or s[-1].t <= s[0].t:
@@ -56,3 +65,8 @@ class Run:
 
     def counter(self, name: str) -> int:
         return self.samples[-1].snap.counters.get(name, 0) if self.samples else 0
+
+
+def _at(ordered: list[float], q: float) -> float:
+    """The q-quantile of ordered values, nearest rank."""
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]

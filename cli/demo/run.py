@@ -62,9 +62,11 @@ def run(
     console: Console | None = None,
     stop: threading.Event | None = None,
     before_stop: Callable[[], None] | None = None,
+    all_due: bool = False,
 ) -> Run:
     """Prepare, start, watch for `seconds`, stop. `before_stop` runs while every process still
-    works (benchmarks take their end-of-run measurements there)."""
+    works (benchmarks take their end-of-run measurements there). `all_due`: every user due at the
+    start, the worst case for an even pace (else their last checks are spread over a period)."""
     console = console or Console()
     stop = stop or threading.Event()
     with Progress(console=console, transient=True) as bar:
@@ -79,6 +81,8 @@ def run(
     for key in (queue.keys.ready, queue.keys.bell, queue.keys.stats, queue.keys.quarantine):
         queue.client.delete(key(demo_data.TABLE))  # our own demo keys only
     stores[0].reset_dispatched()
+    if all_due:  # ranges not discovered yet start due anyway (never checked)
+        demo_data.make_all_due(settings.mysql, settings.sources[0])
     result = Run(users, workers, settings.sources[0].period_s, settings.sources[0].mode)
     # Logs are kept (and named in the summary): a demo that went wrong must say why.
     logs = Path(tempfile.mkdtemp(prefix="duecast-demo-"))
@@ -149,6 +153,13 @@ def main(argv: list[str] | None = None) -> int:
         default="ranges",
         help="dispatch state per range of ids (the fastest) or per row",
     )
+    parser.add_argument(
+        "--start",
+        choices=["spread", "due"],
+        default="spread",
+        help="users' last checks spread over a period, or every user due at once (the even pace "
+        "settles within two periods)",
+    )
     args = parser.parse_args(argv)
     if args.users < 1 or args.workers < 1 or args.seconds <= 0:
         parser.error("--users and --workers must be >= 1 and --seconds > 0")
@@ -164,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         concurrency=args.concurrency,
         console=console,
         stop=stop,
+        all_due=args.start == "due",
     )
     console.print()  # the live display leaves the cursor on its last line
     console.print(summary(result))

@@ -1,5 +1,6 @@
-"""The dashboard's Flask application: its pages (duecast.cli.web.pages), its two actions
-(duecast.cli.web.actions), strict security headers, and template filters. No I/O at import time.
+"""The dashboard's Flask application: its pages (duecast.cli.web.pages), its actions (retry and
+discard: duecast.cli.web.actions; pause and resume: pause_actions), strict security headers, and
+template filters. No I/O at import time.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from datetime import UTC, datetime
 from flask import Flask, Response
 
 from .. import formats
-from . import actions, pages, topics_page
+from . import actions, pages, pause_actions, topics_page
 from .context import WebContext
 
 # Scripts, styles and images only from this server; no inline script; never framed.
@@ -32,6 +33,7 @@ def create_app(ctx: WebContext) -> Flask:
     pages.register(app, ctx)
     topics_page.register(app, ctx)
     actions.register(app, ctx)
+    pause_actions.register(app, ctx)
 
     @app.after_request
     def headers(resp: Response) -> Response:

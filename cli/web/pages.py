@@ -23,6 +23,7 @@ from ...shared.storage.admin.job_admin import Filter
 from ...shared.storage.worker_registry import WorkerRegistry, bad_rows_line
 from .. import formats
 from ..history import History, Point, lag_s
+from . import pause_actions
 from .charts import COLLECTING, Series, line_chart
 from .context import WebContext
 
@@ -192,6 +193,7 @@ def _register_sources(app: Flask, ctx: WebContext) -> None:
             sources=[r for r in rows if not is_job_queue(r.name)],
             queues=[r for r in rows if is_job_queue(r.name)],
             charts=overview_charts(ctx.history, names),
+            paused=pause_actions.paused(ctx),
             readings=len(ctx.history),
             **overview_notes(rows),
         )
@@ -207,6 +209,9 @@ def _register_sources(app: Flask, ctx: WebContext) -> None:
             row=row,
             queue=name.split(".", 1)[1] if is_job_queue(name) else None,
             charts=source_charts(ctx.history, name, rescan, row.snap.db.unit),
+            pausable=pause_actions.target_of(ctx.settings, name) is not None,
+            paused_since=pause_actions.paused_since(ctx, name),
+            can_act=ctx.settings.web.token is not None,
         )
 
     @app.get("/workers")

@@ -103,6 +103,15 @@ def _path(path: Path | None) -> str | None:
 # Everything a Redis call may raise for a server-side or connection reason. A cluster client's own
 # errors (no node answers, a slot not covered) do not derive from RedisError.
 REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, redis.exceptions.RedisClusterException)
+# A failover in progress, as the server or client says it: a cluster whose slot's master is gone
+# (CLUSTERDOWN, MASTERDOWN, TRYAGAIN, redirections exhausted), Sentinels naming no master yet
+# (MasterNotFoundError is a ConnectionError), or a demoted master refusing writes (READONLY). Each
+# passes on its own, like a refused connection: one WARNING line, retried, never a traceback.
+FAILOVER_ERRORS: tuple[type[Exception], ...] = (
+    redis.exceptions.ClusterError,  # ClusterDownError and MasterDownError derive from it
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ReadOnlyError,
+)
 
 
 def redis_problem(exc: BaseException) -> tuple[str, bool] | None:
@@ -120,6 +129,9 @@ def redis_problem(exc: BaseException) -> tuple[str, bool] | None:
             "docs/security.md lists for this role",
             False,
         )
+    if isinstance(exc, FAILOVER_ERRORS):
+        line = f"Redis is failing over ({type(exc).__name__}: {said}); it passes: try again in a few seconds"
+        return line, True
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError | redis.exceptions.RedisClusterException):
         return f"Redis: {said}; start Redis, or fix redis.url (DUECAST_REDIS__URL)", True
     return None

@@ -20,6 +20,7 @@ class SourceSnapshot:
     list_length: int
     counters: dict[str, int]
     freshness: Freshness | None = None  # re-scan sources only
+    redis_read: bool = True  # False: Redis did not answer; list_length and counters are unknown
 
 
 def snapshot(stores: list[Store], queue: Queue) -> list[SourceSnapshot]:
@@ -30,3 +31,9 @@ def source_snapshot(store: Store, queue: Queue) -> SourceSnapshot:
     name = store.src.name
     status = store.status()
     return SourceSnapshot(name, status, queue.length(name), queue.stats(name), measure(store, status))
+
+
+def mysql_snapshot(store: Store) -> SourceSnapshot:
+    """The MySQL side only (every backlog lives there), for when Redis does not answer."""
+    status = store.status()
+    return SourceSnapshot(store.src.name, status, 0, {}, measure(store, status), redis_read=False)

@@ -10,15 +10,21 @@ import logging
 import random
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 from typing import Protocol
 
+from ..fanout.protocol import QueueUnavailable
 from ..policy import error_backoff_s
 from .failures import log_failure
 
 log = logging.getLogger("duecast.loop")
+# While a tick's Redis is away, the backoff asks it this often whether it answers again: requeueing
+# and popping resume within this of Redis coming back (not the backoff's 5-10 s), and a down Redis
+# sees one cheap PING per interval per role.
+PROBE_EVERY_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -42,15 +48,20 @@ def run(
     error_cap_s: float = 10.0,
     pause: Callable[[float], None] | None = None,
     on_turn: Callable[[], None] | None = None,
+    probe: Callable[[], object] | None = None,
 ) -> None:
     """Run `role` until `stop` is set (or, draining, until it is idle). Errors back off, never exit.
 
     `pause(delay_s)` replaces the idle sleep when given (the dispatcher waits for a wake-up there);
     it must return within delay_s, and if it fails the loop sleeps instead. `on_turn()` is called
     at the start of every turn, failed ticks included (shared/process/health.py's liveness).
+    `probe()` (the queue's PING) ends the backoff after a tick that could not reach Redis as soon
+    as it returns without raising, tried every PROBE_EVERY_S: the backoff spares a down Redis,
+    not one that answers again.
     """
     rng = random.Random()
     failures = 0
+    redis_away = False
     while not stop.is_set():
         if on_turn is not None:
             on_turn()
@@ -59,6 +70,7 @@ def run(
             failures = 0
         except Exception as exc:
             failures += 1
+            redis_away = isinstance(exc, QueueUnavailable)
             delay = error_backoff_s(failures, error_base_s, error_cap_s, rng)
             log_failure(
                 log,
@@ -73,7 +85,9 @@ def run(
             result = Tick(delay, idle=False)
         if drain and result.idle:
             return
-        if result.delay_s > 0:
+        if result.delay_s > 0 and failures and redis_away and probe is not None:
+            _back_off_until_answered(probe, stop, result.delay_s)
+        elif result.delay_s > 0:
             # After a failure, back off with a plain sleep: the pause may need the broken server.
             _pause(pause if failures == 0 else None, stop, result.delay_s)
 
@@ -101,3 +115,18 @@ def _pause(pause: Callable[[float], None] | None, stop: threading.Event, delay_s
         except Exception:
             log.debug("pause failed; sleeping instead", exc_info=True)
     stop.wait(delay_s)
+
+
+def _back_off_until_answered(probe: Callable[[], object], stop: threading.Event, delay_s: float) -> None:
+    """Sleep up to delay_s, ending early once `probe()` succeeds (one try per PROBE_EVERY_S)."""
+    deadline = time.monotonic() + delay_s
+    while not stop.wait(min(PROBE_EVERY_S, max(0.0, deadline - time.monotonic()))):
+        if time.monotonic() >= deadline:
+            return
+        try:
+            probe()
+        except Exception as exc:  # still away: the tick's failure said why, once
+            log.debug("Redis does not answer yet: %s", exc)
+            continue
+        log.debug("Redis answers again; retrying now")
+        return

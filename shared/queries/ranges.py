@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass
 
 from ..identifiers import quote
-from ..policy import catch_up_s
 from ..settings import SourceSettings
 from ..states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN, State
+from .pace import slot_sql
 
 IDLE, RUNNING = int(State.IDLE), int(State.RUNNING)
 
@@ -80,7 +80,7 @@ def render_ranges(src: SourceSettings, ranges_table: str) -> RangeSQL:
     t, pk, due, r = quote(src.table), quote(src.id_column), quote(src.due_column), quote(ranges_table)
     st = quote(STATE_COLUMN)
     size = int(src.range_size)
-    period_us, catch_up_us = round(src.period_s * 1_000_000), round(catch_up_s(src.period_s) * 1_000_000)
+    period_us = round(src.period_s * 1_000_000)
     return RangeSQL(
         # A batch's rows: `{spans}` is `(id >= lo AND id < hi) OR ...` from started range rows;
         # PRIMARY range scans, a plain read: no locks (the span's RUNNING state fences its rows).
@@ -94,17 +94,20 @@ def render_ranges(src: SourceSettings, ranges_table: str) -> RangeSQL:
             f"SELECT COUNT(*), JSON_ARRAYAGG(JSON_ARRAY({{columns}})) "
             f"FROM {t} FORCE INDEX (PRIMARY) WHERE {{spans}}"
         ),
-        # A range's ack (in place of the row machinery's ack_touch): a fixed rate, not a fixed
-        # delay. The span is due a period after the slot it was due at, so a check made d late
-        # does not make every later check d later too (1M users every 10 s is 100,000 checks/s,
-        # not 1M / (10 s + d)). A span more than catch_up late (an outage, an overload) restarts
-        # its cadence from NOW(6) - catch_up instead of being due again at once (policy.catch_up_s).
-        # So checked_at is the slot a check served: never later than the check, and at most
-        # catch_up earlier; staleness read from it errs on the old side. PRIMARY, fenced on RUNNING.
+        # A range's ack (in place of the row machinery's ack_touch): a fixed rate at an even pace.
+        # checked_at becomes the slot the check served: the latest time at or before NOW(6) at the
+        # span's phase (shared.queries.pace, policy.slot_us), so the span is due a period after
+        # the slot it was due at. A check made d late does not make every later check d later
+        # (1M users every 10 s is 100,000 checks/s, not 1M / (10 s + d)); spans' phases spread
+        # evenly over the period, so a table that starts all due (or all fresh) is checked at
+        # rows/period per second from its second period on, not in a burst a period; and a span
+        # checked long after its slot (an outage) is due at its next slot, not again at once.
+        # So checked_at is never later than the check and less than a period earlier: staleness
+        # read from it errs on the old side. PRIMARY, fenced on RUNNING.
         ack_checked=(
-            f"UPDATE {r} FORCE INDEX (PRIMARY) SET {st} = {IDLE}, `checked_at` = GREATEST("
-            f"`checked_at` + INTERVAL {period_us} MICROSECOND, NOW(6) - INTERVAL {catch_up_us} MICROSECOND"
-            f") + INTERVAL %s MICROSECOND{{set}} WHERE {{fence}} AND {st} = {RUNNING}"
+            f"UPDATE {r} FORCE INDEX (PRIMARY) SET {st} = {IDLE}, `checked_at` = "
+            f"{slot_sql('`range_id`', period_us)} + INTERVAL %s MICROSECOND{{set}} "
+            f"WHERE {{fence}} AND {st} = {RUNNING}"
         ),
         # Only rows whose handler asked for a change are written (their due column records the
         # change, as a touch does in row mode); PRIMARY lookups. `{set}` starts with ", ".

@@ -20,6 +20,7 @@ from ..states import (
     STATE_COLUMN,
     State,
 )
+from .pace import slot_sql
 
 IDLE, DISPATCHED, RUNNING = int(State.IDLE), int(State.DISPATCHED), int(State.RUNNING)
 
@@ -72,6 +73,7 @@ class _SourceNames:
     due_now: str
     fenced: str
     running: str
+    checked: str  # what a re-scan check records in the due column: its slot (shared.queries.pace)
 
 
 def _source_names(src: SourceSettings) -> _SourceNames:
@@ -87,6 +89,8 @@ def _source_names(src: SourceSettings) -> _SourceNames:
     # Fenced statements carry a `{fence}` placeholder: see fence().
     fenced = f"{{fence}} AND {st} = {DISPATCHED}"
     running = f"{{fence}} AND {st} = {RUNNING}"
+    period_us = round(src.period_s * 1_000_000)
+    checked = slot_sql(pk, period_us) if period_us > 0 else "NOW(6)"
     return _SourceNames(
         t=t,
         pk=pk,
@@ -98,6 +102,7 @@ def _source_names(src: SourceSettings) -> _SourceNames:
         due_now=due_now,
         fenced=fenced,
         running=running,
+        checked=checked,
     )
 
 
@@ -191,20 +196,22 @@ def _leasing(n: _SourceNames) -> dict[str, str]:
 def _finishing(n: _SourceNames) -> dict[str, str]:
     """Acks and failed checks, RUNNING -> IDLE or gone; each fenced."""
     t, due, st, att, disp = n.t, n.due, n.st, n.att, n.disp
-    running = n.running
+    running, checked = n.running, n.checked
     return dict(
-        # Ack, re-scan: RUNNING -> IDLE, due again after period (+ an optional delay).
+        # Ack, re-scan: RUNNING -> IDLE, due again a period (+ an optional delay) after the slot
+        # the check served: the latest time at or before NOW(6) at the row's phase, so the rows'
+        # checks spread evenly over the period whatever their starting state (shared.queries.pace).
         # `{set}` is filled with validated column assignments from the handler's Ack.
         ack_touch=(
             f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {IDLE}, "
-            f"{due} = NOW(6) + INTERVAL %s MICROSECOND{{set}} WHERE {running}"
+            f"{due} = {checked} + INTERVAL %s MICROSECOND{{set}} WHERE {running}"
         ),
         # Ack, one-off: the row is done and removed.
         # (The multi-table form: a single-table DELETE takes no index hint, and without one the
         # optimizer may scan a small table and lock rows other workers hold.)
         ack_delete=f"DELETE {t} FROM {t} FORCE INDEX (PRIMARY) WHERE {running}",
         # A failed check of a re-scan row: due again at its next period, as if checked now.
-        fail_rescan=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {IDLE}, {due} = NOW(6) WHERE {running}",
+        fail_rescan=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {IDLE}, {due} = {checked} WHERE {running}",
         # A failed one-off row: DISPATCHED for the sweeper (its visibility timeout, counted from now,
         # is the retry delay) under a new attempt, so a copy of its entry can never run it again.
         fail_oneoff=(

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, model_validator
 
+from ..limits import MAX_DELAY_S
 from .base import Identifier, _Section
 from .limits import Limits, unit_refusal
 
@@ -23,8 +24,9 @@ class SourceSettings(Limits):
     # A row is due when due_column <= NOW(6) - period_s. A re-scan source (check every 10 s) sets
     # the period; a `due_at` style column uses 0.
     period_s: float = Field(0.0, ge=0, le=366 * 86400)
-    # What a handler's plain success does: "touch" sets due_column = NOW(6) (re-scan);
-    # "delete" removes the row (one-off work).
+    # What a handler's plain success does: "touch" sets due_column to the check's slot, the latest
+    # time at or before NOW(6) at the row's phase in the period (re-scan; an even pace:
+    # docs/protecting.md); "delete" removes the row (one-off work).
     on_success: Literal["touch", "delete"] = "touch"
     claim_batch: int = Field(2000, ge=1, le=10_000)
     high_water: int = Field(40_000, ge=1, le=10_000_000)
@@ -103,9 +105,10 @@ class JobsSettings(_Section):
     # list, and workers serve the queues in worker.queues order (default: this order).
     queues: list[QueueName] = Field(default_factory=lambda: ["default"], min_length=1)
     max_payload_bytes: int = Field(65_536, ge=16, le=16 * 1024 * 1024)  # JSON text, UTF-8
-    # How far ahead a job may be enqueued (delay_s, run_at): 10 years. Further is refused as a
+    # How far ahead anything may be put off: a job's enqueue (delay_s, run_at) and every handler's
+    # Ack.retry / Ack.touch(delay_s=...) (shared/limits.py): 10 years. Further is refused as a
     # mistake (a delay in ms passed as s), and keeps run_at far from DATETIME's end.
-    max_delay_s: float = Field(3650 * 86400.0, ge=1, le=100 * 366 * 86400)
+    max_delay_s: float = Field(MAX_DELAY_S, ge=1, le=100 * 366 * 86400)
     max_attempts: int = Field(20, ge=1, le=10_000)  # default per job: failed runs before dead
     max_interruptions: int = Field(3, ge=1, le=1000)  # runs whose worker died, before dead
     retry_base_s: float = Field(2.0, gt=0, le=86400)  # backoff after the first failure...

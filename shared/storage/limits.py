@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from ..policy import bucket_tokens, limited_claim
+from ..limit_policy import bucket_tokens, limited_claim
 from ..queries.limits import count_rows, jobs_in_flight, render_limits, rows_in_flight
 from ..queries.ranges import ranges_table
 from ..settings import SourceSettings

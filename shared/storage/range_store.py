@@ -11,7 +11,6 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -231,7 +230,7 @@ class RangeStore:
         action = "touch" if ack.action == "default" else ack.action
         if action not in ("touch", "delete"):
             raise ValueError(row_action_refusal(ack, self.business.name))
-        check_times(ack, self.ranges.max_delay_s, datetime.now(UTC))
+        check_times(ack, self.ranges.max_delay_s)
         for name, _ in ack.values:
             check_settable(name, self.business, self.columns)
         if action == "delete":

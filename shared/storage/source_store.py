@@ -12,7 +12,6 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -189,7 +188,7 @@ class SourceStore:
         action = self.src.on_success if ack.action == "default" else ack.action
         if action not in ("touch", "delete"):
             raise ValueError(row_action_refusal(ack, self.src.name))
-        check_times(ack, self.max_delay_s, datetime.now(UTC))
+        check_times(ack, self.max_delay_s)
         if action == "delete":
             return ("delete",)
         for name, _ in ack.values:
@@ -203,8 +202,12 @@ class SourceStore:
     def ack_groups(self, acks: Sequence[tuple[Row, Ack]]) -> AckGroups:
         """Rows by the statement that acks them; a bad Ack raises ValueError here, before any SQL."""
         groups: AckGroups = defaultdict(list)
+        keys: dict[int, Any] = {}  # by identity: most rows share one Ack object (acks keeps it alive)
         for row, ack in acks:
-            groups[self.group_key(ack)].append(row)
+            key = keys.get(id(ack))
+            if key is None:
+                key = keys[id(ack)] = self.group_key(ack)
+            groups[key].append(row)
         return groups
 
     def finish(self, cur: Cursor, groups: AckGroups) -> AckCounts:

@@ -38,6 +38,7 @@ from tests.faults.env import (  # noqa: F401  (re-exported: tests import these f
     KILL_AFTER_POP,
     KINDS,
     REDIS_DOWN,
+    RESCAN_PERIOD_S,
     RUNNING,
     SESSION_LOST,
     SOURCE_NAMES,
@@ -105,7 +106,7 @@ def fault_env(
             "table": table,
             "id_column": "id",
             "due_column": "due_at",
-            "period_s": 3600 if kind == "rescan" else 0,
+            "period_s": RESCAN_PERIOD_S if kind == "rescan" else 0,
             "on_success": "touch" if kind == "rescan" else "delete",
             "claim_batch": 100,
             "visibility_timeout_s": 30,  # nothing expires by itself during a test: we back-date

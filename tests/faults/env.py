@@ -32,6 +32,11 @@ SOURCE_NAMES = {"oneoff": app.ONEOFF, "rescan": app.RESCAN}
 # Scenarios that do not depend on the kind of source run on both: the one-off kind (ack = DELETE)
 # is the issue's; the re-scan kind (ack = UPDATE) also records which attempt's ack landed.
 KINDS = ["oneoff", "rescan"]
+# A re-scan row's period. A check records its row's slot in the period (an even pace,
+# shared.queries.pace): the first check of a row far from its phase may record a slot up to a
+# period earlier, so the row is due again at its phase, which may come within the test. A month
+# makes that chance negligible (a phase within a test's seconds); each scenario's re-checks are its own.
+RESCAN_PERIOD_S = 30 * 86_400
 # Exception class names a process may log when a test takes a server away from it (`allow=`):
 # redis-py's error and its socket-level causes; PyMySQL's errors on a closed session.
 REDIS_DOWN = ("ConnectionError", "ConnectionRefusedError", "ConnectionResetError", "BrokenPipeError")
@@ -151,8 +156,8 @@ class FaultEnv:
         self.sql.execute(stmt.format(t=f"`{self.source.table}`"), args)
         return list(self.sql.fetchall())
 
-    def insert(self, n: int, start: int = 1, due_ago_s: float = 7200) -> list[int]:
-        """Rows start..start+n-1, due `due_ago_s` ago (a re-scan row's period is 3600 s)."""
+    def insert(self, n: int, start: int = 1, due_ago_s: float = 2 * RESCAN_PERIOD_S) -> list[int]:
+        """Rows start..start+n-1, last touched `due_ago_s` ago (due: past a re-scan row's period)."""
         ids = list(range(start, start + n))
         self.query(
             f"INSERT INTO {{t}} (id, due_at) SELECT seq, NOW(6) - INTERVAL %s MICROSECOND "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import Counter
 from typing import Any
@@ -29,6 +30,7 @@ class Plan:
             self.attempts: dict[int, list[int]] = {}
             self.fail: set[int] = set()
             self.set_status: dict[int, int] = {}
+            self.times: list[float] = []  # time.monotonic() of every check, for per-second series
 
 
 PLAN = Plan()
@@ -63,6 +65,7 @@ def check(row: Row) -> Ack | None:
     user = int(row["user_id"])
     with PLAN.lock:
         PLAN.runs[user] += 1
+        PLAN.times.append(time.monotonic())
         PLAN.attempts.setdefault(user, []).append(int(row["dc_attempt"]))
         if user in PLAN.fail:
             raise RuntimeError(f"check of {user} failed")

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from ...identifiers import quote
 from ...queries.limits import limits_table_ddl
+from ...queries.pauses import PAUSES_DDL, PAUSES_TABLE
 from ...queries.ranges import ranges_table, ranges_table_ddl
 from ...settings import Settings, SourceSettings
 from ..db import connect
@@ -45,6 +46,7 @@ def plan(settings: Settings) -> list[str]:
         steps.append(leases_table_ddl(settings.dispatcher.leases_table))
         steps.append(workers_table_ddl(settings.worker.registry_table))
         steps.append(limits_table_ddl(settings.dispatcher.limits_table))
+        steps.append(PAUSES_DDL)
         if settings.jobs.enabled:
             steps += [jobs_table_ddl(settings.jobs), schedules_table_ddl(settings.jobs)]
             steps += [runs_table_ddl(settings.jobs), cursors_table_ddl(settings.jobs)]
@@ -61,6 +63,8 @@ def plan(settings: Settings) -> list[str]:
                 steps.append(workers_table_ddl(settings.worker.registry_table))
             else:
                 steps.extend(workers_migration(settings.worker.registry_table, workers))
+            if not describe(cur, PAUSES_TABLE).columns:
+                steps.append(PAUSES_DDL)
             if settings.jobs.enabled:
                 steps.extend(_jobs_steps(cur, settings))
             steps.extend(topic_steps(cur, settings.topics))

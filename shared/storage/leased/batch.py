@@ -149,7 +149,24 @@ class LeasedBatch:
         self._finishing(row for row, _ in acks)
         (acked, stale), failures = self._retrying(lambda: self._ack_once(acks))
         self.fail(failures)
+        for row, outcome in failures:  # refusals were logged as they came; a task's own error here
+            if isinstance(outcome, BaseException) and not isinstance(outcome, AckRefused):
+                self._log_failed(row, outcome)
         return AckCounts(acked, stale, len(failures))
+
+    def _log_failed(self, row: Row, exc: BaseException) -> None:
+        """A transactional task's (or consumer's) own error, with its traceback, as the worker logs
+        a plain handler's (rate-limited per cause: shared/process/logs.RepeatFilter)."""
+        s = self._store.scope
+        s.log.error(
+            "%s %s of %s failed in its ack transaction: %r",
+            s.noun,
+            row.get(self._key),
+            s.place,
+            exc,
+            exc_info=(type(exc), exc, exc.__traceback__),
+            extra={"event": f"{s.noun}.handler_failed", "source": self._store.src.name},
+        )
 
     def _ack_once(self, acks: Sequence[tuple[Row, Ack]]) -> tuple[tuple[int, int], list[tuple[Row, object]]]:
         store = self._store

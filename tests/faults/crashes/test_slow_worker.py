@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from duecast.shared.entries import Entry
-from tests.faults.conftest import DISPATCHED, IDLE, KINDS, RUNNING, FaultEnv
+from tests.faults.conftest import DISPATCHED, IDLE, KINDS, RESCAN_PERIOD_S, RUNNING, FaultEnv
 
 pytestmark = pytest.mark.faults
 
@@ -72,8 +72,8 @@ def test_sweeper_never_takes_rows_a_live_worker_holds(fault_env: Callable[..., F
     as its keeper renews their leases; an expired row nobody started, further along the sweeper's
     index scan, is still requeued."""
     env = fault_env(kind)
-    held = env.insert(5, due_ago_s=7300)
-    (canary,) = env.insert(1, start=100, due_ago_s=7200)  # after the held rows in dc_due order
+    held = env.insert(5, due_ago_s=2 * RESCAN_PERIOD_S + 100)
+    (canary,) = env.insert(1, start=100, due_ago_s=2 * RESCAN_PERIOD_S)  # after the held rows in dc_due order
     env.dispatch_directly([*held, canary], attempt=1, ago_s=3600)  # all long expired
     env.push([Entry(i, 1) for i in held])  # the canary's entry is lost
 

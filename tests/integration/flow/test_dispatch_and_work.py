@@ -56,7 +56,8 @@ def test_every_due_row_is_handled_exactly_once(make_env: MakeEnv, recorder: apps
     assert {attempt for _, _, attempt in recorder.runs} == {1}
     if kind == apps.RESCAN:
         assert env.states() == {i: (IDLE, 1) for i in range(1, n + 1)}
-        assert env.count("updated_time < %s", (before_work,)) == 0
+        # Each check recorded its slot: at most a period (10 s) before it (shared.queries.pace).
+        assert env.count("updated_time <= %s - INTERVAL 10 SECOND", (before_work,)) == 0
     else:
         assert env.count() == 0
     assert env.queue.length(kind) == 0
@@ -105,10 +106,11 @@ def test_failed_rows_are_checked_again_at_their_next_period(
     # A failed check counts as a check: the row is due again a period later, as if checked now, and
     # no copy of its entry can run the attempt again (the row no longer runs under it).
     assert env.states() == {i: (IDLE, 1) for i in range(1, 201)}
-    assert env.count("updated_time >= %s", (before,)) == 200
+    assert env.count("updated_time > %s - INTERVAL 10 SECOND", (before,)) == 200  # their slots
     env.queue.push_raw(apps.RESCAN, [encode_entry(i, 1) for i in sorted(failing)])
     assert work(settings).counts["stale_entries"] == 3
 
+    env.query("UPDATE {t} SET updated_time = NOW(6)")  # slots as now: none due for a period
     dispatch(settings)  # nothing is due: every row was checked (or failed) just now
     assert env.count("dc_state = 1") == 0
     env.query("UPDATE {t} SET updated_time = updated_time - INTERVAL 11 SECOND WHERE {pk} IN (3, 50, 199)")

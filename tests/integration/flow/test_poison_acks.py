@@ -61,7 +61,7 @@ def test_an_overflow_the_database_raises_as_an_operational_error_fails_its_row_a
     a delay first (shared.limits); with that check taken away the database's refusal still fails
     only its row."""
     env = make_env("rescan", rows=3)
-    monkeypatch.setattr(source_store, "check_times", lambda ack, max_delay_s, now: None)
+    monkeypatch.setattr(source_store, "check_times", lambda ack, max_delay_s, now=None: None)
     env.store.claim_due(10)
     with caplog.at_level(logging.WARNING, "duecast.worker"), env.store.started(entries([1, 2, 3])) as batch:
         rows = {r["user_id"]: r for r in batch.rows}

@@ -11,7 +11,15 @@ import pytest
 from duecast.shared.acks import Ack
 from duecast.shared.entries import Entry
 from duecast.shared.storage.source_store import AckCounts, SourceStatus, SourceStore
-from tests.integration.flow.store_helpers import DISPATCHED, IDLE, RUNNING, MakeEnv, due_times, entries
+from tests.integration.flow.store_helpers import (
+    DISPATCHED,
+    IDLE,
+    RUNNING,
+    MakeEnv,
+    at_slot,
+    due_times,
+    entries,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -145,7 +153,7 @@ def test_started_refuses_an_empty_batch(make_env: MakeEnv) -> None:
 # ---------------------------------------------------------------- acks
 
 
-def test_touch_acks_set_idle_and_due_from_now_on_the_database_clock(make_env: MakeEnv) -> None:
+def test_touch_acks_set_idle_and_due_from_their_slot_on_the_database_clock(make_env: MakeEnv) -> None:
     env = make_env("rescan", rows=5)
     env.store.claim_due(10)
     t0 = env.db_now()
@@ -165,12 +173,15 @@ def test_touch_acks_set_idle_and_due_from_now_on_the_database_clock(make_env: Ma
     assert counts == AckCounts(acked=4, stale=0)
     assert env.states() == {**{i: (IDLE, 1) for i in range(1, 5)}, 5: (DISPATCHED, 1)}
     due = due_times(env)
-    for i in (1, 2, 3):
-        assert t0 <= due[i] <= t1
-    assert t0 + dt.timedelta(seconds=30) <= due[4] <= t1 + dt.timedelta(seconds=30)
+    for i in (1, 2, 3):  # the slot the check served: due again a period after it (shared.queries.pace)
+        assert at_slot(due[i], t0, t1, i, env.source.period_s)
+    assert at_slot(due[4] - dt.timedelta(seconds=30), t0, t1, 4, env.source.period_s)
     assert dict(env.query("SELECT {pk}, status FROM {t}")) == {1: 1, 2: 1, 3: 7, 4: 1, 5: 1}
 
-    # Due again one period (10 s) after the ack, row 4 only after its extra 30 s.
+    # Due again one period (10 s) after it, row 4 only after its extra 30 s. (As if the slots were
+    # now: a slot is up to a period before the check, so the next may come within milliseconds.)
+    env.query("UPDATE {t} SET updated_time = NOW(6) WHERE {pk} IN (1, 2, 3)")
+    env.query("UPDATE {t} SET updated_time = NOW(6) + INTERVAL 30 SECOND WHERE {pk} = 4")
     assert env.store.claim_due(10) == []
     env.query("UPDATE {t} SET updated_time = updated_time - INTERVAL 11 SECOND WHERE dc_state = 0")
     assert env.store.claim_due(10) == entries([1, 2, 3], attempt=2)

@@ -10,7 +10,15 @@ from duecast.shared.acks import Ack
 from duecast.shared.entries import Entry
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.source_store import AckCounts, SourceStore
-from tests.integration.flow.store_helpers import DISPATCHED, IDLE, RUNNING, MakeEnv, due_times, entries
+from tests.integration.flow.store_helpers import (
+    DISPATCHED,
+    IDLE,
+    RUNNING,
+    MakeEnv,
+    at_slot,
+    due_times,
+    entries,
+)
 from tests.integration.polling import wait_until
 
 pytestmark = pytest.mark.integration
@@ -41,9 +49,10 @@ def test_a_failed_rescan_row_is_checked_again_at_its_next_period(make_env: MakeE
     t1 = env.db_now()
 
     assert env.states() == {1: (IDLE, 1), 2: (RUNNING, 1)}
-    assert t0 <= due_times(env)[1] <= t1  # as if checked now
+    assert at_slot(due_times(env)[1], t0, t1, 1, 10)  # as if checked now: its slot
     with env.store.started(entries([1])) as copy:  # a copy of its entry: the attempt is over
         assert copy.rows == []
+    env.query("UPDATE {t} SET updated_time = NOW(6) WHERE {pk} = 1")  # the slot as now: due in 10 s
     assert env.store.claim_due(10) == []
     env.query("UPDATE {t} SET updated_time = updated_time - INTERVAL 10 SECOND WHERE {pk} = 1")
     assert env.store.claim_due(10) == [Entry(1, 2)]

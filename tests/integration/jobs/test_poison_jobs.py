@@ -86,7 +86,7 @@ def test_a_retry_the_database_refuses_fails_its_job_alone(
 ) -> None:
     """With the store's own check taken away, NOW(6) + 1e24 microseconds reaches MariaDB: 1916, an
     OperationalError, once outside the "value errors" and retried 4-5 times a second forever."""
-    monkeypatch.setattr(store, "check_times", lambda ack, max_delay_s, now: None)
+    monkeypatch.setattr(store, "check_times", lambda ack, max_delay_s, now=None: None)
     env = env.with_app(APP, poison_app.handlers.task_names)
     ok = [env.enqueuer.enqueue("ok") for _ in range(2)]
     bad = env.enqueuer.enqueue("poison", "forged 1e18")
@@ -102,11 +102,16 @@ def test_a_retry_the_database_refuses_fails_its_job_alone(
     assert f"job {bad} of queue default" in refused[0]
 
 
-def test_a_transactional_task_raising_system_exit_fails_alone_and_the_worker_goes_on(env: JobsEnv) -> None:
+def test_a_transactional_task_raising_system_exit_fails_alone_and_the_worker_goes_on(
+    env: JobsEnv, caplog: pytest.LogCaptureFixture
+) -> None:
     env = env.with_app(APP, poison_app.handlers.task_names)
     bad = env.enqueuer.enqueue("exit_in_transaction")
     ok = [env.enqueuer.enqueue("ok") for _ in range(2)]
-    env.run_once()  # SystemExit would end the worker here, its run left RUNNING
+    with caplog.at_level(logging.ERROR):
+        env.run_once()  # SystemExit would end the worker here, its run left RUNNING
+    logged = [r.getMessage() for r in caplog.records if getattr(r, "event", None) == "job.handler_failed"]
+    assert logged == [f"job {bad} of queue default failed in its ack transaction: SystemExit(3)"]
     assert not any(env.exists(i) for i in ok)
     state, errors, error = env.job(bad, "dc_state", "errors", "last_error")
     assert (state, errors) == (State.IDLE, 1)

@@ -16,6 +16,7 @@ from duecast.cli.web.context import WebContext
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.fanout.client import connect_redis
 from duecast.shared.queries.limits import limits_table_ddl
+from duecast.shared.queries.pauses import PAUSES_DDL
 from duecast.shared.settings import (
     DispatcherSettings,
     MySQLSettings,
@@ -41,6 +42,7 @@ def settings_for(
     sql.execute(leases_table_ddl(DispatcherSettings().leases_table))
     sql.execute(workers_table_ddl(WorkerSettings().registry_table))
     sql.execute(limits_table_ddl(DispatcherSettings().limits_table))
+    sql.execute(PAUSES_DDL)
 
     def make(table: str, kind: str = "rescan", jobs: Any = None, **overrides: object) -> Settings:
         fields = {"name": table.lower(), "table": table, **source_fields(kind), **overrides}

@@ -187,3 +187,20 @@ def test_a_late_outcome_of_a_span_requeued_as_interrupted_is_stale(spans: Spans)
     assert batch.ack([(row, Ack.touch(status=9))]) == AckCounts(0, 1)
     assert spans.status(40) == 1
     assert spans.states()[3] == (IDLE, 1, 0)
+
+
+def test_a_value_the_driver_cannot_send_fails_that_row_alone_and_is_logged(
+    spans: Spans, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 25, items 1 and 12: a lone surrogate is no DataError (the driver refuses to encode it),
+    so it once failed the whole span's finish, retried forever; now that row fails alone, and a
+    WARNING names it and why."""
+    with caplog.at_level("WARNING", "duecast.worker"), spans.started(2) as batch:
+        rows = by_user(batch)
+        acks = [(rows[i], Ack.touch(status="\udcff" if i == 25 else 3)) for i in range(20, 40)]
+        assert batch.ack(acks) == AckCounts(19, 0, refused=1)
+    assert spans.states()[2] == (IDLE, 1, 20)
+    assert (spans.status(25), spans.status(26)) == (1, 3)
+    refused = [r for r in caplog.records if getattr(r, "event", None) == "worker.ack_refused"]
+    assert [r.row_id for r in refused] == [25]  # type: ignore[attr-defined]
+    assert "surrogates not allowed" in refused[0].getMessage()

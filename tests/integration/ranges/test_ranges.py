@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pymysql
 import pytest
 
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.acks import Ack
+from duecast.shared.policy import slot_us, spread_phase_us
 from duecast.shared.process.runtime import build_stores
+from duecast.shared.queries.pace import NOW_US, slot_sql
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings
 from duecast.shared.storage.admin import migrate
@@ -26,12 +29,12 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def ranged(
     mysql_settings: MySQLSettings, redis_settings: RedisSettings, sql: pymysql.cursors.Cursor
-) -> Iterator[Callable[[int], Settings]]:
+) -> Iterator[Callable[..., Settings]]:
     """ranged(n) -> settings for a range-mode source over a fresh table of users 1..n, migrated."""
     made: list[SourceSettings] = []
 
-    def make(users: int) -> Settings:
-        src = range_app.users_source(sql, users, claim_batch=300, high_water=3000)
+    def make(users: int, **overrides: Any) -> Settings:
+        src = range_app.users_source(sql, users, claim_batch=300, high_water=3000, **overrides)
         made.append(src)
         settings = Settings(
             mysql=mysql_settings,
@@ -68,7 +71,7 @@ def checksum(sql: pymysql.cursors.Cursor, table: str) -> dict[int, tuple[int, st
 
 
 def test_migrate_adds_only_a_ranges_table(
-    ranged: Callable[[int], Settings], sql: pymysql.cursors.Cursor
+    ranged: Callable[..., Settings], sql: pymysql.cursors.Cursor
 ) -> None:
     settings = ranged(10)
     src = settings.sources[0]
@@ -82,7 +85,7 @@ def test_migrate_adds_only_a_ranges_table(
 
 
 def test_discovery_covers_spans_with_rows_incrementally_and_fully(
-    ranged: Callable[[int], Settings], sql: pymysql.cursors.Cursor
+    ranged: Callable[..., Settings], sql: pymysql.cursors.Cursor
 ) -> None:
     settings = ranged(250)  # spans [0,100) [100,200) [200,300) with range_size 100
     s = store(settings)
@@ -100,7 +103,7 @@ def test_discovery_covers_spans_with_rows_incrementally_and_fully(
 
 
 def test_one_pass_checks_every_row_once_and_writes_only_changes(
-    ranged: Callable[[int], Settings], sql: pymysql.cursors.Cursor
+    ranged: Callable[..., Settings], sql: pymysql.cursors.Cursor
 ) -> None:
     settings = ranged(1000)
     table = settings.sources[0].table
@@ -121,50 +124,84 @@ def test_one_pass_checks_every_row_once_and_writes_only_changes(
     )
     ranges, seen, dispatched, all_recent = sql.fetchone()
     assert (ranges, int(seen), int(dispatched), all_recent) == (11, 1000, 0, 1)
+    sql.execute(f"SELECT {NOW_US}")
+    before = int(sql.fetchone()[0])
     status = store(settings).status()
+    sql.execute(f"SELECT {NOW_US}")
+    after = int(sql.fetchone()[0])
     assert status.unit == "ranges"
-    assert status.fresh_share == 1.0
+    # Fresh: rows of spans whose check's slot (up to a period before it) is within period + 1 s.
+    slot_us_sql = NOW_US.replace("NOW(6)", "`checked_at`")
+    sql.execute(f"SELECT rows_seen, {slot_us_sql} FROM `{ranges_table(settings.sources[0])}`")
+    slots = sql.fetchall()
+
+    def fresh_at(now_us: int) -> float:
+        return sum(int(n) for n, slot in slots if slot >= now_us - 11_000_000) / 1000
+
+    assert status.fresh_share is not None
+    assert fresh_at(after) <= status.fresh_share <= fresh_at(before)
+    assert fresh_at(before) > 0.5  # most slots are well within it
     assert status.in_flight == 0
 
 
-def test_checked_ranges_are_not_due_again_until_their_period(ranged: Callable[[int], Settings]) -> None:
-    settings = ranged(300)
-    one_pass(settings)
-    PLAN.reset()
-    one_pass(settings)
-    assert PLAN.runs == {}
-
-
-def test_ranges_keep_a_fixed_rate_and_restart_their_cadence_after_a_long_delay(
-    ranged: Callable[[int], Settings], sql: pymysql.cursors.Cursor
+def test_checked_ranges_are_not_due_again_until_their_next_slot(
+    ranged: Callable[..., Settings], sql: pymysql.cursors.Cursor
 ) -> None:
-    """A span checked a little late keeps its slot (due exactly one period after it was due);
-    one checked long after its slot restarts from the check, less the catch-up of 1 s."""
-    settings = ranged(300)  # spans 0, 100, 200, 300; period 10 s
+    """A second pass runs only spans whose next slot (a period after the one their check recorded)
+    came by then: with a period of an hour, almost surely none."""
+    settings = ranged(300, period_s=3600)
     one_pass(settings)
     table = ranges_table(settings.sources[0])
-    # Span 100 fell due 0.2 s ago (its slot: 10.2 s ago), span 200 an hour ago; 0 and 300 are not due.
-    sql.execute(f"UPDATE `{table}` SET checked_at = NOW(6) - INTERVAL 10200000 MICROSECOND WHERE lo = 100")
+    sql.execute(f"SELECT lo, {NOW_US.replace('NOW(6)', '`checked_at`')} + 3600000000 FROM `{table}`")
+    next_due = dict(sql.fetchall())
+    sql.execute(f"SELECT {NOW_US}")
+    before = int(sql.fetchone()[0])
+    PLAN.reset()
+    one_pass(settings)
+    sql.execute(f"SELECT {NOW_US}")
+    after = int(sql.fetchone()[0])
+    ran = {user // 100 * 100 for user in PLAN.runs}
+    assert {lo for lo, due in next_due.items() if due <= before} <= ran
+    assert ran <= {lo for lo, due in next_due.items() if due <= after}
+
+
+def test_ranges_keep_their_slot_at_their_phase_and_an_outage_restarts_at_the_next_one(
+    ranged: Callable[..., Settings], sql: pymysql.cursors.Cursor
+) -> None:
+    """A span's ack records the latest time at or before the check at its phase (policy.slot_us):
+    a span checked a little late keeps the slot it was due at; one checked an hour late is not due
+    again at once, but at its next slot."""
+    settings = ranged(300)  # spans 0, 100, 200, 300; period 10 s
+    period_us = 10_000_000
+    one_pass(settings)
+    table = ranges_table(settings.sources[0])
+    us = NOW_US.replace("NOW(6)", "`checked_at`")
+    sql.execute(f"UPDATE `{table}` SET checked_at = NOW(6)")  # none due for a period...
+    # ...but span 100 (range_id 2), due at its slot (checked_at a period before it), and span 200,
+    # an hour ago.
+    sql.execute(
+        f"UPDATE `{table}` SET checked_at = {slot_sql('`range_id`', period_us)} - INTERVAL {period_us} "
+        "MICROSECOND WHERE lo = 100"
+    )
     sql.execute(f"UPDATE `{table}` SET checked_at = NOW(6) - INTERVAL 1 HOUR WHERE lo = 200")
-    sql.execute(f"SELECT lo, checked_at FROM `{table}` WHERE lo IN (100, 200) ORDER BY lo")
-    slots = dict(sql.fetchall())
     s = store(settings)
+    sql.execute(f"SELECT {NOW_US}")
+    before = int(sql.fetchone()[0])
     entries = s.claim_due(10)  # the store's own calls: acked within milliseconds, not a loop's pace
     with s.started(entries, ["status"]) as batch:
         assert {r["dc_range"] for r in batch.rows} == {100, 200}
         batch.ack([(row, Ack.default()) for row in batch.rows])
-    sql.execute(
-        f"SELECT lo, checked_at, TIMESTAMPDIFF(MICROSECOND, checked_at, NOW(6)) FROM `{table}` "
-        "WHERE lo IN (100, 200) ORDER BY lo"
-    )
-    (_, kept, _), (_, restarted, age_us) = sql.fetchall()
-    assert (kept - slots[100]).total_seconds() == 10.0  # its next slot, to the microsecond
-    assert 1_000_000 <= age_us < 5_000_000  # NOW(6) - 1 s at the ack, a moment ago
-    assert restarted > slots[200]
+    sql.execute(f"SELECT {NOW_US}")
+    after = int(sql.fetchone()[0])
+    sql.execute(f"SELECT range_id, {us} FROM `{table}` WHERE lo IN (100, 200) ORDER BY lo")
+    for range_id, slot in sql.fetchall():
+        assert slot_us(before, range_id, period_us) <= slot <= slot_us(after, range_id, period_us)
+        assert (slot - spread_phase_us(range_id, period_us)) % period_us == 0
+        assert after - period_us < slot <= after  # not due again until its next slot
 
 
 def test_a_failed_row_is_counted_and_checked_again_at_its_spans_next_period(
-    ranged: Callable[[int], Settings], sql: pymysql.cursors.Cursor
+    ranged: Callable[..., Settings], sql: pymysql.cursors.Cursor
 ) -> None:
     settings = ranged(300)
     rt = ranges_table(settings.sources[0])
@@ -181,6 +218,9 @@ def test_a_failed_row_is_counted_and_checked_again_at_its_spans_next_period(
     assert checksum(sql, settings.sources[0].table)[120][0] == 2
 
     PLAN.fail.clear()
+    # Checked just now, every span (the first pass recorded slots up to a period earlier: some
+    # would be due again within seconds, at their next slot).
+    sql.execute(f"UPDATE `{rt}` SET checked_at = NOW(6)")
     one_pass(settings)
     assert PLAN.attempts[150] == [1]  # nothing is due before the span's next period
     sql.execute(f"UPDATE `{rt}` SET checked_at = checked_at - INTERVAL 10 SECOND WHERE range_id = 2")

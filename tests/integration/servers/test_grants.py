@@ -14,9 +14,12 @@ import uuid
 import pytest
 
 from duecast.dispatcher import main as dispatcher_main
+from duecast.shared.api import pauses
 from duecast.shared.api.enqueue import Enqueuer, Job
+from duecast.shared.queries.pauses import PAUSES_TABLE
 from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database
+from duecast.shared.storage.pause_store import PauseStore
 from duecast.shared.storage.source_store import SourceStore
 from duecast.worker import main as worker_main
 from tests.integration import apps, jobs_app, range_app
@@ -175,3 +178,22 @@ def test_every_role_does_its_whole_job_under_its_grants(roles: Granted) -> None:
     assert jobs_app.runs_of(payload) == 1
     roles.sql.execute("SELECT COUNT(*) FROM user_block_status WHERE dc_state = 0 AND dc_attempt > 0")
     assert roles.sql.fetchone() == (ROWS,)
+
+
+def test_the_dispatcher_account_pauses_and_resumes_and_the_worker_and_dashboard_only_read_pauses(
+    granted: Granted,
+) -> None:
+    settings = granted.settings("dispatcher", jobs={"enabled": False})
+    name = settings.sources[0].name
+    assert pauses.pause(settings, "source", name)
+    try:
+        for role in ("worker", "dashboard"):
+            reader = PauseStore(Database(granted.settings(role, jobs={"enabled": False}).mysql))
+            try:
+                assert reader.paused_sources() == {name}
+            finally:
+                reader.close()
+            granted.refused(role, f"DELETE FROM {PAUSES_TABLE}")
+            granted.refused(role, f"INSERT INTO {PAUSES_TABLE} VALUES ('source', 'x', 'x', NOW(6))")
+    finally:
+        assert pauses.resume(settings, "source", name)

@@ -22,35 +22,9 @@ from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import RedisSettings
 from tests.faults.private_redis import free_port, redis_server_bin
 from tests.faults.procs import wait_for
+from tests.faults.redis_ha import Servers, answers, cluster_port, plain
 
 PREFIX = "duecast-test-topology"
-
-
-class Servers:
-    """redis-server processes this test started, killed by their own handles."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, name: str, *args: str) -> None:
-        with (self.workdir / f"{name}.log").open("ab") as out:
-            self.procs.append(
-                subprocess.Popen(
-                    [redis_server_bin(), *args],
-                    cwd=self.workdir,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-
-    def kill_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
 
 
 @pytest.fixture
@@ -60,25 +34,6 @@ def servers(tmp_path: Path) -> Iterator[Servers]:
         yield started
     finally:
         started.kill_all()
-
-
-def _answers(port: int, *command: str) -> bool:
-    try:
-        reply = redis.Redis(port=port, socket_timeout=2).execute_command(*command)  # type: ignore[no-untyped-call]
-    except redis.RedisError:
-        return False
-    return bool(reply)
-
-
-def _cluster_port() -> int:
-    """A free port whose cluster bus port (port + 10000) is a valid port too."""
-    while (port := free_port()) > 55_000:
-        pass
-    return port
-
-
-def _plain(port: int) -> tuple[str, ...]:
-    return ("--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
 
 
 def _exercise(queue: ReadyQueue) -> None:
@@ -114,16 +69,16 @@ def _exercise(queue: ReadyQueue) -> None:
 
 def test_ready_queue_through_sentinel(servers: Servers) -> None:
     master, sentinel = free_port(), free_port()
-    servers.start("master", *_plain(master), "--maxmemory-policy", "noeviction")
+    servers.start("master", *plain(master))
     conf = servers.workdir / "sentinel.conf"
     conf.write_text(
         f"port {sentinel}\nbind 127.0.0.1\ndir {servers.workdir}\n"
         f"sentinel monitor duecast-test 127.0.0.1 {master} 1\n"
     )
     servers.start("sentinel", str(conf), "--sentinel")
-    wait_for(lambda: _answers(master, "PING"), 10, "the private master")
+    wait_for(lambda: answers(master, "PING"), 10, "the private master")
     wait_for(
-        lambda: _answers(sentinel, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "duecast-test"), 10, "the sentinel"
+        lambda: answers(sentinel, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "duecast-test"), 10, "the sentinel"
     )
     settings = RedisSettings(
         # The host is never used with Sentinels: a name that does not resolve proves it.
@@ -140,13 +95,13 @@ def test_ready_queue_through_sentinel(servers: Servers) -> None:
 
 
 def test_ready_queue_through_cluster(servers: Servers) -> None:
-    ports = [_cluster_port() for _ in range(3)]
+    ports = [cluster_port() for _ in range(3)]
     for port in ports:
         servers.start(
-            f"node{port}", *_plain(port), "--cluster-enabled", "yes", "--cluster-config-file", f"n{port}.conf"
+            f"node{port}", *plain(port), "--cluster-enabled", "yes", "--cluster-config-file", f"n{port}.conf"
         )
     for port in ports:
-        wait_for(partial(_answers, port, "PING"), 10, f"cluster node {port}")
+        wait_for(partial(answers, port, "PING"), 10, f"cluster node {port}")
     subprocess.run(
         [
             str(Path(redis_server_bin()).with_name("redis-cli")),

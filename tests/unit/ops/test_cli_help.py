@@ -23,6 +23,8 @@ COMMANDS = [
     "jobs",
     "topics",
     "status",
+    "pause",
+    "resume",
     "web",
     "demo",
 ]

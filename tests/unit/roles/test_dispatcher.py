@@ -171,3 +171,22 @@ def test_a_counter_pushed_to_its_limit_does_not_fail_the_claim(ready_queue: Read
     assert [dispatcher.tick().idle for _ in range(2)] == [True, True]  # no tick raised
     assert _drain(ready_queue, "users") == [b"1:1", b"2:1", b"3:1"]
     assert ready_queue.stats("users") == {"claimed": 3}
+
+
+# --- pauses ----------------------------------------------------------------------------------------
+
+
+def test_a_paused_source_claims_nothing_until_resumed(ready_queue: ReadyQueue) -> None:
+    store = FakeClaimStore(rescan_source(claim_batch=10, high_water=100), _due(5))
+    paused = {"users"}
+    redelivery = Redelivery([], ready_queue, {"lost": POLL_S}, SETTINGS.sweep_batch)
+    dispatcher = Dispatcher(
+        cast(list[Store], [store]), ready_queue, SETTINGS, redelivery, paused=lambda: paused
+    )
+    tick = dispatcher.tick()
+    assert store.limits == []  # not even asked
+    assert (tick.delay_s, tick.idle) == (POLL_S, True)
+    assert _drain(ready_queue, "users") == []
+    paused.clear()
+    dispatcher.tick()
+    assert _drain(ready_queue, "users") == [b"%d:1" % i for i in range(1, 6)]

@@ -9,9 +9,10 @@ import threading
 import pymysql
 import pytest
 import redis
+from redis.sentinel import MasterNotFoundError, SlaveNotFoundError
 
 from duecast.shared.fanout.client import translate as translate_redis
-from duecast.shared.fanout.protocol import QueueError
+from duecast.shared.fanout.protocol import QueueError, QueueUnavailable
 from duecast.shared.process.failures import (
     EXIT_BUG,
     EXIT_CONFIG,
@@ -264,3 +265,45 @@ def test_revoked_redis_credentials_under_a_running_role_are_one_rate_limited_war
         assert record.exc_info is None
         assert words in record.getMessage()
         assert "\n" not in record.getMessage()
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        redis.exceptions.ClusterDownError("The cluster is down"),
+        redis.exceptions.MasterDownError("Link with MASTER is down and replica-serve-stale-data is 'no'."),
+        redis.exceptions.TryAgainError("Multiple keys request during rehashing of slot"),
+        redis.exceptions.ClusterError("TTL exhausted."),
+        redis.exceptions.ReadOnlyError("You can't write against a read only replica."),
+        MasterNotFoundError("No master found for 'duecast'"),
+        SlaveNotFoundError("No slave found for 'duecast'"),
+    ],
+    ids=["cluster-down", "master-down", "try-again", "ttl-exhausted", "read-only", "no-master", "no-replica"],
+)
+def test_a_redis_failover_under_a_running_role_is_one_rate_limited_warning(said: Exception) -> None:
+    """A failover's errors (issue 24.10): ClusterDownError was an ERROR with a traceback on every tick."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    handler.addFilter(RepeatFilter(interval_s=60.0))
+    logger = logging.getLogger("duecast.test-failover")
+    logger.addHandler(handler)
+    try:
+        for n in range(1, 11):  # ten failed ticks, as the loop logs them
+            mine = translate_redis(said)
+            assert isinstance(mine, QueueUnavailable)  # the loop waits for Redis to answer again
+            try:
+                raise mine from said
+            except QueueError as exc:
+                log_failure(logger, exc, "%s: tick failed (%d in a row)", "worker", n)
+    finally:
+        logger.removeHandler(handler)
+    assert len(records) == REPEAT_BURST  # then quiet until the interval ends
+    for record in records:
+        assert record.levelno == logging.WARNING
+        assert record.exc_info is None
+        assert type(said).__name__ in record.getMessage()
+        assert "\n" not in record.getMessage()
+    problem = explain(said)  # a command meeting one: one line, exit 3
+    assert problem is not None
+    assert problem.code == EXIT_UNAVAILABLE

@@ -17,7 +17,8 @@ import pymysql
 import pytest
 import redis
 
-from duecast.shared.process.loop import Tick, run, stop_on_signals
+from duecast.shared.fanout.protocol import QueueUnavailable
+from duecast.shared.process.loop import PROBE_EVERY_S, Tick, run, stop_on_signals
 
 BUSY = Tick(0.0, idle=False)
 
@@ -227,3 +228,38 @@ def test_a_transient_failure_is_one_warning_line_with_its_cause_and_no_traceback
     # Anything else is unexpected: an ERROR with its traceback.
     assert bug.levelname == "ERROR"
     assert bug.exc_info is not None
+
+
+class Probe:
+    """The queue's PING, scripted: raises `down` times, then answers."""
+
+    def __init__(self, down: int) -> None:
+        self.down = down
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.calls <= self.down:
+            raise QueueUnavailable("ConnectionError: Connection refused")
+
+
+def test_the_backoff_after_redis_failed_ends_once_redis_answers() -> None:
+    """Issue 24.10: requeueing waited out a 5-10 s backoff after Redis answered again."""
+    stop = RecordingStop()
+    role = ScriptedRole(stop, [QueueUnavailable("ConnectionError: refused"), BUSY, Stop()])
+    probe = Probe(down=2)
+    run(role, stop, error_base_s=20.0, error_cap_s=20.0, probe=probe)
+    assert role.calls == 3
+    assert probe.calls == 3  # two answered with an error, the third one answered: tick again
+    assert stop.waits == [PROBE_EVERY_S] * 3  # one probe per interval, never a 10-20 s sleep
+
+
+def test_the_backoff_after_any_other_failure_is_not_cut_short_by_the_probe() -> None:
+    stop = RecordingStop()
+    role = ScriptedRole(stop, [pymysql.err.OperationalError(2013, "Lost connection"), Stop()])
+    probe = Probe(down=0)
+    run(role, stop, error_base_s=20.0, error_cap_s=20.0, probe=probe)
+    assert probe.calls == 0  # Redis answering says nothing about MySQL
+    assert len(stop.waits) == 1
+    assert stop.waits[0] is not None
+    assert stop.waits[0] >= 10.0

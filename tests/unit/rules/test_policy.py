@@ -13,7 +13,6 @@ from duecast.shared.policy import (
     CAUSES,
     LEADER_CAUSES,
     Cause,
-    catch_up_s,
     claim_room,
     dispatch_delay_s,
     error_backoff_s,
@@ -154,12 +153,6 @@ def test_retry_delay_doubles_with_equal_jitter_up_to_the_cap(errors: int) -> Non
 def test_retry_delay_is_for_failed_jobs_only() -> None:
     with pytest.raises(ValueError, match="failed at least once"):
         retry_delay_s(0, 1.0, 10.0, random.Random(0))
-
-
-@pytest.mark.parametrize(("period", "expected"), [(10.0, 1.0), (300.0, 1.0), (5.0, 0.5), (0.5, 0.05)])
-def test_catch_up_is_a_second_or_a_tenth_of_a_short_period(period: float, expected: float) -> None:
-    assert catch_up_s(period) == pytest.approx(expected)
-    assert catch_up_s(period) < period  # a late span is never due again at once
 
 
 # --- redelivery: which causes run, how long until the next tick, what a count means ------------------

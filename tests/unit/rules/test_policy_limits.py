@@ -1,11 +1,11 @@
-"""Fleet-wide limits' pure policy (shared.policy.bucket_tokens, limited_claim, refill_wait_s),
+"""Fleet-wide limits' pure policy (shared.limit_policy: bucket_tokens, limited_claim, refill_wait_s),
 exhaustively over small cases: a claim never takes more than the bucket pays for or max_running leaves."""
 
 from __future__ import annotations
 
 import itertools
 
-from duecast.shared.policy import bucket_tokens, limited_claim, refill_wait_s
+from duecast.shared.limit_policy import bucket_tokens, limited_claim, refill_wait_s
 
 
 def test_a_bucket_refills_at_its_rate_up_to_its_burst() -> None:

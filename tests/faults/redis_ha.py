@@ -1,0 +1,196 @@
+"""Private Redis topologies for the HA tests: a Sentinel-managed master with a replica and three
+Sentinels, and a Redis Cluster of three masters with a replica each. Every server runs on a free port
+from the test's tmp dir (never the shared Redis) and is killed by its own handle afterwards.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from functools import partial
+from pathlib import Path
+
+import redis
+from redis.crc import key_slot
+
+from tests.faults.private_redis import free_port, redis_server_bin
+from tests.faults.procs import wait_for
+
+SERVICE = "duecast-ha"
+# Fast detection, so a test measures duecast's recovery rather than the servers' timeouts: a Sentinel
+# calls a master down after 1 s of silence, a cluster node fails its peer after 2 s.
+DOWN_AFTER_MS = 1000
+NODE_TIMEOUT_MS = 2000
+
+
+class Servers:
+    """redis-server processes a test started, by name; killed by their own handles."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, *args: str) -> None:
+        with (self.workdir / f"{name}.log").open("ab") as out:
+            self.procs[name] = subprocess.Popen(
+                [redis_server_bin(), *args],
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def kill(self, name: str) -> None:
+        proc = self.procs[name]
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+    def kill_all(self) -> None:
+        for name in self.procs:
+            self.kill(name)
+
+
+def answers(port: int, *command: str) -> bool:
+    try:
+        with redis.Redis(port=port, socket_timeout=2) as client:
+            reply = client.execute_command(*command)  # type: ignore[no-untyped-call]
+    except redis.RedisError:
+        return False
+    return bool(reply)
+
+
+def cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is a valid port too."""
+    while (port := free_port()) > 55_000:
+        pass
+    return port
+
+
+def plain(port: int) -> tuple[str, ...]:
+    return (
+        *("--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
+        *("--maxmemory-policy", "noeviction"),
+    )
+
+
+class Sentinel:
+    """A master, its replica and three Sentinels (quorum 2) watching them as SERVICE."""
+
+    def __init__(self, servers: Servers) -> None:
+        self.servers = servers
+        self.master, self.replica = free_port(), free_port()
+        self.sentinels = [free_port() for _ in range(3)]
+
+    def start(self) -> None:
+        self.servers.start(f"redis-{self.master}", *plain(self.master))
+        wait_for(lambda: answers(self.master, "PING"), 10, "the private master")
+        self.servers.start(
+            f"redis-{self.replica}", *plain(self.replica), "--replicaof", "127.0.0.1", str(self.master)
+        )
+        for port in self.sentinels:
+            conf = self.servers.workdir / f"sentinel-{port}.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {self.servers.workdir}\n"
+                f"sentinel monitor {SERVICE} 127.0.0.1 {self.master} 2\n"
+                f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
+                f"sentinel failover-timeout {SERVICE} 10000\n"
+            )
+            self.servers.start(f"sentinel-{port}", str(conf), "--sentinel")
+        wait_for(self._ready, 30, "the replica in sync and every Sentinel to know the others")
+
+    def _ready(self) -> bool:
+        try:
+            with redis.Redis(port=self.replica, socket_timeout=2) as replica:
+                if replica.info("replication").get("master_link_status") != "up":
+                    return False
+            for port in self.sentinels:
+                with redis.Redis(port=port, socket_timeout=2) as sentinel:
+                    found = sentinel.sentinel_master(SERVICE)  # redis-py parses it into a dict
+                    if int(found["num-other-sentinels"]) < 2 or int(found["num-slaves"]) < 1:
+                        return False
+        except (redis.RedisError, KeyError):
+            return False
+        return True
+
+    def master_port(self) -> int | None:
+        """The master the Sentinels name now (None: they cannot say)."""
+        for port in self.sentinels:
+            try:
+                with redis.Redis(port=port, socket_timeout=2) as sentinel:
+                    _host, found = sentinel.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)  # type: ignore[no-untyped-call]
+                    return int(found)
+            except (redis.RedisError, TypeError, ValueError):
+                continue
+        return None
+
+    def env(self) -> dict[str, str]:
+        """The duecast settings for this topology (the URL's host is not used with Sentinels)."""
+        return {
+            "DUECAST_REDIS__URL": "redis://sentinel-managed.invalid:1/0",
+            "DUECAST_REDIS__SENTINELS": "[" + ",".join(f'"127.0.0.1:{p}"' for p in self.sentinels) + "]",
+            "DUECAST_REDIS__SENTINEL_SERVICE": SERVICE,
+        }
+
+
+class Cluster:
+    """Three masters with a replica each: the smallest layout in which a master's loss fails over
+    (a majority of masters must agree to promote its replica)."""
+
+    def __init__(self, servers: Servers) -> None:
+        self.servers = servers
+        self.ports = [cluster_port() for _ in range(6)]
+
+    def start(self) -> None:
+        for port in self.ports:
+            self.servers.start(
+                f"redis-{port}",
+                *plain(port),
+                *("--cluster-enabled", "yes", "--cluster-config-file", f"n{port}.conf"),
+                *("--cluster-node-timeout", str(NODE_TIMEOUT_MS)),
+            )
+        for port in self.ports:
+            wait_for(partial(answers, port, "PING"), 10, f"cluster node {port}")
+        subprocess.run(
+            [
+                str(Path(redis_server_bin()).with_name("redis-cli")),
+                *("--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports)),
+                *("--cluster-replicas", "1", "--cluster-yes"),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        wait_for(self._ok, 30, "the private cluster to be ok, each replica in sync")
+
+    def _ok(self) -> bool:
+        try:
+            for port in self.ports:
+                with redis.Redis(port=port, socket_timeout=2) as node:
+                    if node.cluster("INFO").get("cluster_state") != "ok":
+                        return False
+                    info = node.info("replication")
+                    if info.get("role") == "slave" and info.get("master_link_status") != "up":
+                        return False
+            return True
+        except redis.RedisError:
+            return False
+
+    def owner_of(self, hash_tag: str) -> int:
+        """The port of the master serving the slot of keys tagged {hash_tag}, as the live nodes say."""
+        slot = key_slot(hash_tag.encode())
+        for port in self.ports:
+            try:
+                with redis.Redis(port=port, socket_timeout=2) as node:
+                    for start, end, master, *_ in node.cluster("SLOTS"):
+                        if int(start) <= slot <= int(end):
+                            return int(master[1])
+            except redis.RedisError:
+                continue
+        raise AssertionError(f"no live node serves slot {slot}")
+
+    def env(self) -> dict[str, str]:
+        return {
+            "DUECAST_REDIS__URL": f"redis://127.0.0.1:{self.ports[0]}/0",
+            "DUECAST_REDIS__CLUSTER": "true",
+        }
