@@ -7,6 +7,7 @@ latency under a steady load is bench/latency.py's job.
 
     scripts/dev shell python bench/jobs.py                         # 100,000 jobs, 2 workers, 3 runs
     scripts/dev shell python bench/jobs.py --jobs 20000 --runs 1 --json /tmp/jobs.json
+    scripts/dev shell python bench/jobs.py --limit-rate 10000000   # a limit that never binds: its cost
 
 Runs in database duecast_bench / key prefix duecast-bench (see bench/harness.py); it empties that
 database's jobs table and the jobs keys of that prefix.
@@ -62,7 +63,12 @@ def enqueue(settings: Settings, jobs: int, batch: int) -> float:
 def drain(settings: Settings, args: argparse.Namespace, logs: Path) -> tuple[float, dict[str, float]]:
     """Seconds until the jobs table is empty, and each process's CPU seconds."""
     config = logs / "jobs.toml"
-    config.write_text(f'[worker]\nsources = ["{JOBS_SOURCE}"]\nconcurrency = {args.concurrency}\n')
+    text = f'[worker]\nsources = ["{JOBS_SOURCE}"]\nconcurrency = {args.concurrency}\n'
+    if args.limit_rate:  # a fleet-wide rate limit on every queue (docs/protecting.md): its cost
+        text += "".join(
+            f"[jobs.limits.{q}]\nrate_limit_per_s = {args.limit_rate}\n" for q in settings.jobs.queues
+        )
+    config.write_text(text)
     fleet = Fleet(config, APP, logs, extra_env={"PYTHONPATH": str(BENCH_DIR)})
     table = quote(settings.jobs.table)
     with closing(connect(settings.mysql)) as poll:
@@ -162,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=1, help="handler threads per worker")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--limit-rate", type=float, help="rate_limit_per_s on every queue (the cost of a limit)")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     harness.use_bench_namespace()

@@ -46,7 +46,13 @@ def write_config(settings: Settings, path: Path, workers_concurrency: int) -> No
         f'name = "{src.name}"\ntable = "{src.table}"\nid_column = "{src.id_column}"\n'
         f'due_column = "{src.due_column}"\nperiod_s = {src.period_s}\n'
         f"claim_batch = {src.claim_batch}\nhigh_water = {src.high_water}\n"
-        f'mode = "{src.mode}"\nrange_size = {src.range_size}\n\n'
+        f'mode = "{src.mode}"\nrange_size = {src.range_size}\n'
+        + "".join(  # fleet-wide limits, when a benchmark sets them (bench/limits.py)
+            f"{k} = {v}\n"
+            for k in ("rate_limit_per_s", "rate_burst", "max_running")
+            if (v := getattr(src, k))
+        )
+        + "\n"
         f'[worker]\nconcurrency = {workers_concurrency}\nsources = ["{src.name}"]\n'
         f"pop_batch = {src.claim_batch}\n"
     )

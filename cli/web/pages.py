@@ -23,7 +23,7 @@ from ...shared.storage.admin.job_admin import Filter
 from ...shared.storage.worker_registry import WorkerRegistry, bad_rows_line
 from .. import formats
 from ..history import History, Point, lag_s
-from . import pause_actions
+from . import limits_view, pause_actions
 from .charts import COLLECTING, Series, line_chart
 from .context import WebContext
 
@@ -194,6 +194,7 @@ def _register_sources(app: Flask, ctx: WebContext) -> None:
             queues=[r for r in rows if is_job_queue(r.name)],
             charts=overview_charts(ctx.history, names),
             paused=pause_actions.paused(ctx),
+            limits=limits_view.states(ctx),
             readings=len(ctx.history),
             **overview_notes(rows),
         )
@@ -211,6 +212,7 @@ def _register_sources(app: Flask, ctx: WebContext) -> None:
             charts=source_charts(ctx.history, name, rescan, row.snap.db.unit),
             pausable=pause_actions.target_of(ctx.settings, name) is not None,
             paused_since=pause_actions.paused_since(ctx, name),
+            limit=limits_view.of(ctx, name),
             can_act=ctx.settings.web.token is not None,
         )
 

@@ -19,6 +19,7 @@ from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import DispatcherSettings, MySQLSettings, RedisSettings, Settings
 from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.range_store import RangeStore
+from duecast.shared.storage.schema import SchemaError
 from duecast.shared.storage.source_store import Store
 from tests.integration import range_app
 from tests.integration.cli.test_cli import cli_env, sources_json  # noqa: F401 - a fixture
@@ -181,3 +182,9 @@ def test_status_shows_each_limit_and_the_period_a_rate_allows(
     assert (
         f"{env.source.name}: demand above rate_limit_per_s (10/s); the limit allows a period of 30.0s" in out
     )
+
+
+def test_a_limit_without_its_table_stops_the_dispatcher_in_one_line(make_env: Callable[..., Env]) -> None:
+    env = make_env("oneoff", rows=1, rate_limit_per_s=10)
+    with pytest.raises(SchemaError, match=r"table no_limits_here is missing; run `duecast migrate`"):
+        Limiter([env.store], "no_limits_here")

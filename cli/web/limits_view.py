@@ -1,0 +1,23 @@
+"""The dashboard's view of fleet-wide limits: each limited source's rate, burst, tokens now and
+max_running, and the period its rate allows while its demand exceeds it (said, not hidden)."""
+
+from __future__ import annotations
+
+from ...shared.storage.limits import LimitState, read_limits
+from ...shared.storage.units import StorageError
+from .context import WebContext
+
+
+def states(ctx: WebContext) -> list[LimitState]:
+    """Every limited source's state; none when no limit is set, or the table is not there yet."""
+    limited = [s for s in ctx.settings.all_sources() if s.limited]
+    if not limited:
+        return []
+    try:
+        return read_limits(ctx.db(), ctx.settings.dispatcher.limits_table, limited)
+    except StorageError:
+        return []
+
+
+def of(ctx: WebContext, source: str) -> LimitState | None:
+    return next((s for s in states(ctx) if s.name == source), None)
