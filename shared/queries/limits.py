@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..identifiers import quote
 from ..states import DISPATCHED_AT_COLUMN, STATE_COLUMN, State
 
-DISPATCHED, RUNNING = int(State.DISPATCHED), int(State.RUNNING)
+IDLE, DISPATCHED, RUNNING = int(State.IDLE), int(State.DISPATCHED), int(State.RUNNING)
 
 
 def limits_table_ddl(table: str) -> str:
@@ -85,6 +85,15 @@ def jobs_in_flight(runs_table: str) -> str:
         f"WHERE `queue` = %s AND ((`dc_state` = {DISPATCHED} AND "
         "`dc_dispatched_at` > NOW(6) - INTERVAL %s MICROSECOND) OR "
         f"(`dc_state` = {RUNNING} AND `lease_until` > NOW(6)))"
+    )
+
+
+def first_pending_run(runs_table: str) -> str:
+    """The jobs of the run a queue's next claim takes first (args: queue): a run given back whole is
+    claimed whole, so under max_running it waits until it fits (the claim's order: dc_runs)."""
+    return (
+        f"SELECT `jobs` FROM {quote(runs_table)} FORCE INDEX (`dc_runs`) WHERE `queue` = %s "
+        f"AND `dc_state` = {IDLE} ORDER BY `priority`, `id` LIMIT 1"
     )
 
 

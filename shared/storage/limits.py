@@ -7,7 +7,7 @@ import contextlib
 from dataclasses import dataclass
 
 from ..limit_policy import bucket_tokens, limited_claim
-from ..queries.limits import count_rows, jobs_in_flight, render_limits, rows_in_flight
+from ..queries.limits import count_rows, first_pending_run, jobs_in_flight, render_limits, rows_in_flight
 from ..queries.ranges import ranges_table
 from ..settings import SourceSettings
 from .db import Database
@@ -15,7 +15,7 @@ from .leased.jobs import JobStore
 from .range_store import RangeStore
 from .schema import SchemaError, described, unseen
 from .source_store import SourceStore
-from .units import MYSQL_ERRORS, StorageError
+from .units import MYSQL_ERRORS, Cursor, StorageError
 
 # How long a claim's reservation counts against max_running: far longer than a claim takes, short
 # enough that the reservation of a dispatcher killed mid-claim is given back soon.
@@ -52,6 +52,8 @@ class LimitStore:
         self.burst = src.burst(unit)
         self.sql = render_limits(table)
         self._in_flight = in_flight
+        # A job queue's: the run its next claim takes first (claimed whole, whatever the limit).
+        self.pending: tuple[str, tuple[object, ...]] | None = None
         self._made = False
 
     def verify(self) -> None:
@@ -82,19 +84,33 @@ class LimitStore:
                 None if self.rate is None else bucket_tokens(stored, elapsed_us / 1e6, self.rate, self.burst)
             )
             room = None
-            if self.src.max_running is not None:
+            cap = self.src.max_running
+            if cap is not None:
                 sql, args = self._in_flight
                 cur.execute(sql, args)
                 counted = cur.fetchone()
                 in_flight = int(counted[0] if counted else 0) * self.unit  # a span counts its range_size
-                room = self.src.max_running - in_flight - reserved
+                room = cap - in_flight - reserved
             entries = limited_claim(want, self.unit, tokens, room)
+            busy = room is not None and cap is not None and room < cap
+            if entries > 0 and busy and self._run_too_big(cur, entries):
+                entries = 0  # the slots add up until it fits: no fresh claim takes them meanwhile
             checks = entries * self.unit
             left = stored if tokens is None else tokens - checks
             # Only max_running counts a reservation: a rate is paid for by the tokens themselves.
             held = reserved + checks if room is not None else 0
             cur.execute(self.sql.reserve, (left, now, held, now, round(RESERVE_S * 1e6), self.name))
         return Grant(entries, checks, left if tokens is not None else None)
+
+    def _run_too_big(self, cur: Cursor, entries: int) -> bool:
+        """Whether the job run the claim would take first is larger than it may take (while nothing
+        is in flight, room == max_running, it is taken anyway: it could never fit better)."""
+        if self.pending is None:
+            return False
+        sql, args = self.pending
+        cur.execute(sql, args)
+        row = cur.fetchone()
+        return row is not None and int(row[0]) > entries
 
     def settle(self, grant: Grant, used_checks: int) -> None:
         """The claim is committed: give back the tokens it did not use (a claim that took more, a job
@@ -172,6 +188,7 @@ def limit_store(store: object, table: str) -> tuple[LimitStore, str] | None:
         src = store.src
         args = (store.queue, round(src.visibility_timeout_s * 1e6))
         jobs = LimitStore(store.db, table, src, 1, (jobs_in_flight(store.jobs.runs_table), args))
+        jobs.pending = (first_pending_run(store.jobs.runs_table), (store.queue,))
         return (jobs, src.table) if src.limited else None
     if isinstance(store, SourceStore):
         src = store.src

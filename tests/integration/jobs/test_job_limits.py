@@ -26,8 +26,8 @@ def fresh_buckets(sql: pymysql.cursors.Cursor) -> Iterator[None]:
     sql.execute(f"DELETE FROM `{LIMITS}`")
 
 
-def _default_queue(env: JobsEnv, limits: Limits) -> tuple[JobsEnv, JobStore]:
-    limited = env.with_jobs(limits={"default": limits}, run_size=4)
+def _default_queue(env: JobsEnv, limits: Limits, run_size: int = 4) -> tuple[JobsEnv, JobStore]:
+    limited = env.with_jobs(limits={"default": limits}, run_size=run_size)
     stores = build_stores(limited.settings, limited.settings.all_sources())
     (store,) = [s for s in stores if s.src.name == "jobs.default"]
     assert isinstance(store, JobStore)
@@ -57,3 +57,30 @@ def test_a_queue_max_running_counts_the_jobs_of_live_runs(env: JobsEnv, sql: pym
     sql.execute(f"UPDATE `{runs}` SET dc_state = 2, lease_until = NOW(6) - INTERVAL 1 SECOND")
     limiter.claim(store, 1000)
     assert store.claimed_rows == 7
+
+
+def test_a_run_given_back_whole_waits_until_it_fits_under_max_running(
+    env: JobsEnv, sql: pymysql.cursors.Cursor
+) -> None:
+    limited, store = _default_queue(env, Limits(max_running=7), run_size=5)
+    runs = limited.settings.jobs.runs_table
+    limiter = Limiter([store], LIMITS)
+    limiter.claim(store, 1000)
+    assert store.claimed_rows == 7  # runs of 5 and 2
+    # The 5-run's worker dies: its lease runs out, so its slots count no more, and a fresh run of 5
+    # takes them; then redelivery gives the dead run back whole (pending).
+    sql.execute(f"UPDATE `{runs}` SET dc_state = 2, lease_until = NOW(6) - INTERVAL 1 SECOND WHERE jobs = 5")
+    (dead,) = [int(r) for (r,) in _query(sql, f"SELECT id FROM `{runs}` WHERE dc_state = 2")]
+    limiter.claim(store, 1000)
+    assert store.claimed_rows == 5
+    sql.execute(f"UPDATE `{runs}` SET dc_state = 0, lease_until = NULL WHERE id = %s", (dead,))
+    sql.execute(f"DELETE FROM `{runs}` WHERE jobs = 2")  # the 2-run finished: 2 slots free
+    assert limiter.claim(store, 1000) == [], "the dead run (5 jobs) was claimed into 2 free slots"
+    sql.execute(f"DELETE FROM `{runs}` WHERE jobs = 5 AND id <> %s", (dead,))  # 7 slots free
+    assert dead in [e.id for e in limiter.claim(store, 1000)]
+    assert store.claimed_rows == 7
+
+
+def _query(sql: pymysql.cursors.Cursor, stmt: str) -> list[tuple[object, ...]]:
+    sql.execute(stmt)
+    return list(sql.fetchall())
