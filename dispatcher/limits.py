@@ -71,8 +71,10 @@ class Limiter:
 
     @staticmethod
     def _wait_s(lim: LimitStore, grant: Grant, room: int) -> float:
-        if grant.tokens is None or lim.rate is None or grant.entries >= room:
-            return float("inf")  # not held back by the rate: the dispatcher's own pace
+        if grant.tokens is None or lim.rate is None or grant.entries >= room or grant.tokens >= lim.unit:
+            # Not held back by the rate (by max_running, or nothing more was due): the dispatcher's
+            # own pace, never a tight loop of claims that cannot take anything.
+            return float("inf")
         # A quarter of the bucket (at least an entry; at most what the room takes): claiming then,
         # the bucket does not fill up to its cap while a claim's own statements run (tens of ms), so
         # no token is dropped and the rate is met, not just bounded.

@@ -188,3 +188,14 @@ def test_a_limit_without_its_table_stops_the_dispatcher_in_one_line(make_env: Ca
     env = make_env("oneoff", rows=1, rate_limit_per_s=10)
     with pytest.raises(SchemaError, match=r"table no_limits_here is missing; run `duecast migrate`"):
         Limiter([env.store], "no_limits_here")
+
+
+def test_a_claim_held_back_by_max_running_waits_at_the_dispatchers_pace(make_env: Callable[..., Env]) -> None:
+    env = make_env("oneoff", rows=50, rate_limit_per_s=1000, max_running=5)
+    limiter = Limiter([env.store], LIMITS)
+    assert len(limiter.claim(env.store, 100)) == 5
+    assert limiter.delay_s(env.store, 0.2) == 0.2, "tokens are plenty: no refill to wait for"
+    _set_bucket(env.sql, env.source.name, 0.0)
+    env.query("DELETE FROM {t} WHERE dc_state = 1")  # they finished: 5 slots, no tokens
+    assert limiter.claim(env.store, 100) == []
+    assert 0 < limiter.delay_s(env.store, 0.2) < 0.2, "held back by the rate: claim again on its refill"
