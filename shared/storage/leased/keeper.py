@@ -104,6 +104,10 @@ class Hold:
         self.lost = False
         self.failed = 0  # renewals in a row that did not confirm (only the first is logged)
         self._finishing: set[int] = set()
+        # Units this worker's own finish transaction has locked (RunBatch): while it holds them no
+        # other session can take them, so a renewal that finds them locked counts them as kept.
+        self._owned: set[int] = set()
+        self._before_own = since  # `confirmed` when the first of them was locked
         self._lock = lock
 
     def finishing(self, ids: Iterable[int]) -> None:
@@ -111,6 +115,33 @@ class Hold:
         (Their leases are still extended: a transactional task's work runs inside its ack.)"""
         with self._lock:
             self._finishing.update(ids)
+
+    def own(self, ids: Iterable[int]) -> None:
+        """This worker's own finish transaction has locked these units (still running under the
+        attempt held): a renewal skipping them is not kept from them by another session."""
+        with self._lock:
+            if not self._owned:
+                self._before_own = self.confirmed
+            self._owned.update(ids)
+
+    def disown(self, extended_at: float | None) -> None:
+        """The finish transaction that owned units is over: committed, having extended their leases
+        by a statement sent at time.monotonic() = `extended_at`, or not (None: rolled back, their
+        leases are as the last renewal before it left them). Confirmations counted meanwhile are
+        taken back to what is proven, and the next renewal is due at once if any was unproven."""
+        with self._lock:
+            if not self._owned:
+                return
+            self._owned.clear()
+            proven = self._before_own if extended_at is None else extended_at
+            if proven < self.confirmed:
+                self.confirmed = proven
+                self.next_try = min(self.next_try, time.monotonic())
+            self._lock.notify_all()  # the watchdog and the keeper time from `confirmed`
+
+    def owned(self) -> frozenset[int]:
+        """(Call under the lock.)"""
+        return frozenset(self._owned)
 
     def needed(self) -> list[int]:
         """Ids whose lease must be confirmed: all but those being acked (call under the lock)."""
@@ -206,7 +237,11 @@ class LeaseKeeper:
             if hold.token not in self._holds:
                 return  # the batch ended while its leases were being extended
             needed = hold.needed()
-            outcome = "unknown" if result is None else renewal_outcome(needed, result.kept, result.gone)
+            outcome = (
+                "unknown"
+                if result is None
+                else renewal_outcome(needed, result.kept | (hold.owned() - result.gone), result.gone)
+            )
             if outcome == "confirmed":
                 hold.confirmed = max(hold.confirmed, sent)
                 hold.next_try = sent + self._timing.renew_s

@@ -1,0 +1,89 @@
+"""A transactional task's attempt runs once on real MariaDB: a lock wait at its ack fails the attempt
+rather than calling the task again, and a slow one does not make its own worker fence itself.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from duecast.shared.acks import Ack
+from duecast.shared.settings import MySQLSettings
+from duecast.shared.states import State
+from duecast.shared.storage.db import connect
+from tests.integration.jobs.jobs_env import JobsEnv
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def accounts(env: JobsEnv) -> Iterator[str]:
+    table = f"acct_{uuid.uuid4().hex[:8]}"
+    env.sql.execute(f"CREATE TABLE `{table}` (id INT PRIMARY KEY, amount INT)")
+    env.sql.execute(f"INSERT INTO `{table}` VALUES (1, 0)")
+    yield table
+    env.sql.execute(f"DROP TABLE IF EXISTS `{table}`")
+
+
+def test_a_lock_wait_at_a_transactional_ack_never_calls_the_task_twice_under_one_attempt(
+    env: JobsEnv, accounts: str, mysql_settings: MySQLSettings
+) -> None:
+    env = JobsEnv(
+        env.settings.model_copy(update={"mysql": env.settings.mysql.model_copy(update={"lock_wait_s": 1})}),
+        env.sql,
+    )
+    calls: list[int] = []
+
+    def credit(cur: Any) -> None:
+        calls.append(1)
+        cur.execute(f"UPDATE `{accounts}` SET amount = amount + 1 WHERE id = 1")
+
+    job_id = env.enqueuer.enqueue("record", "x")
+    store = env.store()
+    (entry,) = store.claim_due(10)
+    holder = connect(mysql_settings)  # another session holds the row the task writes
+    try:
+        with holder.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT amount FROM `{accounts}` WHERE id = 1 FOR UPDATE")
+            with store.started([entry]) as batch:
+                (row,) = batch.rows
+                first = batch.ack([(row, Ack("transaction", work=credit))])
+                # The worker's acker hands the same outcome back after an ack that raised: still once.
+                batch.ack([(row, Ack("transaction", work=credit))])
+        holder.rollback()
+    finally:
+        holder.close()
+    assert len(calls) == 1
+    assert (first.acked, first.refused) == (0, 1)
+    state, errors, attempt, error = env.job(job_id, "dc_state", "errors", "dc_attempt", "last_error")
+    assert (state, errors, attempt) == (State.IDLE, 1, 1)  # that attempt failed; a new one runs it
+    assert "SpentAttempt" in error
+    assert "1205" in error
+    env.sql.execute(f"SELECT amount FROM `{accounts}` WHERE id = 1")
+    assert env.sql.fetchone() == (0,)
+
+
+def test_a_slow_transactional_task_does_not_make_its_worker_fence_itself(env: JobsEnv, accounts: str) -> None:
+    env = env.with_jobs(lease_s=3)  # the keeper fences at 0.8 of it without a confirmed renewal
+    job_id = env.enqueuer.enqueue("record", "slow")
+    store = env.store()
+    stops: list[int] = []
+    store._leases._stop = stops.append  # the keeper's exit, recorded instead of taken
+
+    def slow(cur: Any) -> None:
+        cur.execute(f"UPDATE `{accounts}` SET amount = amount + 1 WHERE id = 1")
+        time.sleep(3.5)  # the task's own work: longer than the lease, holding its run's lock
+
+    (entry,) = store.claim_due(10)
+    with store.started([entry]) as batch:
+        counts = batch.ack([(batch.rows[0], Ack("transaction", work=slow))])
+    assert stops == []
+    assert counts.acked == 1
+    assert not env.exists(job_id)
+    env.sql.execute(f"SELECT amount FROM `{accounts}` WHERE id = 1")
+    assert env.sql.fetchone() == (1,)
