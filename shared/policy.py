@@ -371,3 +371,12 @@ def too_many_stuck(stuck: int, threads: int) -> bool:
     """A worker whose threads are more than half stuck in calls past their limit leaves (and is
     replaced by its supervisor): Python cannot stop a thread, only a process."""
     return stuck > 0 and 2 * stuck > threads
+
+
+def handler_in_time(now: float, confirmed: float, lost: bool, timing: LeaseTiming) -> bool:
+    """Whether a handler of leased work may start now (times on one monotonic clock), asked right
+    before each call, not only when its batch started: not once a lease was found lost, nor once the
+    leases were last confirmed fence_s ago (a process stopped, or starved, past that point): they may
+    have run out, and another worker may be running that work. The call is skipped; its row comes
+    back by its lease, and the watchdog is about to end the process."""
+    return not lost and now < confirmed + timing.fence_s

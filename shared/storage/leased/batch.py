@@ -218,6 +218,7 @@ class LeasedBatch:
         store = self._store
         acked = stale = discarded = 0
         failures: list[tuple[Row, object]] = []
+        unfinished: set[int] = set()  # by identity: rows this ack leaves as they are
         with self._transaction() as cur:
             mine = self._fenced(cur, [row for row, _ in acks])
             stale = len(acks) - len(mine)
@@ -248,10 +249,13 @@ class LeasedBatch:
                         acked += 1
                     elif outcome == "stale":
                         stale += 1
+                    elif outcome == "late":
+                        stale += 1
+                        unfinished.add(id(row))
                     else:
                         failures.append((row, outcome))
-            failed = {id(row) for row, _ in failures}  # finished by fail(), in its own transaction
-            self._finished(cur, [row for row, _ in acks if id(row) not in failed])
+            unfinished |= {id(row) for row, _ in failures}  # failures: finished by fail(), on its own
+            self._finished(cur, [row for row, _ in acks if id(row) not in unfinished])
         observe.count(store.src.name, "dead", discarded)
         return (acked, stale), failures
 
@@ -285,8 +289,20 @@ class LeasedBatch:
 
     def _in_transaction(self, cur: Cursor, row: Row, ack: Ack) -> object | None:
         """Run a transactional task and finish it under one savepoint: its writes stay only if the
-        job really is finished by this attempt. Returns None (done), "stale", or the failure."""
+        job really is finished by this attempt. Returns None (done), "stale", "late" (not called: its
+        lease may have run out, Hold.may_start; the job is left to come back by it), or the failure."""
         assert ack.work is not None
+        if self.hold is not None and not self.hold.may_start():
+            s = self._store.scope
+            s.log.warning(
+                "%s %s of %s: its lease ran out before its handler started; not running it (it comes "
+                "back by its lease)",
+                s.noun,
+                row.get(self._key),
+                s.place,
+                extra={"event": f"{s.noun}.lease_ran_out", "source": self._store.src.name},
+            )
+            return "late"
         try:
             with savepoint(cur, "dc_job"):
                 self._called.add(self._id(row))  # from here on, this attempt has run its task

@@ -20,6 +20,7 @@ from ...policy import (
     Fence,
     LeaseTiming,
     fence_reason,
+    handler_in_time,
     lease_timing,
     renewal_outcome,
     start_in_time,
@@ -94,13 +95,19 @@ class Hold:
     change under the keeper's lock."""
 
     def __init__(
-        self, token: int, entries: Sequence[Entry], since: float, renew_s: float, lock: threading.Condition
+        self,
+        token: int,
+        entries: Sequence[Entry],
+        since: float,
+        timing: LeaseTiming,
+        lock: threading.Condition,
     ) -> None:
         self.token = token
         self.entries = list(entries)
         # `since` was taken before the statement that set the leases: they run from its NOW(6), later.
         self.started = self.confirmed = since
-        self.next_try = since + renew_s
+        self.next_try = since + timing.renew_s
+        self._timing = timing
         self.lost = False
         self.failed = 0  # renewals in a row that did not confirm (only the first is logged)
         self._finishing: set[int] = set()
@@ -115,6 +122,12 @@ class Hold:
         (Their leases are still extended: a transactional task's work runs inside its ack.)"""
         with self._lock:
             self._finishing.update(ids)
+
+    def may_start(self) -> bool:
+        """Whether a handler of this batch may start now: asked right before each call (shared.policy.
+        handler_in_time), so a process stopped past its leases runs nothing once it resumes."""
+        with self._lock:
+            return handler_in_time(time.monotonic(), self.confirmed, self.lost, self._timing)
 
     def own(self, ids: Iterable[int]) -> None:
         """This worker's own finish transaction has locked these units (still running under the
@@ -190,7 +203,7 @@ class LeaseKeeper:
     def holding(self, entries: Sequence[Entry], since: float) -> Iterator[Hold]:
         """Keep the leases of `entries`, set by a statement sent after time.monotonic() = `since`."""
         with self._cond:
-            hold = Hold(next(self._tokens), entries, since, self._timing.renew_s, self._cond)
+            hold = Hold(next(self._tokens), entries, since, self._timing, self._cond)
             self._holds[hold.token] = hold
             if not self._running:
                 self._running = True

@@ -87,3 +87,18 @@ def test_a_slow_transactional_task_does_not_make_its_worker_fence_itself(env: Jo
     assert not env.exists(job_id)
     env.sql.execute(f"SELECT amount FROM `{accounts}` WHERE id = 1")
     assert env.sql.fetchone() == (1,)
+
+
+def test_a_transactional_task_is_not_called_once_its_lease_may_have_run_out(env: JobsEnv) -> None:
+    job_id = env.enqueuer.enqueue("record", "late")
+    store = env.store()
+    store._leases._stop = lambda code: None  # the watchdog's exit, not taken: the test asks the ack
+    calls: list[int] = []
+    (entry,) = store.claim_due(10)
+    with store.started([entry]) as batch:
+        assert batch.hold is not None
+        batch.hold.confirmed -= 60  # the worker was stopped for a minute since its last renewal
+        counts = batch.ack([(batch.rows[0], Ack("transaction", work=lambda cur: calls.append(1)))])
+    assert calls == []
+    assert (counts.acked, counts.stale) == (0, 1)
+    assert env.run_of(job_id, "dc_state") == (State.RUNNING,)  # left to come back by its lease
