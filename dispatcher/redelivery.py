@@ -198,9 +198,31 @@ class Redelivery:
                 self._hold_kept(worker, exc)
                 continue
             self.queue.release_hold(worker)
-            self.registry.deregister(worker)
+            self._forget(worker)
         self.counts["held"] += total
         return total
+
+    def _forget(self, worker: str) -> None:
+        """Remove a dead worker's registry row, never waiting for it: a stopped worker's open
+        transaction may hold it (issue 24: that wait failed the whole tick, five times in a row).
+        Locked, or a transient error: one line, and the next look tries again (its hold is released
+        already, so that look only forgets it)."""
+        assert self.registry is not None
+        try:
+            forgotten = self.registry.forget(worker)
+        except TransientError as exc:
+            forgotten, why = False, str(exc)
+        else:
+            why = "its row is locked by another session"
+        if not forgotten:
+            log.warning(
+                "worker %s is silent, but could not be removed from the registry yet (%s); trying again "
+                "in %.0fs",
+                worker,
+                why,
+                self.every_s["held"],
+                extra={"event": "redelivery.forget_retry", "worker": worker},
+            )
 
     def _requeue_hold(self, worker: str, stores: Mapping[str, Store]) -> int:
         """Requeue what one dead worker held (shared.storage.holds); 0 when it held nothing this

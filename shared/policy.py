@@ -6,6 +6,7 @@ and lease keepers when to renew and when their process must stop; callers pass t
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence, Set
@@ -380,3 +381,13 @@ def handler_in_time(now: float, confirmed: float, lost: bool, timing: LeaseTimin
     have run out, and another worker may be running that work. The call is skipped; its row comes
     back by its lease, and the watchdog is about to end the process."""
     return not lost and now < confirmed + timing.fence_s
+
+
+def idle_transaction_limit_s(setting: int | None, leases_s: Collection[float]) -> int:
+    """How long a worker's session may sit idle inside a transaction before the server ends it
+    (worker.idle_transaction_s): as set (0: off), or else the longest lease it serves, rounded up,
+    so a stopped worker's open ack holds its rows about a lease at most, and a live worker's
+    renewals are never outlived by its own idle transaction."""
+    if setting is not None:
+        return setting
+    return math.ceil(max(leases_s, default=0.0))
