@@ -70,7 +70,8 @@ def test_a_lock_wait_at_a_transactional_ack_never_calls_the_task_twice_under_one
 
 def test_a_slow_transactional_task_does_not_make_its_worker_fence_itself(env: JobsEnv, accounts: str) -> None:
     env = env.with_jobs(lease_s=3)  # the keeper fences at 0.8 of it without a confirmed renewal
-    job_id = env.enqueuer.enqueue("record", "slow")
+    slow_job = env.enqueuer.enqueue("record", "slow")
+    other_job = env.enqueuer.enqueue("record", "other")  # same run: still running after the ack
     store = env.store()
     stops: list[int] = []
     store._leases._stop = stops.append  # the keeper's exit, recorded instead of taken
@@ -81,10 +82,18 @@ def test_a_slow_transactional_task_does_not_make_its_worker_fence_itself(env: Jo
 
     (entry,) = store.claim_due(10)
     with store.started([entry]) as batch:
-        counts = batch.ack([(batch.rows[0], Ack("transaction", work=slow))])
+        assert len(batch.rows) == 2
+        (row,) = [r for r in batch.rows if r["id"] == slow_job]
+        counts = batch.ack([(row, Ack("transaction", work=slow))])
+        # The ack extended the lease of the run it held, as it ended: the other job's is good for a lease.
+        (left_s,) = env.run_of(other_job, "TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_until) / 1e6")
+        assert left_s > 2.5
+        assert stops == []
+        (rest,) = [r for r in batch.rows if r["id"] == other_job]
+        assert batch.ack([(rest, Ack.default())]).acked == 1
     assert stops == []
     assert counts.acked == 1
-    assert not env.exists(job_id)
+    assert not env.exists(slow_job)
     env.sql.execute(f"SELECT amount FROM `{accounts}` WHERE id = 1")
     assert env.sql.fetchone() == (1,)
 
