@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ..shared.entries import BadHold, Entry
+from ..shared.entries import BadHold, Entry, encode_entry
 from ..shared.fanout.protocol import NO_SOURCE, Queue
 from ..shared.policy import (
     LEADER_CAUSES,
@@ -275,6 +275,18 @@ class Redelivery:
         )
         self.queue.quarantine(NO_SOURCE, [(bad.raw, f"hold:{worker}:{bad.reason}")])
         self.queue.add_stats(NO_SOURCE, {"bad_holds": 1})
+
+    def push_claimed(self, store: Store, entries: Sequence[Entry]) -> None:
+        """Push a claim's entries: work coming back (the claim's first `store.returning`: given back,
+        requeued, retried, interrupted) to the head of the ready list, ahead of a backlog it would
+        otherwise wait behind; the rest to its tail."""
+        name = store.src.name
+        n = min(getattr(store, "returning", 0), len(entries))  # leased stores say (LeasedStore)
+        if n:
+            self.queue.push_front(name, [encode_entry(e.id, e.attempt) for e in entries[:n]])
+            observe.count(name, "pushed", n)
+        if n < len(entries):
+            self.queue.push(name, entries[n:])
 
     def release_unpushed(self, store: Store, entries: Sequence[Entry]) -> int:
         """Rows `store` claimed whose push Redis refused (down, OOM) -> pending now, instead of after
