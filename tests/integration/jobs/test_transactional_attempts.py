@@ -4,18 +4,20 @@ rather than calling the task again, and a slow one does not make its own worker 
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import pymysql
 import pytest
 
 from duecast.shared.acks import Ack
 from duecast.shared.settings import MySQLSettings
 from duecast.shared.states import State
 from duecast.shared.storage.db import connect
-from tests.integration.jobs.jobs_env import JobsEnv
+from tests.integration.jobs.jobs_env import JobsEnv, payloads
 
 pytestmark = pytest.mark.integration
 
@@ -111,3 +113,44 @@ def test_a_transactional_task_is_not_called_once_its_lease_may_have_run_out(env:
     assert calls == []
     assert (counts.acked, counts.stale) == (0, 1)
     assert env.run_of(job_id, "dc_state") == (State.RUNNING,)  # left to come back by its lease
+
+
+def test_a_worker_calls_a_transactional_task_once_when_its_ack_meets_a_lock_wait(
+    env: JobsEnv, mysql_settings: MySQLSettings
+) -> None:
+    """The whole worker (its acker hands a failed ack back and tries again): still one call."""
+    env = JobsEnv(
+        env.settings.model_copy(update={"mysql": env.settings.mysql.model_copy(update={"lock_wait_s": 1})}),
+        env.sql,
+    )
+    table = f"acct_{uuid.uuid4().hex[:8]}"
+    env.sql.execute(f"CREATE TABLE `{table}` (id INT AUTO_INCREMENT PRIMARY KEY, account INT, amount INT)")
+    job_id = env.enqueuer.enqueue("credit", {"table": table, "account": 1, "amount": 10})
+    # REPEATABLE READ (not duecast's READ COMMITTED): its locking read takes the gaps, so the task's
+    # INSERT waits for this session until the lock wait runs out (1205).
+    holder = pymysql.connect(
+        host=mysql_settings.host,
+        port=mysql_settings.port,
+        user=mysql_settings.user,
+        password=mysql_settings.password.get_secret_value(),
+        database=mysql_settings.database,
+    )
+    release = threading.Timer(6.0, holder.rollback)  # long after one ack and its retries
+    try:
+        with holder.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT * FROM `{table}` WHERE id >= 0 FOR UPDATE")
+        release.start()
+        env.run_once()
+    finally:
+        release.cancel()
+        release.join()
+        holder.rollback()
+        holder.close()
+    calls = [p for p in payloads() if isinstance(p, dict) and p.get("table") == table]
+    assert calls == [{"table": table, "account": 1, "amount": 10}]
+    state, errors = env.job(job_id, "dc_state", "errors")
+    assert (state, errors) == (State.IDLE, 1)  # the attempt failed; a new one runs it after its backoff
+    env.sql.execute(f"SELECT COUNT(*) FROM `{table}`")
+    assert env.sql.fetchone() == (0,)
+    env.sql.execute(f"DROP TABLE `{table}`")
