@@ -196,14 +196,15 @@ class Starter:
 
 def hand_back(queue: Queue, process: str | None, source: str, raws: list[bytes]) -> None:
     """Put a batch whose start this worker gave up on (MySQL still failing after
-    worker.unit_retry_s) back on its ready list at once. Through Redis, not MySQL: MySQL is what
-    just failed, and the rows are still DISPATCHED under the attempt their entries carry, so
-    whoever pops them next starts them under that fence, and an entry the sweeper has since
-    requeued (a new attempt) is skipped as stale. Left alone, a live worker's rows would wait
-    for the visibility timeout: redelivery takes only dead workers' holds."""
+    worker.unit_retry_s) back at the head of its ready list at once (ahead of the backlog).
+    Through Redis, not MySQL: MySQL is what just failed, and the rows are still DISPATCHED under
+    the attempt their entries carry, so whoever pops them next starts them under that fence, and
+    an entry the sweeper has since requeued (a new attempt) is skipped as stale. Left alone, a
+    live worker's rows would wait for the visibility timeout: redelivery takes only dead
+    workers' holds."""
     raws = [raw for raw in raws if _decodes(raw)]  # the bad ones are quarantined already
     try:
-        queue.push_raw(source, raws)
+        queue.push_front(source, raws)  # ahead of the backlog: this work was popped once already
         if process is not None:
             queue.release_hold(process)
     except Exception as exc:  # Redis too: the hold stays, redelivery or the sweeper decides

@@ -55,6 +55,13 @@ class WorkerSettings(_Section):
     registry_table: Identifier = "duecast_workers"
     heartbeat_s: float = Field(5.0, ge=0.5, le=300)
     dead_after_s: float = Field(15.0, ge=2, le=3600)
+    # A worker's sessions (not an enqueuer's or a caller's) left idle inside an open transaction
+    # this long are ended by the server, their locks released: a worker stopped (SIGSTOP) inside an
+    # ack holds duecast's rows no longer than this. MariaDB 10.3+ (idle_transaction_timeout);
+    # MySQL 8.0 has no such limit (docs/reliability.md). Unset: the longest lease_s of the sources
+    # the worker serves, rounded up; 0: off. A transactional task must not sit idle in its
+    # transaction (no statement running) longer than this.
+    idle_transaction_s: int | None = Field(None, ge=0, le=86400)
 
     @model_validator(mode="after")
     def _heartbeats(self) -> Self:
