@@ -66,8 +66,11 @@ class Starter:
         self.holding = False
         self.rows_per_entry = {name: s.rows_per_entry for name, s in stores.items()}
 
-    def pop(self, rows: int, *, block: bool) -> tuple[str, list[bytes]] | None:
-        sources = list(self.stores)
+    def pop(
+        self, rows: int, *, block: bool, sources: Sequence[str] | None = None
+    ) -> tuple[str, list[bytes]] | None:
+        """Pop from `sources` (default: every one served) at most `rows` rows' entries."""
+        sources = list(self.stores if sources is None else sources)
         counts = [max(1, -(-rows // self.rows_per_entry[s])) for s in sources]
         timeout_s = self.settings.block_timeout_s if block else 0.0
         if self.process is None:

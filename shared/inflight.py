@@ -1,0 +1,89 @@
+"""Pure in-flight window decisions: how many rows of one source a worker keeps awaiting, adapted to
+what the service its checks call can take (no I/O, no clocks: the worker passes outcomes and time).
+
+The rule (AIMD, judged once per round of ROUND_S over the outcomes of rows started since the last
+decrease): time-outs (TIMEOUT_SHARE of the round or more) or errors (ERROR_SHARE or more) halve the
+window. The calls' time limit is learnt: the shortest time a call took to time out (before any, the
+source's timeout_s). A round whose mean latency passes SLOW x that limit eases the window (x EASE),
+before its calls time out; one under FAST x the limit, with the window used, grows it by a
+sixteenth, or by 1/STEPS of the ceiling when more (so a window cut to a few rows by an outage is
+back to its ceiling within a minute). Otherwise it holds. A window starts at its ceiling, the worker's cap
+(`worker.max_in_flight`, or its default): a service that keeps up never sees a difference, and
+one that does not is fitted within seconds of its first time-outs. It never goes below one row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+ROUND_S = 0.5  # outcomes are judged together per round: one late call is not a trend
+CUT = 0.5  # the multiplicative decrease on time-outs and errors
+EASE = 0.8  # ...and on latency nearing the time limit
+GROWTH = 16  # each round that grows the window adds a sixteenth...
+STEPS = 256  # ...or a 256th of its ceiling (at least one row), whichever is more
+TIMEOUT_SHARE = 0.01  # time-outs are the client's queue overflowing: a few are enough to cut
+ERROR_SHARE = 0.10  # other errors also come from broken rows, which a smaller window cannot fix
+FAST = 0.5  # latency under half the time limit: room to grow
+SLOW = 0.75  # latency past three quarters of it: calls are about to time out
+
+
+@dataclass(frozen=True)
+class Window:
+    limit: int  # rows of this source a worker may keep in flight now
+    timeout_s: float  # the calls' time limit as learnt: the shortest time-out seen, or the source's
+    cut_at: float = float("-inf")  # when last decreased: outcomes of rows started before do not count
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round's outcomes of one source, of rows started since the window's last decrease."""
+
+    ok: int = 0
+    failed: int = 0  # failures other than time-outs
+    timed_out: int = 0  # duecast's time limit, or the handler's own client (a TimeoutError)
+    latency_s: float | None = None  # mean seconds from a successful row's start to its outcome
+    timed_out_after_s: float | None = None  # the shortest time a timed-out row took
+    peak: int = 0  # most rows of the source in flight at once during the round
+
+    @property
+    def total(self) -> int:
+        return self.ok + self.failed + self.timed_out
+
+
+def first_window(ceiling: int, timeout_s: float) -> Window:
+    """A source starts at the worker's cap: only what its calls say makes the window smaller."""
+    return Window(limit=max(1, ceiling), timeout_s=timeout_s)
+
+
+def congested(r: Round) -> bool:
+    """Whether the round says the service (or the client in front of it) is past what it takes."""
+    total = r.total
+    if total == 0:
+        return False
+    return r.timed_out >= TIMEOUT_SHARE * total or r.failed >= ERROR_SHARE * total
+
+
+def learnt_timeout_s(timeout_s: float, r: Round) -> float:
+    """The calls' time limit: a client's own (shorter than the source's) shows in its time-outs. One
+    quicker than the round's successful calls (a connect time-out, say) is not what calls wait for."""
+    after = r.timed_out_after_s
+    if after is None or after <= 0 or (r.latency_s is not None and after < r.latency_s):
+        return timeout_s
+    return min(timeout_s, after)
+
+
+def next_window(w: Window, r: Round, now: float, ceiling: int) -> Window:
+    """The window after round `r` ended at `now` (see the module's rule); never above `ceiling`."""
+    limit = min(w.limit, ceiling)
+    if r.total == 0:
+        return replace(w, limit=limit)
+    timeout_s = learnt_timeout_s(w.timeout_s, r)
+    if congested(r):
+        return Window(max(1, int(limit * CUT)), timeout_s, cut_at=now)
+    latency = r.latency_s
+    if latency is not None and latency > SLOW * timeout_s:
+        return Window(max(1, int(limit * EASE)), timeout_s, cut_at=now)
+    if (latency is not None and latency > FAST * timeout_s) or 2 * r.peak < limit:
+        # Near the limit, or not used (growing it would say nothing about the service): holds.
+        return Window(limit, timeout_s, w.cut_at)
+    return Window(min(ceiling, limit + max(1, limit // GROWTH, ceiling // STEPS)), timeout_s, w.cut_at)
