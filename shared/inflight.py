@@ -4,7 +4,10 @@ what the service its checks call can take (no I/O, no clocks: the worker passes 
 The rule (AIMD, judged once per round of ROUND_S over the outcomes of rows started since the last
 decrease): time-outs (TIMEOUT_SHARE of the round or more) or errors (ERROR_SHARE or more) halve the
 window. The calls' time limit is learnt: the shortest time a call took to time out (before any, the
-source's timeout_s). A round whose mean latency passes SLOW x that limit eases the window (x EASE),
+source's timeout_s). A round's latency is the mean of its successful calls, or, when more, the age
+of the oldest batch with a tenth of its rows (TAIL) still awaiting: the calls that finish first are
+the quick ones, and a batch's last rows wait longest, so a mean of finished calls alone says too
+little, too late. One past SLOW x the limit eases the window (x EASE),
 before its calls time out; one under FAST x the limit, with the window used, grows it by a
 sixteenth, or by 1/STEPS of the ceiling when more (so a window cut to a few rows by an outage is
 back to its ceiling within a minute). Otherwise it holds. A window starts at its ceiling, the worker's cap
@@ -18,11 +21,12 @@ from dataclasses import dataclass, replace
 
 ROUND_S = 0.5  # outcomes are judged together per round: one late call is not a trend
 CUT = 0.5  # the multiplicative decrease on time-outs and errors
-EASE = 0.8  # ...and on latency nearing the time limit
+EASE = 0.7  # ...and on latency nearing the time limit
 GROWTH = 16  # each round that grows the window adds a sixteenth...
 STEPS = 256  # ...or a 256th of its ceiling (at least one row), whichever is more
 TIMEOUT_SHARE = 0.01  # time-outs are the client's queue overflowing: a few are enough to cut
 ERROR_SHARE = 0.10  # other errors also come from broken rows, which a smaller window cannot fix
+TAIL = 0.1  # a batch with this share of its rows still awaiting: its age is its tail's latency
 FAST = 0.5  # latency under half the time limit: room to grow
 SLOW = 0.75  # latency past three quarters of it: calls are about to time out
 
@@ -44,6 +48,13 @@ class Round:
     latency_s: float | None = None  # mean seconds from a successful row's start to its outcome
     timed_out_after_s: float | None = None  # the shortest time a timed-out row took
     peak: int = 0  # most rows of the source in flight at once during the round
+    waiting_s: float | None = None  # age of the oldest batch still awaiting (still_waiting), at the end
+
+    @property
+    def slowness_s(self) -> float | None:
+        """What the round says of its calls' latency: the larger of the two measures."""
+        known = [x for x in (self.latency_s, self.waiting_s) if x is not None]
+        return max(known) if known else None
 
     @property
     def total(self) -> int:
@@ -53,6 +64,12 @@ class Round:
 def first_window(ceiling: int, timeout_s: float) -> Window:
     """A source starts at the worker's cap: only what its calls say makes the window smaller."""
     return Window(limit=max(1, ceiling), timeout_s=timeout_s)
+
+
+def still_waiting(left: int, rows: int) -> bool:
+    """Whether a batch's age says how long its calls wait: a TAIL of its rows still awaits (one
+    hung call in a big batch does not)."""
+    return left > 0 and left >= TAIL * rows
 
 
 def congested(r: Round) -> bool:
@@ -65,9 +82,9 @@ def congested(r: Round) -> bool:
 
 def learnt_timeout_s(timeout_s: float, r: Round) -> float:
     """The calls' time limit: a client's own (shorter than the source's) shows in its time-outs. One
-    quicker than the round's successful calls (a connect time-out, say) is not what calls wait for."""
+    much quicker than the round's successful calls (a connect time-out, say) is not what calls wait for."""
     after = r.timed_out_after_s
-    if after is None or after <= 0 or (r.latency_s is not None and after < r.latency_s):
+    if after is None or after <= 0 or (r.latency_s is not None and after < r.latency_s / 2):
         return timeout_s
     return min(timeout_s, after)
 
@@ -75,14 +92,14 @@ def learnt_timeout_s(timeout_s: float, r: Round) -> float:
 def next_window(w: Window, r: Round, now: float, ceiling: int) -> Window:
     """The window after round `r` ended at `now` (see the module's rule); never above `ceiling`."""
     limit = min(w.limit, ceiling)
-    if r.total == 0:
-        return replace(w, limit=limit)
     timeout_s = learnt_timeout_s(w.timeout_s, r)
+    latency = r.slowness_s
     if congested(r):
         return Window(max(1, int(limit * CUT)), timeout_s, cut_at=now)
-    latency = r.latency_s
     if latency is not None and latency > SLOW * timeout_s:
         return Window(max(1, int(limit * EASE)), timeout_s, cut_at=now)
+    if r.total == 0:
+        return replace(w, limit=limit)
     if (latency is not None and latency > FAST * timeout_s) or 2 * r.peak < limit:
         # Near the limit, or not used (growing it would say nothing about the service): holds.
         return Window(limit, timeout_s, w.cut_at)

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..shared.acks import Ack
-from ..shared.inflight import ROUND_S, Round, first_window, next_window
+from ..shared.inflight import ROUND_S, Round, Window, first_window, next_window, still_waiting
 from ..shared.policy import pop_room
 from .flight import Flight, Outcome
 
@@ -26,9 +26,11 @@ class Tally:
         self.latency_sum_s = 0.0
         self.timed_out_after_s: float | None = None
 
-    def round(self) -> Round:
+    def round(self, waiting_s: float | None) -> Round:
         latency = self.latency_sum_s / self.ok if self.ok else None
-        return Round(self.ok, self.failed, self.timed_out, latency, self.timed_out_after_s, self.peak)
+        return Round(
+            self.ok, self.failed, self.timed_out, latency, self.timed_out_after_s, self.peak, waiting_s
+        )
 
 
 class Windows:
@@ -72,7 +74,7 @@ class Windows:
         for source, tally in self.tallies.items():
             tally.peak = max(tally.peak, in_flight.get(source, 0))
 
-    def judge(self, now: float, in_flight: Mapping[str, int]) -> None:
+    def judge(self, now: float, in_flight: Mapping[str, int], flights: Sequence[Flight]) -> None:
         """Note each source's rows in flight; once a round is over, move every window."""
         self.saw(in_flight)
         if now - self.round_at < ROUND_S:
@@ -80,19 +82,16 @@ class Windows:
         self.round_at = now
         for source, tally in self.tallies.items():
             before = self.windows[source]
-            after = next_window(before, tally.round(), now, self.ceiling)
+            waiting = [
+                now - f.started
+                for f in flights
+                if f.source == source and f.started >= before.cut_at and still_waiting(f.left, len(f.rows))
+            ]
+            after = next_window(before, tally.round(max(waiting, default=None)), now, self.ceiling)
             self.windows[source] = after
             self.tallies[source] = Tally()
             if after.cut_at != before.cut_at:
-                log.info(
-                    "in-flight window of %s cut to %d rows: %d of %d calls timed out, %d failed",
-                    source,
-                    after.limit,
-                    tally.timed_out,
-                    tally.ok + tally.failed + tally.timed_out,
-                    tally.failed,
-                    extra={"event": "worker.window_cut", "source": source, "count": after.limit},
-                )
+                log_lowered(source, tally, after)
 
     def rooms(self, cap_room: int, in_flight: Mapping[str, int], sources: Iterable[str]) -> dict[str, int]:
         """Rows each source may pop now, within the worker's room `cap_room` (shared.policy.pop_room
@@ -103,3 +102,20 @@ class Windows:
             if room > 0:
                 rooms[source] = room
         return rooms
+
+
+def log_lowered(source: str, tally: Tally, after: Window) -> None:
+    """One line per lowering (at most one per round): why, and the window it leaves."""
+    calls = tally.ok + tally.failed + tally.timed_out
+    why = (
+        f"{tally.timed_out} of {calls} calls timed out, {tally.failed} failed"
+        if tally.timed_out or tally.failed
+        else f"calls wait near their time limit (~{after.timeout_s:.3g}s)"
+    )
+    log.info(
+        "in-flight window of %s lowered to %d rows: %s",
+        source,
+        after.limit,
+        why,
+        extra={"event": "worker.window_lowered", "source": source, "count": after.limit},
+    )

@@ -77,7 +77,7 @@ class Worker:
             self.completions.wait(WAIT_S)
             return Tick(0.0, idle=False)
         by_source = self.in_flight_by_source()
-        self.windows.judge(now, by_source)
+        self.windows.judge(now, by_source, flights)
         alone = self.starter.holding or any(f.exclusive for f in flights)  # suspects run with nothing beside
         room = 0 if alone else pop_room(self.cap, sum(by_source.values()), self.settings.pop_batch)
         rooms = self.windows.rooms(room, by_source, self.starter.stores) if room else {}

@@ -26,11 +26,12 @@ from tests.unit.roles.test_worker_inflight import tick_until
 
 @dataclass
 class Flown:
-    """What Windows reads of a flight: its source and when its rows started."""
+    """What Windows reads of a flight: its source, when its rows started, how many are left."""
 
     source: str
     started: float
-    rows: list[int] = field(default_factory=list)
+    rows: list[int] = field(default_factory=lambda: [0] * 10)
+    left: int = 10
 
 
 def feed(windows: Windows, source: str, started: float, outcomes: list[object], now: float) -> None:
@@ -42,21 +43,35 @@ def test_time_outs_halve_an_async_sources_window_once_per_round() -> None:
     assert w.limit("users") == 1000
     assert w.limit("plain") == 1000  # not adaptive: the cap
     feed(w, "users", 0.0, [Ack.touch()] * 90 + [TimeoutError()] * 10, now=0.2)
-    w.judge(0.3, {"users": 1000})
+    w.judge(0.3, {"users": 1000}, [])
     assert w.limit("users") == 1000  # the round is not over yet
-    w.judge(ROUND_S, {"users": 1000})
+    w.judge(ROUND_S, {"users": 1000}, [])
     assert w.limit("users") == 500
     assert w.windows["users"].timeout_s == 0.2  # learnt: the calls time out after 0.2 s
     # Rows started before the cut say nothing new: their time-outs do not cut again.
     feed(w, "users", 0.1, [TimedOut("users", 0.2)] * 50, now=ROUND_S + 0.1)
-    w.judge(2 * ROUND_S, {"users": 500})
+    w.judge(2 * ROUND_S, {"users": 500}, [])
     assert w.limit("users") == 500
     # Errors (10% or more of a round) cut too; a round without outcomes changes nothing.
     feed(w, "users", ROUND_S + 0.01, [Ack.touch()] * 9 + [RuntimeError("503")], now=2 * ROUND_S + 0.1)
-    w.judge(3 * ROUND_S, {"users": 500})
+    w.judge(3 * ROUND_S, {"users": 500}, [])
     assert w.limit("users") == 250
-    w.judge(4 * ROUND_S, {"users": 250})
+    w.judge(4 * ROUND_S, {"users": 250}, [])
     assert w.limit("users") == 250
+
+
+def test_a_batch_still_awaiting_near_the_time_limit_eases_the_window() -> None:
+    """Calls that finish first are the quick ones: the oldest batch with a tenth of its rows still
+    awaiting says its tail waits at least its age, before any of its calls time out."""
+    w = Windows({"users": 4.0}, ceiling=1000, pop_batch=100, now=0.0)
+    feed(w, "users", 9.9, [Ack.touch()] * 5, now=10.0)  # quick ones: 0.1 s
+    waiting = [Flown("users", 7.0, left=5), Flown("users", 9.0, left=9), Flown("other", 0.0)]
+    w.judge(10.0, {"users": 1000}, cast(list[Flight], waiting))
+    assert w.limit("users") == 1000  # 3 s old, half left: between FAST and SLOW x 4 s, holds
+    waiting = [Flown("users", 6.9, left=1), Flown("users", 1.0, left=0)]  # all done: not it
+    feed(w, "users", 10.4, [Ack.touch()] * 5, now=10.5)
+    w.judge(10.5, {"users": 1000}, cast(list[Flight], waiting))
+    assert w.limit("users") == 700  # 3.6 s > 0.75 x 4 s: eased
 
 
 def test_a_used_window_with_fast_calls_grows_back_to_the_cap() -> None:
@@ -66,7 +81,7 @@ def test_a_used_window_with_fast_calls_grows_back_to_the_cap() -> None:
     for _ in range(40):
         feed(w, "users", now, [Ack.touch()] * 10, now=now + 0.05)
         now += ROUND_S
-        w.judge(now, {"users": w.limit("users")})
+        w.judge(now, {"users": w.limit("users")}, [])
     assert w.limit("users") == 1000
 
 

@@ -14,6 +14,8 @@ from duecast.shared.inflight import (
     GROWTH,
     ROUND_S,
     SLOW,
+    STEPS,
+    TAIL,
     TIMEOUT_SHARE,
     Round,
     Window,
@@ -21,6 +23,7 @@ from duecast.shared.inflight import (
     first_window,
     learnt_timeout_s,
     next_window,
+    still_waiting,
 )
 
 CEILING = 10_000
@@ -49,15 +52,30 @@ def test_congested(r: Round, expected: bool) -> None:
 
 
 def test_the_constants_are_what_the_docs_say() -> None:
-    assert (TIMEOUT_SHARE, ERROR_SHARE, CUT, EASE, FAST, SLOW, GROWTH) == (
-        0.01,
-        0.10,
-        0.5,
-        0.8,
-        0.5,
-        0.75,
-        16,
-    )
+    assert (TIMEOUT_SHARE, ERROR_SHARE, CUT, EASE) == (0.01, 0.10, 0.5, 0.7)
+    assert (TAIL, FAST, SLOW, GROWTH, STEPS, ROUND_S) == (0.1, 0.5, 0.75, 16, 256, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("left", "rows", "expected"),
+    [(0, 10, False), (1, 10, True), (1, 11, False), (100, 1000, True), (99, 1000, False), (1, 1, True)],
+)
+def test_a_batch_still_waits_while_a_tenth_of_its_rows_await(left: int, rows: int, expected: bool) -> None:
+    assert still_waiting(left, rows) is expected
+
+
+def test_a_rounds_slowness_is_the_larger_of_its_measures() -> None:
+    assert Round().slowness_s is None
+    assert Round(latency_s=1.0).slowness_s == 1.0
+    assert Round(waiting_s=2.0).slowness_s == 2.0
+    assert Round(latency_s=1.0, waiting_s=0.5).slowness_s == 1.0
+    assert Round(latency_s=1.0, waiting_s=3.5).slowness_s == 3.5
+
+
+def test_calls_waiting_near_the_limit_ease_a_window_before_any_outcome() -> None:
+    w = Window(1000, 4.0)
+    assert next_window(w, Round(peak=1000, waiting_s=3.0), 2.0, CEILING) == w
+    assert next_window(w, Round(peak=1000, waiting_s=3.1), 2.0, CEILING) == Window(700, 4.0, cut_at=2.0)
 
 
 @pytest.mark.parametrize(
@@ -68,11 +86,8 @@ def test_the_constants_are_what_the_docs_say() -> None:
         (5.0, Round(timed_out=1, timed_out_after_s=7.0), 5.0),  # only ever lower
         (30.0, Round(timed_out=1, timed_out_after_s=0.0), 30.0),
         (30.0, Round(ok=9, timed_out=1, latency_s=4.0, timed_out_after_s=5.0), 5.0),
-        (
-            30.0,
-            Round(ok=9, timed_out=1, latency_s=0.5, timed_out_after_s=0.1),
-            30.0,
-        ),  # quicker than successes
+        (30.0, Round(ok=9, timed_out=1, latency_s=5.2, timed_out_after_s=5.0), 5.0),  # successes near it
+        (30.0, Round(ok=9, timed_out=1, latency_s=0.5, timed_out_after_s=0.2), 30.0),  # far quicker
     ],
 )
 def test_the_time_limit_is_the_shortest_time_out_seen(limit: float, r: Round, expected: float) -> None:
@@ -97,7 +112,7 @@ def test_time_outs_and_errors_halve_the_window_and_teach_the_time_limit() -> Non
 def test_latency_nearing_the_limit_eases_the_window_before_calls_time_out() -> None:
     w = Window(1000, 4.0)
     eased = next_window(w, Round(ok=10, latency_s=3.01, peak=1000), 2.0, CEILING)
-    assert eased == Window(800, 4.0, cut_at=2.0)
+    assert eased == Window(700, 4.0, cut_at=2.0)
     held = next_window(w, Round(ok=10, latency_s=3.0, peak=1000), 2.0, CEILING)
     assert held == w  # between FAST and SLOW: holds
     grown = next_window(w, Round(ok=10, latency_s=2.0, peak=1000), 2.0, CEILING)
