@@ -1,18 +1,24 @@
 """Pure in-flight window decisions: how many rows of one source a worker keeps awaiting, adapted to
 what the service its checks call can take (no I/O, no clocks: the worker passes outcomes and time).
 
-The rule (AIMD, judged once per round of ROUND_S over the outcomes of rows started since the last
-decrease): time-outs (TIMEOUT_SHARE of the round or more) or errors (ERROR_SHARE or more) halve the
-window. The calls' time limit is learnt: the shortest time a call took to time out (before any, the
-source's timeout_s). A round's latency is the mean of its successful calls, or, when more, the age
-of the oldest batch with a tenth of its rows (TAIL) still awaiting: the calls that finish first are
-the quick ones, and a batch's last rows wait longest, so a mean of finished calls alone says too
-little, too late. One past SLOW x the limit eases the window (x EASE),
-before its calls time out; one under FAST x the limit, with the window used, grows it by a
-sixteenth, or by 1/STEPS of the ceiling when more (so a window cut to a few rows by an outage is
-back to its ceiling within a minute). Otherwise it holds. A window starts at its ceiling, the worker's cap
-(`worker.max_in_flight`, or its default): a service that keeps up never sees a difference, and
-one that does not is fitted within seconds of its first time-outs. It never goes below one row.
+The rule, judged once per round of ROUND_S over the outcomes of rows started since the last
+decrease (AIMD, with Little's law to size a decrease):
+
+- time-outs (TIMEOUT_SHARE of the round or more) or errors (ERROR_SHARE or more) halve the window
+  (CUT);
+- else a latency past SLOW x the calls' time limit eases it (EASE), before its calls time out;
+- either decrease goes further, to what the service took (the round's successful calls a second x
+  FAST x the time limit), when that is less: a window far too big fits in one step;
+- a latency under FAST x the limit, with the window used, grows it by a sixteenth, or by 1/STEPS
+  of the ceiling when more (a window cut to a few rows by an outage is back within a minute);
+- otherwise it holds.
+
+The time limit is learnt: the shortest time a call took to time out (before any, the source's
+timeout_s). A round's latency is the mean of its successful calls, or, when more, the age of the
+oldest batch with a TAIL of its rows still awaiting: the calls that finish first are the quick
+ones, and a batch's last rows wait longest. A window starts at its ceiling, the worker's cap
+(`worker.max_in_flight`, or its default): a service that keeps up never sees a difference, and one
+that does not is fitted within seconds of its first time-outs. It never goes below one row.
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ class Round:
     timed_out_after_s: float | None = None  # the shortest time a timed-out row took
     peak: int = 0  # most rows of the source in flight at once during the round
     waiting_s: float | None = None  # age of the oldest batch still awaiting (still_waiting), at the end
+    served: int = 0  # successful calls in the round, of any row (those started before a decrease too)
+    round_s: float = ROUND_S
 
     @property
     def slowness_s(self) -> float | None:
@@ -89,15 +97,23 @@ def learnt_timeout_s(timeout_s: float, r: Round) -> float:
     return min(timeout_s, after)
 
 
+def lowered(limit: int, factor: float, r: Round, timeout_s: float) -> int:
+    """`limit` x `factor`, or the window the service's rate fills in FAST x the time limit when less."""
+    smaller = limit * factor
+    if r.served > 0 and r.round_s > 0:
+        smaller = min(smaller, r.served / r.round_s * FAST * timeout_s)
+    return max(1, int(smaller))
+
+
 def next_window(w: Window, r: Round, now: float, ceiling: int) -> Window:
     """The window after round `r` ended at `now` (see the module's rule); never above `ceiling`."""
     limit = min(w.limit, ceiling)
     timeout_s = learnt_timeout_s(w.timeout_s, r)
     latency = r.slowness_s
     if congested(r):
-        return Window(max(1, int(limit * CUT)), timeout_s, cut_at=now)
+        return Window(lowered(limit, CUT, r, timeout_s), timeout_s, cut_at=now)
     if latency is not None and latency > SLOW * timeout_s:
-        return Window(max(1, int(limit * EASE)), timeout_s, cut_at=now)
+        return Window(lowered(limit, EASE, r, timeout_s), timeout_s, cut_at=now)
     if r.total == 0:
         return replace(w, limit=limit)
     if (latency is not None and latency > FAST * timeout_s) or 2 * r.peak < limit:

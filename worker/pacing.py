@@ -22,14 +22,22 @@ class Tally:
     """One source's outcomes in the current round (rows started since its window's last cut)."""
 
     def __init__(self) -> None:
-        self.ok = self.failed = self.timed_out = self.peak = 0
+        self.ok = self.failed = self.timed_out = self.peak = self.served = 0
         self.latency_sum_s = 0.0
         self.timed_out_after_s: float | None = None
 
-    def round(self, waiting_s: float | None) -> Round:
+    def round(self, waiting_s: float | None, round_s: float) -> Round:
         latency = self.latency_sum_s / self.ok if self.ok else None
         return Round(
-            self.ok, self.failed, self.timed_out, latency, self.timed_out_after_s, self.peak, waiting_s
+            self.ok,
+            self.failed,
+            self.timed_out,
+            latency,
+            self.timed_out_after_s,
+            self.peak,
+            waiting_s,
+            self.served,
+            round_s,
         )
 
 
@@ -51,16 +59,18 @@ class Windows:
     def record(self, flight: Flight, pairs: Sequence[tuple[int, Outcome]], now: float) -> None:
         """Outcomes that just came for `flight`; its rows all started when it did."""
         window = self.windows.get(flight.source)
-        if window is None or flight.started < window.cut_at:
-            return  # started under the old window: what they say is already acted on
+        if window is None:
+            return
         tally, took_s = self.tallies[flight.source], now - flight.started
-        ok = timed_out = 0
+        ok = sum(isinstance(outcome, Ack) for _, outcome in pairs)
+        tally.served += ok  # the service's rate, whichever window the rows started under
+        if flight.started < window.cut_at:
+            return  # started under the old window: what they say is already acted on
+        timed_out = 0
         for _, outcome in pairs:
-            if isinstance(outcome, Ack):
-                ok += 1
-            elif isinstance(outcome, TimeoutError):  # duecast's TimedOut, asyncio's or a client's own
+            if isinstance(outcome, TimeoutError):  # duecast's TimedOut, asyncio's or a client's own
                 timed_out += 1
-            else:
+            elif not isinstance(outcome, Ack):
                 tally.failed += 1
         tally.ok += ok
         tally.latency_sum_s += ok * took_s
@@ -77,7 +87,8 @@ class Windows:
     def judge(self, now: float, in_flight: Mapping[str, int], flights: Sequence[Flight]) -> None:
         """Note each source's rows in flight; once a round is over, move every window."""
         self.saw(in_flight)
-        if now - self.round_at < ROUND_S:
+        round_s = now - self.round_at
+        if round_s < ROUND_S:
             return
         self.round_at = now
         for source, tally in self.tallies.items():
@@ -87,7 +98,8 @@ class Windows:
                 for f in flights
                 if f.source == source and f.started >= before.cut_at and still_waiting(f.left, len(f.rows))
             ]
-            after = next_window(before, tally.round(max(waiting, default=None)), now, self.ceiling)
+            r = tally.round(max(waiting, default=None), round_s)
+            after = next_window(before, r, now, self.ceiling)
             self.windows[source] = after
             self.tallies[source] = Tally()
             if after.cut_at != before.cut_at:

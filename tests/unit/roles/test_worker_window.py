@@ -39,37 +39,48 @@ def feed(windows: Windows, source: str, started: float, outcomes: list[object], 
 
 
 def test_time_outs_halve_an_async_sources_window_once_per_round() -> None:
-    w = Windows({"users": 5.0}, ceiling=1000, pop_batch=100, now=0.0)
+    w = Windows({"users": 30.0}, ceiling=1000, pop_batch=100, now=0.0)
     assert w.limit("users") == 1000
     assert w.limit("plain") == 1000  # not adaptive: the cap
-    feed(w, "users", 0.0, [Ack.touch()] * 90 + [TimeoutError()] * 10, now=0.2)
+    feed(w, "users", -3.8, [Ack.touch()] * 900 + [TimeoutError()] * 10, now=0.2)
     w.judge(0.3, {"users": 1000}, [])
     assert w.limit("users") == 1000  # the round is not over yet
     w.judge(ROUND_S, {"users": 1000}, [])
-    assert w.limit("users") == 500
-    assert w.windows["users"].timeout_s == 0.2  # learnt: the calls time out after 0.2 s
+    assert w.limit("users") == 500  # halved: 1,800 calls/s x 0.5 x 4 s would hold more
+    assert w.windows["users"].timeout_s == 4.0  # learnt: the calls time out after 4 s
     # Rows started before the cut say nothing new: their time-outs do not cut again.
-    feed(w, "users", 0.1, [TimedOut("users", 0.2)] * 50, now=ROUND_S + 0.1)
+    feed(w, "users", 0.1, [TimedOut("users", 4.0)] * 50, now=ROUND_S + 0.1)
     w.judge(2 * ROUND_S, {"users": 500}, [])
     assert w.limit("users") == 500
     # Errors (10% or more of a round) cut too; a round without outcomes changes nothing.
-    feed(w, "users", ROUND_S + 0.01, [Ack.touch()] * 9 + [RuntimeError("503")], now=2 * ROUND_S + 0.1)
+    feed(w, "users", ROUND_S + 0.01, [Ack.touch()] * 900 + [RuntimeError("503")] * 100, now=2 * ROUND_S + 0.1)
     w.judge(3 * ROUND_S, {"users": 500}, [])
     assert w.limit("users") == 250
     w.judge(4 * ROUND_S, {"users": 250}, [])
     assert w.limit("users") == 250
 
 
+def test_a_cut_goes_down_to_what_the_service_took_in_one_step() -> None:
+    """Little's law: 100 successful calls in a 0.5 s round is 200 a second; at half of a 1 s limit,
+    100 in flight fit. Rows started before the cut count for the rate too."""
+    w = Windows({"users": 30.0}, ceiling=10_000, pop_batch=2000, now=0.0)
+    feed(w, "users", -0.9, [Ack.touch()] * 60, now=0.1)
+    feed(w, "users", -0.8, [TimeoutError()] * 900 + [Ack.touch()] * 40, now=0.2)
+    w.judge(ROUND_S, {"users": 10_000}, [])
+    assert w.windows["users"].timeout_s == 1.0
+    assert w.limit("users") == 100
+
+
 def test_a_batch_still_awaiting_near_the_time_limit_eases_the_window() -> None:
     """Calls that finish first are the quick ones: the oldest batch with a tenth of its rows still
     awaiting says its tail waits at least its age, before any of its calls time out."""
     w = Windows({"users": 4.0}, ceiling=1000, pop_batch=100, now=0.0)
-    feed(w, "users", 9.9, [Ack.touch()] * 5, now=10.0)  # quick ones: 0.1 s
+    feed(w, "users", 9.9, [Ack.touch()] * 500, now=10.0)  # quick ones: 0.1 s
     waiting = [Flown("users", 7.0, left=5), Flown("users", 9.0, left=9), Flown("other", 0.0)]
     w.judge(10.0, {"users": 1000}, cast(list[Flight], waiting))
     assert w.limit("users") == 1000  # 3 s old, half left: between FAST and SLOW x 4 s, holds
     waiting = [Flown("users", 6.9, left=1), Flown("users", 1.0, left=0)]  # all done: not it
-    feed(w, "users", 10.4, [Ack.touch()] * 5, now=10.5)
+    feed(w, "users", 10.4, [Ack.touch()] * 500, now=10.5)
     w.judge(10.5, {"users": 1000}, cast(list[Flight], waiting))
     assert w.limit("users") == 700  # 3.6 s > 0.75 x 4 s: eased
 

@@ -4,6 +4,8 @@ capacity-limited service (its calls queue in the client past their timeout) sett
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from duecast.shared.inflight import (
@@ -22,6 +24,7 @@ from duecast.shared.inflight import (
     congested,
     first_window,
     learnt_timeout_s,
+    lowered,
     next_window,
     still_waiting,
 )
@@ -117,6 +120,18 @@ def test_latency_nearing_the_limit_eases_the_window_before_calls_time_out() -> N
     assert held == w  # between FAST and SLOW: holds
     grown = next_window(w, Round(ok=10, latency_s=2.0, peak=1000), 2.0, CEILING)
     assert grown.limit == 1000 + 1000 // GROWTH
+
+
+def test_a_decrease_goes_to_what_the_service_took_when_that_is_less() -> None:
+    # 100 calls served in a 0.5 s round: 200/s; at FAST x a 1 s limit, 100 fit
+    r = Round(ok=10, timed_out=90, timed_out_after_s=1.0, served=100, round_s=0.5, peak=5000)
+    assert lowered(5000, CUT, r, 1.0) == 100
+    assert next_window(Window(5000, 30.0), r, 3.0, CEILING) == Window(100, 1.0, cut_at=3.0)
+    slow = Round(ok=100, latency_s=0.8, served=100, round_s=0.5, peak=5000)
+    assert next_window(Window(5000, 1.0), slow, 3.0, CEILING) == Window(100, 1.0, cut_at=3.0)
+    assert lowered(150, CUT, r, 1.0) == 75  # the halving, when that is less
+    assert lowered(150, EASE, replace(r, served=0), 1.0) == 105  # nothing served: the factor alone
+    assert lowered(3, CUT, replace(r, served=1, round_s=10.0), 1.0) == 1  # never below one
 
 
 def test_growth_is_a_sixteenth_within_the_ceiling() -> None:
