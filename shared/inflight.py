@@ -7,8 +7,9 @@ decrease (AIMD, with Little's law to size a decrease):
 - time-outs (TIMEOUT_SHARE of the round or more) or errors (ERROR_SHARE or more) halve the window
   (CUT);
 - else a latency past SLOW x the calls' time limit eases it (EASE), before its calls time out;
-- either decrease goes further, to what the service took (the round's successful calls a second x
-  FAST x the time limit), when that is less: a window far too big fits in one step;
+- either decrease goes further, to what the service took (its best successful calls a second of
+  the last RATE_ROUNDS rounds x FAST x the time limit), when that is less: a window far too big
+  fits in one step;
 - a latency under FAST x the limit, with the window used, grows it by a sixteenth, or by 1/STEPS
   of the ceiling when more (a window cut to a few rows by an outage is back within a minute);
 - otherwise it holds.
@@ -35,6 +36,7 @@ ERROR_SHARE = 0.10  # other errors also come from broken rows, which a smaller w
 TAIL = 0.1  # a batch with this share of its rows still awaiting: its age is its tail's latency
 FAST = 0.5  # latency under half the time limit: room to grow
 SLOW = 0.75  # latency past three quarters of it: calls are about to time out
+RATE_ROUNDS = 4  # the service's rate is the best of this many recent rounds
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,10 @@ class Round:
     timed_out_after_s: float | None = None  # the shortest time a timed-out row took
     peak: int = 0  # most rows of the source in flight at once during the round
     waiting_s: float | None = None  # age of the oldest batch still awaiting (still_waiting), at the end
-    served: int = 0  # successful calls in the round, of any row (those started before a decrease too)
-    round_s: float = ROUND_S
+    # The service's rate: the most successful calls a second in one of the last RATE_ROUNDS rounds
+    # (of any row, those started before a decrease too: the best recent rate, as a round full of
+    # time-outs serves fewer)
+    served_per_s: float = 0.0
 
     @property
     def slowness_s(self) -> float | None:
@@ -100,8 +104,8 @@ def learnt_timeout_s(timeout_s: float, r: Round) -> float:
 def lowered(limit: int, factor: float, r: Round, timeout_s: float) -> int:
     """`limit` x `factor`, or the window the service's rate fills in FAST x the time limit when less."""
     smaller = limit * factor
-    if r.served > 0 and r.round_s > 0:
-        smaller = min(smaller, r.served / r.round_s * FAST * timeout_s)
+    if r.served_per_s > 0:
+        smaller = min(smaller, r.served_per_s * FAST * timeout_s)
     return max(1, int(smaller))
 
 

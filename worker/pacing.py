@@ -8,10 +8,11 @@ worker's threads already. The others keep the worker's fixed cap.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..shared.acks import Ack
-from ..shared.inflight import ROUND_S, Round, Window, first_window, next_window, still_waiting
+from ..shared.inflight import RATE_ROUNDS, ROUND_S, Round, Window, first_window, next_window, still_waiting
 from ..shared.policy import pop_room
 from .flight import Flight, Outcome
 
@@ -26,7 +27,7 @@ class Tally:
         self.latency_sum_s = 0.0
         self.timed_out_after_s: float | None = None
 
-    def round(self, waiting_s: float | None, round_s: float) -> Round:
+    def round(self, waiting_s: float | None, served_per_s: float) -> Round:
         latency = self.latency_sum_s / self.ok if self.ok else None
         return Round(
             self.ok,
@@ -36,8 +37,7 @@ class Tally:
             self.timed_out_after_s,
             self.peak,
             waiting_s,
-            self.served,
-            round_s,
+            served_per_s,
         )
 
 
@@ -50,6 +50,7 @@ class Windows:
         self.pop_batch = pop_batch
         self.windows = {s: first_window(ceiling, t) for s, t in adaptive.items()}
         self.tallies: dict[str, Tally] = {s: Tally() for s in self.windows}
+        self.rates = {s: deque[float](maxlen=RATE_ROUNDS) for s in self.windows}  # served/s, per round
         self.round_at = now
 
     def limit(self, source: str) -> int:
@@ -98,7 +99,9 @@ class Windows:
                 for f in flights
                 if f.source == source and f.started >= before.cut_at and still_waiting(f.left, len(f.rows))
             ]
-            r = tally.round(max(waiting, default=None), round_s)
+            rates = self.rates[source]
+            rates.append(tally.served / round_s)
+            r = tally.round(max(waiting, default=None), max(rates))
             after = next_window(before, r, now, self.ceiling)
             self.windows[source] = after
             self.tallies[source] = Tally()

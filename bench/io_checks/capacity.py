@@ -82,6 +82,7 @@ def summary(out: fleet.Outcome, warmup_s: float) -> dict[str, Any]:
     return {
         "succeeded": acked / (acked + failed) if acked + failed else 0.0,
         "checks_per_s": out.rate(warmup_s),
+        "worker_cores": out.cores(warmup_s, "worker"),
         "failed_per_s": out.rate(warmup_s, "failed"),
         "p10": q[0],
         "median": statistics.median(series) if series else 0.0,
@@ -139,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     report.print(
         f"  succeeded {result['succeeded']:.1%}, {result['checks_per_s']:,.0f} checks/s "
-        f"({result['failed_per_s']:,.0f} failed/s); 1-s windows p10 {result['p10']:,.0f} / median "
+        f"({result['failed_per_s']:,.0f} failed/s, {result['worker_cores']:.2f} worker cores); "
+        f"1-s windows p10 {result['p10']:,.0f} / median "
         f"{result['median']:,.0f} / p90 {result['p90']:,.0f}"
     )
     report.print(f"  checks per second, whole run: {result['series']}")

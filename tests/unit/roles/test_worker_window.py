@@ -69,6 +69,14 @@ def test_a_cut_goes_down_to_what_the_service_took_in_one_step() -> None:
     w.judge(ROUND_S, {"users": 10_000}, [])
     assert w.windows["users"].timeout_s == 1.0
     assert w.limit("users") == 100
+    # The rate is the best of recent rounds: one round full of time-outs serving less does not
+    # shrink the window below what the service took a round before.
+    w = Windows({"users": 30.0}, ceiling=10_000, pop_batch=2000, now=0.0)
+    feed(w, "users", -0.5, [Ack.touch()] * 1000, now=0.1)  # 2,000/s, latency 0.6 s
+    w.judge(ROUND_S, {"users": 10_000}, [])
+    feed(w, "users", -0.5, [TimeoutError()] * 900 + [Ack.touch()] * 10, now=0.6)
+    w.judge(2 * ROUND_S, {"users": 10_000}, [])
+    assert w.limit("users") == 1100  # 2,000/s x 0.5 x the 1.1 s limit learnt
 
 
 def test_a_batch_still_awaiting_near_the_time_limit_eases_the_window() -> None:

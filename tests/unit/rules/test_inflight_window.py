@@ -14,6 +14,7 @@ from duecast.shared.inflight import (
     ERROR_SHARE,
     FAST,
     GROWTH,
+    RATE_ROUNDS,
     ROUND_S,
     SLOW,
     STEPS,
@@ -56,7 +57,7 @@ def test_congested(r: Round, expected: bool) -> None:
 
 def test_the_constants_are_what_the_docs_say() -> None:
     assert (TIMEOUT_SHARE, ERROR_SHARE, CUT, EASE) == (0.01, 0.10, 0.5, 0.7)
-    assert (TAIL, FAST, SLOW, GROWTH, STEPS, ROUND_S) == (0.1, 0.5, 0.75, 16, 256, 0.5)
+    assert (TAIL, FAST, SLOW, GROWTH, STEPS, ROUND_S, RATE_ROUNDS) == (0.1, 0.5, 0.75, 16, 256, 0.5, 4)
 
 
 @pytest.mark.parametrize(
@@ -123,15 +124,15 @@ def test_latency_nearing_the_limit_eases_the_window_before_calls_time_out() -> N
 
 
 def test_a_decrease_goes_to_what_the_service_took_when_that_is_less() -> None:
-    # 100 calls served in a 0.5 s round: 200/s; at FAST x a 1 s limit, 100 fit
-    r = Round(ok=10, timed_out=90, timed_out_after_s=1.0, served=100, round_s=0.5, peak=5000)
+    # 200 calls/s served: at FAST x a 1 s limit, 100 fit
+    r = Round(ok=10, timed_out=90, timed_out_after_s=1.0, served_per_s=200.0, peak=5000)
     assert lowered(5000, CUT, r, 1.0) == 100
     assert next_window(Window(5000, 30.0), r, 3.0, CEILING) == Window(100, 1.0, cut_at=3.0)
-    slow = Round(ok=100, latency_s=0.8, served=100, round_s=0.5, peak=5000)
+    slow = Round(ok=100, latency_s=0.8, served_per_s=200.0, peak=5000)
     assert next_window(Window(5000, 1.0), slow, 3.0, CEILING) == Window(100, 1.0, cut_at=3.0)
     assert lowered(150, CUT, r, 1.0) == 75  # the halving, when that is less
-    assert lowered(150, EASE, replace(r, served=0), 1.0) == 105  # nothing served: the factor alone
-    assert lowered(3, CUT, replace(r, served=1, round_s=10.0), 1.0) == 1  # never below one
+    assert lowered(150, EASE, replace(r, served_per_s=0.0), 1.0) == 105  # nothing served: the factor alone
+    assert lowered(3, CUT, replace(r, served_per_s=0.1), 1.0) == 1  # never below one
 
 
 def test_growth_is_a_sixteenth_within_the_ceiling() -> None:
