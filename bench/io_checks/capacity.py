@@ -6,13 +6,14 @@ times out at the client), then one run: row mode, --users users every --period s
 second than the stub takes), one dispatcher and --workers workers running README's
 `# myapp/handlers.py` block as printed (readme_app.py: aiohttp's 100 connections, a 5 s timeout).
 No worker setting is given: `worker.max_in_flight` is unset, so each source's in-flight window
-adapts (docs/settings.md, worker.max_in_flight).
+adapts (docs/architecture.md, "In flight that fits the service called").
 
 Reported after --warmup s: the share of checks that succeeded, checks/s, and the per-second
 checks (p10 / median / p90 of the 1-s windows). Targets: >= 95% succeed, the rate near --rate.
 
     scripts/dev shell python bench/io_checks/capacity.py                 # 50,000 users, 60 s
     scripts/dev shell python bench/io_checks/capacity.py --quick         # < 60 s: does it work?
+    scripts/dev shell python bench/io_checks/capacity.py --timeout-s 5   # timeout_s = the client's
 
 Runs in database duecast_bench / key prefix duecast-bench (see bench/harness.py).
 """
@@ -104,6 +105,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--rate", type=float, default=2000.0, help="the stub's capacity, calls/s")
     p.add_argument("--max-wait", type=float, default=1.0, help="the stub's queue, in seconds of its rate")
+    p.add_argument(
+        "--timeout-s",
+        type=float,
+        help="the source's timeout_s (unset: its default, 30 s; README's client: 5 s)",
+    )
     p.add_argument("--quick", action="store_true", help=f"check that it works in < 60 s: {QUICK}")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -126,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             seconds=args.seconds,
             app="readme_app:handlers",
             env={URL_ENV: url},
+            source_toml={} if args.timeout_s is None else {"timeout_s": args.timeout_s},
         )
         out = fleet.run(settings, setup, console)
     if failure := out.failure(errors_expected=True):  # failed checks log their tracebacks
