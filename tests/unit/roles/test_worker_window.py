@@ -149,6 +149,9 @@ def test_a_worker_keeps_no_more_in_flight_than_a_cut_window(ready_queue: ReadyQu
         tick_until(worker, lambda: worker.windows.limit("users") > cut, "the window to grow", timeout_s=30)
         tick_until(worker, lambda: ready_queue.length("users") == 0 and not worker.flights, "the rest acked")
         assert len(store.acked) + len(store.failed) == rows
+        # the client's own time-outs count as timed out (duecast status), not only as failed
+        tick_until(worker, lambda: worker.counts["failed"] == len(store.failed), "the counts sent")
+        assert worker.counts["timed_out"] == worker.counts["failed"] > 0
     finally:
         healthy.set()
         worker.close()
