@@ -69,11 +69,14 @@ class Starter:
         self.rows_per_entry = {name: s.rows_per_entry for name, s in stores.items()}
         self.paused: Callable[[], Set[str]] = frozenset  # the sources an operator paused
 
-    def pop(self, rows: int, *, block: bool) -> tuple[str, list[bytes]] | None:
+    def pop(
+        self, rows: int, *, block: bool, sources: Sequence[str] | None = None
+    ) -> tuple[str, list[bytes]] | None:
+        """Pop from `sources` (default: every one served) at most `rows` rows' entries."""
         paused = self.paused()
         # A paused source's entries stay in Redis, not started (nothing lost: resumed, they are
         # popped then, or redelivery requeues their rows after the visibility timeout).
-        sources = [s for s in self.stores if s not in paused]
+        sources = [s for s in (self.stores if sources is None else sources) if s not in paused]
         if not sources:
             time.sleep(min(self.settings.block_timeout_s, PAUSED_WAIT_S) if block else 0.0)
             return None

@@ -76,5 +76,3 @@ def render_workers(table: str) -> WorkerSQL:
             "WHERE `heartbeat_at` >= NOW(6) - INTERVAL %s MICROSECOND ORDER BY `name`"
         ),
     )
-
-

@@ -42,7 +42,13 @@ class WorkerSettings(_Section):
     concurrency: int = Field(1, ge=1, le=256)  # threads for plain (not async def) handlers
     # Rows started and not yet acked, per process: async handlers await all of them at once, plain
     # ones run `concurrency` at a time. Unset: 10,000 (at least 2 x pop_batch) when the app has an
-    # async handler, else pop_batch (one batch, refilled as its rows finish).
+    # async handler, else pop_batch (one batch, refilled as its rows finish). It is a ceiling: each
+    # async source's in-flight window adapts under it to what the service it calls takes (halved
+    # on time-outs and errors, eased when calls wait near their time limit, grown while they are
+    # quick). A client's pool of C connections at L s a call serves C / L calls a second: with a
+    # timeout of T s, at most C x T / L calls fit in flight (half of that keeps a margin). The
+    # window learns T from the first time-outs; a source's timeout_s set to the client's timeout
+    # lets it ease before them.
     max_in_flight: int | None = Field(None, ge=1, le=1_000_000)
     error_backoff_s: float = Field(1.0, gt=0, le=60)
     # How long a batch's unit is retried after transient MySQL errors (a restart takes tens of
