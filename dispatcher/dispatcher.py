@@ -81,7 +81,7 @@ class Dispatcher:
             # Committed before pushing: if this push is lost, the rows stay DISPATCHED and
             # redelivery requeues them after the visibility timeout. Never push before commit.
             try:
-                self.queue.push(src.name, entries)
+                self.redelivery.push_claimed(store, entries)  # work coming back: ahead of the backlog
             except QueueError:
                 # Redis refused (down, OOM): the rows go back now, not after the timeout.
                 self.redelivery.release_unpushed(store, entries)

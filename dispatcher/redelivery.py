@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ..shared.entries import BadHold, Entry
+from ..shared.entries import BadHold, Entry, encode_entry
 from ..shared.fanout.protocol import NO_SOURCE, Queue
 from ..shared.policy import (
     LEADER_CAUSES,
@@ -198,9 +198,31 @@ class Redelivery:
                 self._hold_kept(worker, exc)
                 continue
             self.queue.release_hold(worker)
-            self.registry.deregister(worker)
+            self._forget(worker)
         self.counts["held"] += total
         return total
+
+    def _forget(self, worker: str) -> None:
+        """Remove a dead worker's registry row, never waiting for it: a stopped worker's open
+        transaction may hold it (issue 24: that wait failed the whole tick, five times in a row).
+        Locked, or a transient error: one line, and the next look tries again (its hold is released
+        already, so that look only forgets it)."""
+        assert self.registry is not None
+        try:
+            forgotten = self.registry.forget(worker)
+        except TransientError as exc:
+            forgotten, why = False, str(exc)
+        else:
+            why = "its row is locked by another session"
+        if not forgotten:
+            log.warning(
+                "worker %s is silent, but could not be removed from the registry yet (%s); trying again "
+                "in %.0fs",
+                worker,
+                why,
+                self.every_s["held"],
+                extra={"event": "redelivery.forget_retry", "worker": worker},
+            )
 
     def _requeue_hold(self, worker: str, stores: Mapping[str, Store]) -> int:
         """Requeue what one dead worker held (shared.storage.holds); 0 when it held nothing this
@@ -253,6 +275,18 @@ class Redelivery:
         )
         self.queue.quarantine(NO_SOURCE, [(bad.raw, f"hold:{worker}:{bad.reason}")])
         self.queue.add_stats(NO_SOURCE, {"bad_holds": 1})
+
+    def push_claimed(self, store: Store, entries: Sequence[Entry]) -> None:
+        """Push a claim's entries: work coming back (the claim's first `store.returning`: given back,
+        requeued, retried, interrupted) to the head of the ready list, ahead of a backlog it would
+        otherwise wait behind; the rest to its tail."""
+        name = store.src.name
+        n = min(getattr(store, "returning", 0), len(entries))  # leased stores say (LeasedStore)
+        if n:
+            self.queue.push_front(name, [encode_entry(e.id, e.attempt) for e in entries[:n]])
+            observe.count(name, "pushed", n)
+        if n < len(entries):
+            self.queue.push(name, entries[n:])
 
     def release_unpushed(self, store: Store, entries: Sequence[Entry]) -> int:
         """Rows `store` claimed whose push Redis refused (down, OOM) -> pending now, instead of after

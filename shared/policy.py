@@ -6,6 +6,7 @@ and lease keepers when to renew and when their process must stop; callers pass t
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence, Set
@@ -365,24 +366,20 @@ def too_many_stuck(stuck: int, threads: int) -> bool:
     return stuck > 0 and 2 * stuck > threads
 
 
-# --- an even pace: where in its period each row or span of a re-scan source is due -----------------
-
-# Consecutive keys land golden-ratio steps apart in the period (a Weyl sequence): any run of n keys
-# covers every tenth of the period with n/10 of them, give or take two, whatever n is. The fraction
-# (sqrt(5) - 1) / 2 to 19 digits, as an integer over PHASE_SCALE: SQL computes the same, exactly, in
-# DECIMAL (shared.queries.pace), so a key's phase reads the same on both sides.
-PHASE_SCALE = 10**19
-PHASE_STEP = 6180339887498948482
-
-
-def spread_phase_us(key: int, period_us: int) -> int:
-    """A row's or span's phase, in [0, period): its checks are due at times congruent to it."""
-    return (abs(key) * PHASE_STEP % PHASE_SCALE) * period_us // PHASE_SCALE
+def handler_in_time(now: float, confirmed: float, lost: bool, timing: LeaseTiming) -> bool:
+    """Whether a handler of leased work may start now (times on one monotonic clock), asked right
+    before each call, not only when its batch started: not once a lease was found lost, nor once the
+    leases were last confirmed fence_s ago (a process stopped, or starved, past that point): they may
+    have run out, and another worker may be running that work. The call is skipped; its row comes
+    back by its lease, and the watchdog is about to end the process."""
+    return not lost and now < confirmed + timing.fence_s
 
 
-def slot_us(now_us: int, key: int, period_us: int) -> int:
-    """The latest time at or before now_us at the key's phase: what a check made at now_us counts
-    from (due again a period later). Never later than the check, less than a period earlier, so a
-    key's checks settle on its phase whatever the table's starting state, and a late check keeps
-    the slot it was due at."""
-    return now_us - (now_us - spread_phase_us(key, period_us)) % period_us
+def idle_transaction_limit_s(setting: int | None, leases_s: Collection[float]) -> int:
+    """How long a worker's session may sit idle inside a transaction before the server ends it
+    (worker.idle_transaction_s): as set (0: off), or else the longest lease it serves, rounded up,
+    so a stopped worker's open ack holds its rows about a lease at most, and a live worker's
+    renewals are never outlived by its own idle transaction."""
+    if setting is not None:
+        return setting
+    return math.ceil(max(leases_s, default=0.0))

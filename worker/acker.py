@@ -89,7 +89,9 @@ class Acker:
             return
         self._failures = 0
         timed_out = [row for row, outcome in failed if isinstance(outcome, TimedOut)]
-        counts.update(failed=len(failed), timed_out=len(timed_out))
+        # `timed out` in duecast status: past duecast's limit, or the handler's own client gave up
+        client = sum(isinstance(o, TimeoutError) and not isinstance(o, TimedOut) for _, o in failed)
+        counts.update(failed=len(failed), timed_out=len(timed_out) + client)
         log_failures(flight, failed, len(timed_out))
 
     def _one_by_one(

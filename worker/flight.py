@@ -7,6 +7,7 @@ touches MySQL, Redis or a handler.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -16,9 +17,19 @@ from typing import Any
 from ..shared.acks import Ack, Row
 from ..shared.api.handlers import Handler
 from ..shared.entries import Entry
+from ..shared.errors import DuecastError
 from ..shared.storage.source_store import Store, WorkBatch
 
 Outcome = Ack | BaseException
+log = logging.getLogger("duecast.worker")
+
+
+class LeaseRanOut(DuecastError):
+    """A call not made: its lease may have run out before its handler started (Flight.in_lease). Not
+    an outcome to ack: the row is left RUNNING, to come back by its lease."""
+
+
+RAN_OUT = LeaseRanOut("the lease ran out before its handler started")
 
 
 class Flight:
@@ -63,8 +74,28 @@ class Flight:
         # Outcomes as calls end: (row index, outcome), appended by handler threads and the event
         # loop, drained by the worker thread (deque appends and pops are thread-safe).
         self.inbox: deque[tuple[int, Outcome]] = deque()
+        self.late = False  # a call was skipped: the leases may have run out (in_lease)
 
     # -- from handler threads and the event loop ----------------------------------------------
+
+    def in_lease(self) -> bool:
+        """Whether a handler call may start now, asked right before each one: leased work whose
+        leases may have run out (a process stopped or starved past its fence) runs nothing more; the
+        caller reports RAN_OUT for the rows instead (nothing is acked: they come back by their
+        leases, and the watchdog ends the process). Logged once per flight."""
+        hold = getattr(self.batch, "hold", None)  # leased batches: the keeper's Hold, until close()
+        if hold is None or hold.may_start():
+            return True
+        if not self.late:
+            self.late = True
+            log.warning(
+                "%s: a lease ran out before its handler started; running no more of this batch's %d "
+                "rows (they come back by their leases)",
+                self.source,
+                len(self.rows),
+                extra={"event": "worker.lease_ran_out", "source": self.source},
+            )
+        return False
 
     def begin(self, item: Sequence[int]) -> bool:
         """A thread begins `item`; False when the flight was withdrawn (the thread skips it)."""
@@ -108,10 +139,11 @@ class Flight:
             if known[i]:
                 continue
             known[i] = 1
-            done.append((i, outcome))
             new += 1
+            if outcome is not RAN_OUT:  # a call not made: nothing to ack, the row waits for its lease
+                done.append((i, outcome))
         self.left -= new
-        if new and self.oldest_done is None:
+        if done and self.oldest_done is None:
             self.oldest_done = time.monotonic()
         return new
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from ..shared.api.app import load_registry
 from ..shared.api.handlers import Handler, Registry
+from ..shared.policy import idle_transaction_limit_s
 from ..shared.process import arguments
 from ..shared.process.failures import StartupError, retry_startup
 from ..shared.process.health import serving, with_port
@@ -58,7 +59,9 @@ def serve(
     sources = [settings.source(name) for name in served_sources(settings, registry.sources)]
     handlers = {s.name: registry.handler(JOBS_SOURCE if is_job_queue(s.name) else s.name) for s in sources}
     handlers = {name: _timed(h, name) for name, h in handlers.items()}  # per source/queue
-    stores = {store.src.name: store for store in build_stores(settings, sources, stop)}
+    idle_s = idle_transaction_limit_s(settings.worker.idle_transaction_s, [s.lease_s for s in sources])
+    built = build_stores(settings, sources, stop, idle_transaction_s=idle_s)
+    stores = {store.src.name: store for store in built}
     check_columns(registry, stores)
     queue = make_queue(settings)
     check_redis(queue, wait=bool(settings.health.port))

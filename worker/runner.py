@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from ..shared.acks import Ack, Row
 from ..shared.api.outcomes import TimedOut
-from .flight import Flight, Outcome
+from .flight import RAN_OUT, Flight, Outcome
 
 T = TypeVar("T")
 _SLICES_PER_THREAD = 4  # a batch handler's rows in more slices than threads keeps threads busy
@@ -78,6 +78,10 @@ class ThreadRunner:
                 item = items.popleft()
             except IndexError:
                 return
+            if not flight.in_lease():  # checked right before each call: the rows wait for their leases
+                flight.inbox.extend((i, RAN_OUT) for i in item)
+                self._completions.wake()
+                continue
             if not flight.begin(item):
                 return  # withdrawn: its rows go back unrun
             outcomes = handler.run([flight.rows[i] for i in item])
@@ -158,6 +162,11 @@ class LoopRunner:
         observe: Callable[[float], None],
     ) -> None:
         outcome: Outcome
+        if not flight.in_lease():  # checked right before the call, not only at launch
+            self.pending -= 1
+            flight.inbox.append((i, RAN_OUT))
+            self._completions.wake()
+            return
         began = time.perf_counter()
         try:
             value = await afn(row)
@@ -175,6 +184,11 @@ class LoopRunner:
     async def _batch(
         self, flight: Flight, call: list[int], limit: float, observe: Callable[[float], None]
     ) -> None:
+        if not flight.in_lease():
+            self.pending -= 1
+            flight.inbox.extend((i, RAN_OUT) for i in call)
+            self._completions.wake()
+            return
         began = time.perf_counter()
         outcomes: Sequence[Outcome]
         try:

@@ -69,11 +69,14 @@ class Starter:
         self.rows_per_entry = {name: s.rows_per_entry for name, s in stores.items()}
         self.paused: Callable[[], Set[str]] = frozenset  # the sources an operator paused
 
-    def pop(self, rows: int, *, block: bool) -> tuple[str, list[bytes]] | None:
+    def pop(
+        self, rows: int, *, block: bool, sources: Sequence[str] | None = None
+    ) -> tuple[str, list[bytes]] | None:
+        """Pop from `sources` (default: every one served) at most `rows` rows' entries."""
         paused = self.paused()
         # A paused source's entries stay in Redis, not started (nothing lost: resumed, they are
         # popped then, or redelivery requeues their rows after the visibility timeout).
-        sources = [s for s in self.stores if s not in paused]
+        sources = [s for s in (self.stores if sources is None else sources) if s not in paused]
         if not sources:
             time.sleep(min(self.settings.block_timeout_s, PAUSED_WAIT_S) if block else 0.0)
             return None
@@ -196,14 +199,15 @@ class Starter:
 
 def hand_back(queue: Queue, process: str | None, source: str, raws: list[bytes]) -> None:
     """Put a batch whose start this worker gave up on (MySQL still failing after
-    worker.unit_retry_s) back on its ready list at once. Through Redis, not MySQL: MySQL is what
-    just failed, and the rows are still DISPATCHED under the attempt their entries carry, so
-    whoever pops them next starts them under that fence, and an entry the sweeper has since
-    requeued (a new attempt) is skipped as stale. Left alone, a live worker's rows would wait
-    for the visibility timeout: redelivery takes only dead workers' holds."""
+    worker.unit_retry_s) back at the head of its ready list at once (ahead of the backlog).
+    Through Redis, not MySQL: MySQL is what just failed, and the rows are still DISPATCHED under
+    the attempt their entries carry, so whoever pops them next starts them under that fence, and
+    an entry the sweeper has since requeued (a new attempt) is skipped as stale. Left alone, a
+    live worker's rows would wait for the visibility timeout: redelivery takes only dead
+    workers' holds."""
     raws = [raw for raw in raws if _decodes(raw)]  # the bad ones are quarantined already
     try:
-        queue.push_raw(source, raws)
+        queue.push_front(source, raws)  # ahead of the backlog: this work was popped once already
         if process is not None:
             queue.release_hold(process)
     except Exception as exc:  # Redis too: the hold stays, redelivery or the sweeper decides

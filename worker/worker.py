@@ -21,8 +21,9 @@ from ..shared.settings import WorkerSettings
 from ..shared.storage.source_store import Store
 from ..shared.telemetry import observe
 from .acker import Acker
-from .flight import Flight
+from .flight import RAN_OUT, Flight
 from .leaving import Leaver
+from .pacing import Windows
 from .report import Stats
 from .runner import Completions, LoopRunner, ThreadRunner
 from .starting import Starter
@@ -56,13 +57,16 @@ class Worker:
         self.leaver = Leaver(self.starter, self.acker, self.stats, (*runners, self.completions), leave)
         any_async = any(h.afn is not None for h in handlers.values())
         self.cap = in_flight_cap(settings.max_in_flight, settings.pop_batch, any_async)
+        # Sources whose checks may await adapt their own share of the cap to the service they call.
+        adaptive = {s: store.src.timeout_s for s, store in stores.items() if handlers[s].afn is not None}
+        self.windows = Windows(adaptive, self.cap, settings.pop_batch, time.monotonic())
 
     def tick(self) -> Tick:
         now = time.monotonic()
         flights = self.flights
         self.completions.clear()
         for flight in flights:
-            flight.collect()
+            self.collect(flight, now)
         self.leaver.expire(now)
         self.acker.settle(flights, now)
         self.acker.flush(flights, now)
@@ -72,17 +76,37 @@ class Worker:
             self.leaver.when_quiet()
             self.completions.wait(WAIT_S)
             return Tick(0.0, idle=False)
+        by_source = self.in_flight_by_source()
+        self.windows.judge(now, by_source, flights)
         alone = self.starter.holding or any(f.exclusive for f in flights)  # suspects run with nothing beside
-        room = 0 if alone else pop_room(self.cap, self.in_flight, self.settings.pop_batch)
-        if room:
-            popped = self.starter.pop(room, block=not flights)
+        room = 0 if alone else pop_room(self.cap, sum(by_source.values()), self.settings.pop_batch)
+        rooms = self.windows.rooms(room, by_source, self.starter.stores) if room else {}
+        if rooms:
+            popped = self.starter.pop(min(rooms.values()), block=not flights, sources=list(rooms))
             if popped is not None:
                 self.starter.launch(*popped)
+                self.windows.saw(self.in_flight_by_source())
                 return Tick(0.0, idle=False)
         if not flights:
             return Tick(0.0, idle=True)  # the pop already waited block_timeout_s
         self.completions.wait(WAIT_S)
         return Tick(0.0, idle=False)
+
+    def collect(self, flight: Flight, now: float) -> None:
+        """Record the outcomes that came for `flight` (as Flight.collect) and feed its window."""
+        inbox, pairs = flight.inbox, []
+        while inbox:
+            pairs.append(inbox.popleft())
+        if pairs:
+            flight.report(pairs)
+            # A call skipped because its lease ran out says nothing about the service called.
+            self.windows.record(flight, [p for p in pairs if p[1] is not RAN_OUT], now)
+
+    def in_flight_by_source(self) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        for f in self.flights:
+            counts[f.source] += f.left + f.pending
+        return counts
 
     @property
     def flights(self) -> list[Flight]:

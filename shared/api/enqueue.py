@@ -173,7 +173,6 @@ class Enqueuer(JobWriter):
     def _through(self, job: Job) -> Job:
         return through_enqueue(self.middleware, job) if self.middleware else job
 
-
     def result(self, job_id: int) -> JobResult | None:
         """The job's outcome (JobResult: state, the task's return value once done, its last error),
         or None when there is no such job: never enqueued, or pruned. A done job's value is kept only

@@ -384,4 +384,3 @@ class Registry:
             fn=None if handler.fn is None else checked(around, source, handler.fn),
             afn=None if handler.afn is None else achecked(around, source, handler.afn),
         )
-

@@ -95,7 +95,6 @@ def _meta_text(meta: object) -> str | None:
     return text or None
 
 
-
 def check_on_duplicate(on_duplicate: object) -> None:
     """on_duplicate is "error" or "keep"; anything else is a mistake, refused in one line."""
     if not isinstance(on_duplicate, str) or on_duplicate not in ON_DUPLICATE:

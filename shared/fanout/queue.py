@@ -69,15 +69,26 @@ class ReadyQueue:
         malformed entries."""
         self._push_and_ring(source, items)
 
-    def _push_and_ring(self, source: str, items: Sequence[bytes], *, again: bool = True) -> None:
-        """RPUSH, then ring the source's bell, in one round trip (in this order: a worker woken
-        before the entries landed would find nothing and sleep again).
+    @translating
+    def push_front(self, source: str, items: Sequence[bytes]) -> None:
+        """Push entries coming back (a batch handed back, work redelivered) to the head of the ready
+        list, in their order: popped before the backlog, so interrupted work is not left behind
+        thousands of fresh entries."""
+        self._push_and_ring(source, items, front=True)
+
+    def _push_and_ring(
+        self, source: str, items: Sequence[bytes], *, again: bool = True, front: bool = False
+    ) -> None:
+        """RPUSH (LPUSH, reversed, to the `front`), then ring the source's bell, in one round trip
+        (in this order: a worker woken before the entries landed would find nothing and sleep again).
 
         A list or bell of the wrong type is moved aside and the push made again, or only the ring
         when the RPUSH itself landed: never twice the entries."""
         ready, bell = self.keys.ready(source), self.keys.bell(source)
         pipe = self.client.pipeline(transaction=False)
-        if items:
+        if items and front:
+            pipe.lpush(ready, *reversed(items))  # LPUSH puts its last argument first
+        elif items:
             pipe.rpush(ready, *items)
         pipe.lpush(bell, b"1")
         pipe.ltrim(bell, 0, 0)  # one pending token is as good as many
@@ -90,7 +101,7 @@ class ReadyQueue:
         self._retype.move_aside(source, ready, "list")
         self._retype.move_aside(source, bell, "list")
         landed = bool(items) and not isinstance(results[0], Exception)
-        self._push_and_ring(source, [] if landed else items, again=False)
+        self._push_and_ring(source, [] if landed else items, again=False, front=front)
 
     @translating
     def length(self, source: str) -> int:

@@ -110,14 +110,19 @@ def is_job_queue(source: str) -> bool:
 
 
 def build_stores(
-    settings: Settings, sources: list[SourceSettings], stop: threading.Event | None = None
+    settings: Settings,
+    sources: list[SourceSettings],
+    stop: threading.Event | None = None,
+    *,
+    idle_transaction_s: int = 0,
 ) -> list[Store]:
     """One store per source on one fresh connection, each verified against information_schema.
 
     A role passes its `stop`: a check that meets a transient MySQL error then runs again until it
     succeeds or `stop` is set (retry_startup). Commands (status, web) pass none and get the error.
-    A table that does not match the settings ends the start at once either way."""
-    db = Database(settings.mysql)
+    A table that does not match the settings ends the start at once either way. A worker passes
+    `idle_transaction_s` (shared.storage.db: its sessions' idle-transaction limit)."""
+    db = Database(settings.mysql, idle_transaction_s=idle_transaction_s)
     kinds = store_kinds(settings)
     stores: list[Store] = [_store(db, settings, src, kinds) for src in sources]
     for store in stores:

@@ -6,7 +6,7 @@ period after that slot, so each source's checks settle evenly over its period.
 
 from __future__ import annotations
 
-from ..policy import PHASE_STEP
+from ..pace import PHASE_STEP
 
 # Microseconds since year 0 by the server's clock (DATETIME arithmetic: no time zone); TO_SECONDS
 # drops the fraction, MICROSECOND gives it back. About 6.4e16: far within a BIGINT.
@@ -15,13 +15,13 @@ _STEP = f"0.{PHASE_STEP:019d}"  # PHASE_STEP / PHASE_SCALE (10^19), as an exact 
 
 
 def phase_sql(key: str, period_us: int) -> str:
-    """policy.spread_phase_us in SQL, exact (DECIMAL arithmetic); `key` is a quoted column."""
+    """pace.spread_phase_us in SQL, exact (DECIMAL arithmetic); `key` is a quoted column."""
     p = int(period_us)
     return f"FLOOR(MOD(ABS({key}) * {_STEP}, 1) * {p})"
 
 
 def slot_sql(key: str, period_us: int) -> str:
-    """policy.slot_us at NOW(6) in SQL: `NOW(6) - INTERVAL ... MICROSECOND`."""
+    """pace.slot_us at NOW(6) in SQL: `NOW(6) - INTERVAL ... MICROSECOND`."""
     p = int(period_us)
     if p <= 0:
         raise ValueError("an even pace needs a period > 0")

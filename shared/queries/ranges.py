@@ -96,7 +96,7 @@ def render_ranges(src: SourceSettings, ranges_table: str) -> RangeSQL:
         ),
         # A range's ack (in place of the row machinery's ack_touch): a fixed rate at an even pace.
         # checked_at becomes the slot the check served: the latest time at or before NOW(6) at the
-        # span's phase (shared.queries.pace, policy.slot_us), so the span is due a period after
+        # span's phase (shared.queries.pace, pace.slot_us), so the span is due a period after
         # the slot it was due at. A check made d late does not make every later check d later
         # (1M users every 10 s is 100,000 checks/s, not 1M / (10 s + d)); spans' phases spread
         # evenly over the period, so a table that starts all due (or all fresh) is checked at

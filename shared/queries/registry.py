@@ -48,6 +48,8 @@ class WorkerSQL:
     register: str
     beat: str
     deregister: str
+    lock_skip: str
+    named: str
     dead: str
     alive: str
 
@@ -61,6 +63,10 @@ def render_workers(table: str) -> WorkerSQL:
         ),
         beat=f"UPDATE {t} SET `heartbeat_at` = NOW(6) WHERE `name` = %s",
         deregister=f"DELETE FROM {t} WHERE `name` = %s",
+        # Redelivery forgets a dead worker only if no session holds its row (a stopped one's open
+        # transaction may): it never waits, and tries again at its next look.
+        lock_skip=f"SELECT `name` FROM {t} WHERE `name` = %s FOR UPDATE SKIP LOCKED",
+        named=f"SELECT `name` FROM {t} WHERE `name` = %s",  # a plain read: waits for no lock
         # Silent longer than dead_after (µs), by the database's clock. PRIMARY scan: the table
         # holds one row per live worker.
         dead=f"SELECT `name` FROM {t} WHERE `heartbeat_at` < NOW(6) - INTERVAL %s MICROSECOND",
@@ -70,5 +76,3 @@ def render_workers(table: str) -> WorkerSQL:
             "WHERE `heartbeat_at` >= NOW(6) - INTERVAL %s MICROSECOND ORDER BY `name`"
         ),
     )
-
-

@@ -43,7 +43,13 @@ class WorkerSettings(_Section):
     concurrency: int = Field(1, ge=1, le=256)  # threads for plain (not async def) handlers
     # Rows started and not yet acked, per process: async handlers await all of them at once, plain
     # ones run `concurrency` at a time. Unset: 10,000 (at least 2 x pop_batch) when the app has an
-    # async handler, else pop_batch (one batch, refilled as its rows finish).
+    # async handler, else pop_batch (one batch, refilled as its rows finish). It is a ceiling: each
+    # async source's in-flight window adapts under it to what the service it calls takes (halved
+    # on time-outs and errors, eased when calls wait near their time limit, grown while they are
+    # quick). A client's pool of C connections at L s a call serves C / L calls a second: with a
+    # timeout of T s, at most C x T / L calls fit in flight (half of that keeps a margin). The
+    # window learns T from the first time-outs; a source's timeout_s set to the client's timeout
+    # lets it ease before them.
     max_in_flight: int | None = Field(None, ge=1, le=1_000_000)
     error_backoff_s: float = Field(1.0, gt=0, le=60)
     # How long a batch's unit is retried after transient MySQL errors (a restart takes tens of
@@ -56,6 +62,13 @@ class WorkerSettings(_Section):
     registry_table: Identifier = "duecast_workers"
     heartbeat_s: float = Field(5.0, ge=0.5, le=300)
     dead_after_s: float = Field(15.0, ge=2, le=3600)
+    # A worker's sessions (not an enqueuer's or a caller's) left idle inside an open transaction
+    # this long are ended by the server, their locks released: a worker stopped (SIGSTOP) inside an
+    # ack holds duecast's rows no longer than this. MariaDB 10.3+ (idle_transaction_timeout);
+    # MySQL 8.0 has no such limit (docs/reliability.md). Unset: the longest lease_s of the sources
+    # the worker serves, rounded up; 0: off. A transactional task must not sit idle in its
+    # transaction (no statement running) longer than this.
+    idle_transaction_s: int | None = Field(None, ge=0, le=86400)
 
     @model_validator(mode="after")
     def _heartbeats(self) -> Self:

@@ -38,8 +38,9 @@ GROUP_CONCAT_MAX_LEN = 64 * 1024 * 1024
 _TIMEOUT_ATTRIBUTES = ("_read_timeout", "_write_timeout")
 
 
-def connect(settings: MySQLSettings, database: bool = True) -> Connection:
-    """Open a connection: autocommit off, READ COMMITTED, utf8mb4, rowcount = rows matched.
+def connect(settings: MySQLSettings, database: bool = True, *, idle_transaction_s: int = 0) -> Connection:
+    """Open a connection: autocommit off, READ COMMITTED, utf8mb4, rowcount = rows matched; with
+    `idle_transaction_s`, a session the server ends once idle that long inside a transaction.
 
     Connecting, the handshake and the session settings are bounded by mysql.connect_timeout_s per
     read (a server that accepts TCP and never answers holds a role that long, not read_timeout_s);
@@ -47,7 +48,7 @@ def connect(settings: MySQLSettings, database: bool = True) -> Connection:
     and the user, never the password.
     """
     try:
-        conn = _open(settings, database)
+        conn = _open(settings, database, idle_transaction_s)
     except pymysql.err.MySQLError as exc:
         named = _with_timeout(exc, settings)
         named.add_note(server_note(settings))  # which server, for mysql_problem's one line
@@ -80,7 +81,7 @@ def _preferred_tls() -> ssl.SSLContext:
     return made
 
 
-def _open(settings: MySQLSettings, database: bool) -> Connection:
+def _open(settings: MySQLSettings, database: bool, idle_transaction_s: int) -> Connection:
     conn = _Connection(
         host=settings.host,
         port=settings.port,
@@ -100,6 +101,8 @@ def _open(settings: MySQLSettings, database: bool) -> Connection:
     )
     try:
         _set_session(conn, settings)
+        if idle_transaction_s > 0:
+            _limit_idle_transactions(conn, idle_transaction_s)
     except BaseException:
         conn.close()
         raise
@@ -130,6 +133,31 @@ def _set_session(conn: Connection, settings: MySQLSettings) -> None:
         except pymysql.err.OperationalError as exc:
             if exc.args[0] != _UNKNOWN_SYSTEM_VARIABLE:
                 raise
+
+
+def _limit_idle_transactions(conn: Connection, seconds: int) -> None:
+    """MariaDB (10.3+) ends a session left idle inside a transaction for `seconds`, rolling it back
+    and releasing its locks: a worker stopped (SIGSTOP, a frozen VM) inside an ack holds duecast's
+    rows that long at most, not for the whole stop. MySQL 8.0 has no such limit (1193, unknown
+    variable): there such a transaction ends only with its connection (wait_timeout, a dead TCP
+    peer), said once per process (docs/reliability.md)."""
+    global _told_no_idle_limit  # noqa: PLW0603 - one line per process, not per connection
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION idle_transaction_timeout = %s", (seconds,))
+    except pymysql.err.OperationalError as exc:
+        if exc.args[0] != _UNKNOWN_SYSTEM_VARIABLE:
+            raise
+        if not _told_no_idle_limit:
+            _told_no_idle_limit = True
+            log.warning(
+                "this server has no idle_transaction_timeout (MySQL): a worker stopped inside a "
+                "transaction keeps its rows locked until its connection ends (wait_timeout)",
+                extra={"event": "db.no_idle_limit"},
+            )
+
+
+_told_no_idle_limit = False
 
 
 def server_name(settings: MySQLSettings) -> str:
@@ -171,8 +199,10 @@ def tls_context(settings: MySQLSettings) -> ssl.SSLContext:
 class Database:
     """Holds one lazily opened connection; `transaction()` is the only way to use it."""
 
-    def __init__(self, settings: MySQLSettings) -> None:
+    def __init__(self, settings: MySQLSettings, *, idle_transaction_s: int = 0) -> None:
         self._settings = settings
+        # A worker's sessions: ended by the server once idle this long inside a transaction (0: never).
+        self._idle_transaction_s = idle_transaction_s
         self._conn: Connection | None = None
 
     @property
@@ -201,7 +231,7 @@ class Database:
                 conn = None
         if conn is None:
             try:
-                conn = self._conn = connect(self._settings)
+                conn = self._conn = connect(self._settings, idle_transaction_s=self._idle_transaction_s)
             except DRIVER_ERRORS as exc:
                 raise translate_connect(exc, f"MySQL at {server_name(self._settings)}") from exc
         try:

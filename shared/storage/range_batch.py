@@ -18,6 +18,7 @@ from ..acks import Ack, Row
 from ..entries import Entry
 from ..policy import span_settled
 from ..states import ATTEMPT_COLUMN
+from .leased.keeper import Hold
 from .protocol import NO_ACKS, AckCounts
 from .row_batch import RowBatch
 
@@ -75,6 +76,11 @@ class RangeBatch:
         self._key = store.id_column
         self._unreported = NO_ACKS  # what fail() finished, for the next ack() or settle() to return
         self._writes: dict[int, tuple[Ack, bool]] = {}  # id(ack) -> (the ack, kept alive; writes a row?)
+
+    @property
+    def hold(self) -> Hold | None:
+        """The lease keeper's hold on the spans, until close() (the worker asks it before each call)."""
+        return self._spans_batch.hold
 
     def phases(self) -> list[list[Row]]:
         return [self.rows] if self.rows else []

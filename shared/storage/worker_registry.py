@@ -88,6 +88,16 @@ class WorkerRegistry:
         with self.db.transaction() as cur:
             cur.execute(self.sql.deregister, (name,))
 
+    def forget(self, name: str) -> bool:
+        """Remove a dead worker's row unless another session holds it locked (a stopped worker's
+        open transaction): never waits for the lock. False: locked, left for the next look."""
+        with self.db.transaction() as cur:
+            if not cur.execute(self.sql.lock_skip, (name,)):
+                cur.execute(self.sql.named, (name,))
+                return cur.fetchone() is None  # gone already, or held by another session
+            cur.execute(self.sql.deregister, (name,))
+            return True
+
     def dead(self) -> list[str]:
         with self.db.transaction() as cur:
             cur.execute(self.sql.dead, (round(self.settings.dead_after_s * 1e6),))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from logging import Logger
 from typing import Protocol, TypeVar
 
@@ -34,6 +34,12 @@ def error_text(outcome: object) -> str:
     else:
         text = f"invalid result from the task: {shown(outcome)}"
     return storable_text(text)
+
+
+class SpentAttempt(DuecastError):
+    """A transactional task ran, but the ack transaction it ran in did not commit (a deadlock, a lock
+    wait, a lost connection): its attempt is over and fails, so the task never runs twice under one
+    attempt; the job runs again under a new attempt, as after any failure."""
 
 
 class AckRefused(DuecastError):
@@ -99,6 +105,11 @@ class LeasedBatch:
         # A group of suspects (start_groups keeps clean rows and suspects apart): run alone.
         self.suspects = any(int(r.get("interruptions", 0)) > 0 for r in rows)
         self._kept: AbstractContextManager[Hold] | None = None
+        # Transactional tasks called in an ack transaction not (yet) known to have committed, and
+        # those whose transaction rolled back, with why: neither is called again under this attempt.
+        self._called: set[int] = set()
+        self._spent: dict[int, SpentAttempt] = {}
+        self._extended_at: float | None = None  # when this finish extended the leases it locked
 
     def keep(self, holding: AbstractContextManager[Hold]) -> None:
         """Keep the batch's leases (the keeper's `holding`) until close()."""
@@ -143,11 +154,25 @@ class LeasedBatch:
 
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
         """Finish handled work in one transaction: successes as one fenced statement, explicit
-        retries and discards one by one, transactional tasks each under a savepoint."""
+        retries and discards one by one, transactional tasks each under a savepoint. A transactional
+        task runs once per attempt: should its transaction not commit, its attempt fails
+        (SpentAttempt) rather than the task being called again."""
         if not acks:
             return AckCounts(0, 0)
         self._finishing(row for row, _ in acks)
-        (acked, stale), failures = self._retrying(lambda: self._ack_once(acks))
+
+        def once() -> tuple[tuple[int, int], list[tuple[Row, object]]]:
+            left = [(row, ack) for row, ack in acks if not self._is_spent(row, ack)]
+            try:
+                return self._ack_once(left)
+            except BaseException as exc:
+                self._spend(exc)
+                raise
+            finally:
+                self._called.clear()
+
+        (acked, stale), failures = self._retrying(once)
+        failures += [(row, self._spent[self._id(row)]) for row, ack in acks if self._is_spent(row, ack)]
         self.fail(failures)
         for row, outcome in failures:  # refusals were logged as they came; a task's own error here
             if isinstance(outcome, BaseException) and not isinstance(outcome, AckRefused):
@@ -168,11 +193,50 @@ class LeasedBatch:
             extra={"event": f"{s.noun}.handler_failed", "source": self._store.src.name},
         )
 
+    def _id(self, row: Row) -> int:
+        return int(row[self._key])
+
+    def _is_spent(self, row: Row, ack: Ack) -> bool:
+        return ack.action == "transaction" and self._id(row) in self._spent
+
+    def _spend(self, exc: BaseException) -> None:
+        """The ack transaction did not commit: every task called in it has had its attempt."""
+        for i in self._called:
+            self._spent[i] = SpentAttempt(
+                f"its transactional task ran, but the transaction did not commit ({exc!r}); "
+                "not run again under this attempt"
+            )
+        if self._called:
+            s = self._store.scope
+            s.log.warning(
+                "an ack transaction of %d transactional tasks of %s did not commit (%r); they fail "
+                "this attempt rather than run twice under it",
+                len(self._called),
+                s.place,
+                exc,
+                extra={"event": f"{s.noun}.attempt_spent", "source": self._store.src.name},
+            )
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Cursor]:
+        """A finish's transaction. Once it is over, the lease keeper hears whether the leases it
+        locked (and so kept, RunBatch) were extended by its commit, or are as they were."""
+        self._extended_at = None
+        committed = False
+        try:
+            with self._store.db.transaction() as cur:
+                yield cur
+            committed = True
+        finally:
+            if self.hold is not None:
+                self.hold.disown(self._extended_at if committed else None)
+
     def _ack_once(self, acks: Sequence[tuple[Row, Ack]]) -> tuple[tuple[int, int], list[tuple[Row, object]]]:
         store = self._store
         acked = stale = discarded = 0
         failures: list[tuple[Row, object]] = []
-        with store.db.transaction() as cur:
+        unfinished: set[int] = set()  # by identity: rows this ack leaves as they are
+        with self._transaction() as cur:
             mine = self._fenced(cur, [row for row, _ in acks])
             stale = len(acks) - len(mine)
             acks = [(row, ack) for row, ack in acks if int(row[self._key]) in mine]
@@ -202,10 +266,13 @@ class LeasedBatch:
                         acked += 1
                     elif outcome == "stale":
                         stale += 1
+                    elif outcome == "late":
+                        stale += 1
+                        unfinished.add(id(row))
                     else:
                         failures.append((row, outcome))
-            failed = {id(row) for row, _ in failures}  # finished by fail(), in its own transaction
-            self._finished(cur, [row for row, _ in acks if id(row) not in failed])
+            unfinished |= {id(row) for row, _ in failures}  # failures: finished by fail(), on its own
+            self._finished(cur, [row for row, _ in acks if id(row) not in unfinished])
         observe.count(store.src.name, "dead", discarded)
         return (acked, stale), failures
 
@@ -239,10 +306,23 @@ class LeasedBatch:
 
     def _in_transaction(self, cur: Cursor, row: Row, ack: Ack) -> object | None:
         """Run a transactional task and finish it under one savepoint: its writes stay only if the
-        job really is finished by this attempt. Returns None (done), "stale", or the failure."""
+        job really is finished by this attempt. Returns None (done), "stale", "late" (not called: its
+        lease may have run out, Hold.may_start; the job is left to come back by it), or the failure."""
         assert ack.work is not None
+        if self.hold is not None and not self.hold.may_start():
+            s = self._store.scope
+            s.log.warning(
+                "%s %s of %s: its lease ran out before its handler started; not running it (it comes "
+                "back by its lease)",
+                s.noun,
+                row.get(self._key),
+                s.place,
+                extra={"event": f"{s.noun}.lease_ran_out", "source": self._store.src.name},
+            )
+            return "late"
         try:
             with savepoint(cur, "dc_job"):
+                self._called.add(self._id(row))  # from here on, this attempt has run its task
                 result = ack.work(cur)
                 final = Ack.default() if result is None else result
                 if not isinstance(final, Ack) or final.action in ("touch", "transaction"):
@@ -268,7 +348,7 @@ class LeasedBatch:
 
         def once() -> Counter[str]:
             outcomes: Counter[str] = Counter()
-            with self._store.db.transaction() as cur:
+            with self._transaction() as cur:
                 mine = self._fenced(cur, [row for row, _ in failures])
                 outcomes[""] += len(failures) - len(mine)
                 ended = [(row, outcome) for row, outcome in failures if int(row[self._key]) in mine]

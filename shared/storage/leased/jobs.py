@@ -93,6 +93,9 @@ class JobStore(RunUnits):
                 self._behind_at = now
                 behind, left = self._claim_behind(cur, cursors, left)
                 entries += behind
+            # Pending runs (given back, requeued) and jobs behind the cursors (retried, interrupted)
+            # came back: ahead of the backlog (Redelivery.push_claimed).
+            self.returning = len(entries)
             if left > 0:
                 ahead = self._claim_ahead(cur, cursors, left)
                 entries += ahead[0]

@@ -20,6 +20,7 @@ from ...policy import (
     Fence,
     LeaseTiming,
     fence_reason,
+    handler_in_time,
     lease_timing,
     renewal_outcome,
     start_in_time,
@@ -94,16 +95,26 @@ class Hold:
     change under the keeper's lock."""
 
     def __init__(
-        self, token: int, entries: Sequence[Entry], since: float, renew_s: float, lock: threading.Condition
+        self,
+        token: int,
+        entries: Sequence[Entry],
+        since: float,
+        timing: LeaseTiming,
+        lock: threading.Condition,
     ) -> None:
         self.token = token
         self.entries = list(entries)
         # `since` was taken before the statement that set the leases: they run from its NOW(6), later.
         self.started = self.confirmed = since
-        self.next_try = since + renew_s
+        self.next_try = since + timing.renew_s
+        self._timing = timing
         self.lost = False
         self.failed = 0  # renewals in a row that did not confirm (only the first is logged)
         self._finishing: set[int] = set()
+        # Units this worker's own finish transaction has locked (RunBatch): while it holds them no
+        # other session can take them, so a renewal that finds them locked counts them as kept.
+        self._owned: set[int] = set()
+        self._before_own = since  # `confirmed` when the first of them was locked
         self._lock = lock
 
     def finishing(self, ids: Iterable[int]) -> None:
@@ -111,6 +122,39 @@ class Hold:
         (Their leases are still extended: a transactional task's work runs inside its ack.)"""
         with self._lock:
             self._finishing.update(ids)
+
+    def may_start(self) -> bool:
+        """Whether a handler of this batch may start now: asked right before each call (shared.policy.
+        handler_in_time), so a process stopped past its leases runs nothing once it resumes."""
+        with self._lock:
+            return handler_in_time(time.monotonic(), self.confirmed, self.lost, self._timing)
+
+    def own(self, ids: Iterable[int]) -> None:
+        """This worker's own finish transaction has locked these units (still running under the
+        attempt held): a renewal skipping them is not kept from them by another session."""
+        with self._lock:
+            if not self._owned:
+                self._before_own = self.confirmed
+            self._owned.update(ids)
+
+    def disown(self, extended_at: float | None) -> None:
+        """The finish transaction that owned units is over: committed, having extended their leases
+        by a statement sent at time.monotonic() = `extended_at`, or not (None: rolled back, their
+        leases are as the last renewal before it left them). Confirmations counted meanwhile are
+        taken back to what is proven, and the next renewal is due at once if any was unproven."""
+        with self._lock:
+            if not self._owned:
+                return
+            self._owned.clear()
+            proven = self._before_own if extended_at is None else extended_at
+            if proven < self.confirmed:
+                self.confirmed = proven
+                self.next_try = min(self.next_try, time.monotonic())
+            self._lock.notify_all()  # the watchdog and the keeper time from `confirmed`
+
+    def owned(self) -> frozenset[int]:
+        """(Call under the lock.)"""
+        return frozenset(self._owned)
 
     def needed(self) -> list[int]:
         """Ids whose lease must be confirmed: all but those being acked (call under the lock)."""
@@ -159,7 +203,7 @@ class LeaseKeeper:
     def holding(self, entries: Sequence[Entry], since: float) -> Iterator[Hold]:
         """Keep the leases of `entries`, set by a statement sent after time.monotonic() = `since`."""
         with self._cond:
-            hold = Hold(next(self._tokens), entries, since, self._timing.renew_s, self._cond)
+            hold = Hold(next(self._tokens), entries, since, self._timing, self._cond)
             self._holds[hold.token] = hold
             if not self._running:
                 self._running = True
@@ -206,7 +250,11 @@ class LeaseKeeper:
             if hold.token not in self._holds:
                 return  # the batch ended while its leases were being extended
             needed = hold.needed()
-            outcome = "unknown" if result is None else renewal_outcome(needed, result.kept, result.gone)
+            outcome = (
+                "unknown"
+                if result is None
+                else renewal_outcome(needed, result.kept | (hold.owned() - result.gone), result.gone)
+            )
             if outcome == "confirmed":
                 hold.confirmed = max(hold.confirmed, sent)
                 hold.next_try = sent + self._timing.renew_s

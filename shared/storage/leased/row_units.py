@@ -48,6 +48,7 @@ class RowUnits(LeasedStore):
         found = [(int(i), int(a)) for i, a in cur.fetchall()]
         if found:
             self._run(cur, s.sql.mark_dispatched.format(ids=self._ids(i for i, _ in found)), *s.where)
+        self.returning = len(found)  # due pending ones were handed out before: retries, requeues
         return [Entry(i, a + 1) for i, a in found]
 
     def _start_units(self, entries: Sequence[Entry]) -> Started:

@@ -93,7 +93,14 @@ class RunUnits(LeasedStore):
     def _batch(self, began: Started, rows: list[Row]) -> LeasedBatch:
         runs = began.units if rows else []
         return RunBatch(
-            self, rows, began.skipped, runs=runs, run_of=began.run_of, sql=self.runs, later=began.later
+            self,
+            rows,
+            began.skipped,
+            runs=runs,
+            run_of=began.run_of,
+            sql=self.runs,
+            lease_us=self._lease_us,
+            later=began.later,
         )
 
     def _give_back(self, cur: Cursor, began: Started) -> None:

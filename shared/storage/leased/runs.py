@@ -7,6 +7,7 @@ RUNNING under the attempt started), finishes the jobs still among its members, a
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -33,6 +34,7 @@ class RunBatch(LeasedBatch):
         runs: Sequence[Entry],
         run_of: dict[int, int],
         sql: RunSQL,
+        lease_us: int,
         later: list[list[Entry]] | None = None,
     ) -> None:
         super().__init__(store, rows, skipped, later)
@@ -40,6 +42,7 @@ class RunBatch(LeasedBatch):
         self._runs = {e.id: e for e in runs}
         self._run_of = run_of  # job id -> its run's id
         self._sql = sql
+        self._lease_us = lease_us
         self._members: dict[int, set[int]] = {}  # run id -> members, as locked by the last _fenced
 
     def _fenced(self, cur: Cursor, rows: Sequence[Row]) -> set[int]:
@@ -51,6 +54,8 @@ class RunBatch(LeasedBatch):
             return set()
         cur.execute(self._sql.lock_running.format(fence=fence((self._runs[i] for i in runs), RUN_KEY)))
         locked = cur.fetchall()
+        if self.hold is not None:  # held by this transaction now: the keeper may count them as kept
+            self.hold.own(int(r[0]) for r in locked)
         self._members = {int(i): set(decode_members(m)) for i, m, _ in locked}
         started = {int(i): at for i, _, at in locked}
         mine = set()
@@ -62,7 +67,9 @@ class RunBatch(LeasedBatch):
         return mine
 
     def _finished(self, cur: Cursor, rows: Sequence[Row]) -> None:
-        """Take the finished jobs out of their runs' members; a run left with none goes."""
+        """Take the finished jobs out of their runs' members; a run left with none goes, and every
+        other run this transaction locked has its lease extended."""
+        self._extended_at = time.monotonic()  # before these statements' NOW(6)
         by_run: dict[int, set[int]] = defaultdict(set)
         for r in rows:
             job = int(r["id"])
@@ -79,6 +86,18 @@ class RunBatch(LeasedBatch):
             if self.hold is not None:  # its row leaving is the run's end, not a lost lease
                 self.hold.finishing(emptied)
             cur.execute(self._sql.drop_runs.format(ids=in_list(RUN_KEY, emptied)))
+        self._extend_locked(cur, [run for run in self._members if run not in emptied])
+
+    def _extend_locked(self, cur: Cursor, runs: Sequence[int]) -> None:
+        """Extend the leases of the runs this transaction locked, as it ends: the keeper's renewals
+        skipped them meanwhile (counted as kept: Hold.own), and a slow transactional task may have
+        held them for longer than a lease."""
+        if not runs:
+            return
+        cur.execute(
+            self._sql.extend_lease.format(fence=fence((self._runs[i] for i in runs), RUN_KEY)),
+            (self._lease_us,),
+        )
 
     def give_back(self) -> int:
         """None of these runs' jobs ran (a worker leaving with stuck threads had started them, to run

@@ -52,6 +52,9 @@ class LeasedStore(ABC):
 
     rows_per_entry = 1
     claim_weight = 1
+    # Of the last claim's entries, how many (the first ones) are work coming back: given back,
+    # requeued, retried or interrupted. The dispatcher pushes those ahead of the backlog.
+    returning = 0
 
     def __init__(
         self,

@@ -7,7 +7,7 @@ import datetime as dt
 from collections.abc import Callable
 
 from duecast.shared.entries import Entry
-from duecast.shared.policy import slot_us, spread_phase_us
+from duecast.shared.pace import slot_us, spread_phase_us
 from tests.integration.conftest import Env
 
 MakeEnv = Callable[..., Env]
@@ -21,7 +21,7 @@ def server_us(t: dt.datetime) -> int:
 
 
 def at_slot(due: dt.datetime, t0: dt.datetime, t1: dt.datetime, key: int, period_s: float) -> bool:
-    """Whether `due` is the slot a check of `key` made between t0 and t1 records (policy.slot_us):
+    """Whether `due` is the slot a check of `key` made between t0 and t1 records (pace.slot_us):
     at the key's phase, the latest such time at or before the check."""
     period_us = round(period_s * 1_000_000)
     us = server_us(due)

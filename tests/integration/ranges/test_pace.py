@@ -13,7 +13,7 @@ import pymysql
 import pytest
 
 from duecast.dispatcher.main import serve as serve_dispatcher
-from duecast.shared.policy import spread_phase_us
+from duecast.shared.pace import spread_phase_us
 from duecast.shared.queries.pace import NOW_US
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, SourceSettings

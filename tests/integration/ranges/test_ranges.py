@@ -12,7 +12,7 @@ import pytest
 
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.acks import Ack
-from duecast.shared.policy import slot_us, spread_phase_us
+from duecast.shared.pace import slot_us, spread_phase_us
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.pace import NOW_US, slot_sql
 from duecast.shared.queries.ranges import ranges_table
@@ -168,7 +168,7 @@ def test_checked_ranges_are_not_due_again_until_their_next_slot(
 def test_ranges_keep_their_slot_at_their_phase_and_an_outage_restarts_at_the_next_one(
     ranged: Callable[..., Settings], sql: pymysql.cursors.Cursor
 ) -> None:
-    """A span's ack records the latest time at or before the check at its phase (policy.slot_us):
+    """A span's ack records the latest time at or before the check at its phase (pace.slot_us):
     a span checked a little late keeps the slot it was due at; one checked an hour late is not due
     again at once, but at its next slot."""
     settings = ranged(300)  # spans 0, 100, 200, 300; period 10 s

@@ -43,7 +43,9 @@ def test_every_check_is_a_span_at_ratio_one_and_a_failure_is_an_error() -> None:
     arun(registry.handler("accounts").run_batch([{"id": 1}, {"id": 2}]))
     spans = exporter.get_finished_spans()
     assert [(s.name, s.attributes["duecast.rows"] if s.attributes else None) for s in spans] == [
-        ("check users", 1), ("check users", 1), ("check accounts", 2)
+        ("check users", 1),
+        ("check users", 1),
+        ("check accounts", 2),
     ]
     assert [s.status.status_code for s in spans[:2]] == [StatusCode.UNSET, StatusCode.ERROR]
 

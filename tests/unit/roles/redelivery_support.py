@@ -25,20 +25,25 @@ class Clock:
 
 
 class FakeRegistry:
-    """Stands in for WorkerRegistry.dead/deregister: `dead` lists the silent workers."""
+    """Stands in for WorkerRegistry.dead/forget: `dead` lists the silent workers; `locked` ones'
+    rows are held by another session (forget leaves them)."""
 
     def __init__(self, dead: list[str] | None = None) -> None:
         self.silent = list(dead or [])
         self.deregistered: list[str] = []
+        self.locked: set[str] = set()
         self.asked = 0  # dead() calls
 
     def dead(self) -> list[str]:
         self.asked += 1
         return list(self.silent)
 
-    def deregister(self, name: str) -> None:
+    def forget(self, name: str) -> bool:
+        if name in self.locked:
+            return False
         self.deregistered.append(name)
         self.silent.remove(name)
+        return True
 
 
 def _redelivery(

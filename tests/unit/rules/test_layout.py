@@ -80,8 +80,11 @@ def _absolute_product_imports(path: Path) -> list[str]:
             names = [alias.name for alias in node.names]
         else:
             continue
-        found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names
-                  if n == "duecast" or n.startswith("duecast.")]
+        found += [
+            f"{path.relative_to(ROOT)}:{node.lineno} {n}"
+            for n in names
+            if n == "duecast" or n.startswith("duecast.")
+        ]
     return found
 
 
@@ -97,8 +100,11 @@ def test_imports_inside_the_parts_are_relative() -> None:
 
 
 def test_roles_never_import_each_other_and_shared_imports_no_role() -> None:
-    forbidden = {"shared": ("worker", "dispatcher", "cli"), "worker": ("dispatcher", "cli"),
-                 "dispatcher": ("worker", "cli")}
+    forbidden = {
+        "shared": ("worker", "dispatcher", "cli"),
+        "worker": ("dispatcher", "cli"),
+        "dispatcher": ("worker", "cli"),
+    }
     offenders = []
     for part, others in forbidden.items():
         for path in sorted((ROOT / part).rglob("*.py")):
@@ -118,8 +124,11 @@ def test_test_modules_are_named_from_tests_down_and_loaded_once() -> None:
     # tests/naming.py: the root is a package, yet a test helper must not load twice under two names.
     assert __name__ == "tests.unit.rules.test_layout"
     conftest = ROOT / "tests" / "conftest.py"
-    copies = [name for name, module in list(sys.modules.items())
-              if getattr(module, "__file__", None) and Path(module.__file__).resolve() == conftest]
+    copies = [
+        name
+        for name, module in list(sys.modules.items())
+        if getattr(module, "__file__", None) and Path(module.__file__).resolve() == conftest
+    ]
     assert copies == ["tests.conftest"]
 
 
@@ -160,7 +169,7 @@ def test_no_two_modules_import_each_other_round_a_circle() -> None:
         state[node] = 1
         for nxt in sorted(graph[node] - packages):  # a package's face re-exports; it is no room
             if state.get(nxt) == 1:
-                circles.append([*trail[trail.index(nxt):], nxt])
+                circles.append([*trail[trail.index(nxt) :], nxt])
             elif nxt not in state:
                 visit(nxt, [*trail, nxt])
         state[node] = 2

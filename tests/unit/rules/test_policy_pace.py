@@ -8,7 +8,7 @@ from decimal import Decimal, getcontext
 
 import pytest
 
-from duecast.shared.policy import PHASE_SCALE, PHASE_STEP, slot_us, spread_phase_us
+from duecast.shared.pace import PHASE_SCALE, PHASE_STEP, slot_us, spread_phase_us
 from duecast.shared.queries import pace
 
 PERIODS_US = [1, 7, 1_000, 999_983, 4_000_000, 10_000_000, 86_400_000_000, 366 * 86_400_000_000]

@@ -46,8 +46,20 @@ def down() -> Iterator[ReadyQueue]:
         lambda q: q.stats("alpha"),
     ],
     ids=[
-        "ping", "push", "push_raw", "length", "pop", "pop_held", "release_hold", "held_by", "data_lost",
-        "eviction_policy", "wait_wake", "quarantine", "add_stats", "stats",
+        "ping",
+        "push",
+        "push_raw",
+        "length",
+        "pop",
+        "pop_held",
+        "release_hold",
+        "held_by",
+        "data_lost",
+        "eviction_policy",
+        "wait_wake",
+        "quarantine",
+        "add_stats",
+        "stats",
     ],
 )
 def test_every_port_operation_raises_duecast_error_when_redis_is_down(down: ReadyQueue, call: object) -> None:

@@ -47,6 +47,11 @@ def test_block_runs_with_no_server(block: Block, tmp_path: Path) -> None:
     )
     done = subprocess.run(
         [sys.executable, "-c", "\n".join([*earlier, block.text])],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, f"docs/testing.md:{block.line} failed:\n{done.stdout}\n{done.stderr}"

@@ -1,0 +1,126 @@
+"""Pure in-flight window decisions: how many rows of one source a worker keeps awaiting, adapted to
+what the service its checks call can take (no I/O, no clocks: the worker passes outcomes and time).
+
+The rule, judged once per round of ROUND_S over the outcomes of rows started since the last
+decrease (AIMD, with Little's law to size a decrease):
+
+- time-outs (TIMEOUT_SHARE of the round or more) or errors (ERROR_SHARE or more) halve the window
+  (CUT);
+- else a latency past SLOW x the calls' time limit eases it (EASE), before its calls time out;
+- either decrease goes further, to what the service took (its best successful calls a second of
+  the last RATE_ROUNDS rounds x FAST x the time limit), when that is less: a window far too big
+  fits in one step;
+- a latency under FAST x the limit, with the window used, grows it by a sixteenth, or by 1/STEPS
+  of the ceiling when more (a window cut to a few rows by an outage is back within a minute);
+- otherwise it holds.
+
+The time limit is learnt: the shortest time a call took to time out (before any, the source's
+timeout_s). A round's latency is the mean of its successful calls, or, when more, the age of the
+oldest batch with a TAIL of its rows still awaiting: the calls that finish first are the quick
+ones, and a batch's last rows wait longest. A window starts at its ceiling, the worker's cap
+(`worker.max_in_flight`, or its default): a service that keeps up never sees a difference, and one
+that does not is fitted within seconds of its first time-outs. It never goes below one row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+ROUND_S = 0.5  # outcomes are judged together per round: one late call is not a trend
+CUT = 0.5  # the multiplicative decrease on time-outs and errors
+EASE = 0.7  # ...and on latency nearing the time limit
+GROWTH = 16  # each round that grows the window adds a sixteenth...
+STEPS = 256  # ...or a 256th of its ceiling (at least one row), whichever is more
+TIMEOUT_SHARE = 0.01  # time-outs are the client's queue overflowing: a few are enough to cut
+ERROR_SHARE = 0.10  # other errors also come from broken rows, which a smaller window cannot fix
+TAIL = 0.1  # a batch with this share of its rows still awaiting: its age is its tail's latency
+FAST = 0.5  # latency under half the time limit: room to grow
+SLOW = 0.75  # latency past three quarters of it: calls are about to time out
+RATE_ROUNDS = 4  # the service's rate is the best of this many recent rounds
+
+
+@dataclass(frozen=True)
+class Window:
+    limit: int  # rows of this source a worker may keep in flight now
+    timeout_s: float  # the calls' time limit as learnt: the shortest time-out seen, or the source's
+    cut_at: float = float("-inf")  # when last decreased: outcomes of rows started before do not count
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round's outcomes of one source, of rows started since the window's last decrease."""
+
+    ok: int = 0
+    failed: int = 0  # failures other than time-outs
+    timed_out: int = 0  # duecast's time limit, or the handler's own client (a TimeoutError)
+    latency_s: float | None = None  # mean seconds from a successful row's start to its outcome
+    timed_out_after_s: float | None = None  # the shortest time a timed-out row took
+    peak: int = 0  # most rows of the source in flight at once during the round
+    waiting_s: float | None = None  # age of the oldest batch still awaiting (still_waiting), at the end
+    # The service's rate: the most successful calls a second in one of the last RATE_ROUNDS rounds
+    # (of any row, those started before a decrease too: the best recent rate, as a round full of
+    # time-outs serves fewer)
+    served_per_s: float = 0.0
+
+    @property
+    def slowness_s(self) -> float | None:
+        """What the round says of its calls' latency: the larger of the two measures."""
+        known = [x for x in (self.latency_s, self.waiting_s) if x is not None]
+        return max(known) if known else None
+
+    @property
+    def total(self) -> int:
+        return self.ok + self.failed + self.timed_out
+
+
+def first_window(ceiling: int, timeout_s: float) -> Window:
+    """A source starts at the worker's cap: only what its calls say makes the window smaller."""
+    return Window(limit=max(1, ceiling), timeout_s=timeout_s)
+
+
+def still_waiting(left: int, rows: int) -> bool:
+    """Whether a batch's age says how long its calls wait: a TAIL of its rows still awaits (one
+    hung call in a big batch does not)."""
+    return left > 0 and left >= TAIL * rows
+
+
+def congested(r: Round) -> bool:
+    """Whether the round says the service (or the client in front of it) is past what it takes."""
+    total = r.total
+    if total == 0:
+        return False
+    return r.timed_out >= TIMEOUT_SHARE * total or r.failed >= ERROR_SHARE * total
+
+
+def learnt_timeout_s(timeout_s: float, r: Round) -> float:
+    """The calls' time limit: a client's own (shorter than the source's) shows in its time-outs. One
+    much quicker than the round's successful calls (a connect time-out, say) is not what calls wait for."""
+    after = r.timed_out_after_s
+    if after is None or after <= 0 or (r.latency_s is not None and after < r.latency_s / 2):
+        return timeout_s
+    return min(timeout_s, after)
+
+
+def lowered(limit: int, factor: float, r: Round, timeout_s: float) -> int:
+    """`limit` x `factor`, or the window the service's rate fills in FAST x the time limit when less."""
+    smaller = limit * factor
+    if r.served_per_s > 0:
+        smaller = min(smaller, r.served_per_s * FAST * timeout_s)
+    return max(1, int(smaller))
+
+
+def next_window(w: Window, r: Round, now: float, ceiling: int) -> Window:
+    """The window after round `r` ended at `now` (see the module's rule); never above `ceiling`."""
+    limit = min(w.limit, ceiling)
+    timeout_s = learnt_timeout_s(w.timeout_s, r)
+    latency = r.slowness_s
+    if congested(r):
+        return Window(lowered(limit, CUT, r, timeout_s), timeout_s, cut_at=now)
+    if latency is not None and latency > SLOW * timeout_s:
+        return Window(lowered(limit, EASE, r, timeout_s), timeout_s, cut_at=now)
+    if r.total == 0:
+        return replace(w, limit=limit)
+    if (latency is not None and latency > FAST * timeout_s) or 2 * r.peak < limit:
+        # Near the limit, or not used (growing it would say nothing about the service): holds.
+        return Window(limit, timeout_s, w.cut_at)
+    return Window(min(ceiling, limit + max(1, limit // GROWTH, ceiling // STEPS)), timeout_s, w.cut_at)

@@ -1,0 +1,24 @@
+"""An even pace: where in its period each row or span of a re-scan source is due. Pure: no I/O;
+shared/queries/pace.py computes the same in SQL, exactly."""
+
+from __future__ import annotations
+
+# Consecutive keys land golden-ratio steps apart in the period (a Weyl sequence): any run of n keys
+# covers every tenth of the period with n/10 of them, give or take two, whatever n is. The fraction
+# (sqrt(5) - 1) / 2 to 19 digits, as an integer over PHASE_SCALE: SQL computes the same, exactly, in
+# DECIMAL (shared.queries.pace), so a key's phase reads the same on both sides.
+PHASE_SCALE = 10**19
+PHASE_STEP = 6180339887498948482
+
+
+def spread_phase_us(key: int, period_us: int) -> int:
+    """A row's or span's phase, in [0, period): its checks are due at times congruent to it."""
+    return (abs(key) * PHASE_STEP % PHASE_SCALE) * period_us // PHASE_SCALE
+
+
+def slot_us(now_us: int, key: int, period_us: int) -> int:
+    """The latest time at or before now_us at the key's phase: what a check made at now_us counts
+    from (due again a period later). Never later than the check, less than a period earlier, so a
+    key's checks settle on its phase whatever the table's starting state, and a late check keeps
+    the slot it was due at."""
+    return now_us - (now_us - spread_phase_us(key, period_us)) % period_us
