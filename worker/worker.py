@@ -21,6 +21,7 @@ from ..shared.settings import WorkerSettings
 from ..shared.storage.source_store import Store
 from ..shared.telemetry import observe
 from .acker import Acker
+from .cancels import CancelWatch
 from .flight import Flight
 from .leaving import Leaver
 from .report import Stats
@@ -56,6 +57,7 @@ class Worker:
         self.leaver = Leaver(self.starter, self.acker, self.stats, (*runners, self.completions), leave)
         any_async = any(h.afn is not None for h in handlers.values())
         self.cap = in_flight_cap(settings.max_in_flight, settings.pop_batch, any_async)
+        self.cancels: CancelWatch | None = None  # serving job queues: set by worker/main.py
 
     def tick(self) -> Tick:
         now = time.monotonic()
@@ -64,6 +66,8 @@ class Worker:
         for flight in flights:
             flight.collect()
         self.leaver.expire(now)
+        if self.cancels is not None:
+            self.cancels.tick(now)
         self.acker.settle(flights, now)
         self.acker.flush(flights, now)
         self.starter.retire(leaving=self.leaving)

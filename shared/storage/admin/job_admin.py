@@ -1,4 +1,5 @@
-"""Operator actions on the jobs table (`duecast jobs`): show, list, retry, replay and discard by filter.
+"""Operator actions on the jobs table (`duecast jobs`): show, list, retry, replay, discard and cancel by
+filter.
 
 Runs shared.queries.jobs statements; a Filter renders its WHERE from fixed column names, values as
 parameters. Bulk actions walk the matching ids in keyset pages, one short transaction per page.
@@ -17,6 +18,7 @@ from ...queries.source import in_list
 from ...settings import JobsSettings
 from ...states import STATE_NAMES, State
 from ..db import Database
+from ..job_cancels import cancel_jobs
 from ..leased.members import decode_members
 from ..units import DuplicateKey, savepoint, translated
 
@@ -103,8 +105,8 @@ class JobAdmin:
         return job
 
     def revive(self, flt: Filter, progress: Callable[[int], None] = lambda _n: None) -> Outcome:
-        """Done or dead -> pending now, errors and interruptions reset (retry, replay)."""
-        flt = flt.narrowed_to([State.DONE, State.DEAD])
+        """Done, dead or cancelled -> pending now, errors and interruptions reset (retry, replay)."""
+        flt = flt.narrowed_to([State.DONE, State.DEAD, State.CANCELLED])
         states = ", ".join(str(int(s)) for s in flt.states)
         matched = changed = skipped = 0
         for ids in self._pages(flt):
@@ -127,7 +129,7 @@ class JobAdmin:
     def discard(self, flt: Filter, progress: Callable[[int], None] = lambda _n: None) -> Outcome:
         """Delete jobs for good; never one in flight: a pending job a run holds is left alone. The
         queues' cursors are locked first, so no claim puts one of them in a run meanwhile."""
-        flt = flt.narrowed_to([State.IDLE, State.DONE, State.DEAD])
+        flt = flt.narrowed_to([State.IDLE, State.DONE, State.DEAD, State.CANCELLED])
         matched = changed = 0
         for ids in self._pages(flt):
             matched += len(ids)
@@ -138,6 +140,17 @@ class JobAdmin:
                 free = [i for i in ids if i not in held]
                 if free:
                     changed += int(cur.execute(self.sql.discard.format(ids=in_list("`id`", free))))
+            progress(len(ids))
+        return Outcome(matched, changed)
+
+    def cancel(self, flt: Filter, progress: Callable[[int], None] = lambda _n: None) -> Outcome:
+        """Pending jobs -> cancelled, final (kept for jobs.dead_retention_s), in flight or not: one a
+        run holds is never started, or its running task's finish is stale (docs/jobs.md, "Cancel")."""
+        flt = flt.narrowed_to([State.IDLE])
+        matched = changed = 0
+        for ids in self._pages(flt):
+            matched += len(ids)
+            changed += cancel_jobs(self.db, self.sql, ids)
             progress(len(ids))
         return Outcome(matched, changed)
 
