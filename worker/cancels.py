@@ -41,8 +41,8 @@ class CancelWatch:
                 extra={"event": "worker.cancels_unread"},
             )
             return
-        if found:
-            told = cancel_held(found)
+        told = cancel_held(found)
+        if told:
             self.cancelled += told
             log.info(
                 "job(s) %s cancelled while running: async tasks cancelled, plain ones flagged",

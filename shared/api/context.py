@@ -94,24 +94,23 @@ def running(job: JobContext) -> Iterator[None]:
 
 
 def held_jobs() -> list[int]:
-    """The ids of the jobs whose tasks run in this process now."""
+    """The ids of the jobs whose tasks run in this process now, not yet told of a cancel."""
     with _HELD_LOCK:
-        return list(_HELD)
+        return [i for i, h in _HELD.items() if not h.cancelled]
 
 
 def cancel_held(ids: Iterable[int]) -> int:
     """Flag these jobs cancelled (`JobContext.cancelled`) and cancel the asyncio task of each
-    `async def` one, on its own loop; returns how many of them run here (the others ended)."""
-    found = 0
+    `async def` one, on its own loop; returns how many were newly told (the others ended here,
+    never ran here, or were told already)."""
     with _HELD_LOCK:
-        held = [(_HELD[i]) for i in ids if i in _HELD]
-    for h in held:
-        found += 1
-        if not h.cancelled:
+        told = [h for h in (_HELD.get(i) for i in ids) if h is not None and not h.cancelled]
+        for h in told:
             h.cancelled = True
-            if h.task is not None:
-                h.task.get_loop().call_soon_threadsafe(h.task.cancel)
-    return found
+    for h in told:
+        if h.task is not None:
+            h.task.get_loop().call_soon_threadsafe(h.task.cancel)
+    return len(told)
 
 
 def _current_task() -> asyncio.Task[Any] | None:
