@@ -14,6 +14,7 @@ import pymysql
 import pytest
 
 from duecast.dispatcher.main import serve as serve_dispatcher
+from duecast.dispatcher.pruner import Pruner
 from duecast.shared.acks import Ack
 from duecast.shared.queries.jobs import render_jobs
 from duecast.shared.queries.source import in_list
@@ -58,6 +59,19 @@ def test_a_scheduled_job_is_cancelled_and_its_unique_key_is_free_again(kept: Job
     kept.run_once()
     assert payloads() == ["again"]
     assert kept.job(again, "dc_state")[0] == State.DONE
+
+
+def test_cancelled_jobs_are_kept_as_long_as_dead_ones_then_pruned(env: JobsEnv) -> None:
+    env = env.with_jobs(retention_s=60, dead_retention_s=7200)
+    job = env.enqueuer.enqueue("record", "c")
+    env.enqueuer.cancel(job)
+    pruner = Pruner(env.store(), batch=10, interval_s=60)
+    env.sql.execute(f"UPDATE `{env.table}` SET run_at = NOW(6) - INTERVAL 3600 SECOND WHERE id = %s", (job,))
+    pruner.prune_all()
+    assert env.exists(job)  # past the done jobs' retention, within the dead ones'
+    env.sql.execute(f"UPDATE `{env.table}` SET run_at = NOW(6) - INTERVAL 7201 SECOND WHERE id = %s", (job,))
+    pruner.prune_all()
+    assert not env.exists(job)
 
 
 def test_a_job_cancelled_in_a_dispatched_run_is_never_started(kept: JobsEnv) -> None:
