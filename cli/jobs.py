@@ -159,7 +159,9 @@ def _report(console: Console, action: str, out: Outcome) -> None:
     line = f"{action}: {out.changed:,} of {out.matched:,} job(s)"
     if out.skipped_unique:
         line += f"; {out.skipped_unique:,} left alone: an active job holds their unique key"
-    if out.changed < out.matched - out.skipped_unique:
+    if out.in_flight:
+        line += f"; {out.in_flight:,} left alone: cancelled while running, their run has not ended yet"
+    if out.changed < out.matched - out.skipped_unique - out.in_flight:
         line += "; the rest changed state meanwhile"
     console.print(line)
 

@@ -71,6 +71,7 @@ class Outcome:
     matched: int  # jobs the filter selected in the action's states
     changed: int  # jobs the action applied to
     skipped_unique: int = 0  # revivals left alone: another active job holds their unique key
+    in_flight: int = 0  # revivals left alone: cancelled while running, their run still holds them
 
 
 class JobAdmin:
@@ -108,10 +109,20 @@ class JobAdmin:
         """Done, dead or cancelled -> pending now, errors and interruptions reset (retry, replay)."""
         flt = flt.narrowed_to([State.DONE, State.DEAD, State.CANCELLED])
         states = ", ".join(str(int(s)) for s in flt.states)
-        matched = changed = skipped = 0
-        for ids in self._pages(flt):
-            matched += len(ids)
+        matched = changed = skipped = in_flight = 0
+        for page in self._pages(flt):
+            matched += len(page)
             with self.db.transaction() as cur:
+                # A job cancelled while it ran stays a member of its run until that run's finish
+                # (stale) takes it out: pending again before then, that finish would apply to it.
+                # No claim adds a job that is not pending to a run, so a plain read is enough.
+                cur.execute(self.runs.all_members)
+                held = {job for (members,) in cur.fetchall() for job in decode_members(members)}
+                ids = [i for i in page if i not in held]
+                in_flight += len(page) - len(ids)
+                if not ids:
+                    progress(len(page))
+                    continue
                 changed += int(cur.execute(self.sql.revive.format(ids=in_list("`id`", ids), states=states)))
                 cur.execute(self.sql.unique_among.format(ids=in_list("`id`", ids)))
                 unique = [int(r[0]) for r in cur.fetchall()]
@@ -123,8 +134,8 @@ class JobAdmin:
                             )
                     except DuplicateKey:
                         skipped += 1
-            progress(len(ids))
-        return Outcome(matched, changed, skipped)
+            progress(len(page))
+        return Outcome(matched, changed, skipped, in_flight)
 
     def discard(self, flt: Filter, progress: Callable[[int], None] = lambda _n: None) -> Outcome:
         """Delete jobs for good; never one in flight: a pending job a run holds is left alone. The

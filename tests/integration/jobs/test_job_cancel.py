@@ -19,7 +19,8 @@ from duecast.shared.acks import Ack
 from duecast.shared.queries.jobs import render_jobs
 from duecast.shared.queries.source import in_list
 from duecast.shared.states import State
-from duecast.shared.storage.db import connect
+from duecast.shared.storage.admin.job_admin import Filter, JobAdmin
+from duecast.shared.storage.db import Database, connect
 from duecast.worker.main import serve as serve_worker
 from tests.integration import cancel_app
 from tests.integration.jobs.jobs_env import JobsEnv, payloads
@@ -103,6 +104,21 @@ def test_a_cancel_then_a_finish_the_finish_is_stale_and_never_retried(kept: Jobs
     assert kept.runs("id") == []  # the run went with its last member's (stale) finish
     kept.make_due()
     assert store.claim_due(10) == []
+
+
+def test_a_job_cancelled_while_running_is_replayed_only_once_its_run_let_it_go(kept: JobsEnv) -> None:
+    """Pending again while its run still holds it, the run's late finish would apply to it."""
+    store, admin = kept.store(), JobAdmin(Database(kept.settings.mysql), kept.settings.jobs)
+    job = kept.enqueuer.enqueue("record", "r")
+    (run,) = store.claim_due(10)
+    with store.started([run]) as batch:
+        kept.enqueuer.cancel(job)
+        out = admin.revive(Filter(ids=[int(job)]))
+        assert (out.matched, out.changed, out.in_flight) == (1, 0, 1)
+        assert batch.ack([(batch.rows[0], Ack.default())]).stale == 1
+    out = admin.revive(Filter(ids=[int(job)]))
+    assert (out.changed, out.in_flight) == (1, 0)
+    assert kept.job(job, "dc_state")[0] == State.IDLE
 
 
 def test_a_finish_then_a_cancel_the_cancel_changes_nothing(kept: JobsEnv) -> None:
