@@ -1,5 +1,5 @@
 """`duecast jobs ...`: the operator's view of and hands on the jobs table (show, list, retry, replay,
-discard). Parsing and printing only; every statement runs in admin.job_admin.
+discard, cancel). Parsing and printing only; every statement runs in admin.job_admin.
 """
 
 from __future__ import annotations
@@ -42,12 +42,13 @@ def main(rest: list[str]) -> int:
     listing.add_argument("--limit", type=int, default=50, help=f"jobs to list at most (1-{MAX_LIST})")
     for name, help_ in (
         ("retry", "dead jobs -> pending now, with a fresh attempt budget"),
-        ("replay", "done or dead jobs -> pending again (needs jobs.retention_s for done ones)"),
-        ("discard", "delete pending, done or dead jobs for good"),
+        ("replay", "done, dead or cancelled jobs -> pending again (needs jobs.retention_s for done ones)"),
+        ("discard", "delete pending, done, dead or cancelled jobs for good"),
+        ("cancel", "pending jobs (waiting, scheduled or in flight) -> cancelled, final"),
     ):
         p = sub.add_parser(name, help=help_)
         p.add_argument("ids", nargs="*", type=int, help="job ids (or use filters / --all)")
-        _filters(p, states=name != "retry")
+        _filters(p, states=name not in ("retry", "cancel"))
         p.add_argument("--all", action="store_true", help="every job the action applies to")
         p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     args = parser.parse_args(rest)
@@ -93,8 +94,9 @@ def _act(console: Console, admin: JobAdmin, args: argparse.Namespace, flt: Filte
         raise EnqueueError(f"`duecast jobs {args.action}` needs job ids, a filter, or --all")
     allowed = {
         "retry": [State.DEAD],
-        "replay": [State.DONE, State.DEAD],
-        "discard": [State.IDLE, State.DONE, State.DEAD],
+        "replay": [State.DONE, State.DEAD, State.CANCELLED],
+        "discard": [State.IDLE, State.DONE, State.DEAD, State.CANCELLED],
+        "cancel": [State.IDLE],
     }[args.action]
     flt = Filter(flt.ids, flt.states or allowed, flt.queue, flt.task, flt.since, flt.until)
     try:
@@ -111,9 +113,10 @@ def _act(console: Console, admin: JobAdmin, args: argparse.Namespace, flt: Filte
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(args.action, total=total)
         step = lambda n: bar.advance(task, n)  # noqa: E731
-        out = admin.discard(flt, step) if args.action == "discard" else admin.revive(flt, step)
+        act = {"discard": admin.discard, "cancel": admin.cancel}.get(args.action, admin.revive)
+        out = act(flt, step)
     _report(console, args.action, out)
-    if args.action != "discard" and out.changed:
+    if args.action not in ("discard", "cancel") and out.changed:
         Enqueuer(settings, connect_redis(settings.redis)).wake()
     return 0
 
@@ -156,7 +159,9 @@ def _report(console: Console, action: str, out: Outcome) -> None:
     line = f"{action}: {out.changed:,} of {out.matched:,} job(s)"
     if out.skipped_unique:
         line += f"; {out.skipped_unique:,} left alone: an active job holds their unique key"
-    if out.changed < out.matched - out.skipped_unique:
+    if out.in_flight:
+        line += f"; {out.in_flight:,} left alone: cancelled while running, their run has not ended yet"
+    if out.changed < out.matched - out.skipped_unique - out.in_flight:
         line += "; the rest changed state meanwhile"
     console.print(line)
 

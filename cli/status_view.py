@@ -21,7 +21,7 @@ from ..shared.storage.worker_registry import LiveWorker
 from . import formats
 from .history import History, Reading
 
-QUEUE_STATES = ("pending", "due", "scheduled", "dispatched", "running", "done", "dead")
+QUEUE_STATES = ("pending", "due", "scheduled", "dispatched", "running", "done", "dead", "cancelled")
 NO_RATES = "rates need two readings: `duecast status --watch`"
 
 

@@ -16,6 +16,9 @@ class State(IntEnum):
     # Jobs and deliveries only:
     DONE = 3  # finished; kept for jobs.retention_s, then pruned
     DEAD = 4  # failed max_attempts times, interrupted too often, or discarded; kept for inspection
+    # Jobs only: cancelled by an operator or the application (Enqueuer.cancel) before it finished;
+    # final, kept like dead jobs (jobs.dead_retention_s). Any later finish of it is stale.
+    CANCELLED = 5
 
 
 # Names as shown by `duecast jobs` and status (a pending job is IDLE).
@@ -25,6 +28,7 @@ STATE_NAMES = {
     State.RUNNING: "running",
     State.DONE: "done",
     State.DEAD: "dead",
+    State.CANCELLED: "cancelled",
 }
 
 

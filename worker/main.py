@@ -27,11 +27,13 @@ from ..shared.process.runtime import (
 )
 from ..shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
 from ..shared.storage.db import Database
+from ..shared.storage.job_cancels import JobCancels
 from ..shared.storage.pause_store import PauseStore
 from ..shared.storage.source_store import Store
 from ..shared.storage.worker_registry import Heartbeat
 from ..shared.telemetry.observe import timed
 from .broadcast import broadcast_members, running, served_topic_sources
+from .cancels import CancelWatch
 from .lifespan import run_start, run_stop
 from .supervisor import supervise
 from .worker import Worker
@@ -71,6 +73,9 @@ def serve(
     worker = Worker(stores, handlers, queue, settings.worker, process=heartbeat.name)
     # What an operator paused is not popped, so not started (its own connection: this thread's).
     worker.starter.paused = PauseStore(Database(settings.mysql)).paused_or_last
+    if tasks:  # a job cancelled while it runs here: told at the lease renewal's cadence
+        cancels = JobCancels(Database(settings.mysql), settings.jobs.table)
+        worker.cancels = CancelWatch(cancels, settings.jobs.lease_s / 3)
     members = broadcast_members(settings, registry, settings.worker.sources or registry.sources, stop)
     log.info(
         "working on %s with %d thread(s)%s, up to %d rows in flight",

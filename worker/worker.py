@@ -21,6 +21,7 @@ from ..shared.settings import WorkerSettings
 from ..shared.storage.source_store import Store
 from ..shared.telemetry import observe
 from .acker import Acker
+from .cancels import CancelWatch
 from .flight import RAN_OUT, Flight
 from .leaving import Leaver
 from .pacing import Windows
@@ -60,6 +61,7 @@ class Worker:
         # Sources whose checks may await adapt their own share of the cap to the service they call.
         adaptive = {s: store.src.timeout_s for s, store in stores.items() if handlers[s].afn is not None}
         self.windows = Windows(adaptive, self.cap, settings.pop_batch, time.monotonic())
+        self.cancels: CancelWatch | None = None  # serving job queues: set by worker/main.py
 
     def tick(self) -> Tick:
         now = time.monotonic()
@@ -68,6 +70,8 @@ class Worker:
         for flight in flights:
             self.collect(flight, now)
         self.leaver.expire(now)
+        if self.cancels is not None:
+            self.cancels.tick(now)
         self.acker.settle(flights, now)
         self.acker.flush(flights, now)
         self.starter.retire(leaving=self.leaving)

@@ -1,4 +1,5 @@
-"""The dashboard's only writes: retry or discard one dead job, through admin.job_admin.JobAdmin.
+"""The dashboard's only job writes: retry or discard one dead job, or cancel one pending or running,
+through admin.job_admin.JobAdmin.
 
 Each is a GET confirmation page, then a POST that must carry web.token (typed by the operator, so a
 forged cross-site POST cannot know it) and the confirmation flag. Every action is logged.
@@ -22,6 +23,12 @@ log = logging.getLogger("duecast.cli.web")
 ACTIONS: dict[str, tuple[list[State], str]] = {
     "retry": ([State.DEAD], "runs it again now, with a fresh error budget"),
     "discard": ([State.DEAD], "deletes it for good, with its error"),
+    # A job a run holds shows its run's state (JobAdmin.show); its own row is pending all along.
+    "cancel": (
+        [State.IDLE, State.DISPATCHED, State.RUNNING],
+        "stops it for good: it never runs, or its running task is cancelled (an async one) or told "
+        "(current_job().cancelled) and its outcome is not kept",
+    ),
 }
 
 
@@ -50,7 +57,10 @@ def register(app: Flask, ctx: WebContext) -> None:
         admin = ctx.admin()
         flt = Filter(ids=[job_id], states=states)
         try:
-            outcome = admin.discard(flt) if action == "discard" else admin.revive(flt)
+            if action == "cancel":
+                outcome = admin.cancel(Filter(ids=[job_id]))
+            else:
+                outcome = admin.discard(flt) if action == "discard" else admin.revive(flt)
         except StorageError as exc:
             if not access_denied(exc):
                 raise
@@ -66,7 +76,7 @@ def register(app: Flask, ctx: WebContext) -> None:
             ctx.wake()
         if action == "discard" and outcome.changed:
             return redirect(f"/dead?discarded={job_id}", code=303)
-        done = "retried" if outcome.changed else "unchanged"
+        done = {"retry": "retried", "cancel": "cancelled"}[action] if outcome.changed else "unchanged"
         return redirect(f"/jobs/{job_id}?done={done}", code=303)
 
 
@@ -97,5 +107,6 @@ def _job_for(ctx: WebContext, job_id: int, action: str) -> dict[str, object]:
     states, _ = ACTIONS[action]
     if State(int(str(job["dc_state"]))) not in states:
         state = STATE_NAMES[State(int(str(job["dc_state"])))]
-        abort(409, f"job {job_id} is {state}; {action} applies to dead jobs only")
+        names = " or ".join(dict.fromkeys(STATE_NAMES[s] for s in states if s != State.DISPATCHED))
+        abort(409, f"job {job_id} is {state}; {action} applies to {names} jobs only")
     return job

@@ -25,8 +25,10 @@ def duecast_priority(priority: int) -> int:
 
 
 def status_of(state: str, statuses: Any) -> Any:
-    """A duecast job state as a TaskResultStatus: a pending job (waiting, or running in a run) is READY."""
-    return {"done": statuses.SUCCESSFUL, "dead": statuses.FAILED}.get(state, statuses.READY)
+    """A duecast job state as a TaskResultStatus: a pending job (waiting, or running in a run) is READY;
+    a cancelled one FAILED (Django's API has no cancelled status: it did not succeed, and never will)."""
+    finished = {"done": statuses.SUCCESSFUL, "dead": statuses.FAILED, "cancelled": statuses.FAILED}
+    return finished.get(state, statuses.READY)
 
 
 def exception_path(last_error: str) -> str:

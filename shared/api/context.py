@@ -1,13 +1,16 @@
 """The job a task is running for, as `duecast.current_job()` returns it inside the task.
 
 Set by the Registry around each task call (a context variable, so each handler thread sees its own
-job), never outside one: a task's signature stays `fn(payload)`.
+job), never outside one: a task's signature stays `fn(payload)`. The jobs running in this process are
+held here too, so a worker told of a cancel (worker/cancels.py) can flag the job and cancel its task.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -15,6 +18,20 @@ from datetime import datetime
 from typing import Any
 
 _CURRENT: ContextVar[JobContext] = ContextVar("duecast_current_job")
+
+
+class _Held:
+    """A job running in this process: whether it was cancelled, and its asyncio task (async def)."""
+
+    __slots__ = ("cancelled", "task")
+
+    def __init__(self, task: asyncio.Task[Any] | None) -> None:
+        self.cancelled = False
+        self.task = task
+
+
+_HELD: dict[int, _Held] = {}  # job id -> its run in this process, while its task runs
+_HELD_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -27,6 +44,14 @@ class JobContext:
     errors: int  # failed runs before this one
     max_attempts: int  # errors at which the job is dead
     meta: Mapping[str, str] = field(default_factory=dict)  # what enqueue middleware carried
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the job was cancelled while this run goes on (Enqueuer.cancel, `duecast jobs
+        cancel`): its worker learns of it within about jobs.lease_s/3. A plain task may check it
+        and stop early; whatever it then returns or raises is stale and never retried."""
+        held = _HELD.get(self.id)
+        return held is not None and held.cancelled
 
 
 def current_job() -> JobContext:
@@ -56,10 +81,44 @@ def job_context(row: dict[str, Any]) -> JobContext:
 @contextmanager
 def running(job: JobContext) -> Iterator[None]:
     token = _CURRENT.set(job)
+    held = _Held(_current_task())
+    with _HELD_LOCK:
+        _HELD[job.id] = held
     try:
         yield
     finally:
         _CURRENT.reset(token)
+        with _HELD_LOCK:
+            if _HELD.get(job.id) is held:
+                del _HELD[job.id]
+
+
+def held_jobs() -> list[int]:
+    """The ids of the jobs whose tasks run in this process now, not yet told of a cancel."""
+    with _HELD_LOCK:
+        return [i for i, h in _HELD.items() if not h.cancelled]
+
+
+def cancel_held(ids: Iterable[int]) -> int:
+    """Flag these jobs cancelled (`JobContext.cancelled`) and cancel the asyncio task of each
+    `async def` one, on its own loop; returns how many were newly told (the others ended here,
+    never ran here, or were told already)."""
+    with _HELD_LOCK:
+        told = [h for h in (_HELD.get(i) for i in ids) if h is not None and not h.cancelled]
+        for h in told:
+            h.cancelled = True
+    for h in told:
+        if h.task is not None:
+            h.task.get_loop().call_soon_threadsafe(h.task.cancel)
+    return len(told)
+
+
+def _current_task() -> asyncio.Task[Any] | None:
+    """The asyncio task an `async def` job runs in; None on a handler thread (no running loop)."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
 
 
 def call_as(job: JobContext, fn: Callable[..., Any], *args: Any) -> Any:

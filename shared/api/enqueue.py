@@ -17,6 +17,7 @@ from typing import Any
 
 from ..fanout.client import RedisClient, connect_redis
 from ..settings import Settings, load_settings
+from ..storage.job_cancels import cancel_jobs
 from ..storage.job_results import JobResult, read_result
 from ..storage.job_writer import (
     DuplicateJob,
@@ -27,6 +28,7 @@ from ..storage.job_writer import (
     OnDuplicate,
     Written,
 )
+from ..storage.units import StorageError, access_denied
 from .job_input import MAX_JOBS_PER_CALL, MAX_PAYLOAD_DEPTH, Job, check_count, check_on_duplicate, encode
 from .middleware import Middleware, through_enqueue
 
@@ -182,6 +184,32 @@ class Enqueuer(JobWriter):
     async def aresult(self, job_id: int) -> JobResult | None:
         """result() for asyncio code: the read runs on the writer's own threads, never on the loop."""
         return await self.off_loop(lambda: self.result(job_id))
+
+    def cancel(self, ids: int | Iterable[int]) -> int:
+        """Cancel jobs by id; returns how many were cancelled. A pending or scheduled job is cancelled
+        at once (final: result() reads "cancelled"); one in flight too, and its worker cancels an
+        `async def` task within about jobs.lease_s/3, while a plain one can see it in
+        `current_job().cancelled`; whatever it returns or raises then is stale, and it is never
+        retried. Done, dead, cancelled or unknown jobs are left alone (docs/jobs.md, "Cancel")."""
+        wanted = [ids] if isinstance(ids, int) else list(ids)
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in wanted):
+            raise EnqueueError("cancel takes job ids (ints)")
+        if not wanted:
+            return 0
+        try:
+            return cancel_jobs(self.db, self.sql, wanted)
+        except StorageError as exc:
+            if not access_denied(exc):
+                raise
+            raise EnqueueError(
+                f"cancelling jobs needs UPDATE on {self.jobs.table}, which this MySQL account lacks "
+                "(an enqueuer's grants are INSERT only: sql/grants.sql); cancel with the dispatcher's "
+                "or an operator's account"
+            ) from None
+
+    async def acancel(self, ids: int | Iterable[int]) -> int:
+        """cancel() for asyncio code: the write runs on the writer's own threads, never on the loop."""
+        return await self.off_loop(lambda: self.cancel(ids))
 
 
 def _job_id(written: Written) -> JobId:

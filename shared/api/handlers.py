@@ -293,7 +293,12 @@ class Registry:
             call: Callable[[], Awaitable[Any]] = lambda: cast(Awaitable[Any], fn(payload))  # noqa: E731
             if self._middleware:
                 call = awrapped(self._middleware, job, call)
-            return task_outcome(await call())
+            try:
+                return task_outcome(await call())
+            except asyncio.CancelledError:
+                if not job.cancelled:
+                    raise  # its time limit (worker/runner.py)
+                return Ack.discard("cancelled")  # its row is cancelled: this finish is stale, unapplied
 
     def _run_job(self, row: Row) -> Ack | None:
         name, fn = row["task"], self._tasks.get(row["task"])

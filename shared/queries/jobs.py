@@ -12,12 +12,13 @@ from ..identifiers import quote
 from ..states import State
 from .source import int_list
 
-IDLE, DISPATCHED, RUNNING, DONE, DEAD = (
+IDLE, DISPATCHED, RUNNING, DONE, DEAD, CANCELLED = (
     int(State.IDLE),
     int(State.DISPATCHED),
     int(State.RUNNING),
     int(State.DONE),
     int(State.DEAD),
+    int(State.CANCELLED),
 )
 PRIORITIES = range(10)  # 0 runs first
 _PRIO = f"`priority` IN ({int_list(PRIORITIES)})"
@@ -83,6 +84,8 @@ class JobSQL:
     unique_among: str
     revive_unique: str
     discard: str
+    cancel: str
+    cancelled_among: str
 
 
 def render_jobs(table: str) -> JobSQL:
@@ -93,6 +96,7 @@ def render_jobs(table: str) -> JobSQL:
         **_results(t, quote(f"{table}_result")),
         **_upkeep(t),
         **_operating(t),
+        **_cancelling(t),
     )
 
 
@@ -217,7 +221,26 @@ def _operating(t: str) -> dict[str, str]:
             "WHERE `id` = %s AND `dc_state` IN ({states}) AND `unique_key` IS NOT NULL"
         ),
         # Discard: gone for good, and only when not in flight (a running job finishes first).
-        discard=f"DELETE FROM {t} WHERE {{ids}} AND `dc_state` IN ({IDLE}, {DONE}, {DEAD})",
+        discard=f"DELETE FROM {t} WHERE {{ids}} AND `dc_state` IN ({IDLE}, {DONE}, {DEAD}, {CANCELLED})",
+    )
+
+
+def _cancelling(t: str) -> dict[str, str]:
+    """Cancel (`duecast jobs cancel`, Enqueuer.cancel) and the worker's read of the cancels of the
+    jobs it runs (worker/cancels.py). By primary key."""
+    return dict(
+        # Pending (IDLE, due or scheduled, or a member of a dispatched or running run, whose row
+        # reads IDLE until it finishes) -> cancelled, final. Every finish of a run's member is
+        # fenced on `dc_state` = IDLE, so one racing this either commits first (this then changes
+        # 0 rows) or finds the row cancelled and changes nothing (stale): exactly one wins. The
+        # key is freed and run_at is the finish time, as for a dead job (the pruner's clock); the
+        # last error, if any, is kept.
+        cancel=(
+            f"UPDATE {t} SET `dc_state` = {CANCELLED}, `finished_at` = NOW(6), `run_at` = NOW(6), "
+            f"`unique_slot` = NULL, `lease_until` = NULL WHERE {{ids}} AND `dc_state` = {IDLE}"
+        ),
+        # A worker's poll: which of the jobs it runs were cancelled meanwhile.
+        cancelled_among=f"SELECT `id` FROM {t} WHERE {{ids}} AND `dc_state` = {CANCELLED}",
     )
 
 

@@ -10,7 +10,10 @@ from ..identifiers import quote
 from ..settings import TopicsSettings
 from ..states import State
 
-IDLE, DISPATCHED, RUNNING, DONE, DEAD = (int(s) for s in State)
+# Named one by one: State has a jobs-only value (CANCELLED) deliveries never take.
+IDLE, DISPATCHED, RUNNING, DONE, DEAD = (
+    int(s) for s in (State.IDLE, State.DISPATCHED, State.RUNNING, State.DONE, State.DEAD)
+)
 UNFINISHED = f"{IDLE}, {DISPATCHED}, {RUNNING}"
 # What a worker reads of a delivery it starts (the message's own columns are read apart, unlocked).
 DELIVERY_COLUMNS = ("seq", "dc_attempt", "errors", "interruptions")

@@ -21,8 +21,9 @@ from .units import StorageError, access_denied, translated
 @dataclass(frozen=True)
 class JobResult:
     """A job's outcome as `Enqueuer.result(id)` reads it. `state`: "pending" (waiting, or running:
-    a job in flight reads pending until it ends), "done" or "dead". `value`: what the task returned
-    (decoded JSON) once done, if it returned one and done jobs are kept (jobs.retention_s > 0)."""
+    a job in flight reads pending until it ends), "done", "dead" or "cancelled". `value`: what the
+    task returned (decoded JSON) once done, if it returned one and done jobs are kept
+    (jobs.retention_s > 0)."""
 
     id: int
     state: str
@@ -39,7 +40,7 @@ class JobResult:
 
     @property
     def finished(self) -> bool:
-        return self.state in ("done", "dead")
+        return self.state in ("done", "dead", "cancelled")
 
 
 def read_result(db: Database | Pool, sql: JobSQL, job_id: int) -> JobResult | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ..api.context import cancel_held
 from ..api.enqueue import DuplicateJob, Job, JobId, JobRow, OnDuplicate, encode
 from ..api.handlers import Registry
 from ..api.middleware import Middleware, through_enqueue
@@ -21,7 +22,7 @@ from ..storage.leased.run_units import kept_result
 from .calls import TestingError
 from .job_run import Finish, JobRun
 
-PENDING, DONE, DEAD = "pending", "done", "dead"
+PENDING, DONE, DEAD, CANCELLED = "pending", "done", "dead", "cancelled"
 MAX_RUNS = 10_000  # a drain that runs more than this is a task retrying itself for ever
 
 
@@ -47,7 +48,7 @@ class JobRecord:
     unique_key: str | None
     run_at: datetime  # naive UTC, on the harness's clock
     created_at: datetime
-    state: str = PENDING  # pending | done | dead
+    state: str = PENDING  # pending | done | dead | cancelled
     attempt: int = 0  # runs so far
     errors: int = 0  # failed runs
     last_error: str | None = None
@@ -80,6 +81,7 @@ class Drained:
     done: int = 0
     retried: int = 0  # failed and pending again, or Ack.retry
     dead: int = 0
+    cancelled: int = 0  # runs whose job was cancelled meanwhile: their finish did nothing
 
 
 class Jobs:
@@ -107,6 +109,7 @@ class Jobs:
         self.middleware: list[Middleware] = []
         self._jobs: dict[int, JobRecord] = {}
         self._next_id = 1
+        self._running: set[int] = set()  # the job whose task runs now (a task may cancel it)
 
     # -- the Enqueuer's surface ----------------------------------------------------------------------
 
@@ -152,6 +155,22 @@ class Jobs:
         self.middleware.append(middleware)
         return middleware
 
+    def cancel(self, ids: int | Iterable[int]) -> int:
+        """As Enqueuer.cancel: pending jobs (due or scheduled) become "cancelled", final; returns how
+        many. A job whose task runs now (cancelled by that task, or by another it runs beside) is
+        flagged for `current_job().cancelled`, its `async def` task cancelled, and its finish does
+        nothing: no retry, no done."""
+        wanted = [ids] if isinstance(ids, int) else list(ids)
+        found = [self._jobs[int(i)] for i in wanted if int(i) in self._jobs]
+        cancelled = [j for j in found if j.state == PENDING]
+        for job in cancelled:
+            job.state, job.finished_at = CANCELLED, self.now
+        cancel_held([j.id for j in cancelled if j.id in self._running])
+        return len(cancelled)
+
+    async def acancel(self, ids: int | Iterable[int]) -> int:
+        return self.cancel(ids)
+
     def wake(self) -> None:
         """Nothing to wake: kept so that code calling Enqueuer.wake() runs under test."""
 
@@ -169,7 +188,8 @@ class Jobs:
     def all(
         self, task: str | None = None, *, queue: str | None = None, state: str | None = None
     ) -> list[JobRecord]:
-        """Jobs in enqueue order, filtered by task, queue and state ("pending", "done", "dead")."""
+        """Jobs in enqueue order, filtered by task, queue and state ("pending", "done", "dead",
+        "cancelled")."""
         return [j for j in self._jobs.values() if _matches(j, task, queue, state)]
 
     def assert_enqueued(
@@ -226,9 +246,9 @@ class Jobs:
         """Run every due job of `queue` (all queues by default), highest priority first, jobs they
         enqueue included; with_scheduled: move the clock to each later job's run_at (delays, backoff)
         until nothing is pending. A job retrying without end stops it after `max_runs` runs."""
-        tally: dict[str, int] = {"runs": 0, "done": 0, "retried": 0, "dead": 0}
+        tally: dict[str, int] = {"runs": 0, "done": 0, "retried": 0, "dead": 0, "cancelled": 0}
         for job in self._due_order(queue, with_scheduled, max_runs):
-            tally[self._finish(job, self._run.run(job.row())).state_word] += 1
+            tally[self._finish(job, self._running_one(job)).state_word] += 1
             tally["runs"] += 1
         return Drained(**tally)
 
@@ -236,9 +256,13 @@ class Jobs:
         self, queue: str | None = None, *, with_scheduled: bool = True, max_runs: int = MAX_RUNS
     ) -> Drained:
         """drain() on the running event loop: async tasks run on it, plain ones on threads."""
-        tally: dict[str, int] = {"runs": 0, "done": 0, "retried": 0, "dead": 0}
+        tally: dict[str, int] = {"runs": 0, "done": 0, "retried": 0, "dead": 0, "cancelled": 0}
         for job in self._due_order(queue, with_scheduled, max_runs):
-            finish = await self._run.arun(job.row())
+            self._running.add(job.id)
+            try:
+                finish = await self._run.arun(job.row())
+            finally:
+                self._running.discard(job.id)
             tally[self._finish(job, finish).state_word] += 1
             tally["runs"] += 1
             await asyncio.sleep(0)
@@ -311,8 +335,17 @@ class Jobs:
             f"drain() ran {max_runs} jobs and some are still pending: a task retrying for ever?"
         )
 
+    def _running_one(self, job: JobRecord) -> Finish:
+        self._running.add(job.id)
+        try:
+            return self._run.run(job.row())
+        finally:
+            self._running.discard(job.id)
+
     def _finish(self, job: JobRecord, finish: Finish) -> Finish:
         """The job's next state, as the worker's finish writes it (storage/leased/store.py)."""
+        if job.state == CANCELLED:  # cancelled while it ran: its finish is stale, as on MySQL
+            return Finish(CANCELLED)
         job.attempt += 1
         if finish.state_word == "done":
             job.state, job.finished_at = DONE, self.now
@@ -333,8 +366,8 @@ class Jobs:
     def _run_inline(self, job: JobRecord) -> None:
         """Inline: this job's runs back to back (its delays and backoff skipped), until it is over."""
         for _ in range(MAX_RUNS):
-            finish = self._finish(job, self._run.run(job.row()))
-            if job.state == DONE:
+            finish = self._finish(job, self._running_one(job))
+            if job.state in (DONE, CANCELLED):
                 return
             if job.state == DEAD:
                 raise JobDead(job) from finish.error

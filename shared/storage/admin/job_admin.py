@@ -1,4 +1,5 @@
-"""Operator actions on the jobs table (`duecast jobs`): show, list, retry, replay and discard by filter.
+"""Operator actions on the jobs table (`duecast jobs`): show, list, retry, replay, discard and cancel by
+filter.
 
 Runs shared.queries.jobs statements; a Filter renders its WHERE from fixed column names, values as
 parameters. Bulk actions walk the matching ids in keyset pages, one short transaction per page.
@@ -17,6 +18,7 @@ from ...queries.source import in_list
 from ...settings import JobsSettings
 from ...states import STATE_NAMES, State
 from ..db import Database
+from ..job_cancels import cancel_jobs
 from ..leased.members import decode_members
 from ..units import DuplicateKey, savepoint, translated
 
@@ -69,6 +71,7 @@ class Outcome:
     matched: int  # jobs the filter selected in the action's states
     changed: int  # jobs the action applied to
     skipped_unique: int = 0  # revivals left alone: another active job holds their unique key
+    in_flight: int = 0  # revivals left alone: cancelled while running, their run still holds them
 
 
 class JobAdmin:
@@ -103,13 +106,23 @@ class JobAdmin:
         return job
 
     def revive(self, flt: Filter, progress: Callable[[int], None] = lambda _n: None) -> Outcome:
-        """Done or dead -> pending now, errors and interruptions reset (retry, replay)."""
-        flt = flt.narrowed_to([State.DONE, State.DEAD])
+        """Done, dead or cancelled -> pending now, errors and interruptions reset (retry, replay)."""
+        flt = flt.narrowed_to([State.DONE, State.DEAD, State.CANCELLED])
         states = ", ".join(str(int(s)) for s in flt.states)
-        matched = changed = skipped = 0
-        for ids in self._pages(flt):
-            matched += len(ids)
+        matched = changed = skipped = in_flight = 0
+        for page in self._pages(flt):
+            matched += len(page)
             with self.db.transaction() as cur:
+                # A job cancelled while it ran stays a member of its run until that run's finish
+                # (stale) takes it out: pending again before then, that finish would apply to it.
+                # No claim adds a job that is not pending to a run, so a plain read is enough.
+                cur.execute(self.runs.all_members)
+                held = {job for (members,) in cur.fetchall() for job in decode_members(members)}
+                ids = [i for i in page if i not in held]
+                in_flight += len(page) - len(ids)
+                if not ids:
+                    progress(len(page))
+                    continue
                 changed += int(cur.execute(self.sql.revive.format(ids=in_list("`id`", ids), states=states)))
                 cur.execute(self.sql.unique_among.format(ids=in_list("`id`", ids)))
                 unique = [int(r[0]) for r in cur.fetchall()]
@@ -121,13 +134,13 @@ class JobAdmin:
                             )
                     except DuplicateKey:
                         skipped += 1
-            progress(len(ids))
-        return Outcome(matched, changed, skipped)
+            progress(len(page))
+        return Outcome(matched, changed, skipped, in_flight)
 
     def discard(self, flt: Filter, progress: Callable[[int], None] = lambda _n: None) -> Outcome:
         """Delete jobs for good; never one in flight: a pending job a run holds is left alone. The
         queues' cursors are locked first, so no claim puts one of them in a run meanwhile."""
-        flt = flt.narrowed_to([State.IDLE, State.DONE, State.DEAD])
+        flt = flt.narrowed_to([State.IDLE, State.DONE, State.DEAD, State.CANCELLED])
         matched = changed = 0
         for ids in self._pages(flt):
             matched += len(ids)
@@ -138,6 +151,17 @@ class JobAdmin:
                 free = [i for i in ids if i not in held]
                 if free:
                     changed += int(cur.execute(self.sql.discard.format(ids=in_list("`id`", free))))
+            progress(len(ids))
+        return Outcome(matched, changed)
+
+    def cancel(self, flt: Filter, progress: Callable[[int], None] = lambda _n: None) -> Outcome:
+        """Pending jobs -> cancelled, final (kept for jobs.dead_retention_s), in flight or not: one a
+        run holds is never started, or its running task's finish is stale (docs/jobs.md, "Cancel")."""
+        flt = flt.narrowed_to([State.IDLE])
+        matched = changed = 0
+        for ids in self._pages(flt):
+            matched += len(ids)
+            changed += cancel_jobs(self.db, self.sql, ids)
             progress(len(ids))
         return Outcome(matched, changed)
 

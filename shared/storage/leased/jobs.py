@@ -20,7 +20,17 @@ from ...acks import Row
 from ...entries import Entry
 from ...policy import dead_after_failure, form_runs, look_behind_every_s, retry_delay_s
 from ...queries.job_runs import RUN_ID_BASE, RunSQL, cursor_rows, render_runs
-from ...queries.jobs import DEAD, DISPATCHED, DONE, IDLE, JOB_COLUMNS, RUNNING, JobSQL, render_jobs
+from ...queries.jobs import (
+    CANCELLED,
+    DEAD,
+    DISPATCHED,
+    DONE,
+    IDLE,
+    JOB_COLUMNS,
+    RUNNING,
+    JobSQL,
+    render_jobs,
+)
 from ...queries.source import in_list
 from ...settings import JobsSettings, MySQLSettings, SourceSettings
 from ..db import Database
@@ -216,12 +226,14 @@ class JobStore(RunUnits):
     # -- pruning and status --------------------------------------------------------------------------
 
     def prune(self, limit: int) -> int:
-        """Delete done jobs older than retention_s and dead ones older than dead_retention_s."""
+        """Delete done jobs older than retention_s, and dead and cancelled ones older than
+        dead_retention_s."""
         pruned = 0
         queues = ",".join(["%s"] * len(self.jobs.queues))
-        for state, keep_s in ((DONE, self.jobs.retention_s), (DEAD, self.jobs.dead_retention_s)):
-            if state == DEAD and keep_s == 0:
-                continue  # dead jobs kept forever
+        dead_s = self.jobs.dead_retention_s
+        for state, keep_s in ((DONE, self.jobs.retention_s), (DEAD, dead_s), (CANCELLED, dead_s)):
+            if state != DONE and keep_s == 0:
+                continue  # dead and cancelled jobs kept forever
             with self.db.transaction() as cur:
                 cur.execute(
                     self.sql.find_prunable.format(queues=queues),
@@ -236,7 +248,7 @@ class JobStore(RunUnits):
         """Jobs by state. A run's jobs are pending on their rows; the runs say which are in flight."""
         with self.db.transaction() as cur:
             counts = {}
-            for state in (IDLE, DONE, DEAD):
+            for state in (IDLE, DONE, DEAD, CANCELLED):
                 cur.execute(self.sql.count_state, (state, self.queue, STATUS_COUNT_CAP))
                 counts[state] = int(_scalar(cur) or 0)
             cur.execute(self.sql.count_due, (self.queue, STATUS_COUNT_CAP))
@@ -257,6 +269,7 @@ class JobStore(RunUnits):
             "running": runs[RUNNING],
             "done": counts[DONE],
             "dead": counts[DEAD],
+            "cancelled": counts[CANCELLED],
         }
         return SourceStatus(due, held, age, unit="jobs", detail=detail)
 

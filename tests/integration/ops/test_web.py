@@ -183,3 +183,21 @@ def test_a_done_jobs_page_shows_its_result_escaped(web: Web) -> None:
     assert '<pre id="result">{&#34;answer&#34;:42,&#34;html&#34;:&#34;&lt;b&gt;&#34;}</pre>' in html
     plain = web.enqueuer.enqueue("record", "no result")
     assert 'id="result"' not in web.page(f"/jobs/{plain}")
+
+
+def test_cancelling_a_pending_job_needs_the_token_and_a_confirmation(web: Web) -> None:
+    job_id = web.enqueuer.enqueue("record", "later", delay_s=3600)
+    assert 'id="cancel"' in web.page(f"/jobs/{job_id}")
+    assert "Yes, cancel job" in web.page(f"/jobs/{job_id}/cancel")
+    wrong = web.client.post(f"/jobs/{job_id}/cancel", data={"confirm": "yes", "token": TOKEN + "x"})
+    assert wrong.status_code == 403
+    assert web.state(job_id) == State.IDLE
+
+    done = web.client.post(f"/jobs/{job_id}/cancel", data={"confirm": "yes", "token": TOKEN})
+    assert (done.status_code, done.headers["Location"]) == (303, f"/jobs/{job_id}?done=cancelled")
+    assert web.state(job_id) == State.CANCELLED
+    html = web.page(f"/jobs/{job_id}?done=cancelled")
+    assert "Cancelled:" in html
+    assert 'class="state cancelled"' in html
+    assert 'id="cancel"' not in html
+    assert "applies to pending or running jobs only" in web.page(f"/jobs/{job_id}/cancel", 409)

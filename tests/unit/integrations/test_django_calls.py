@@ -29,7 +29,7 @@ def test_the_payload_names_the_task_and_its_arguments() -> None:
 
 def test_states_read_as_djangos_statuses() -> None:
     statuses = SimpleNamespace(READY="R", SUCCESSFUL="S", FAILED="F")
-    assert [status_of(s, statuses) for s in ("pending", "done", "dead")] == ["R", "S", "F"]
+    assert [status_of(s, statuses) for s in ("pending", "done", "dead", "cancelled")] == ["R", "S", "F", "F"]
 
 
 def test_the_exception_a_traceback_ends_with() -> None:
