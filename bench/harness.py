@@ -11,7 +11,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from rich.console import Console
 
 from duecast.shared.fanout.client import connect_redis
 from duecast.shared.fanout.keys import Keys
-from duecast.shared.settings import Settings
+from duecast.shared.settings import Settings, load_settings
 from duecast.shared.storage.db import connect
 
 DATABASE = "duecast_bench"
@@ -133,3 +133,21 @@ def save_chart(plt: Any, fig: Any, path: Path) -> None:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     print(f"chart written to {path}", file=sys.stderr)
+
+
+def run_and_report(
+    args: Any,
+    run: Callable[[Settings, Any], list[dict[str, Any]]],
+    table: Callable[[Any, list[dict[str, Any]]], Any],
+) -> int:
+    """A benchmark's main, after its arguments: in the bench namespace, one at a time, then its table
+    printed and, with --json, its results written."""
+    use_bench_namespace()
+    settings = load_settings()
+    check_namespace(settings)
+    with exclusive(settings):
+        results = run(settings, args)
+    report_console().print(table(args, results))
+    if args.json:
+        write_json(args.json, {"args": vars(args), "results": results})
+    return 0

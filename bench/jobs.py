@@ -32,7 +32,7 @@ from duecast.cli.demo.fleet import Fleet, cpu_seconds
 from duecast.shared.api.enqueue import Enqueuer, Job
 from duecast.shared.fanout.client import connect_redis
 from duecast.shared.identifiers import quote
-from duecast.shared.settings import JOBS_SOURCE, Settings, load_settings
+from duecast.shared.settings import JOBS_SOURCE, Settings
 from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
 
@@ -171,15 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit-rate", type=float, help="rate_limit_per_s on every queue (the cost of a limit)")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
-    harness.use_bench_namespace()
-    settings = load_settings()
-    harness.check_namespace(settings)
-    with harness.exclusive(settings):
-        results = run(settings, args)
-    harness.report_console().print(table(args, results))
-    if args.json:
-        harness.write_json(args.json, {"args": vars(args), "results": results})
-    return 0
+    return harness.run_and_report(args, run, table)
 
 
 if __name__ == "__main__":
