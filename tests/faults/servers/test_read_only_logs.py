@@ -20,6 +20,7 @@ import pytest
 from duecast.shared.settings import MySQLSettings
 from tests.chaos.private_mariadb import PrivateMariaDB, running_with
 from tests.faults.conftest import FaultEnv
+from tests.faults.env import RESCAN_PERIOD_S
 
 pytestmark = pytest.mark.faults
 
@@ -90,7 +91,9 @@ def test_a_read_only_window_is_one_warning_line_per_cause_and_the_roles_carry_on
 
     root_sql(server, "SET GLOBAL read_only = 1")
     try:
-        env.query("UPDATE {t} SET due_at = NOW(6) - INTERVAL 2 HOUR")  # root: all due again
+        env.query(
+            f"UPDATE {{t}} SET due_at = NOW(6) - INTERVAL {2 * RESCAN_PERIOD_S} SECOND"
+        )  # root: all due again
         env.wait_for(
             lambda: any("1290" in t for t in lines(dispatcher.log, before["dispatcher"])),
             "the dispatcher to meet the read-only server",
