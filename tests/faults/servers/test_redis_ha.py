@@ -25,6 +25,7 @@ from duecast.shared.states import State
 from duecast.shared.storage.admin import migrate
 from tests.faults.checker import classify, read_log
 from tests.faults.conftest import REDIS_DOWN, FaultEnv
+from tests.faults.env import RESCAN_PERIOD_S
 from tests.faults.procs import Procs, wait_for
 from tests.faults.redis_ha import Cluster, Sentinel, Servers
 from tests.faults.runs import drop_job_tables
@@ -142,7 +143,7 @@ def _under_load(ha: Ha, fault: Callable[[], None], what: str) -> dict[str, float
     )
     fault_at = time.monotonic()
     fault()
-    env.insert(1, start=FRESH_ROW, due_ago_s=10 * 86_400)
+    env.insert(1, start=FRESH_ROW, due_ago_s=3 * RESCAN_PERIOD_S)  # due before every other row
     (fresh_job,) = Enqueuer(ha.settings, None).enqueue_many([Job("ha_job", "fresh", priority=0)])
     seen: dict[str, float] = {}
 
