@@ -20,6 +20,7 @@ from duecast import Enqueuer, Job, NotConnected, Publisher
 from duecast.shared.fanout.client import connect_redis
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
 from duecast.shared.storage.admin import migrate
+from tests.unit.rules.test_handlers_async import arun
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +92,7 @@ def test_200_concurrent_aenqueues_and_apublishes_never_stall_the_loop(
         return await asyncio.gather(*calls, return_exceptions=True)
 
     try:
-        results, worst = asyncio.run(with_lag_probe(work))
+        results, worst = arun(with_lag_probe(work))
     finally:
         enqueuer.close()
         publisher.close()
@@ -149,7 +150,7 @@ def test_while_mysql_is_unreachable_the_loop_never_waits(settings: Settings) -> 
 
     began = time.monotonic()
     try:
-        results, worst = asyncio.run(with_lag_probe(work))
+        results, worst = arun(with_lag_probe(work))
     finally:
         enqueuer.close()
     assert all(isinstance(r, NotConnected) for r in results), {type(r).__name__ for r in results}

@@ -190,6 +190,7 @@ def test_status_counts_each_queue_by_state(env: JobsEnv) -> None:
         "running": 0,
         "done": 0,
         "dead": 0,
+        "cancelled": 0,
     }
     assert status.in_flight == 1
     assert status.oldest_due_age_s is not None

@@ -17,6 +17,7 @@ from duecast.shared.acks import Ack, Row
 from duecast.shared.api.handlers import Handler, Registry
 from duecast.shared.settings import JOBS_SOURCE
 from duecast.shared.states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, STATE_COLUMN
+from tests.unit.rules.test_handlers_async import arun
 
 ROWS: list[Row] = [{"id": i, "dc_attempt": 1} for i in range(1, 6)]
 
@@ -193,14 +194,14 @@ def test_an_async_batch_handler_fails_its_call_on_a_base_exception_but_not_on_it
     async def exits(rows: list[Row]) -> None:
         raise SystemExit(2)
 
-    out = asyncio.run(Handler("s", None, batch=True, afn=exits).run_batch(ROWS[:2]))
+    out = arun(Handler("s", None, batch=True, afn=exits).run_batch(ROWS[:2]))
     assert [type(o) for o in out] == [SystemExit, SystemExit]
 
     async def cancelled(rows: list[Row]) -> None:
         raise asyncio.CancelledError  # the worker's own time limit: passes through, as a time-out
 
     with pytest.raises(asyncio.CancelledError):
-        asyncio.run(Handler("s", None, batch=True, afn=cancelled).run_batch(ROWS[:2]))
+        arun(Handler("s", None, batch=True, afn=cancelled).run_batch(ROWS[:2]))
 
 
 def test_run_on_no_rows() -> None:

@@ -18,9 +18,19 @@ def arun(coro: Coroutine[Any, Any, Any]) -> Any:
     """asyncio.run on a thread of its own, as the worker's loop runs: this thread may have a loop
     running already (the browser tests' Playwright leaves one)."""
     out: list[Any] = []
-    thread = threading.Thread(target=lambda: out.append(asyncio.run(coro)))
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(asyncio.run(coro))
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run)
     thread.start()
     thread.join()
+    if raised:
+        raise raised[0]
     return out[0]
 
 
