@@ -39,30 +39,44 @@ from tests.chaos.private_mariadb import PrivateMariaDB
 from tests.faults.procs import Proc, wait_for
 
 JOBS = f"{JOBS_SOURCE}.default"
-_FIRST_ID = re.compile(r"`id` IN \((\d+)")
+_START = "`dc_attempt`, `suspects`, `members`"  # what a worker's start locks (queries/job_runs.py)
+# A fence's groups, `(`id` IN (1,2) AND `dc_attempt` = 3)`; a group cut short by INNODB_TRX's
+# truncated statement text does not match, so a half-read list is never taken for the whole.
+_GROUPS = re.compile(r"`id` IN \(([\d,]+)\) AND `dc_attempt` = (\d+)")
+_LATEST_DEADLOCK = re.compile(r"LATEST DETECTED DEADLOCK\n-+\n(.*?)\n-{10,}\n", re.S)
+_THREAD = re.compile(r"(?:MySQL|MariaDB) thread id (\d+),")
+_VICTIM = re.compile(r"WE ROLL BACK TRANSACTION \((\d)\)")
 POLL_S = 0.2  # MariaDB refreshes its INNODB_* tables only when they were not read for 100 ms
 
 
 def force_deadlock(chaos: Chaos, timeout_s: float = 10.0) -> bool:
-    """True when the rival closed a cycle with a waiting worker (InnoDB then rolls one back)."""
+    """True when the rival closed a cycle with a waiting worker and InnoDB's own report says it
+    rolled the worker back. Not every try does: on a loaded machine the worker's lock wait
+    (mysql.lock_wait_s) can run out before the rival asks for its row, and then no cycle forms."""
     ballast = f"chaos_ballast_{uuid.uuid4().hex[:8]}"
     chaos.query(f"CREATE TABLE `{ballast}` (id INT AUTO_INCREMENT PRIMARY KEY, pad CHAR(8) NOT NULL)")
     conn = connect(chaos.mysql)
     try:
         with conn.cursor() as cur:
             cur.execute(f"INSERT INTO `{ballast}` (pad) SELECT 'x' FROM seq_1_to_1000")
-            cur.execute(
-                f"SELECT id FROM `{runs_table(chaos)}` WHERE dc_state = %s ORDER BY id DESC LIMIT 1 "
-                "FOR UPDATE SKIP LOCKED",
-                (int(State.DISPATCHED),),
-            )
-            if cur.fetchone() is None:
+            deadline = time.monotonic() + timeout_s
+            held = None
+            while held is None and time.monotonic() < deadline:  # until the dispatcher claims a wave
+                cur.execute(
+                    f"SELECT id FROM `{runs_table(chaos)}` WHERE dc_state = %s ORDER BY id DESC LIMIT 1 "
+                    "FOR UPDATE SKIP LOCKED",
+                    (int(State.DISPATCHED),),
+                )
+                held = cur.fetchone()
+                if held is None:
+                    time.sleep(POLL_S)
+            if held is None:
                 return False
             cur.execute(
                 "SELECT trx_id FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = CONNECTION_ID()"
             )
             (trx,) = cur.fetchone() or (None,)
-            first = _first_of_waiting_batch(chaos, trx, time.monotonic() + timeout_s)
+            first = _first_of_waiting_batch(chaos, trx, int(held[0]), deadline)
             if first is None:
                 return False
             chaos.fault("mysql_deadlock")
@@ -70,15 +84,50 @@ def force_deadlock(chaos: Chaos, timeout_s: float = 10.0) -> bool:
                 cur.execute(f"SELECT id FROM `{runs_table(chaos)}` WHERE id = %s FOR UPDATE", (first,))
             except pymysql.err.OperationalError:  # the rival lost after all (or waited too long)
                 return False
-            return True
+            return _rival_won_deadlock(cur)
     finally:
         conn.rollback()
         conn.close()
         chaos.query(f"DROP TABLE IF EXISTS `{ballast}`")
 
 
-def _first_of_waiting_batch(chaos: Chaos, trx: object, deadline: float) -> int | None:
-    """The first run id in the start statement of a worker waiting for the rival's lock."""
+def _first_locked(chaos: Chaos, query: str, held: int) -> int | None:
+    """The lowest run id a waiting start statement has locked: it locks in id order, and under
+    READ COMMITTED keeps only rows its fence matches (still DISPATCHED under the attempt it names)."""
+    fence = [(int(attempt), int(i)) for ids, attempt in _GROUPS.findall(query) for i in ids.split(",")]
+    candidates = [(a, i) for a, i in fence if i < held]
+    if not candidates:
+        return None
+    rows = chaos.query(
+        f"SELECT id, dc_attempt FROM `{runs_table(chaos)}` WHERE dc_state = %s AND id IN "
+        f"({','.join(str(i) for _, i in candidates)})",
+        (int(State.DISPATCHED),),
+    )
+    matching = sorted(i for i, a in rows if (int(a), int(i)) in set(candidates))
+    return matching[0] if matching else None
+
+
+def _rival_won_deadlock(cur: pymysql.cursors.Cursor) -> bool:
+    """Whether InnoDB's latest detected deadlock is this session's and rolled back the other side."""
+    cur.execute("SELECT CONNECTION_ID()")
+    (me,) = cur.fetchone() or (0,)
+    cur.execute("SHOW ENGINE INNODB STATUS")
+    (_, _, status) = cur.fetchone() or ("", "", "")
+    found = _LATEST_DEADLOCK.search(str(status))
+    if found is None:
+        return False
+    report = found.group(1)
+    victim = _VICTIM.search(report)
+    threads = [int(t) for t in _THREAD.findall(report)]
+    if victim is None or me not in threads or len(threads) < 2:
+        return False
+    # InnoDB numbers the two transactions (1) and (2) in order; the victim is the other one.
+    return threads[int(victim.group(1)) - 1] != me
+
+
+def _first_of_waiting_batch(chaos: Chaos, trx: object, held: int, deadline: float) -> int | None:
+    """The first run id in the start statement of a worker waiting for the rival's lock (`held`):
+    one the worker already locked. A batch of the held run alone can close no cycle."""
     while time.monotonic() < deadline:
         rows = chaos.query(
             "SELECT r.trx_query FROM information_schema.INNODB_LOCK_WAITS w "
@@ -87,9 +136,11 @@ def _first_of_waiting_batch(chaos: Chaos, trx: object, deadline: float) -> int |
             (trx,),
         )
         for (query,) in rows:
-            found = _FIRST_ID.search(str(query or ""))
-            if found:
-                return int(found.group(1))
+            if _START not in str(query or ""):  # a finish waiting for it is not what is tested here
+                continue
+            first = _first_locked(chaos, str(query or ""), held)
+            if first is not None:
+                return first
         time.sleep(POLL_S)
     return None
 
