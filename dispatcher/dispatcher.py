@@ -1,4 +1,5 @@
-"""Dispatcher: per tick, for each source, claim due rows (commit), then RPUSH their entries.
+"""Dispatcher: per tick, for each source, claim due rows (commit), then RPUSH their entries; a claim
+whose COMMIT got no answer is settled at the next tick (its rows released, fenced, and claimed again).
 
 Owns pacing and backpressure; owns no SQL (the store), no key names (shared.fanout.keys) and no requeue
 (dispatcher.redelivery, which also gets back the rows of a push Redis refused).
@@ -11,12 +12,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Set
 
+from ..shared.entries import Entry
 from ..shared.fanout.protocol import Queue, QueueError
 from ..shared.policy import claim_room, dispatch_delay_s
 from ..shared.process.loop import Tick
 from ..shared.settings import DispatcherSettings
 from ..shared.storage.protocol import ClaimsRuns
 from ..shared.storage.source_store import Store
+from ..shared.storage.units import CommitUnknown
 from ..shared.telemetry import observe
 from .limits import Limiter
 from .locked import LockedRows
@@ -44,12 +47,16 @@ class Dispatcher:
         self.settings = settings
         self.redelivery = redelivery
         self.counts: Counter[str] = Counter()
+        # Per source: the entries of claims whose COMMIT got no answer (CommitUnknown), to settle.
+        self.unsure: dict[str, list[Entry]] = {}
         # Due rows passed over as locked, reported once held that long (mysql.lock_wait_s).
         self.locked = LockedRows(queue, locked_held_s)
         # Fleet-wide limits (rate_limit_per_s, max_running): claims go through the limiter.
         self.limiter = Limiter(stores, settings.limits_table)
 
     def tick(self) -> Tick:
+        for store in self.stores:
+            self._settle_unsure(store)  # before any claim, paused or not: the server answers again
         paused = self.paused()
         # A paused source claims nothing: its rows stay where they are, due, until it is resumed.
         delays = [
@@ -75,7 +82,13 @@ class Dispatcher:
         if room == 0:
             return self.settings.poll_interval_s  # backpressure: workers are behind
         started = time.perf_counter()
-        entries = self.limiter.claim(store, room)
+        try:
+            entries = self.limiter.claim(store, room)
+        except CommitUnknown as exc:
+            # Its COMMIT got no answer: settled at the next tick, once the server answers (not left
+            # for the visibility timeout, 60 s, if it did commit).
+            self.unsure[src.name] = [*self.unsure.get(src.name, ()), *exc.claimed]
+            raise
         self.locked.report(store)
         if entries:
             # Committed before pushing: if this push is lost, the rows stay DISPATCHED and
@@ -92,3 +105,15 @@ class Dispatcher:
             self.counts[src.name] += claimed
         delay = dispatch_delay_s(len(entries) * weight, room, self.settings.poll_interval_s)
         return self.limiter.delay_s(store, delay)
+
+    def _settle_unsure(self, store: Store) -> None:
+        """A claim whose COMMIT's outcome is unknown: what it may have claimed goes back to pending
+        now (fenced on its attempt: nothing if it did not commit), and this tick's claim takes it
+        again under a new attempt and pushes it. Until that succeeds the tick fails and backs off."""
+        unsure = self.unsure.pop(store.src.name, None)
+        if unsure:
+            try:
+                self.redelivery.release_unsure(store, unsure)
+            except BaseException:
+                self.unsure[store.src.name] = unsure
+                raise

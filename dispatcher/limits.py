@@ -12,6 +12,7 @@ from ..shared.limit_policy import refill_wait_s
 from ..shared.storage.limits import Grant, LimitStore, limit_store
 from ..shared.storage.protocol import ClaimsRuns
 from ..shared.storage.source_store import Store
+from ..shared.storage.units import MYSQL_ERRORS
 from ..shared.telemetry.metrics import LIMIT_PERIOD
 
 log = logging.getLogger("duecast.limits")
@@ -53,11 +54,23 @@ class Limiter:
         used = 0
         if grant.entries > 0:  # (a job queue's claimed_rows is its last claim's, maybe not this one's)
             used = store.claimed_rows if isinstance(store, ClaimsRuns) else len(entries) * lim.unit
-        lim.settle(grant, used)
-        self.waits[name] = self._wait_s(lim, grant, room)
-        bound = grant.entries < room and grant.tokens is not None
-        if store.src.period_s > 0 and (bound or name in self.over or name not in self._counted_at):
-            self._demand(lim, table)  # at most once a minute: a count of the table
+        try:
+            lim.settle(grant, used)
+            self.waits[name] = self._wait_s(lim, grant, room)
+            bound = grant.entries < room and grant.tokens is not None
+            if store.src.period_s > 0 and (bound or name in self.over or name not in self._counted_at):
+                self._demand(lim, table)  # at most once a minute: a count of the table
+        except MYSQL_ERRORS as exc:
+            # The claim is committed: its entries must be pushed, not lost with this error until the
+            # visibility timeout. Unsettled, its tokens stay spent and its reservation runs out by
+            # itself (under-used, never exceeded).
+            log.warning(
+                "source %s: claimed %d entries, then could not settle its limits (%s); pushing them",
+                name,
+                len(entries),
+                exc,
+                extra={"event": "limit.settle_failed", "source": name},
+            )
         return entries
 
     def delay_s(self, store: Store, delay_s: float) -> float:

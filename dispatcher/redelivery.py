@@ -288,6 +288,23 @@ class Redelivery:
         if n < len(entries):
             self.queue.push(name, entries[n:])
 
+    def release_unsure(self, store: Store, entries: Sequence[Entry]) -> int:
+        """The entries of a claim whose COMMIT got no answer (the session killed at the COMMIT, the
+        server gone) -> pending now, fenced on their attempt: if it committed they would otherwise
+        wait out the visibility timeout, unpushed; if not, nothing matches. The dispatcher's next
+        claim takes them again under a new attempt, so whatever of the first was pushed is stale."""
+        released = store.release_unpushed(entries)
+        log.warning(
+            "a claim of %d entries of %s got no answer to its COMMIT; released the %d %s it had "
+            "committed, for the next claim to push",
+            len(entries),
+            store.src.name,
+            released,
+            unit_noun(store),
+            extra={"event": "redelivery.commit_unknown", "source": store.src.name, "count": released},
+        )
+        return released
+
     def release_unpushed(self, store: Store, entries: Sequence[Entry]) -> int:
         """Rows `store` claimed whose push Redis refused (down, OOM) -> pending now, instead of after
         the visibility timeout; a part that did land is fenced off by the next claim's bump. Runs

@@ -17,7 +17,7 @@ from ..shared.limits import shown
 from ..shared.policy import ack_now, error_backoff_s
 from ..shared.storage.protocol import NO_ACKS, AckCounts
 from ..shared.storage.source_store import Store
-from ..shared.storage.units import access_denied, is_transient
+from ..shared.storage.units import access_denied, is_transient, refuses_writes
 from .flight import Flight, Outcome
 from .report import log_failures
 
@@ -130,8 +130,10 @@ def _passes(exc: BaseException) -> bool:
     """Whether an ack's error is the database's state (down, a lock, a missing grant): the whole ack
     is tried again later. Anything else (a statement refused, an overflow, text the driver cannot
     encode, a bug) is some ack's own fault, found by acking one at a time: a row whose ack fails
-    alone too fails, and is retried as its source retries failures."""
-    return is_transient(exc) or access_denied(exc)
+    alone too fails, and is retried as its source retries failures. A read-only server (a failover,
+    maintenance) is the database's state too: taken for each ack's own fault, its successes would
+    have been recorded as failures once it took writes again."""
+    return is_transient(exc) or access_denied(exc) or refuses_writes(exc)
 
 
 def _refusal(store: Store, ack: Ack) -> InvalidAck | None:

@@ -15,7 +15,7 @@ from ..shared.entries import BadEntry, Entry, decode_entry, encode_entry
 from ..shared.fanout.protocol import Queue
 from ..shared.settings import WorkerSettings
 from ..shared.storage.source_store import SkipsLocked, Store
-from ..shared.storage.units import is_transient, retry_transient
+from ..shared.storage.units import is_transient, refuses_writes, retry_transient
 from ..shared.telemetry import observe
 from .acker import Acker
 from .flight import Flight
@@ -25,6 +25,13 @@ from .runner import LoopRunner, ThreadRunner
 log = logging.getLogger("duecast.worker")
 PAUSED_WAIT_S = 0.2  # every source paused: look again this often (a pause is read every 0.5 s)
 UNIT_RETRIES = 1_000  # only a backstop: worker.unit_retry_s is what limits a start's retries
+
+
+def passing(exc: BaseException) -> bool:
+    """A start failed for a reason that passes (MySQL away past worker.unit_retry_s, or read-only for
+    now: a failover, maintenance): its popped batch is handed back at once, not left to the
+    visibility timeout (60 s; the read-only window of issue 24 waited 74.6 s for it)."""
+    return is_transient(exc) or refuses_writes(exc)
 
 
 def decode_batch(raws: Sequence[bytes]) -> tuple[list[Entry], list[tuple[bytes, str]], int]:
@@ -105,7 +112,9 @@ class Starter:
             try:
                 self.start(source, entries)
             except Exception as exc:
-                if is_transient(exc):  # MySQL outlasted worker.unit_retry_s; else the sweeper decides
+                # MySQL outlasted worker.unit_retry_s, or takes no writes for now: back at the head
+                # at once. Else the sweeper decides (and the next pop replaces this batch's hold).
+                if passing(exc):
                     self.hand_back(source, raws)
                 raise  # the loop logs `tick failed` and backs off
         self.release_hold()
@@ -179,7 +188,7 @@ class Starter:
             self.start(flight.source, flight.later[0], flight.later[1:])
         except Exception as exc:
             self.holding = False
-            if is_transient(exc):
+            if passing(exc):
                 self.hand_back_later(flight)
             raise
         self.release_hold()

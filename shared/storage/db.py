@@ -19,9 +19,13 @@ from pymysql.constants import CLIENT
 from ..settings import MySQLSettings
 from .units import (
     DRIVER_ERRORS,
+    READ_ONLY,
+    ROLLED_BACK,
+    CommitUnknown,
     Connection,
     Cursor,
     StorageError,
+    TransientError,
     translate,
     translate_connect,
 )
@@ -216,7 +220,8 @@ class Database:
 
         A driver error that leaves the block (or the COMMIT) comes out as duecast's own
         (`TransientError`, `DuplicateKey`, `ValueRefused`; storage.units), so callers never need the driver;
-        one opening the connection as `NotConnected` (nothing was sent) or `StorageError` (access denied...).
+        one opening the connection as `NotConnected` (nothing was sent) or `StorageError` (access denied...);
+        a connection lost at the COMMIT itself as `CommitUnknown` (it may have committed).
 
         `check=True` pings first and replaces a dead connection (server restart, KILL,
         wait_timeout) before the unit starts: for units whose input would be lost if their
@@ -234,13 +239,19 @@ class Database:
                 conn = self._conn = connect(self._settings, idle_transaction_s=self._idle_transaction_s)
             except DRIVER_ERRORS as exc:
                 raise translate_connect(exc, f"MySQL at {server_name(self._settings)}") from exc
+        committing = False
         try:
             with conn.cursor() as cur:
                 yield cur
+            committing = True
             conn.commit()
         except _CONNECTION_ERRORS as exc:
             self.close()
             mine = translate(exc)
+            if committing and type(mine) is TransientError and mine.code not in ROLLED_BACK:
+                # The COMMIT went out and no answer came (the session killed, the server gone): it may
+                # have committed. The caller re-reads under its fence (CommitUnknown), never guesses.
+                raise CommitUnknown(str(mine), mine.code) from exc
             if mine is exc:
                 raise
             raise mine from exc
@@ -269,10 +280,8 @@ _NOTE = "duecast: MySQL "
 _ACCESS_DENIED, _DB_ACCESS_DENIED, _UNKNOWN_DATABASE, _TOO_MANY_CONNECTIONS = 1045, 1044, 1049, 1040
 _NO_SUCH_TABLE = 1146  # a command run before `duecast migrate`: the user's step to take, not a bug
 _UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 1927, 4031}
-# The server takes no writes for now: 1290 (ER_OPTION_PREVENTS_STATEMENT: --read-only, MySQL 8.0's
-# --super-read-only too) or 1836 (ER_READ_ONLY_MODE): a replica during a failover, or maintenance. A role
-# backs off and carries on (one WARNING line, no traceback); the unit is not retried on the spot.
-_READ_ONLY = frozenset({1290, 1836})
+# The server takes no writes for now (units.READ_ONLY): a role backs off and carries on (one WARNING
+# line, no traceback); the unit is not retried on the spot.
 _TLS_REFUSED = 2026  # CR_SSL_CONNECTION_ERROR: mysql.tls = true and the server offers no TLS
 
 
@@ -316,7 +325,7 @@ def mysql_problem(exc: BaseException) -> tuple[str, bool] | None:  # noqa: PLR09
         )
     if code in _UNREACHABLE or isinstance(exc, pymysql.err.InterfaceError):
         return f"{where}: no connection ({said}); start MySQL, or fix mysql.host / mysql.port", True
-    if code in _READ_ONLY:
+    if code in READ_ONLY:
         return (
             f"{where}: the server is read-only ({code}: {said}); writes wait until it takes them "
             "again (a failover under way, or mysql.host names a replica)",

@@ -17,7 +17,7 @@ from ..states import DISPATCH_COLUMNS
 from .db import Database
 from .leased.keeper import Hold
 from .protocol import NO_ACKS, AckCounts
-from .units import Cursor, is_transient, retry_transient, savepoint
+from .units import Cursor, retry_transient, savepoint, whole_unit
 
 log = logging.getLogger("duecast.worker")
 FINISH_RETRIES = 3
@@ -52,7 +52,7 @@ def guarded(
     try:
         return _saved(cur, rows, run), []
     except Exception as exc:
-        if is_transient(exc):
+        if whole_unit(exc):  # read-only too: the unit, not this row
             raise
         if len(rows) == 1:
             _log_refused(src, rows[0], exc)
@@ -62,7 +62,7 @@ def guarded(
         try:
             done += _saved(cur, [row], run)
         except Exception as exc:
-            if is_transient(exc):
+            if whole_unit(exc):
                 raise
             _log_refused(src, row, exc)
             refused.append(row)

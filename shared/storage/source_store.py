@@ -26,7 +26,7 @@ from .leased.keeper import Extended, LeaseKeeper, renew_leases
 from .protocol import AckCounts, SkipsLocked, SourceStatus, StaleAck, Store, WorkBatch
 from .row_batch import AckGroups, RowBatch, check_settable, guarded, row_action_refusal
 from .schema import check_source, described
-from .units import MYSQL_ERRORS, Cursor, lock_or_skip
+from .units import MYSQL_ERRORS, Cursor, claiming, lock_or_skip
 
 # Re-exported: the protocols live in storage.protocol (RowBatch uses them too), and the roles import
 # them from here, as they always have.
@@ -68,8 +68,10 @@ class SourceStore:
     def claim_due(self, limit: int) -> list[Entry]:
         """IDLE -> DISPATCHED for up to `limit` due rows, oldest first; committed on return.
 
-        Sets `skipped_locked`: due rows the claim passed over because another session held them."""
-        with self.db.transaction() as cur:
+        Sets `skipped_locked`: due rows the claim passed over because another session held them.
+        A COMMIT cut off raises CommitUnknown naming the entries it may have made."""
+        claimed: list[Entry] = []
+        with claiming(claimed), self.db.transaction() as cur:
             cur.execute(self.sql.claim_due, (self._period_us, limit))
             found = cur.fetchall()
             self.skipped_ids = self._skipped_locked(cur, limit, {int(r[0]) for r in found})
@@ -79,7 +81,8 @@ class SourceStore:
             cur.execute(
                 self.sql.mark_dispatched.format(ids=in_list(self.sql.id_column, (r[0] for r in found)))
             )
-        return [Entry(int(i), int(a) + 1) for i, a in found]
+            claimed += [Entry(int(i), int(a) + 1) for i, a in found]
+        return claimed
 
     def _skipped_locked(self, cur: Cursor, limit: int, claimed: set[int]) -> frozenset[int] | None:
         """A claim short of its limit walked every due row: each one a plain read sees that it did

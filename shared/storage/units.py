@@ -9,13 +9,14 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeAlias, TypeVar
 
 import pymysql
 import pymysql.cursors
 
+from ..entries import Entry
 from ..errors import DuecastError, TransientFailure
 from ..policy import error_backoff_s
 
@@ -26,6 +27,10 @@ Cursor: TypeAlias = pymysql.cursors.Cursor
 Connection: TypeAlias = "pymysql.Connection[pymysql.cursors.Cursor]"  # subscriptable for mypy only
 
 DEADLOCK, LOCK_WAIT_TIMEOUT, DUPLICATE_KEY = 1213, 1205, 1062
+ROLLED_BACK = frozenset({DEADLOCK, LOCK_WAIT_TIMEOUT})  # failed, and said so: no outcome left unknown
+# The server takes no writes for now (--read-only: 1290; MySQL 8.0's --super-read-only too; 1836,
+# ER_READ_ONLY_MODE): a replica during a failover, or maintenance. It passes, but not on the spot.
+READ_ONLY = frozenset({1290, 1836})
 # The account lacks a privilege (on the database, a table, a column). MySQL says 1142 for a table
 # the account may not touch whether or not it exists (so as not to tell), never 1146.
 ACCESS_DENIED = frozenset({1044, 1142, 1143})
@@ -48,6 +53,28 @@ class TransientError(StorageError, TransientFailure):
     """A unit of work failed for a reason that passes (deadlock, lock wait timeout, lost or refused
     connection, killed session): nothing of it was committed unless its COMMIT was cut off, and
     running the whole unit again is safe because every transition is fenced."""
+
+
+class CommitUnknown(TransientError):
+    """The connection was lost at the COMMIT (killed, the server gone): the unit may or may not have
+    committed. A claim's carries the entries it would have returned (`claimed`), so its caller can
+    settle them, fenced, as soon as the server answers (dispatcher: release them; none is lost
+    waiting for the visibility timeout)."""
+
+    def __init__(self, message: str, code: int | None = None, claimed: Sequence[Entry] = ()) -> None:
+        super().__init__(message, code)
+        self.claimed: tuple[Entry, ...] = tuple(claimed)
+
+
+@contextmanager
+def claiming(entries: list[Entry]) -> Iterator[None]:
+    """Around a claim's transaction: a COMMIT cut off carries `entries` (what the claim made, filled
+    in as it goes) as CommitUnknown.claimed."""
+    try:
+        yield
+    except CommitUnknown as exc:
+        exc.claimed = tuple(entries)
+        raise
 
 
 class NotConnected(TransientError):
@@ -88,6 +115,17 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, pymysql.err.OperationalError | pymysql.err.InternalError):
         return bool(exc.args) and exc.args[0] in _TRANSIENT_CODES
     return isinstance(exc, ConnectionError | BrokenPipeError)
+
+
+def whole_unit(exc: BaseException) -> bool:
+    """Whether `exc` is the server's state, not one statement's fault: transient, or read-only for
+    now. A row's statement failing so is not that row's refusal: the whole unit is tried again."""
+    return is_transient(exc) or refuses_writes(exc)
+
+
+def refuses_writes(exc: BaseException) -> bool:
+    """Whether `exc` (the driver's or duecast's) says the server is read-only for now (READ_ONLY)."""
+    return error_code(exc) in READ_ONLY or getattr(exc, "code", None) in READ_ONLY
 
 
 def error_code(exc: BaseException) -> int | None:

@@ -19,7 +19,7 @@ from ...settings import SourceSettings
 from ...telemetry import observe
 from ..db import Database
 from ..source_store import AckCounts
-from ..units import Cursor, is_transient, retry_transient, rollback_to, savepoint
+from ..units import Cursor, is_transient, retry_transient, rollback_to, savepoint, whole_unit
 from .keeper import Hold
 
 FINISH_RETRIES = 3
@@ -284,7 +284,7 @@ class LeasedBatch:
             with savepoint(cur, "dc_ack"):
                 return self._store.finish_special(cur, row, ack)
         except Exception as exc:
-            if is_transient(exc):
+            if whole_unit(exc):  # read-only too: not this row's refusal
                 raise
             return self._refused(row, f"Ack.{ack.action}()", exc)
 
@@ -369,13 +369,13 @@ class LeasedBatch:
             with savepoint(cur, "dc_fail"):
                 return self._store.finish_failed(cur, row, outcome)
         except Exception as exc:
-            if is_transient(exc):
+            if whole_unit(exc):
                 raise
             refused = self._refused(row, "failure", exc)
         try:
             with savepoint(cur, "dc_fail"):
                 return self._store.finish_failed(cur, row, refused)
         except Exception as exc:
-            if is_transient(exc):
+            if whole_unit(exc):
                 raise
             return ""

@@ -37,7 +37,7 @@ from ..db import Database
 from ..packed import read_packed
 from ..schema import check_jobs_table
 from ..source_store import STATUS_COUNT_CAP, SourceStatus, _scalar, _us
-from ..units import Cursor, StorageError
+from ..units import Cursor, StorageError, claiming
 from .members import decode_members, encode_members
 from .run_units import RunUnits
 from .runs import RUN_KEY
@@ -94,10 +94,12 @@ class JobStore(RunUnits):
             with self.db.transaction() as cur:
                 cur.execute(self.runs.ensure_cursors.format(rows=values), args)
             self._cursors_made = True
-        with self.db.transaction() as cur:
+        entries: list[Entry] = []  # filled in place: a COMMIT cut off names them (CommitUnknown)
+        with claiming(entries), self.db.transaction() as cur:
             cur.execute(self.runs.lock_cursors, (self.queue,))
             cursors: dict[int, Key] = {int(p): (at, int(i)) for p, at, i in cur.fetchall()}
-            entries, left = self._claim_pending(cur, limit)
+            pending, left = self._claim_pending(cur, limit)
+            entries += pending
             now = time.monotonic()
             if left > 0 and now - self._behind_at >= self._behind_every_s:
                 self._behind_at = now

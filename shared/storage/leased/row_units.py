@@ -18,7 +18,7 @@ from ...policy import start_groups
 from ...queries.source import fence, in_list
 from ...states import State
 from ..source_store import _us
-from ..units import Cursor, lock_or_skip
+from ..units import Cursor, claiming, lock_or_skip
 from .batch import LeasedBatch
 from .keeper import Extended, renew_leases
 from .scope import Scope
@@ -39,8 +39,10 @@ class RowUnits(LeasedStore):
     # -- claim and start -------------------------------------------------------------------------
 
     def claim_due(self, limit: int) -> list[Entry]:
-        with self.db.transaction() as cur:
-            return self._claim(cur, limit)
+        claimed: list[Entry] = []  # a COMMIT cut off names them (CommitUnknown)
+        with claiming(claimed), self.db.transaction() as cur:
+            claimed += self._claim(cur, limit)
+        return claimed
 
     def _claim(self, cur: Cursor, limit: int) -> list[Entry]:
         s = self.scope
