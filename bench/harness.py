@@ -19,6 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
+import duecast
 from duecast.shared.fanout.client import connect_redis
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.settings import Settings, load_settings
@@ -95,7 +96,7 @@ def compile_bytecode() -> None:
     does for an installed package and did for every peer's. A checkout run with
     PYTHONDONTWRITEBYTECODE=1 (this machine's environment) otherwise compiles its ~110 modules
     again in every process it starts: about 70 ms of CPU each, which no installed duecast pays."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(duecast.__file__).resolve().parent  # the checkout the processes will import
     compileall.compile_dir(root, maxlevels=0, quiet=1)
     for part in PACKAGED:
         compileall.compile_dir(root / part, quiet=1)
