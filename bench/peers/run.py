@@ -36,7 +36,11 @@ PYTHONS = {  # System.env -> its interpreter (duecast: this one, the repo's .ven
     "peers": ROOT / ".bench-venv" / "bin" / "python",
     "arq": ROOT / ".bench-venv-arq" / "bin" / "python",
 }
-DATABASE = "duecast_bench_peers"
+# Its own database, created and dropped by each run; DUECAST_BENCH_PEERS_DATABASE gives another name
+# (duecast_bench_peers_*), so that two people on one server can run it at once.
+DATABASE = os.environ.get("DUECAST_BENCH_PEERS_DATABASE", "duecast_bench_peers")
+if not DATABASE.startswith("duecast_bench_peers"):
+    raise SystemExit(f"DUECAST_BENCH_PEERS_DATABASE must start with duecast_bench_peers, not {DATABASE!r}")
 KEY_PREFIX = "duecast-bench-peers"
 ENQUEUE_ALLOWANCE_S = 900.0  # a driver is killed after --drain-timeout plus this (its enqueue has no cap)
 DEFAULT_JOBS = {"noop": 100_000, "io": 20_000}

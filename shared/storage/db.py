@@ -11,6 +11,7 @@ import logging
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import cast
 
 import pymysql
 import pymysql.cursors
@@ -68,15 +69,32 @@ def connect(settings: MySQLSettings, database: bool = True, *, idle_transaction_
 
 class _Connection(pymysql.Connection):  # generic in the stubs only: not subscriptable at run time
     """PyMySQL's connection, with its "preferred TLS" context (no TLS settings given: TLS if the
-    server offers it, nothing verified; docs/security.md) made once per process instead of at every
-    connect: building it loads the system's CA certificates (60 ms here) while holding the GIL, which
-    stalls every thread of the process, an application's event loop too, at each reconnect."""
+    server offers it, nothing verified; docs/security.md) made once per process, and only once a
+    server offers TLS, instead of at every connect: building it loads the system's CA certificates
+    (20-60 ms of CPU) while holding the GIL, which stalls every thread of the process, an
+    application's event loop too, at each reconnect, and delays every role's start (issue 28)
+    against a server that offers no TLS, where PyMySQL never uses it."""
 
     def _create_ssl_ctx(self, sslp: object) -> ssl.SSLContext:
         if sslp == {}:
-            return _preferred_tls()
+            return _PREFERRED  # built by the `ctx` property if the handshake asks for it
         made: ssl.SSLContext = getattr(super(), "_create_ssl_ctx")(sslp)  # noqa: B009 - untyped in the stubs
         return made
+
+    @property
+    def ctx(self) -> ssl.SSLContext:
+        made: ssl.SSLContext | None = self.__dict__.get("_duecast_ctx")
+        if made is None:  # as before: PyMySQL sets it only when TLS is not disabled
+            raise AttributeError("ctx")
+        return _preferred_tls() if made is _PREFERRED else made
+
+    @ctx.setter
+    def ctx(self, made: ssl.SSLContext) -> None:
+        self.__dict__["_duecast_ctx"] = made
+
+
+# Stands for the preferred-TLS context until a handshake needs it (the `ctx` property swaps it).
+_PREFERRED = cast(ssl.SSLContext, object())
 
 
 @functools.cache

@@ -10,6 +10,7 @@ import pymysql
 import pytest
 
 from duecast.shared.settings import MySQLSettings
+from duecast.shared.storage import db
 from duecast.shared.storage.db import Database, connect
 from tests.integration.tls_servers import Pki, TLSMariaDB
 
@@ -160,3 +161,25 @@ def test_mysql_tls_required_never_falls_back_to_plaintext(mysql_settings: MySQLS
     assert "SSL is required" in text or "did not set up TLS" in text or "CERTIFICATE_VERIFY_FAILED" in text, (
         text
     )
+
+
+def test_preferred_tls_context_is_built_only_for_a_server_that_offers_tls(
+    mysql_settings: MySQLSettings, tls_mariadb: TLSMariaDB, pki: Pki
+) -> None:
+    """Issue 28: with mysql.tls = false, loading the system's CAs for the "preferred TLS" context is
+    put off until a server offers TLS (20-60 ms of every role's start otherwise), and then it is used."""
+    db._preferred_tls.cache_clear()
+    conn = connect(mysql_settings, database=False)
+    try:
+        plaintext = session_tls(conn)[0] == ""
+    finally:
+        conn.close()
+    if plaintext:  # the shared server offers no TLS: nothing was built
+        assert db._preferred_tls.cache_info().currsize == 0
+    careless = {"tls": False, "tls_ca_file": None}
+    conn = connect(mysql_tls(tls_mariadb, pki, user="dcsec_ssl", **careless), database=False)
+    try:
+        assert session_tls(conn)[0] != ""
+    finally:
+        conn.close()
+    assert db._preferred_tls.cache_info().currsize == 1
