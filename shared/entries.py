@@ -63,6 +63,12 @@ class BadHold(DuecastError, ValueError):
         self.raw = raw
 
 
+def encode_hold(source: str, raws: list[bytes]) -> bytes:
+    """A hold record "<source>\n<entry> <entry> ..." (what decode_hold reads): one value per batch,
+    so a batch's record is written and removed whole."""
+    return source.encode("ascii") + b"\n" + b" ".join(raws)
+
+
 def decode_hold(value: bytes) -> tuple[str, list[bytes]]:
     """(source, raw entries) of a hold record, or BadHold. Only the source line is checked here: each
     entry is checked by decode_entry, so one bad entry does not cost the others."""

@@ -11,9 +11,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence, Set
 
 from ..shared.api.handlers import Handler
-from ..shared.entries import BadEntry, Entry, decode_entry, encode_entry
+from ..shared.entries import BadEntry, Entry, decode_entry, encode_entry, encode_hold
 from ..shared.fanout.protocol import Queue
 from ..shared.settings import WorkerSettings
+from ..shared.storage.protocol import NamesStarted, StartsUnnamed
 from ..shared.storage.source_store import SkipsLocked, Store
 from ..shared.storage.units import is_transient, retry_transient
 from ..shared.telemetry import observe
@@ -66,6 +67,7 @@ class Starter:
         self._rng = random.Random()
         self.flights: list[Flight] = []  # changed in place: the other parts read the same list
         self.holding = False
+        self._record = b""  # the started record the next release_hold adds (record_started)
         self.rows_per_entry = {name: s.rows_per_entry for name, s in stores.items()}
         self.paused: Callable[[], Set[str]] = frozenset  # the sources an operator paused
 
@@ -137,7 +139,20 @@ class Starter:
             self.close(flight, leaving=False)
             return
         self.flights.append(flight)
+        self.record_started(flight)
         self.submit_waiting()
+
+    def record_started(self, flight: Flight) -> None:
+        """A batch of rows that record no worker in MySQL (re-scan rows, spans): its record joins
+        this process's started set with the release of the hold it was popped into (one MULTI,
+        release_hold), so that a supervisor hands it back the moment this process exits. Per
+        batch, never per row; without a registry name there is no supervisor to read it."""
+        store, batch = flight.store, flight.batch
+        if self.process is None or not isinstance(store, StartsUnnamed):
+            return
+        if isinstance(batch, NamesStarted) and batch.entries:
+            flight.record = encode_hold(flight.source, [encode_entry(e.id, e.attempt) for e in batch.entries])
+            self._record = flight.record
 
     def submit_waiting(self) -> None:
         """Hand started rows to the runners; suspects only once nothing else is in flight (a death
@@ -161,6 +176,9 @@ class Starter:
             self.close(flight, leaving=leaving)
             observe.batch_done("worker", flight.source, flight.started)
         self.submit_waiting()
+        records = [f.record for f in over if f.record]
+        if records and self.process is not None:  # last: a Redis error must not hold the rest up
+            self.queue.drop_started(self.process, records)
 
     def close(self, flight: Flight, *, leaving: bool) -> None:
         result = flight.batch.settle()  # counts of spans a last fail() finished
@@ -187,7 +205,8 @@ class Starter:
     def release_hold(self) -> None:
         """Every group of the popped batch started: its hold in Redis is done with."""
         if not self.holding and self.process is not None:
-            self.queue.release_hold(self.process)
+            record, self._record = self._record, b""
+            self.queue.release_hold(self.process, record)
 
     def hand_back_later(self, flight: Flight) -> None:
         """The groups of `flight`'s popped batch not started yet, back to their ready list now."""

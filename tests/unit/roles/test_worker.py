@@ -133,9 +133,9 @@ class _RecordingQueue(ReadyQueue):
         self.counts.append(count)
         return self.pop(sources, count if isinstance(count, int) else min(count), timeout_s)
 
-    def release_hold(self, worker: str) -> None:
+    def release_hold(self, worker: str, started: bytes = b"") -> None:
         self.calls.append(("release_hold", worker))
-        super().release_hold(worker)
+        super().release_hold(worker, started)
 
 
 @pytest.mark.parametrize("process", [None, "host:123"])
