@@ -19,9 +19,10 @@ import time
 
 import pytest
 
-from duecast.shared.entries import Entry
+from duecast.shared.entries import Entry, encode_hold
 from duecast.shared.fanout.protocol import Queue
 from duecast.shared.fanout.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES, ReadyQueue
+from duecast.shared.fanout.started import STARTED_TTL_S
 
 SHORT_TIMEOUT_S = 0.1  # BLMPOP timeout for pops expected to come back empty
 
@@ -121,6 +122,42 @@ class QueueContract:
         third = queue.pop_held("w1", sources, 100, SHORT_TIMEOUT_S)
         assert third is not None
         assert third[0] == "alpha"  # gamma is empty: back to the start
+
+    # --- started records (fanout/started.py): what a supervisor hands back of re-scan rows ---------
+
+    def test_releasing_a_hold_with_a_record_moves_the_batch_to_the_started_set(
+        self, queue: ReadyQueue
+    ) -> None:
+        queue.push("alpha", _entries(range(1, 4)))
+        assert queue.pop_held("w1", ["alpha"], 3, SHORT_TIMEOUT_S) is not None
+        first = encode_hold("alpha", [b"1:1", b"2:1"])  # what the start found still dispatched
+        queue.release_hold("w1", first)
+        assert queue.held_by("w1") is None
+        second = encode_hold("beta", [b"7:3"])
+        queue.release_hold("w1", second)
+        assert queue.started_by("w1") == [("alpha", [b"1:1", b"2:1"]), ("beta", [b"7:3"])]
+        assert queue.started_by("w2") == []  # each worker's own
+        ttl = queue.client.ttl(queue.keys.started("w1"))
+        assert 0 < ttl <= STARTED_TTL_S  # a worker never handed back leaves nothing for good
+
+        queue.drop_started("w1", [first])  # that batch is over
+        assert queue.started_by("w1") == [("beta", [b"7:3"])]
+        queue.drop_started("w1", [])
+        queue.forget_started("w1")
+        assert queue.started_by("w1") == []
+
+    def test_a_started_record_that_does_not_parse_is_skipped_with_one_warning(
+        self, queue: ReadyQueue, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        queue.client.sadd(queue.keys.started("w1"), b"\xff\xff", encode_hold("alpha", [b"1:1"]))
+        with caplog.at_level(logging.WARNING, logger="duecast.queue"):
+            assert queue.started_by("w1") == [("alpha", [b"1:1"])]
+        assert [getattr(r, "event", None) for r in caplog.records] == ["queue.bad_started"]
+
+    def test_a_started_set_of_the_wrong_type_is_moved_aside(self, queue: ReadyQueue) -> None:
+        queue.client.set(queue.keys.started("w1"), b"not a set")
+        queue.release_hold("w1", encode_hold("alpha", [b"1:1"]))
+        assert queue.started_by("w1") == [("alpha", [b"1:1"])]
 
     def test_a_hold_written_by_an_older_release_still_reads(self, queue: ReadyQueue) -> None:
         queue.client.set(queue.keys.inflight("w1"), b"alpha\n1:1 2:1")
