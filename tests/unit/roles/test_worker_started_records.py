@@ -1,0 +1,98 @@
+"""A worker names each batch of re-scan rows it starts in its started set (issue 24.4), so that its
+supervisor can hand them back the moment it exits: one record per batch, written by the MULTI that
+releases the pop's hold (no round trip of its own), removed once the batch is over. Stores whose
+started rows record their worker in MySQL (job runs, a group's messages) write none."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+import fakeredis
+
+from duecast.shared.api.handlers import Handler
+from duecast.shared.entries import Entry, decode_hold
+from duecast.shared.fanout.keys import Keys
+from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.settings import WorkerSettings
+from duecast.shared.states import ATTEMPT_COLUMN
+from duecast.shared.storage.protocol import NamesStarted, StartsUnnamed
+from duecast.shared.storage.source_store import SourceStore
+from duecast.worker.worker import Worker
+from tests.unit.fakes import FakeBatch, FakeWorkStore, rescan_source
+from tests.unit.roles.test_worker import drain
+
+WORKER = "host:7"
+
+
+class NamedBatch(FakeBatch):
+    @property
+    def entries(self) -> list[Entry]:
+        return [Entry(int(r["user_id"]), int(r[ATTEMPT_COLUMN])) for r in self.rows]
+
+
+class UnnamedStore(FakeWorkStore):
+    """A row-mode store as the worker sees it: its rows record no worker (StartsUnnamed)."""
+
+    def start(self, entries: Sequence[Entry], columns: Sequence[str] = ()) -> FakeBatch:
+        batch = super().start(entries, columns)
+        batch.__class__ = NamedBatch  # the same batch, saying which entries it started
+        return batch
+
+    def requeue_started(self, entries: Sequence[Entry]) -> int:
+        raise AssertionError("the supervisor's, never the worker's")
+
+
+class Recording(ReadyQueue):
+    def __init__(self, client: fakeredis.FakeRedis) -> None:
+        super().__init__(client, Keys("unit"))
+        self.released: list[bytes] = []
+        self.dropped: list[list[bytes]] = []
+        self.live: list[list[tuple[str, list[bytes]]]] = []  # the started set at each drop
+
+    def release_hold(self, worker: str, started: bytes = b"") -> None:
+        assert worker == WORKER
+        self.released.append(started)
+        super().release_hold(worker, started)
+
+    def drop_started(self, worker: str, records: Sequence[bytes]) -> None:
+        self.live.append(self.started_by(worker))
+        self.dropped.append(list(records))
+        super().drop_started(worker, records)
+
+
+def run(store: FakeWorkStore, queue: Recording) -> None:
+    settings = WorkerSettings(pop_batch=2, block_timeout_s=0.1)
+    stores = cast(dict[str, SourceStore], {"users": store})
+    handler = Handler("users", lambda row: None, batch=False)
+    drain(Worker(stores, {"users": handler}, queue, settings, process=WORKER))
+
+
+def test_each_started_batch_is_recorded_with_its_holds_release_and_dropped_when_over(
+    fake_redis: fakeredis.FakeRedis,
+) -> None:
+    store = UnnamedStore(rescan_source(), {1: 1, 2: 3, 3: 1})
+    assert isinstance(store, StartsUnnamed)
+    assert isinstance(store.start([Entry(1, 1)]), NamesStarted)
+    store = UnnamedStore(rescan_source(), {1: 1, 2: 3, 3: 1})
+    queue = Recording(fake_redis)
+    queue.push("users", [Entry(1, 1), Entry(2, 3), Entry(3, 1), Entry(4, 1)])  # 4: stale, no row
+    run(store, queue)
+
+    records = [r for r in queue.released if r]
+    assert [decode_hold(r) for r in records] == [("users", [b"1:1", b"2:3"]), ("users", [b"3:1"])]
+    assert len(queue.released) == 2, "one release per popped batch, the record riding on it"
+    assert queue.dropped == [[records[0]], [records[1]]]
+    assert queue.live[0] == [decode_hold(records[0])]  # recorded while its rows were in flight
+    assert queue.started_by(WORKER) == []
+    assert sorted(int(r["user_id"]) for r, _ in store.acked) == [1, 2, 3]
+
+
+def test_a_store_whose_rows_name_their_worker_records_nothing(fake_redis: fakeredis.FakeRedis) -> None:
+    store = FakeWorkStore(rescan_source(), {1: 1, 2: 1})
+    queue = Recording(fake_redis)
+    queue.push("users", [Entry(1, 1), Entry(2, 1)])
+    run(store, queue)
+    assert queue.released == [b""]
+    assert queue.dropped == []
+    assert not fake_redis.exists(queue.keys.started(WORKER))
