@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence, Set
 
 from ..shared.api.handlers import Handler
-from ..shared.entries import BadEntry, Entry, decode_entry, encode_entry, encode_hold
+from ..shared.entries import BadEntry, Entry, decode_entry, encode_entry
 from ..shared.fanout.protocol import Queue
 from ..shared.settings import WorkerSettings
 from ..shared.storage.protocol import NamesStarted, StartsUnnamed
@@ -22,6 +22,7 @@ from .acker import Acker
 from .flight import Flight
 from .report import log_locked
 from .runner import LoopRunner, ThreadRunner
+from .started import StartedLog
 
 log = logging.getLogger("duecast.worker")
 PAUSED_WAIT_S = 0.2  # every source paused: look again this often (a pause is read every 0.5 s)
@@ -67,7 +68,8 @@ class Starter:
         self._rng = random.Random()
         self.flights: list[Flight] = []  # changed in place: the other parts read the same list
         self.holding = False
-        self._record = b""  # the started record the next release_hold adds (record_started)
+        # Its started records in Redis (worker/started.py); None without a registry name.
+        self.started = StartedLog(queue, process) if process is not None else None
         self.rows_per_entry = {name: s.rows_per_entry for name, s in stores.items()}
         self.paused: Callable[[], Set[str]] = frozenset  # the sources an operator paused
 
@@ -146,13 +148,12 @@ class Starter:
         """A batch of rows that record no worker in MySQL (re-scan rows, spans): its record joins
         this process's started set with the release of the hold it was popped into (one MULTI,
         release_hold), so that a supervisor hands it back the moment this process exits. Per
-        batch, never per row; without a registry name there is no supervisor to read it."""
+        batch, never per row (worker/started.py); without a registry name no supervisor reads it."""
         store, batch = flight.store, flight.batch
-        if self.process is None or not isinstance(store, StartsUnnamed):
+        if self.started is None or not isinstance(store, StartsUnnamed):
             return
         if isinstance(batch, NamesStarted) and batch.entries:
-            flight.record = encode_hold(flight.source, [encode_entry(e.id, e.attempt) for e in batch.entries])
-            self._record = flight.record
+            flight.record = self.started.add(flight.source, batch.entries)
 
     def submit_waiting(self) -> None:
         """Hand started rows to the runners; suspects only once nothing else is in flight (a death
@@ -177,8 +178,8 @@ class Starter:
             observe.batch_done("worker", flight.source, flight.started)
         self.submit_waiting()
         records = [f.record for f in over if f.record]
-        if records and self.process is not None:  # last: a Redis error must not hold the rest up
-            self.queue.drop_started(self.process, records)
+        if records and self.started is not None:  # last: a Redis error must not hold the rest up
+            self.started.over(records)
 
     def close(self, flight: Flight, *, leaving: bool) -> None:
         result = flight.batch.settle()  # counts of spans a last fail() finished
@@ -204,9 +205,8 @@ class Starter:
 
     def release_hold(self) -> None:
         """Every group of the popped batch started: its hold in Redis is done with."""
-        if not self.holding and self.process is not None:
-            record, self._record = self._record, b""
-            self.queue.release_hold(self.process, record)
+        if not self.holding and self.started is not None:
+            self.started.release()
 
     def hand_back_later(self, flight: Flight) -> None:
         """The groups of `flight`'s popped batch not started yet, back to their ready list now."""

@@ -34,10 +34,11 @@ class Keys:
         return f"{{{self.prefix}}}:inflight:{worker}"
 
     def started(self, worker: str) -> str:
-        """A set of the batches a worker started and has not finished, one hold record each
-        ("<source>\n<entry> ..."), for the sources whose started rows record no worker in MySQL
-        (re-scan rows, range mode's spans): what its supervisor hands back the moment it exits.
-        Expires on its own (queue.STARTED_TTL_S); lost with Redis, the leases cover it."""
+        """A hash of the batches a worker started: batch number -> hold record ("<source>\n<entry>
+        ..."), empty once the batch is over (the worker rewrites it to the live ones now and then),
+        for the sources whose started rows record no worker in MySQL (re-scan rows, range mode's
+        spans): what its supervisor hands back the moment it exits. Expires on its own
+        (started.STARTED_TTL_S); lost with Redis, the leases cover it."""
         return f"{{{self.prefix}}}:started:{worker}"
 
     def bell(self, source: str) -> str:

@@ -1,15 +1,17 @@
 """Workers' started records: the batches of re-scan rows and range-mode spans a worker has started
-and not finished, one hold record each, in a set per worker (Keys.started). Those rows record no
+and not finished, one hold record each, in a hash per worker (Keys.started). Those rows record no
 worker in MySQL, so this is how a supervisor knows what its exited child held (worker/handback.py).
 
 A hint only, like a hold: every record is fenced on (id, attempt) and RUNNING when used, so a stale
-or lost one costs nothing but the lease the rows would have waited for anyway. No SQL here.
+or lost one costs nothing but the lease the rows would have waited for anyway. Only commands the
+least-privilege ACL grants already (HSET, HGETALL, DEL, EXPIRE, MULTI): no set commands, no HDEL.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..entries import BadHold, decode_hold
 from .client import RedisClient, translating
@@ -19,24 +21,24 @@ from .retype import Retyper
 
 log = logging.getLogger("duecast.queue")
 
-# A started set outlives its worker by at most this (refreshed at each batch it adds): a worker that
-# exits without finishing its batches (grace ran out) and is never handed back leaves nothing behind.
-# A record that expired under a batch running longer costs only that batch's lease at a kill.
+# A started hash outlives its worker by at most this (refreshed at each write): a worker that exits
+# without finishing its batches (grace ran out) and is never handed back leaves nothing behind. A
+# record that expired under a batch running longer costs only that batch's lease at a kill.
 STARTED_TTL_S = 86_400
 
 
 class StartedRecords:
-    """ReadyQueue's part for started records and the release of a hold (which may add one)."""
+    """ReadyQueue's part for started records, and the release of a hold (which may add some)."""
 
     client: RedisClient
     keys: Keys
     _retype: Retyper
 
     @translating
-    def release_hold(self, worker: str, started: bytes = b"") -> None:
-        """The popped batch is started (or handed back): its hold goes, and `started`, the record
-        of what it started (entries.encode_hold), joins the worker's started set, in one MULTI, so
-        there is no instant at which neither says those rows are the worker's."""
+    def release_hold(self, worker: str, started: Mapping[bytes, bytes] | None = None) -> None:
+        """The popped batch is started (or handed back): its hold goes and `started` (batch number
+        -> record, entries.encode_hold) joins the worker's started hash, in one MULTI, so there is
+        no instant at which neither says those rows are the worker's."""
         hold, key = self.keys.inflight(worker), self.keys.started(worker)
         if not started:
             self.client.delete(hold)
@@ -44,30 +46,58 @@ class StartedRecords:
 
         def release() -> object:
             pipe = self.client.pipeline(transaction=True)
-            pipe.sadd(key, started)
+            pipe.hset(key, mapping=_fields(started))
             pipe.expire(key, STARTED_TTL_S)
             pipe.delete(hold)
             return pipe.execute()
 
-        self._retype.call([(NO_SOURCE, key, "set")], release)
+        self._retype.call([(NO_SOURCE, key, "hash")], release)
 
     @translating
-    def drop_started(self, worker: str, records: Sequence[bytes]) -> None:
-        """Batches `worker` finished (acked, failed, or left to their leases): their records go."""
+    def end_started(self, worker: str, fields: Sequence[bytes]) -> None:
+        """Batches `worker` finished: their records blanked (HSET to empty; the ACL grants no HDEL)."""
         key = self.keys.started(worker)
-        if records:
-            self._retype.call([(NO_SOURCE, key, "set")], lambda: self.client.srem(key, *records))
+
+        def blank() -> object:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hset(key, mapping=_fields(dict.fromkeys(fields, b"")))
+            pipe.expire(key, STARTED_TTL_S)
+            return pipe.execute()
+
+        if fields:
+            self._retype.call([(NO_SOURCE, key, "hash")], blank)
+
+    @translating
+    def reset_started(self, worker: str, live: Mapping[bytes, bytes]) -> None:
+        """`worker`'s started hash rewritten to the records of its batches still in flight (none:
+        deleted), in one MULTI: how it sheds the blanks of batches long over."""
+        key = self.keys.started(worker)
+        if not live:
+            self.client.delete(key)
+            return
+
+        def rewrite() -> object:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.delete(key)
+            pipe.hset(key, mapping=_fields(live))
+            pipe.expire(key, STARTED_TTL_S)
+            return pipe.execute()
+
+        self._retype.call([(NO_SOURCE, key, "hash")], rewrite)
 
     @translating
     def started_by(self, worker: str) -> list[tuple[str, list[bytes]]]:
-        """(source, raw entries) of each batch `worker` recorded as started and not finished. A
-        record that does not parse is skipped with one WARNING line: its rows wait for their leases."""
+        """(source, raw entries) of each batch `worker` recorded as started and not finished, in
+        the order it started them. A record that does not parse is skipped with one WARNING line:
+        its rows wait for their leases."""
         key = self.keys.started(worker)
-        members = self._retype.call([(NO_SOURCE, key, "set")], lambda: self.client.smembers(key))
+        found = self._retype.call([(NO_SOURCE, key, "hash")], lambda: self.client.hgetall(key))
         out = []
-        for member in sorted(_b(m) for m in members):
+        for _, record in sorted((_number(f), _b(v)) for f, v in found.items()):
+            if not record:
+                continue  # a batch that is over
             try:
-                out.append(decode_hold(member))
+                out.append(decode_hold(record))
             except BadHold as bad:
                 log.warning(
                     "a started record of worker %s does not parse (%s); its rows wait for their leases",
@@ -79,9 +109,20 @@ class StartedRecords:
 
     @translating
     def forget_started(self, worker: str) -> None:
-        """`worker` is gone and handed back (or its leases cover it): its started set goes."""
+        """`worker` is gone and handed back (or its leases cover it): its started hash goes."""
         self.client.delete(self.keys.started(worker))
+
+
+def _fields(mapping: Mapping[bytes, bytes]) -> dict[Any, Any]:
+    """HSET's mapping (redis-py types it as a dict of any encodable key and value)."""
+    return dict(mapping)
 
 
 def _b(value: object) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
+
+
+def _number(field: object) -> int:
+    """A batch number (the order of the worker's starts); anything else sorts first."""
+    text = _b(field)
+    return int(text) if text.isdigit() and len(text) < 19 else -1

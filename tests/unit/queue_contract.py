@@ -125,38 +125,43 @@ class QueueContract:
 
     # --- started records (fanout/started.py): what a supervisor hands back of re-scan rows ---------
 
-    def test_releasing_a_hold_with_a_record_moves_the_batch_to_the_started_set(
-        self, queue: ReadyQueue
-    ) -> None:
+    def test_releasing_a_hold_with_records_adds_them_to_the_started_hash(self, queue: ReadyQueue) -> None:
         queue.push("alpha", _entries(range(1, 4)))
         assert queue.pop_held("w1", ["alpha"], 3, SHORT_TIMEOUT_S) is not None
         first = encode_hold("alpha", [b"1:1", b"2:1"])  # what the start found still dispatched
-        queue.release_hold("w1", first)
+        queue.release_hold("w1", {b"9": first})
         assert queue.held_by("w1") is None
-        second = encode_hold("beta", [b"7:3"])
-        queue.release_hold("w1", second)
+        queue.release_hold("w1", {b"10": encode_hold("beta", [b"7:3"])})
+        # In the order of the batches' numbers (9 before 10: numbers, not text).
         assert queue.started_by("w1") == [("alpha", [b"1:1", b"2:1"]), ("beta", [b"7:3"])]
         assert queue.started_by("w2") == []  # each worker's own
         ttl = queue.client.ttl(queue.keys.started("w1"))
         assert 0 < ttl <= STARTED_TTL_S  # a worker never handed back leaves nothing for good
 
-        queue.drop_started("w1", [first])  # that batch is over
+        queue.end_started("w1", [b"9"])  # that batch is over
         assert queue.started_by("w1") == [("beta", [b"7:3"])]
-        queue.drop_started("w1", [])
+        queue.end_started("w1", [])
+        queue.reset_started("w1", {b"11": encode_hold("alpha", [b"5:2"])})  # rewritten to the live ones
+        assert queue.client.hlen(queue.keys.started("w1")) == 1
+        assert queue.started_by("w1") == [("alpha", [b"5:2"])]
+        queue.reset_started("w1", {})
+        assert not queue.client.exists(queue.keys.started("w1"))
+        queue.release_hold("w1", {b"12": first})
         queue.forget_started("w1")
         assert queue.started_by("w1") == []
 
     def test_a_started_record_that_does_not_parse_is_skipped_with_one_warning(
         self, queue: ReadyQueue, caplog: pytest.LogCaptureFixture
     ) -> None:
-        queue.client.sadd(queue.keys.started("w1"), b"\xff\xff", encode_hold("alpha", [b"1:1"]))
+        key = queue.keys.started("w1")
+        queue.client.hset(key, mapping={b"x": b"\xff\xff", b"1": encode_hold("alpha", [b"1:1"])})
         with caplog.at_level(logging.WARNING, logger="duecast.queue"):
             assert queue.started_by("w1") == [("alpha", [b"1:1"])]
         assert [getattr(r, "event", None) for r in caplog.records] == ["queue.bad_started"]
 
-    def test_a_started_set_of_the_wrong_type_is_moved_aside(self, queue: ReadyQueue) -> None:
-        queue.client.set(queue.keys.started("w1"), b"not a set")
-        queue.release_hold("w1", encode_hold("alpha", [b"1:1"]))
+    def test_a_started_hash_of_the_wrong_type_is_moved_aside(self, queue: ReadyQueue) -> None:
+        queue.client.set(queue.keys.started("w1"), b"not a hash")
+        queue.release_hold("w1", {b"1": encode_hold("alpha", [b"1:1"])})
         assert queue.started_by("w1") == [("alpha", [b"1:1"])]
 
     def test_a_hold_written_by_an_older_release_still_reads(self, queue: ReadyQueue) -> None:

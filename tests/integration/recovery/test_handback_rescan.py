@@ -28,7 +28,7 @@ def test_an_exited_workers_started_rescan_rows_are_due_at_once_and_pushed_first(
     exited = env.store.start(mine[:4])
     live = env.other_store().start(mine[4:])
     for worker, part in ((EXITED, mine[:4]), (LIVE, mine[4:])):  # as each worker's Starter records it
-        queue.release_hold(worker, encode_hold(name, [encode_entry(e.id, e.attempt) for e in part]))
+        queue.release_hold(worker, {b"0": encode_hold(name, [encode_entry(e.id, e.attempt) for e in part])})
     assert exited.ack([(exited.rows[0], Ack.touch())]).acked == 1  # row 1: done before the exit
     exited.close()  # the process is gone: nobody renews its leases
 

@@ -5,19 +5,20 @@ started rows record their worker in MySQL (job runs, a group's messages) write n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import cast
 
 import fakeredis
 
 from duecast.shared.api.handlers import Handler
-from duecast.shared.entries import Entry, decode_hold
+from duecast.shared.entries import Entry, encode_hold
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import WorkerSettings
 from duecast.shared.states import ATTEMPT_COLUMN
 from duecast.shared.storage.protocol import NamesStarted, StartsUnnamed
 from duecast.shared.storage.source_store import SourceStore
+from duecast.worker.started import SLACK, StartedLog
 from duecast.worker.worker import Worker
 from tests.unit.fakes import FakeBatch, FakeWorkStore, rescan_source
 from tests.unit.roles.test_worker import drain
@@ -46,19 +47,21 @@ class UnnamedStore(FakeWorkStore):
 class Recording(ReadyQueue):
     def __init__(self, client: fakeredis.FakeRedis) -> None:
         super().__init__(client, Keys("unit"))
-        self.released: list[bytes] = []
-        self.dropped: list[list[bytes]] = []
-        self.live: list[list[tuple[str, list[bytes]]]] = []  # the started set at each drop
+        self.released: list[dict[bytes, bytes]] = []
+        self.over: list[list[tuple[str, list[bytes]]]] = []  # the started records when a batch ended
 
-    def release_hold(self, worker: str, started: bytes = b"") -> None:
+    def release_hold(self, worker: str, started: Mapping[bytes, bytes] | None = None) -> None:
         assert worker == WORKER
-        self.released.append(started)
+        self.released.append(dict(started or {}))
         super().release_hold(worker, started)
 
-    def drop_started(self, worker: str, records: Sequence[bytes]) -> None:
-        self.live.append(self.started_by(worker))
-        self.dropped.append(list(records))
-        super().drop_started(worker, records)
+    def end_started(self, worker: str, fields: Sequence[bytes]) -> None:
+        self.over.append(self.started_by(worker))
+        super().end_started(worker, fields)
+
+    def reset_started(self, worker: str, live: Mapping[bytes, bytes]) -> None:
+        self.over.append(self.started_by(worker))
+        super().reset_started(worker, live)
 
 
 def run(store: FakeWorkStore, queue: Recording) -> None:
@@ -80,11 +83,15 @@ def test_each_started_batch_is_recorded_with_its_holds_release_and_dropped_when_
     run(store, queue)
 
     records = [r for r in queue.released if r]
-    assert [decode_hold(r) for r in records] == [("users", [b"1:1", b"2:3"]), ("users", [b"3:1"])]
-    assert len(queue.released) == 2, "one release per popped batch, the record riding on it"
-    assert queue.dropped == [[records[0]], [records[1]]]
-    assert queue.live[0] == [decode_hold(records[0])]  # recorded while its rows were in flight
+    assert records == [
+        {b"0": encode_hold("users", [b"1:1", b"2:3"])},
+        {b"1": encode_hold("users", [b"3:1"])},
+    ]
+    assert len(queue.released) == 2, "one release per popped batch, the records riding on it"
+    # Each recorded while its rows were in flight; nothing left once every batch is over.
+    assert queue.over == [[("users", [b"1:1", b"2:3"])], [("users", [b"3:1"])]]
     assert queue.started_by(WORKER) == []
+    assert not fake_redis.exists(queue.keys.started(WORKER))
     assert sorted(int(r["user_id"]) for r, _ in store.acked) == [1, 2, 3]
 
 
@@ -93,6 +100,43 @@ def test_a_store_whose_rows_name_their_worker_records_nothing(fake_redis: fakere
     queue = Recording(fake_redis)
     queue.push("users", [Entry(1, 1), Entry(2, 1)])
     run(store, queue)
-    assert queue.released == [b""]
-    assert queue.dropped == []
+    assert queue.released == [{}]
+    assert queue.over == []
     assert not fake_redis.exists(queue.keys.started(WORKER))
+
+
+class Log(ReadyQueue):
+    """Counts what reaches Redis from a StartedLog."""
+
+    def __init__(self, client: fakeredis.FakeRedis) -> None:
+        super().__init__(client, Keys("unit"))
+        self.calls: list[str] = []
+
+    def end_started(self, worker: str, fields: Sequence[bytes]) -> None:
+        self.calls.append("blank")
+        super().end_started(worker, fields)
+
+    def reset_started(self, worker: str, live: Mapping[bytes, bytes]) -> None:
+        self.calls.append("rewrite" if live else "delete")
+        super().reset_started(worker, live)
+
+
+def test_the_started_hash_stays_about_as_big_as_what_is_in_flight(fake_redis: fakeredis.FakeRedis) -> None:
+    """An async worker always has batches in flight: ended ones are blanked, and the hash is
+    rewritten to the live ones once the blanks exceed twice them plus SLACK."""
+    queue = Log(fake_redis)
+    log = StartedLog(queue, WORKER)
+    key = queue.keys.started(WORKER)
+    live = [log.add("users", [Entry(1, 1)]) for _ in range(3)]
+    log.release()
+    for n in range(100):  # one ends, one starts, three always in flight
+        ended, live = live[0], [*live[1:], log.add("users", [Entry(n + 2, 1)])]
+        log.release()
+        log.over([ended])
+        assert fake_redis.hlen(key) <= 3 + 1 + 2 * 3 + SLACK
+        assert len(queue.started_by(WORKER)) == 3
+    assert queue.calls.count("rewrite") >= 4
+    assert "delete" not in queue.calls
+    log.over(live)
+    assert queue.calls[-1] == "delete"
+    assert not fake_redis.exists(key)
