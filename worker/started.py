@@ -24,11 +24,14 @@ class StartedLog:
         self.blanks = 0  # records blanked since the hash was last rewritten
         self._next = 0
 
-    def add(self, source: str, entries: Sequence[Entry]) -> bytes:
-        """Record a started batch; returns its number (for `over`). Written by the next `release`."""
+    def add(self, source: str, entries: Sequence[Entry], raws: Sequence[bytes] | None = None) -> bytes:
+        """Record a started batch (`raws`: its entries as popped, when they are exactly these: a
+        join, ten times cheaper than encoding 2,000 entries again); returns its number (for
+        `over`). Written by the next `release`."""
         field = b"%d" % self._next
         self._next += 1
-        record = encode_hold(source, [encode_entry(e.id, e.attempt) for e in entries])
+        raws = [encode_entry(e.id, e.attempt) for e in entries] if raws is None else raws
+        record = encode_hold(source, raws)
         self.live[field] = self.unwritten[field] = record
         return field
 

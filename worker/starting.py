@@ -107,15 +107,24 @@ class Starter:
             self.queue.quarantine(source, bad)
         if entries:
             try:
-                self.start(source, entries)
+                # Every entry popped valid and unique: their bytes are the started record's (a join).
+                self.start(source, entries, popped=None if bad or dupes else raws)
             except Exception as exc:
                 if is_transient(exc):  # MySQL outlasted worker.unit_retry_s; else the sweeper decides
                     self.hand_back(source, raws)
                 raise  # the loop logs `tick failed` and backs off
         self.release_hold()
 
-    def start(self, source: str, entries: Sequence[Entry], later: Sequence[Sequence[Entry]] = ()) -> None:
-        """Start `entries` (committed, leased) and hand their rows to the runners."""
+    def start(
+        self,
+        source: str,
+        entries: Sequence[Entry],
+        later: Sequence[Sequence[Entry]] = (),
+        *,
+        popped: Sequence[bytes] | None = None,
+    ) -> None:
+        """Start `entries` (committed, leased) and hand their rows to the runners. `popped`: the
+        entries as popped, when they are exactly `entries` (for the started record)."""
         store, handler = self.stores[source], self.handlers[source]
         batch = retry_transient(
             lambda: store.start(entries, handler.columns),
@@ -141,10 +150,10 @@ class Starter:
             self.close(flight, leaving=False)
             return
         self.flights.append(flight)
-        self.record_started(flight)
+        self.record_started(flight, popped)
         self.submit_waiting()
 
-    def record_started(self, flight: Flight) -> None:
+    def record_started(self, flight: Flight, popped: Sequence[bytes] | None = None) -> None:
         """A batch of rows that record no worker in MySQL (re-scan rows, spans): its record joins
         this process's started set with the release of the hold it was popped into (one MULTI,
         release_hold), so that a supervisor hands it back the moment this process exits. Per
@@ -153,7 +162,9 @@ class Starter:
         if self.started is None or not isinstance(store, StartsUnnamed):
             return
         if isinstance(batch, NamesStarted) and batch.entries:
-            flight.record = self.started.add(flight.source, batch.entries)
+            started = batch.entries
+            as_popped = popped is not None and len(popped) == len(started)  # every one started
+            flight.record = self.started.add(flight.source, started, popped if as_popped else None)
 
     def submit_waiting(self) -> None:
         """Hand started rows to the runners; suspects only once nothing else is in flight (a death
