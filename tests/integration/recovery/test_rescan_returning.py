@@ -5,13 +5,20 @@ RUNNING, so what it acked stays acked and its late ack never lands."""
 
 from __future__ import annotations
 
+import pymysql
 import pytest
 
 from duecast.dispatcher.dispatcher import Dispatcher
 from duecast.dispatcher.redelivery import Redelivery
 from duecast.shared.acks import Ack
 from duecast.shared.entries import Entry
+from duecast.shared.process.runtime import build_stores
+from duecast.shared.queries.ranges import ranges_table
+from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.protocol import StartsUnnamed
+from duecast.shared.storage.range_store import RangeStore
+from tests.integration import range_app
 from tests.integration.conftest import Env
 from tests.integration.flow.store_helpers import DISPATCHED, IDLE, RUNNING, MakeEnv
 
@@ -86,3 +93,37 @@ def test_requeue_started_is_fenced_and_its_rows_come_back_first(make_env: MakeEn
     fresh.close()
     batch.close()
     assert env.states()[3] == (DISPATCHED, 2)
+
+
+def test_spans_coming_back_are_claimed_first_and_handed_back_fenced(
+    mysql_settings: MySQLSettings, redis_settings: RedisSettings, sql: pymysql.cursors.Cursor
+) -> None:
+    """Range mode: the same on its ranges table (RangeStore.returning, requeue_started)."""
+    src = range_app.users_source(sql, 500)  # spans 1-6 (ids 1-500, 100 per span)
+    settings = Settings(mysql=mysql_settings, redis=redis_settings, sources=[src], jobs={"enabled": False})
+    try:
+        migrate.apply(settings)
+        (store,) = build_stores(settings, [src])
+        assert isinstance(store, RangeStore)
+        assert isinstance(store, StartsUnnamed)
+        store.discover(full=True)
+        first = store.claim_due(2)
+        assert store.returning == 0
+        store.start(first).close()  # its worker died: nobody renews the spans' leases
+        sql.execute(
+            f"UPDATE `{ranges_table(src)}` SET dc_dispatched_at = dc_dispatched_at - INTERVAL 60 SECOND "
+            "WHERE dc_state = 2"
+        )
+        assert store.requeue_interrupted(100) == 2
+        again = store.claim_due(10)
+        assert store.returning == 2
+        assert again[:2] == [Entry(e.id, 2) for e in first]
+        batch = store.start(again)
+        assert store.requeue_started([Entry(e.id, 1) for e in again[:2]]) == 0  # their old attempt
+        assert store.requeue_started(again) == len(again)  # handed back, as a supervisor does
+        batch.close()
+        assert store.claim_due(10) == [Entry(e.id, e.attempt + 1) for e in again]
+        assert store.returning == len(again)
+        store.close()
+    finally:
+        sql.execute(f"DROP TABLE IF EXISTS `{src.table}`, `{ranges_table(src)}`")
