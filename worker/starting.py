@@ -189,7 +189,7 @@ class Starter:
             observe.batch_done("worker", flight.source, flight.started)
         self.submit_waiting()
         records = [f.record for f in over if f.record]
-        if records and self.started is not None:  # last: a Redis error must not hold the rest up
+        if records and self.started is not None:  # blanked by the next pop's release
             self.started.over(records)
 
     def close(self, flight: Flight, *, leaving: bool) -> None:

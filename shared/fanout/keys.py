@@ -35,7 +35,8 @@ class Keys:
 
     def started(self, worker: str) -> str:
         """A hash of the batches a worker started: batch number -> hold record ("<source>\n<entry>
-        ..."), empty once the batch is over (the worker rewrites it to the live ones now and then),
+        ..."), emptied at the pop after the batch is over (and the hash rewritten to the live ones
+        now and then), all in the MULTI that releases a pop's hold (worker/started.py),
         for the sources whose started rows record no worker in MySQL (re-scan rows, range mode's
         spans): what its supervisor hands back the moment it exits. Expires on its own
         (started.STARTED_TTL_S); lost with Redis, the leases cover it."""

@@ -45,12 +45,13 @@ class Queue(Protocol):
     def pop_held(
         self, worker: str, sources: Sequence[str], count: int | Sequence[int], timeout_s: float
     ) -> tuple[str, list[bytes]] | None: ...  # pop, and record the batch as `worker`'s hold
-    # The hold goes; `started` (batch number -> hold record) joins the worker's started hash.
-    def release_hold(self, worker: str, started: Mapping[bytes, bytes] | None = None) -> None: ...
+    # The hold goes; `started` (batch number -> hold record, b"": over) is written to the worker's
+    # started hash (`replace`: the hash becomes its non-empty records), in one MULTI.
+    def release_hold(
+        self, worker: str, started: Mapping[bytes, bytes] | None = None, *, replace: bool = False
+    ) -> None: ...
     def held_by(self, worker: str) -> tuple[str, list[bytes]] | None: ...
-    # Batches of rows that record no worker in MySQL (re-scan rows, spans), started and not finished.
-    def end_started(self, worker: str, fields: Sequence[bytes]) -> None: ...  # those batches are over
-    def reset_started(self, worker: str, live: Mapping[bytes, bytes]) -> None: ...  # rewritten to `live`
+    # Batches of rows that record no worker in MySQL (re-scan rows, spans), started, maybe over.
     def started_by(self, worker: str) -> list[tuple[str, list[bytes]]]: ...
     def forget_started(self, worker: str) -> None: ...
     def data_lost(self) -> bool: ...  # the epoch canary was missing: every entry may be gone

@@ -1,5 +1,6 @@
 """Workers' started records: the batches of re-scan rows and range-mode spans a worker has started
-and not finished, one hold record each, in a hash per worker (Keys.started). Those rows record no
+(those over since its last pop blanked at its next), one hold record each, in a hash per worker
+(Keys.started). Those rows record no
 worker in MySQL, so this is how a supervisor knows what its exited child held (worker/handback.py).
 
 A hint only, like a hold: every record is fenced on (id, attempt) and RUNNING when used, so a stale
@@ -10,7 +11,7 @@ least-privilege ACL grants already (HSET, HGETALL, DEL, EXPIRE, MULTI): no set c
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from ..entries import BadHold, decode_hold
@@ -35,55 +36,31 @@ class StartedRecords:
     _retype: Retyper
 
     @translating
-    def release_hold(self, worker: str, started: Mapping[bytes, bytes] | None = None) -> None:
+    def release_hold(
+        self, worker: str, started: Mapping[bytes, bytes] | None = None, *, replace: bool = False
+    ) -> None:
         """The popped batch is started (or handed back): its hold goes and `started` (batch number
-        -> record, entries.encode_hold) joins the worker's started hash, in one MULTI, so there is
-        no instant at which neither says those rows are the worker's."""
+        -> record, entries.encode_hold; an empty record: that batch is over) is written to the
+        worker's started hash, in one MULTI, so there is no instant at which neither says those
+        rows are the worker's. `replace`: the hash becomes `started`'s non-empty records alone
+        (how the worker sheds the blanks of batches long over; the ACL grants no HDEL)."""
         hold, key = self.keys.inflight(worker), self.keys.started(worker)
-        if not started:
+        if not started and not replace:
             self.client.delete(hold)
             return
+        kept = {f: r for f, r in (started or {}).items() if r or not replace}
 
         def release() -> object:
             pipe = self.client.pipeline(transaction=True)
-            pipe.hset(key, mapping=_fields(started))
-            pipe.expire(key, STARTED_TTL_S)
+            if replace:
+                pipe.delete(key)
+            if kept:
+                pipe.hset(key, mapping=_fields(kept))
+                pipe.expire(key, STARTED_TTL_S)
             pipe.delete(hold)
             return pipe.execute()
 
         self._retype.call([(NO_SOURCE, key, "hash")], release)
-
-    @translating
-    def end_started(self, worker: str, fields: Sequence[bytes]) -> None:
-        """Batches `worker` finished: their records blanked (HSET to empty; the ACL grants no HDEL)."""
-        key = self.keys.started(worker)
-
-        def blank() -> object:
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hset(key, mapping=_fields(dict.fromkeys(fields, b"")))
-            pipe.expire(key, STARTED_TTL_S)
-            return pipe.execute()
-
-        if fields:
-            self._retype.call([(NO_SOURCE, key, "hash")], blank)
-
-    @translating
-    def reset_started(self, worker: str, live: Mapping[bytes, bytes]) -> None:
-        """`worker`'s started hash rewritten to the records of its batches still in flight (none:
-        deleted), in one MULTI: how it sheds the blanks of batches long over."""
-        key = self.keys.started(worker)
-        if not live:
-            self.client.delete(key)
-            return
-
-        def rewrite() -> object:
-            pipe = self.client.pipeline(transaction=True)
-            pipe.delete(key)
-            pipe.hset(key, mapping=_fields(live))
-            pipe.expire(key, STARTED_TTL_S)
-            return pipe.execute()
-
-        self._retype.call([(NO_SOURCE, key, "hash")], rewrite)
 
     @translating
     def started_by(self, worker: str) -> list[tuple[str, list[bytes]]]:

@@ -138,13 +138,12 @@ class QueueContract:
         ttl = queue.client.ttl(queue.keys.started("w1"))
         assert 0 < ttl <= STARTED_TTL_S  # a worker never handed back leaves nothing for good
 
-        queue.end_started("w1", [b"9"])  # that batch is over
+        queue.release_hold("w1", {b"9": b""})  # that batch is over (blanked at the next release)
         assert queue.started_by("w1") == [("beta", [b"7:3"])]
-        queue.end_started("w1", [])
-        queue.reset_started("w1", {b"11": encode_hold("alpha", [b"5:2"])})  # rewritten to the live ones
+        queue.release_hold("w1", {b"11": encode_hold("alpha", [b"5:2"])}, replace=True)  # the live ones
         assert queue.client.hlen(queue.keys.started("w1")) == 1
         assert queue.started_by("w1") == [("alpha", [b"5:2"])]
-        queue.reset_started("w1", {})
+        queue.release_hold("w1", {b"11": b""}, replace=True)  # none live
         assert not queue.client.exists(queue.keys.started("w1"))
         queue.release_hold("w1", {b"12": first})
         queue.forget_started("w1")
