@@ -133,9 +133,11 @@ class _RecordingQueue(ReadyQueue):
         self.counts.append(count)
         return self.pop(sources, count if isinstance(count, int) else min(count), timeout_s)
 
-    def release_hold(self, worker: str, started: Mapping[bytes, bytes] | None = None) -> None:
+    def release_hold(
+        self, worker: str, started: Mapping[bytes, bytes] | None = None, *, replace: bool = False
+    ) -> None:
         self.calls.append(("release_hold", worker))
-        super().release_hold(worker, started)
+        super().release_hold(worker, started, replace=replace)
 
 
 @pytest.mark.parametrize("process", [None, "host:123"])
