@@ -1,7 +1,7 @@
 """Workers' started records: the batches of re-scan rows and range-mode spans a worker has started
 (those over since its last pop blanked at its next), one hold record each, in a hash per worker
-(Keys.started). Those rows record no
-worker in MySQL, so this is how a supervisor knows what its exited child held (worker/handback.py).
+(Keys.started). Those rows record no worker in MySQL, so this is how a supervisor knows what its
+exited child held (worker/handback.py).
 
 A hint only, like a hold: every record is fenced on (id, attempt) and RUNNING when used, so a stale
 or lost one costs nothing but the lease the rows would have waited for anyway. Only commands the
@@ -64,8 +64,8 @@ class StartedRecords:
 
     @translating
     def started_by(self, worker: str) -> list[tuple[str, list[bytes]]]:
-        """(source, raw entries) of each batch `worker` recorded as started and not finished, in
-        the order it started them. A record that does not parse is skipped with one WARNING line:
+        """(source, raw entries) of each batch `worker` recorded as started and not blanked since,
+        in the order it started them. A record that does not parse is skipped with one WARNING line:
         its rows wait for their leases."""
         key = self.keys.started(worker)
         found = self._retype.call([(NO_SOURCE, key, "hash")], lambda: self.client.hgetall(key))
