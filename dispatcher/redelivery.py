@@ -198,6 +198,7 @@ class Redelivery:
                 self._hold_kept(worker, exc)
                 continue
             self.queue.release_hold(worker)
+            self.queue.forget_started(worker)  # its started rows' leases have run out by now, or will
             self._forget(worker)
         self.counts["held"] += total
         return total

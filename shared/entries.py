@@ -6,6 +6,7 @@ Redis; the queue stores these bytes (shared/fanout), the stores fence on the pai
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import DuecastError
@@ -61,6 +62,12 @@ class BadHold(DuecastError, ValueError):
         super().__init__(reason)
         self.reason = reason
         self.raw = raw
+
+
+def encode_hold(source: str, raws: Sequence[bytes]) -> bytes:
+    """A hold record "<source>\n<entry> <entry> ..." (what decode_hold reads): one value per batch,
+    so a batch's record is written and removed whole."""
+    return source.encode("ascii") + b"\n" + b" ".join(raws)
 
 
 def decode_hold(value: bytes) -> tuple[str, list[bytes]]:

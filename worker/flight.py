@@ -75,6 +75,8 @@ class Flight:
         # loop, drained by the worker thread (deque appends and pops are thread-safe).
         self.inbox: deque[tuple[int, Outcome]] = deque()
         self.late = False  # a call was skipped: the leases may have run out (in_lease)
+        # Its number in the worker's started records (Starter.record_started), b"" for none.
+        self.record = b""
 
     # -- from handler threads and the event loop ----------------------------------------------
 

@@ -1,6 +1,8 @@
 """What a worker's supervisor does the moment its child process has exited: the rows the child had
 started are interrupted now (not when their leases run out), the batch it had popped and not started
-goes back to pending (not when the leader finds it silent), and its registry row and hold go.
+goes back to pending (not when the leader finds it silent), and its registry row and hold go. Re-scan
+rows and range mode's spans record no worker in MySQL: the child's started records in Redis say
+which it held (shared/fanout/started.py), and those still RUNNING under that attempt are due now.
 
 Only for a process waitpid reported as ended: nothing of it can run any more. Owns no SQL (the
 stores' interrupt_worker, and shared.storage.holds, which redelivery's "held" cause runs too) and
@@ -13,6 +15,7 @@ there were no supervisor.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -24,8 +27,9 @@ from ..shared.fanout.protocol import Queue, QueueError
 from ..shared.process.runtime import build_queue, build_stores, store_kinds
 from ..shared.settings import Settings
 from ..shared.storage.db import Database
-from ..shared.storage.holds import requeue_hold
+from ..shared.storage.holds import hold_entries, requeue_hold
 from ..shared.storage.leased.store import LeasedStore
+from ..shared.storage.protocol import StartsUnnamed
 from ..shared.storage.schema import SchemaError
 from ..shared.storage.source_store import Store
 from ..shared.storage.units import MYSQL_ERRORS, retry_transient
@@ -39,6 +43,7 @@ FAILURES: tuple[type[Exception], ...] = (*MYSQL_ERRORS, QueueError, SchemaError,
 # innodb_lock_wait_timeout (its floor). A lock met is waited for briefly and the batch retried,
 # rather than one long transaction holding rows other workers' renewals want.
 HANDBACK_BATCH = 50
+STARTED_BATCH = 500  # re-scan rows or spans a dead worker started, per transaction (no trace, no blame)
 HANDBACK_LOCK_WAIT_S = 1
 
 
@@ -47,6 +52,7 @@ class HandedBack:
     held: int = 0  # popped rows, never started, pending again
     interrupted: int = 0  # started rows interrupted (pending again, or dead at their last interruption)
     complete: bool = True  # False: a step failed; its part waits for the leases or the leader
+    requeued: int = 0  # started re-scan rows and spans, due again now (its started records)
 
 
 class Handback:
@@ -83,14 +89,48 @@ class Handback:
             )
         except FAILURES as exc:
             self._failed(worker, "requeue the rows it had popped", exc)
-            return HandedBack(interrupted=self._interrupt(worker, why, leases_end)[0], complete=False)
+            interrupted = self._interrupt(worker, why, leases_end)[0]
+            return HandedBack(
+                interrupted=interrupted, complete=False, requeued=self._requeue_started(worker, leases_end)[0]
+            )
         interrupted, complete = self._interrupt(worker, why, leases_end)
+        requeued, all_started = self._requeue_started(worker, leases_end)
         try:
             self._registry().deregister(worker)
             self._redis().release_hold(worker)
+            self._redis().forget_started(worker)  # what failed above is its leases' now
         except FAILURES as exc:
             self._failed(worker, "forget it", exc)  # the leader does, once it is silent
-        return HandedBack(held, interrupted, complete)
+        return HandedBack(held, interrupted, complete and all_started, requeued)
+
+    def _requeue_started(self, worker: str, leases_end: float) -> tuple[int, bool]:
+        """(rows or spans due again, every record done?): each batch `worker` recorded as started
+        and not finished, its units still RUNNING under that attempt -> due now, STARTED_BATCH per
+        transaction, each retried as _end_leases does. A record of a source not served here, or
+        one that keeps failing, is left to the leases."""
+        try:
+            records = self._redis().started_by(worker)
+        except FAILURES as exc:
+            self._failed(worker, "read what it had started", exc)
+            return 0, False
+        total, complete = 0, True
+        for source, raws in records:
+            entries = hold_entries(raws)
+            try:
+                store = self._store(source)
+                if not isinstance(store, StartsUnnamed):
+                    continue
+                for i in range(0, len(entries), STARTED_BATCH):
+                    part = entries[i : i + STARTED_BATCH]
+                    total += self._retrying(
+                        functools.partial(store.requeue_started, part),
+                        f"requeueing what exited worker {worker} had started of {source}",
+                        leases_end,
+                    )
+            except FAILURES as exc:
+                self._failed(worker, f"requeue what it had started of {source}", exc)
+                complete = False
+        return total, complete
 
     def _interrupt(self, worker: str, why: str, leases_end: float) -> tuple[int, bool]:
         """(rows and jobs interrupted, every store's done?): each store on its own, so one that
@@ -142,11 +182,12 @@ class Handback:
         )
 
     def _lease_s(self) -> float:
-        """The longest lease a child's leased work holds (job runs, cluster groups' messages)."""
+        """The longest lease a child's work holds (job runs, cluster groups' messages, rows, spans)."""
         s = self.settings
         leases = [s.jobs.lease_s] if s.jobs.enabled else []
         if s.topics.names:
             leases.append(s.topics.lease_s)
+        leases += [src.lease_s for src in s.sources]
         return max(leases, default=s.jobs.lease_s)
 
     def _requeue_hold(self, worker: str) -> int:

@@ -14,6 +14,7 @@ from ..shared.api.handlers import Handler
 from ..shared.entries import BadEntry, Entry, decode_entry, encode_entry
 from ..shared.fanout.protocol import Queue
 from ..shared.settings import WorkerSettings
+from ..shared.storage.protocol import NamesStarted, StartsUnnamed
 from ..shared.storage.source_store import SkipsLocked, Store
 from ..shared.storage.units import is_transient, refuses_writes, retry_transient
 from ..shared.telemetry import observe
@@ -21,6 +22,7 @@ from .acker import Acker
 from .flight import Flight
 from .report import log_locked
 from .runner import LoopRunner, ThreadRunner
+from .started import StartedLog
 
 log = logging.getLogger("duecast.worker")
 PAUSED_WAIT_S = 0.2  # every source paused: look again this often (a pause is read every 0.5 s)
@@ -73,6 +75,8 @@ class Starter:
         self._rng = random.Random()
         self.flights: list[Flight] = []  # changed in place: the other parts read the same list
         self.holding = False
+        # Its started records in Redis (worker/started.py); None without a registry name.
+        self.started = StartedLog(queue, process) if process is not None else None
         self.rows_per_entry = {name: s.rows_per_entry for name, s in stores.items()}
         self.paused: Callable[[], Set[str]] = frozenset  # the sources an operator paused
 
@@ -110,7 +114,8 @@ class Starter:
             self.queue.quarantine(source, bad)
         if entries:
             try:
-                self.start(source, entries)
+                # Every entry popped valid and unique: their bytes are the started record's (a join).
+                self.start(source, entries, popped=None if bad or dupes else raws)
             except Exception as exc:
                 # MySQL outlasted worker.unit_retry_s, or takes no writes for now: back at the head
                 # at once. Else the sweeper decides (and the next pop replaces this batch's hold).
@@ -119,8 +124,16 @@ class Starter:
                 raise  # the loop logs `tick failed` and backs off
         self.release_hold()
 
-    def start(self, source: str, entries: Sequence[Entry], later: Sequence[Sequence[Entry]] = ()) -> None:
-        """Start `entries` (committed, leased) and hand their rows to the runners."""
+    def start(
+        self,
+        source: str,
+        entries: Sequence[Entry],
+        later: Sequence[Sequence[Entry]] = (),
+        *,
+        popped: Sequence[bytes] | None = None,
+    ) -> None:
+        """Start `entries` (committed, leased) and hand their rows to the runners. `popped`: the
+        entries as popped, when they are exactly `entries` (for the started record)."""
         store, handler = self.stores[source], self.handlers[source]
         batch = retry_transient(
             lambda: store.start(entries, handler.columns),
@@ -146,7 +159,21 @@ class Starter:
             self.close(flight, leaving=False)
             return
         self.flights.append(flight)
+        self.record_started(flight, popped)
         self.submit_waiting()
+
+    def record_started(self, flight: Flight, popped: Sequence[bytes] | None = None) -> None:
+        """A batch of rows that record no worker in MySQL (re-scan rows, spans): its record joins
+        this process's started set with the release of the hold it was popped into (one MULTI,
+        release_hold), so that a supervisor hands it back the moment this process exits. Per
+        batch, never per row (worker/started.py); without a registry name no supervisor reads it."""
+        store, batch = flight.store, flight.batch
+        if self.started is None or not isinstance(store, StartsUnnamed):
+            return
+        if isinstance(batch, NamesStarted) and batch.entries:
+            started = batch.entries
+            as_popped = popped is not None and len(popped) == len(started)  # every one started
+            flight.record = self.started.add(flight.source, started, popped if as_popped else None)
 
     def submit_waiting(self) -> None:
         """Hand started rows to the runners; suspects only once nothing else is in flight (a death
@@ -170,6 +197,9 @@ class Starter:
             self.close(flight, leaving=leaving)
             observe.batch_done("worker", flight.source, flight.started)
         self.submit_waiting()
+        records = [f.record for f in over if f.record]
+        if records and self.started is not None:  # blanked by the next pop's release
+            self.started.over(records)
 
     def close(self, flight: Flight, *, leaving: bool) -> None:
         result = flight.batch.settle()  # counts of spans a last fail() finished
@@ -195,8 +225,8 @@ class Starter:
 
     def release_hold(self) -> None:
         """Every group of the popped batch started: its hold in Redis is done with."""
-        if not self.holding and self.process is not None:
-            self.queue.release_hold(self.process)
+        if not self.holding and self.started is not None:
+            self.started.release()
 
     def hand_back_later(self, flight: Flight) -> None:
         """The groups of `flight`'s popped batch not started yet, back to their ready list now."""

@@ -153,13 +153,14 @@ class Supervisor:
             worker,
             describe(code),
             lived_s,
-            back.interrupted,
+            back.interrupted + back.requeued,
             back.held,
             extra={
                 "event": "supervisor.child_exited",
                 "worker": worker,
                 "code": code,
                 "interrupted": back.interrupted,
+                "requeued": back.requeued,
                 "held": back.held,
             },
         )

@@ -33,6 +33,15 @@ class Keys:
         reads). Lets the leader requeue a dead worker's rows at once; lost with Redis, like any entry."""
         return f"{{{self.prefix}}}:inflight:{worker}"
 
+    def started(self, worker: str) -> str:
+        """A hash of the batches a worker started: batch number -> hold record ("<source>\n<entry>
+        ..."), emptied at the pop after the batch is over (and the hash rewritten to the live ones
+        now and then), all in the MULTI that releases a pop's hold (worker/started.py),
+        for the sources whose started rows record no worker in MySQL (re-scan rows, range mode's
+        spans): what its supervisor hands back the moment it exits. Expires on its own
+        (started.STARTED_TTL_S); lost with Redis, the leases cover it."""
+        return f"{{{self.prefix}}}:started:{worker}"
+
     def bell(self, source: str) -> str:
         """List of at most one token, pushed after every push to `source`'s ready list. An idle
         worker BLPOPs the bells instead of the lists, so waiting never takes an entry it has not

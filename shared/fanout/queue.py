@@ -21,6 +21,7 @@ from .client import REDIS_ERRORS, RedisClient, translating
 from .keys import Keys
 from .protocol import NO_SOURCE, Queue
 from .retype import Retyper, wrong_type
+from .started import StartedRecords
 
 log = logging.getLogger("duecast.queue")
 
@@ -42,9 +43,10 @@ _MIN_WAIT_S = 0.01
 # patterns, so +sort reads nothing outside the prefix.
 
 
-class ReadyQueue:
+class ReadyQueue(StartedRecords):
     """The Queue port (fanout/protocol.py) over one Redis client: every public method raises duecast's
-    QueueError or QueueUnavailable in place of redis-py's errors (client.translate)."""
+    QueueError or QueueUnavailable in place of redis-py's errors (client.translate). Holds' release
+    and workers' started records are started.py's."""
 
     def __init__(self, client: RedisClient, keys: Keys) -> None:
         self.client = client
@@ -205,10 +207,6 @@ class ReadyQueue:
     def _wait_bells(self, sources: Sequence[str], bells: list[str], timeout_s: float) -> object:
         checks = [(s, b, "list") for s, b in zip(sources, bells, strict=True)]
         return self._retype.call(checks, lambda: self.client.blpop(bells, timeout=timeout_s))
-
-    @translating
-    def release_hold(self, worker: str) -> None:
-        self.client.delete(self.keys.inflight(worker))
 
     @translating
     def held_by(self, worker: str) -> tuple[str, list[bytes]] | None:

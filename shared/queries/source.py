@@ -48,6 +48,7 @@ class SourceSQL:
     fail_rescan: str
     fail_oneoff: str
     release_unpushed: str
+    requeue_started: str
     find_expired: str
     requeue: str
     find_interrupted: str
@@ -127,8 +128,14 @@ def _claiming(n: _SourceNames) -> dict[str, str]:
         # Claim step 1: the oldest due rows, locked. Walks dc_due (state, due, id) from its
         # start, so it reads only due rows whatever the table size; SKIP LOCKED lets a second
         # dispatcher pass over rows the first is claiming instead of waiting or double-claiming.
+        # The third column says whether the row comes back (requeued, given back, its lease run
+        # out: dispatched at least a period after it was due, which no check leaves it, as an ack
+        # or a failed check sets the due column to a time at or before their own), so that its
+        # entry goes ahead of the ready list's backlog (Redelivery.push_claimed). The parameters:
+        # the period in microseconds, twice, then the limit.
         claim_due=(
-            f"SELECT {pk}, {att} FROM {t} FORCE INDEX ({ix}) WHERE {due_now} "
+            f"SELECT {pk}, {att}, {disp} >= {due} + INTERVAL %s MICROSECOND "
+            f"FROM {t} FORCE INDEX ({ix}) WHERE {due_now} "
             f"ORDER BY {due}, {pk} LIMIT %s FOR UPDATE SKIP LOCKED"
         ),
         # After a claim that took fewer rows than it asked for (so it walked every due row): the
@@ -230,6 +237,11 @@ def _requeueing(n: _SourceNames) -> dict[str, str]:
         # popped batch: the rows go back to IDLE at once rather than waiting out the visibility
         # timeout; fenced, PRIMARY.
         release_unpushed=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {IDLE} WHERE {fenced}",
+        # The supervisor's hand-back of what its exited worker had started (the worker's started
+        # records in Redis): RUNNING under the attempt it started -> IDLE, due unchanged so due at
+        # once; the next claim bumps the attempt. Fenced on RUNNING and the attempt, so a row acked
+        # or claimed again since is untouched, and the dead worker's ack can never land. PRIMARY.
+        requeue_started=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {IDLE} WHERE {n.running}",
         # Requeue step 1 (redelivery's sweep; its "lost" cause with no timeout): dispatched rows
         # never started (or failed, one-off) within the visibility timeout. Reads the DISPATCHED
         # prefix of dc_due (bounded by the high-water mark); SKIP LOCKED passes over rows a

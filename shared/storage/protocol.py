@@ -95,6 +95,25 @@ class NamesSkipped(Protocol):
 
 
 @runtime_checkable
+class StartsUnnamed(Protocol):
+    """A store whose started units record no worker in MySQL (row mode's rows, range mode's spans).
+    Its worker names each started batch in Redis (Queue.release_hold's record) and its supervisor,
+    when the worker exits, hands them back with requeue_started: fenced on (id, attempt) and
+    RUNNING, so a unit finished or claimed again since is untouched."""
+
+    def requeue_started(self, entries: Sequence[Entry]) -> int: ...  # RUNNING -> due now; how many
+
+
+@runtime_checkable
+class NamesStarted(Protocol):
+    """A started batch that says which units it started, as their (id, attempt): what its worker
+    records for a StartsUnnamed store."""
+
+    @property
+    def entries(self) -> list[Entry]: ...
+
+
+@runtime_checkable
 class ClaimsRuns(Protocol):
     """A store whose entries are runs of rows (a job queue): its last claim's rows, for the counts."""
 

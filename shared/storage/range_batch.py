@@ -82,6 +82,11 @@ class RangeBatch:
         """The lease keeper's hold on the spans, until close() (the worker asks it before each call)."""
         return self._spans_batch.hold
 
+    @property
+    def entries(self) -> list[Entry]:
+        """The spans it started, as (range id, attempt): what its worker records as started."""
+        return self._spans_batch.entries
+
     def phases(self) -> list[list[Row]]:
         return [self.rows] if self.rows else []
 

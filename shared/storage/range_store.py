@@ -105,6 +105,15 @@ class RangeStore:
     def release_unpushed(self, entries: Sequence[Entry]) -> int:
         return self.ranges.release_unpushed(entries)
 
+    def requeue_started(self, entries: Sequence[Entry]) -> int:
+        """Spans an exited worker had started -> due now (SourceStore.requeue_started)."""
+        return self.ranges.requeue_started(entries)
+
+    @property
+    def returning(self) -> int:
+        """The last claim's first ranges that came back (SourceStore.claim_due)."""
+        return self.ranges.returning
+
     def discover(self, full: bool = False) -> int:
         """Add a range for every span holding a row: from the highest known span, or from 0."""
         with self.db.transaction() as cur:

@@ -55,6 +55,7 @@ class SourceStore:
         self._lease_us = _us(src.lease_s)
         self.skipped_locked = 0  # due rows the last claim passed over: another session held them
         self.skipped_ids: frozenset[int] | None = None  # ...which (None: a full claim, not known)
+        self.returning = 0  # the last claim's first entries that came back (claim_due)
         what = f"rows of {src.name}" if src.mode == "rows" else f"spans of {src.name}"
         self._leases = LeaseKeeper(self.extend_leases, src.lease_s, db.settings, what)
 
@@ -68,20 +69,27 @@ class SourceStore:
     def claim_due(self, limit: int) -> list[Entry]:
         """IDLE -> DISPATCHED for up to `limit` due rows, oldest first; committed on return.
 
-        Sets `skipped_locked`: due rows the claim passed over because another session held them.
-        A COMMIT cut off raises CommitUnknown naming the entries it may have made."""
+        Sets `skipped_locked`: due rows the claim passed over because another session held them;
+        and `returning`: how many of the entries, put first, are rows coming back (requeued, given
+        back, a lease run out), not due by their period. A COMMIT cut off raises CommitUnknown
+        naming the entries it may have made."""
         claimed: list[Entry] = []
         with claiming(claimed), self.db.transaction() as cur:
-            cur.execute(self.sql.claim_due, (self._period_us, limit))
+            cur.execute(self.sql.claim_due, (self._period_us, self._period_us, limit))
             found = cur.fetchall()
             self.skipped_ids = self._skipped_locked(cur, limit, {int(r[0]) for r in found})
             self.skipped_locked = len(self.skipped_ids or ())
+            self.returning = 0
             if not found:
                 return []
             cur.execute(
                 self.sql.mark_dispatched.format(ids=in_list(self.sql.id_column, (r[0] for r in found)))
             )
-            claimed += [Entry(int(i), int(a) + 1) for i, a in found]
+            # Rows coming back first, each part in claim order: the first `returning` are pushed
+            # ahead of the ready list's backlog (Redelivery.push_claimed), as a job queue's are.
+            back = [Entry(int(i), int(a) + 1) for i, a, again in found if again]
+            self.returning = len(back)
+            claimed += back + [Entry(int(i), int(a) + 1) for i, a, again in found if not again]
         return claimed
 
     def _skipped_locked(self, cur: Cursor, limit: int, claimed: set[int]) -> frozenset[int] | None:
@@ -292,6 +300,13 @@ class SourceStore:
     def requeue_held(self, entries: Sequence[Entry]) -> int:
         """Rows a dead worker had popped and not started -> IDLE now (fenced on the attempt it held)."""
         return self.release_unpushed(entries)
+
+    def requeue_started(self, entries: Sequence[Entry]) -> int:
+        """Rows an exited worker had started (its started records) -> IDLE, due now: fenced on
+        RUNNING under the attempt it started them with, so what it acked, or what was claimed again
+        since, is untouched (storage.protocol.StartsUnnamed)."""
+        with self.db.transaction() as cur:
+            return int(cur.execute(self.sql.requeue_started.format(fence=self._entry_fence(entries))))
 
     def release_unpushed(self, entries: Sequence[Entry]) -> int:
         """Rows this dispatcher claimed but could not push -> IDLE (fenced on their new attempt)."""

@@ -19,9 +19,10 @@ import time
 
 import pytest
 
-from duecast.shared.entries import Entry
+from duecast.shared.entries import Entry, encode_hold
 from duecast.shared.fanout.protocol import Queue
 from duecast.shared.fanout.queue import QUARANTINE_CAP, QUARANTINE_ITEM_BYTES, ReadyQueue
+from duecast.shared.fanout.started import STARTED_TTL_S
 
 SHORT_TIMEOUT_S = 0.1  # BLMPOP timeout for pops expected to come back empty
 
@@ -121,6 +122,46 @@ class QueueContract:
         third = queue.pop_held("w1", sources, 100, SHORT_TIMEOUT_S)
         assert third is not None
         assert third[0] == "alpha"  # gamma is empty: back to the start
+
+    # --- started records (fanout/started.py): what a supervisor hands back of re-scan rows ---------
+
+    def test_releasing_a_hold_with_records_adds_them_to_the_started_hash(self, queue: ReadyQueue) -> None:
+        queue.push("alpha", _entries(range(1, 4)))
+        assert queue.pop_held("w1", ["alpha"], 3, SHORT_TIMEOUT_S) is not None
+        first = encode_hold("alpha", [b"1:1", b"2:1"])  # what the start found still dispatched
+        queue.release_hold("w1", {b"9": first})
+        assert queue.held_by("w1") is None
+        queue.release_hold("w1", {b"10": encode_hold("beta", [b"7:3"])})
+        # In the order of the batches' numbers (9 before 10: numbers, not text).
+        assert queue.started_by("w1") == [("alpha", [b"1:1", b"2:1"]), ("beta", [b"7:3"])]
+        assert queue.started_by("w2") == []  # each worker's own
+        ttl = queue.client.ttl(queue.keys.started("w1"))
+        assert 0 < ttl <= STARTED_TTL_S  # a worker never handed back leaves nothing for good
+
+        queue.release_hold("w1", {b"9": b""})  # that batch is over (blanked at the next release)
+        assert queue.started_by("w1") == [("beta", [b"7:3"])]
+        queue.release_hold("w1", {b"11": encode_hold("alpha", [b"5:2"])}, replace=True)  # the live ones
+        assert queue.client.hlen(queue.keys.started("w1")) == 1
+        assert queue.started_by("w1") == [("alpha", [b"5:2"])]
+        queue.release_hold("w1", {b"11": b""}, replace=True)  # none live
+        assert not queue.client.exists(queue.keys.started("w1"))
+        queue.release_hold("w1", {b"12": first})
+        queue.forget_started("w1")
+        assert queue.started_by("w1") == []
+
+    def test_a_started_record_that_does_not_parse_is_skipped_with_one_warning(
+        self, queue: ReadyQueue, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        key = queue.keys.started("w1")
+        queue.client.hset(key, mapping={b"x": b"\xff\xff", b"1": encode_hold("alpha", [b"1:1"])})
+        with caplog.at_level(logging.WARNING, logger="duecast.queue"):
+            assert queue.started_by("w1") == [("alpha", [b"1:1"])]
+        assert [getattr(r, "event", None) for r in caplog.records] == ["queue.bad_started"]
+
+    def test_a_started_hash_of_the_wrong_type_is_moved_aside(self, queue: ReadyQueue) -> None:
+        queue.client.set(queue.keys.started("w1"), b"not a hash")
+        queue.release_hold("w1", {b"1": encode_hold("alpha", [b"1:1"])})
+        assert queue.started_by("w1") == [("alpha", [b"1:1"])]
 
     def test_a_hold_written_by_an_older_release_still_reads(self, queue: ReadyQueue) -> None:
         queue.client.set(queue.keys.inflight("w1"), b"alpha\n1:1 2:1")

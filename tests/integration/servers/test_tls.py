@@ -180,6 +180,14 @@ def test_the_documented_least_privilege_acl_is_enough_for_every_queue_operation(
         assert queue.pop_held("w1", ["users"], 10, 0.1) is None
         assert queue.held_by("w1") == ("users", [b"2:1"])
         queue.release_hold("w1")
+        # A worker's started records (re-scan rows; a supervisor reads them): HSET, HGETALL, DEL.
+        queue.release_hold("w1", {b"0": b"users\n5:1", b"1": b"users\n6:1"})  # MULTI, HSET, EXPIRE
+        queue.release_hold("w1", {b"0": b""})
+        assert queue.started_by("w1") == [("users", [b"6:1"])]
+        queue.release_hold("w1", {b"1": b"users\n6:1"}, replace=True)
+        queue.release_hold("w1", {}, replace=True)
+        queue.forget_started("w1")
+        assert queue.started_by("w1") == []
         assert queue.data_lost() is True
         queue.quarantine("users", [(b"x", "malformed")])
         assert queue.quarantined("users") == [b"malformed x"]

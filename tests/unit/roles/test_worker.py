@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import cast
 
 import fakeredis
@@ -133,9 +133,11 @@ class _RecordingQueue(ReadyQueue):
         self.counts.append(count)
         return self.pop(sources, count if isinstance(count, int) else min(count), timeout_s)
 
-    def release_hold(self, worker: str) -> None:
+    def release_hold(
+        self, worker: str, started: Mapping[bytes, bytes] | None = None, *, replace: bool = False
+    ) -> None:
         self.calls.append(("release_hold", worker))
-        super().release_hold(worker)
+        super().release_hold(worker, started, replace=replace)
 
 
 @pytest.mark.parametrize("process", [None, "host:123"])
