@@ -40,7 +40,9 @@ def commit(self: Any) -> None:
     session = commit_then_kill(self)
     marker = Path(os.environ["DUECAST_TEST_KILL_AT_COMMIT_DIR"]) / f"{source}-{os.getpid()}.json"
     marker.write_text(json.dumps({"source": source, "rows": rows, "at": time.time()}))
-    log.warning("fault: session %s KILLed at the COMMIT of a start of %d rows of %s", session, len(rows), source)
+    log.warning(
+        "fault: session %s KILLed at the COMMIT of a start of %d rows of %s", session, len(rows), source
+    )
     raise pymysql.err.OperationalError(2013, "Lost connection to server during query (fault: KILL at COMMIT)")
 
 
