@@ -1,7 +1,8 @@
 """A worker start whose COMMIT got no answer (issue 24.5), on real MariaDB: the session is KILLed at
 the start's COMMIT, applied or not. StartUnknown's resume() settles it by a locking re-read under the
 start's own fence (attempt, and the time it wrote): what it did start is adopted under that attempt,
-what it did not is started again, and what was taken since runs nowhere twice."""
+what it did not is started again, and what was taken since runs nowhere twice; a range source's
+spans are settled the same way and their rows read then."""
 
 from __future__ import annotations
 
@@ -13,8 +14,16 @@ import pytest
 
 from duecast.shared.storage import db
 from duecast.shared.storage.protocol import StartUnknown
+from duecast.shared.storage.range_store import RangeBatch
 from duecast.shared.storage.row_batch import RowBatch
 from tests.integration.conftest import Env
+from tests.integration.ranges.test_range_batches import (  # noqa: F401 (spans: a fixture)
+    DISPATCHED,
+    RUNNING,
+    Spans,
+    by_user,
+    spans,
+)
 
 pytestmark = pytest.mark.integration
 ROWS = 20
@@ -81,5 +90,22 @@ def test_rows_taken_since_a_cut_off_start_are_run_by_no_one_twice(
     batch = caught.value.resume()
     try:
         assert batch.rows == [], "neither adopted nor started again under the attempt the sweep ended"
+    finally:
+        batch.close()
+
+
+def test_a_range_start_cut_off_at_its_commit_reads_its_spans_rows_once_settled(
+    spans: Spans,  # noqa: F811
+    cut_commit: Callable[[bool], None],
+) -> None:
+    entries = [e for e in spans.store.claim_due(100) if e.id in (1, 2)]
+    cut_commit(True)
+    with pytest.raises(StartUnknown) as caught:
+        spans.store.start(entries, ["status"])
+    assert spans.states() == {1: (RUNNING, 1, 0), 2: (RUNNING, 1, 0), 3: (DISPATCHED, 1, 0)}  # it committed
+    batch = caught.value.resume()
+    assert isinstance(batch, RangeBatch)
+    try:
+        assert sorted(by_user(batch)) == list(range(1, 40)), "its spans adopted, their rows read"
     finally:
         batch.close()
