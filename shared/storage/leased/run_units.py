@@ -41,7 +41,8 @@ class RunUnits(LeasedStore):
         """The entries' runs still DISPATCHED under their attempt -> RUNNING with a lease, and their
         jobs read: the clean runs together, or else one run of suspects; other runs of suspects
         stay DISPATCHED, in `later`, each to start alone once this is over. Stale entries, and
-        entries of no run (a job's, from a duecast before runs), are skipped."""
+        entries of no run (a job's, from a duecast before runs), are skipped (`began.skipped` is all
+        of them until the lock read tells)."""
         mine = [e for e in entries if e.id >= RUN_ID_BASE]
         if mine:
             with self.db.transaction(check=True) as cur:
@@ -56,6 +57,7 @@ class RunUnits(LeasedStore):
                 go = clean or suspects[:1]
                 began.later = [[e] for e, _ in (suspects if clean else suspects[1:])]
                 began.units = [e for e, _ in go]
+                began.skipped = len(entries) - len(began.units) - sum(len(g) for g in began.later)
                 began.since = time.monotonic()  # before the leases' NOW(6): the keeper counts from here
                 if go:
                     cur.execute(START_TIME)
@@ -67,7 +69,6 @@ class RunUnits(LeasedStore):
                         for job in decode_members(members):
                             began.run_of[job] = e.id
                     began.rows = self._read_members(cur, list(began.run_of))
-        began.skipped = len(entries) - len(began.units) - sum(len(g) for g in began.later)
 
     def _started_by(self, cur: Cursor, began: Started) -> set[int]:
         stmt = self.runs.started_by.format(fence=fence(began.units, RUN_KEY))
