@@ -28,6 +28,7 @@ from ..shared.process.runtime import (
 from ..shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
 from ..shared.storage.db import Database
 from ..shared.storage.job_cancels import JobCancels
+from ..shared.storage.leased.keeper import last_words
 from ..shared.storage.pause_store import PauseStore
 from ..shared.storage.source_store import Store
 from ..shared.storage.worker_registry import Heartbeat
@@ -89,10 +90,10 @@ def serve(
     try:
         run_start(registry.hooks, worker.loop)  # before the first handler
         started = True
-        with serving(settings, "worker") as liveness, running(members, stop, drain=drain):
-            backoff_s = settings.worker.error_backoff_s
+        fenced = last_words(worker.starter.hand_back_held)  # if a lease keeper ends the process
+        with serving(settings, "worker") as liveness, running(members, stop, drain=drain), fenced:
             if stores or not members:
-                beat, probe = liveness.beat, queue.ping
+                beat, probe, backoff_s = liveness.beat, queue.ping, settings.worker.error_backoff_s
                 run(worker, stop, drain=drain, error_base_s=backoff_s, on_turn=beat, probe=probe)
                 worker.finish(FINISH_GRACE_S)
             else:  # broadcast members only: they run in their own threads

@@ -14,8 +14,8 @@ from ..shared.api.handlers import Handler
 from ..shared.entries import BadEntry, Entry, decode_entry, encode_entry
 from ..shared.fanout.protocol import Queue
 from ..shared.settings import WorkerSettings
-from ..shared.storage.protocol import NamesStarted, StartsUnnamed
-from ..shared.storage.source_store import SkipsLocked, Store
+from ..shared.storage.protocol import NamesStarted, StartsUnnamed, StartUnknown
+from ..shared.storage.source_store import SkipsLocked, Store, WorkBatch
 from ..shared.storage.units import is_transient, refuses_writes, retry_transient
 from ..shared.telemetry import observe
 from .acker import Acker
@@ -135,8 +135,19 @@ class Starter:
         """Start `entries` (committed, leased) and hand their rows to the runners. `popped`: the
         entries as popped, when they are exactly `entries` (for the started record)."""
         store, handler = self.stores[source], self.handlers[source]
+        unsure: list[StartUnknown[WorkBatch]] = []
+
+        def once() -> WorkBatch:
+            """A start whose COMMIT got no answer is settled by its own re-read when retried, never
+            made again blind: it would skip the rows it did start, left for their lease (issue 24.5)."""
+            try:
+                return unsure[0].resume() if unsure else store.start(entries, handler.columns)
+            except StartUnknown as exc:
+                unsure[:] = [exc]
+                raise
+
         batch = retry_transient(
-            lambda: store.start(entries, handler.columns),
+            once,
             what=f"start of a batch of {source}",
             redo="the start",
             retries=UNIT_RETRIES,
@@ -234,6 +245,16 @@ class Starter:
 
     def hand_back(self, source: str, raws: list[bytes]) -> None:
         hand_back(self.queue, self.process, source, raws)
+
+    def hand_back_held(self) -> None:
+        """This process is about to fence itself off (its lease keeper's exit, from another thread):
+        what it popped and has not started (its hold in Redis) goes back to the head of its ready
+        list now, not after its supervisor, the leader or the visibility timeout. Safe whatever the
+        main thread is doing: the entries carry their attempt, so a row this process did start is
+        skipped as stale by whoever pops it."""
+        held = self.queue.held_by(self.process) if self.process is not None else None
+        if held is not None:
+            self.hand_back(*held)
 
 
 def hand_back(queue: Queue, process: str | None, source: str, raws: list[bytes]) -> None:

@@ -36,6 +36,7 @@ class RunSQL:
     lock_dispatched: str
     lock_dispatched_skip: str
     mark_running: str
+    started_by: str
     give_back: str
     lock_leased: str
     extend_lease: str
@@ -194,10 +195,17 @@ def _starting(n: _RunNames) -> dict[str, str]:
             + " FOR UPDATE SKIP LOCKED"
         ),
         # ...-> RUNNING with a lease, committed before any of their jobs runs: one write per run.
+        # started_at is the start's own NOW(6) (source.START_TIME, read in its transaction).
         mark_running=(
-            f"UPDATE {r} SET `dc_state` = {RUNNING}, `started_at` = NOW(6), "
-            "`lease_until` = NOW(6) + INTERVAL %s MICROSECOND, `worker` = %s WHERE {ids}"
+            f"UPDATE {r} SET `dc_state` = {RUNNING}, `started_at` = %s, "
+            "`lease_until` = %s + INTERVAL %s MICROSECOND, `worker` = %s WHERE {ids}"
         ),
+        # A start whose COMMIT got no answer: the runs it would have started, if it did (RUNNING
+        # under their attempt, by this worker, since that start's time). Locking: it waits for a
+        # start still open on a lost session to end. PRIMARY.
+        started_by=f"SELECT `id` FROM {r} WHERE "
+        + fenced.replace("{state}", str(RUNNING))
+        + " AND `started_at` = %s AND `worker` = %s FOR UPDATE",
         # A start too late to trust its leases: the runs go back to pending, to be dispatched again.
         give_back=f"UPDATE {r} SET `dc_state` = {IDLE}, `lease_until` = NULL WHERE "
         + fenced.replace("{state}", str(RUNNING)),

@@ -23,6 +23,10 @@ from ..states import (
 from .pace import slot_sql
 
 IDLE, DISPATCHED, RUNNING = int(State.IDLE), int(State.DISPATCHED), int(State.RUNNING)
+# A worker's start reads the server's time once, in its transaction, and writes it as the start's
+# (a row's dc_dispatched_at, a run's or delivery's started_at): after a COMMIT that got no answer,
+# finding it there says that this start committed (issue 24.5), found nowhere that it did not.
+START_TIME = "SELECT NOW(6)"
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,7 @@ class SourceSQL:
     lock_dispatched_skip: str
     count_dispatched: str
     mark_running: str
+    started_by: str
     give_back: str
     lock_leased: str
     extend_lease: str
@@ -153,7 +158,7 @@ def _claiming(n: _SourceNames) -> dict[str, str]:
 
 def _starting(n: _SourceNames) -> dict[str, str]:
     """A worker's start, DISPATCHED -> RUNNING, committed before any handler runs."""
-    t, st, disp, fenced, running = n.t, n.st, n.disp, n.fenced, n.running
+    t, pk, st, disp, fenced, running = n.t, n.pk, n.st, n.disp, n.fenced, n.running
     return dict(
         # Worker start step 1: lock the rows of its entries still DISPATCHED under their attempt;
         # PRIMARY eq_ref per id. It waits (briefly) for a lock rather than skipping: the
@@ -170,8 +175,13 @@ def _starting(n: _SourceNames) -> dict[str, str]:
         count_dispatched=f"SELECT COUNT(*) FROM {t} FORCE INDEX (PRIMARY) WHERE {fenced}",
         # Worker start step 2, on the rows step 1 locked: DISPATCHED -> RUNNING, committed before any
         # handler runs, so no copy of the entry matches any more. dc_dispatched_at is now the lease's
-        # last renewal. PRIMARY.
-        mark_running=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {RUNNING}, {disp} = NOW(6) WHERE {fenced}",
+        # last renewal: the start's own NOW(6) (START_TIME, read in its transaction), which also
+        # marks this start as the rows' starter (started_by). PRIMARY.
+        mark_running=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {RUNNING}, {disp} = %s WHERE {fenced}",
+        # A start whose COMMIT got no answer: the rows it would have started, if it did (RUNNING
+        # under their attempt since its START_TIME; no renewal has moved it, as no keeper holds
+        # them). Locking: it waits for a start still open on a lost session to end. PRIMARY.
+        started_by=f"SELECT {pk} FROM {t} FORCE INDEX (PRIMARY) WHERE {running} AND {disp} = %s FOR UPDATE",
         # A start whose commit came too late to run its rows (keeper.in_time): due again at once,
         # nothing ran; the next claim bumps the attempt.
         give_back=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {IDLE} WHERE {running}",

@@ -50,9 +50,18 @@ def starting(n: TopicNames) -> dict[str, str]:
             f"SELECT `seq`, `dc_attempt`, `errors`, `interruptions` FROM {d} FORCE INDEX (PRIMARY) "
             f"WHERE `group_id` = %s AND {{fence}} AND `dc_state` = {DISPATCHED} FOR UPDATE SKIP LOCKED"
         ),
+        # started_at is the start's own NOW(6) (source.START_TIME, read in its transaction).
         mark_running=(
-            f"UPDATE {d} SET `dc_state` = {RUNNING}, `started_at` = NOW(6), "
-            "`lease_until` = NOW(6) + INTERVAL %s MICROSECOND, `worker` = %s WHERE `group_id` = %s AND {ids}"
+            f"UPDATE {d} SET `dc_state` = {RUNNING}, `started_at` = %s, "
+            "`lease_until` = %s + INTERVAL %s MICROSECOND, `worker` = %s WHERE `group_id` = %s AND {ids}"
+        ),
+        # A start whose COMMIT got no answer: the deliveries it would have started, if it did
+        # (RUNNING under their attempt, by this worker, since that start's time); locking, so a start
+        # still open on a lost session ends first. PRIMARY.
+        started_by=(
+            f"SELECT `seq` FROM {d} FORCE INDEX (PRIMARY) WHERE "
+            + running.replace("{where}", "{fence}")
+            + " AND `started_at` = %s AND `worker` = %s FOR UPDATE"
         ),
         # The messages themselves: a plain (consistent, lock-free) read, so groups never contend.
         read_messages=f"SELECT {msg_cols} FROM {m} WHERE `topic_id` = %s AND {{ids}}",

@@ -68,6 +68,7 @@ class TopicSQL:
     lock_dispatched: str
     lock_dispatched_skip: str
     mark_running: str
+    started_by: str
     read_messages: str
     lock_leased: str
     extend_lease: str

@@ -4,15 +4,18 @@ and the values they return. No SQL here; the stores implementing them are the st
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from ..acks import Ack, Row
 from ..entries import Entry
 from ..errors import DuecastError
 from ..settings import SourceSettings
+from .units import CommitUnknown
+
+B = TypeVar("B")
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,19 @@ class StaleAck(DuecastError, RuntimeError):
     def __init__(self, count: int, why: str) -> None:
         super().__init__(f"{count} stale: {why}")
         self.count = count
+
+
+class StartUnknown(CommitUnknown, Generic[B]):
+    """A worker's start whose COMMIT got no answer (its session killed, the server gone): it may have
+    started its rows. `resume()`, once the server answers, settles it under the start's own fence
+    (each unit's attempt, and the time that start wrote, read in its transaction): the batch of what
+    it did start, to run under that attempt (never twice, never left for its lease to run out), or,
+    when it did not commit, the batch of a start made again. Its caller retries `resume`, not the
+    start, until it returns."""
+
+    def __init__(self, cause: CommitUnknown, resume: Callable[[], B]) -> None:
+        super().__init__(str(cause), cause.code)
+        self.resume = resume
 
 
 @dataclass(frozen=True)

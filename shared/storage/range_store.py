@@ -8,7 +8,7 @@ outcomes). It runs all of range mode's SQL (text in shared.queries.source).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
@@ -24,7 +24,7 @@ from ..settings import SourceSettings
 from ..states import ATTEMPT_COLUMN
 from .db import Database
 from .packed import PACKABLE_TYPES, read_packed
-from .protocol import AckCounts, SourceStatus
+from .protocol import AckCounts, SourceStatus, StartUnknown
 from .range_batch import RANGE_KEY, Late, RangeBatch, Span
 from .row_batch import RowBatch, check_settable, guarded, row_action_refusal
 from .schema import SchemaError, check_business_columns, described
@@ -144,7 +144,16 @@ class RangeStore:
         """Start the entries' spans as row mode starts rows (RUNNING, committed, leased until the
         batch closes), then read their business rows with a plain read: no lock on either while
         the checks run. Spans that hold no row are finished at once."""
-        spans = self.ranges.start(entries, ["lo", "hi"])
+        return self._read_started(lambda: self.ranges.start(entries, ["lo", "hi"]), columns)
+
+    def _read_started(self, starting: Callable[[], RowBatch], columns: Sequence[str]) -> RangeBatch:
+        """The batch of the spans `starting()` started, their rows read; a start of spans whose COMMIT
+        got no answer (StartUnknown) is settled the same way, its rows read once it is."""
+        try:
+            spans = starting()
+        except StartUnknown as exc:
+            resume = exc.resume
+            raise StartUnknown(exc, lambda: self._read_started(resume, columns)) from exc
         try:
             rows = self._read(spans.rows, columns) if spans.rows else []
         except BaseException:

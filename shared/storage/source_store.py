@@ -12,21 +12,22 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from ..acks import Ack, Row, check_times
 from ..entries import Entry
 from ..limits import MAX_DELAY_S
-from ..queries.source import SourceSQL, assignments, column_list, fence, in_list, render
+from ..queries.source import START_TIME, SourceSQL, assignments, column_list, fence, in_list, render
 from ..settings import SourceSettings
 from ..states import ATTEMPT_COLUMN
 from .db import Database
 from .leased.keeper import Extended, LeaseKeeper, renew_leases
-from .protocol import AckCounts, SkipsLocked, SourceStatus, StaleAck, Store, WorkBatch
+from .protocol import AckCounts, SkipsLocked, SourceStatus, StaleAck, StartUnknown, Store, WorkBatch
 from .row_batch import AckGroups, RowBatch, check_settable, guarded, row_action_refusal
 from .schema import check_source, described
-from .units import MYSQL_ERRORS, Cursor, claiming, lock_or_skip
+from .units import MYSQL_ERRORS, CommitUnknown, Cursor, claiming, lock_or_skip
 
 # Re-exported: the protocols live in storage.protocol (RowBatch uses them too), and the roles import
 # them from here, as they always have.
@@ -39,6 +40,17 @@ SKIPPED_LOCKED_CAP = 10_000  # rows held by others a claim counts at most (a bou
 
 def _us(seconds: float) -> int:
     return round(seconds * 1_000_000)
+
+
+@dataclass(frozen=True)
+class _Begun:
+    """What a start whose COMMIT got no answer did, if it committed: its rows (as read), how many
+    were held elsewhere, when its leases began (time.monotonic()) and its own time (NOW(6))."""
+
+    rows: list[Row]
+    locked: int
+    since: float
+    at: Any
 
 
 class SourceStore:
@@ -126,18 +138,53 @@ class SourceStore:
             raise ValueError("start() needs at least one entry")
         wanted = list(dict.fromkeys([self.src.id_column, ATTEMPT_COLUMN, *columns])) if columns else []
         args = {"columns": column_list(wanted), "fence": fence(entries, self.sql.id_column)}
-        with self.db.transaction(check=True) as cur:
-            rows, locked = self._lock(cur, args)
-            since = time.monotonic()  # before the leases' NOW(6): the keeper counts from here
-            if rows:
-                cur.execute(self.sql.mark_running.format(fence=self._fence(rows)))
+        rows: list[Row] = []
+        try:
+            with self.db.transaction(check=True) as cur:
+                rows, locked = self._lock(cur, args)
+                since = time.monotonic()  # before the leases' NOW(6): the keeper counts from here
+                if rows:
+                    cur.execute(START_TIME)
+                    at = _scalar(cur)  # this start's own time: what marks the rows as its own
+                    cur.execute(self.sql.mark_running.format(fence=self._fence(rows)), (at,))
+        except CommitUnknown as exc:
+            if not rows:
+                raise  # it wrote nothing: running it again is all there is to do
+            begun = _Begun(list(rows), locked, since, at)
+            raise StartUnknown(exc, partial(self._resume, entries, columns, begun)) from exc
+        return self._begun(rows, len(entries), locked, since)
+
+    def _begun(self, rows: list[Row], entries: int, locked: int, since: float) -> RowBatch:
+        """The batch of the rows a start of `entries` entries committed, their leases kept from
+        `since` on; or of none, when the commit came too late to run them."""
         if rows and not self._leases.in_time(since):
             self._give_back_late(rows, time.monotonic() - since)
             rows = []
-        batch = RowBatch(self, rows, len(entries) - len(rows), locked)
+        batch = RowBatch(self, rows, entries - len(rows), locked)
         if rows:
             batch.keep(self._leases.holding(batch.entries, since))
         return batch
+
+    def _resume(self, entries: Sequence[Entry], columns: Sequence[str], begun: _Begun) -> RowBatch:
+        """A start whose COMMIT got no answer (StartUnknown), settled: the rows still RUNNING under
+        their attempt since its time are the ones it started, run now under that attempt (they
+        wait for no lease and count no interruption); found none, it did not commit, and the entries
+        are started again."""
+        rows, since = begun.rows, begun.since
+        with self.db.transaction(check=True) as cur:
+            cur.execute(self.sql.started_by.format(fence=self._fence(rows)), (begun.at,))
+            mine = {int(r[0]) for r in cur.fetchall()}
+        log.warning(
+            "a start of %d rows of %s got no answer to its COMMIT; it had %s",
+            len(rows),
+            self.src.name,
+            f"committed: running its {len(mine)} rows under their attempt" if mine else "not: starting again",
+            extra={"event": "worker.start_settled", "source": self.src.name, "count": len(mine)},
+        )
+        if not mine:
+            return self.start(entries, columns)
+        key = self.src.id_column
+        return self._begun([r for r in rows if int(r[key]) in mine], len(entries), begun.locked, since)
 
     def _lock(self, cur: Cursor, args: dict[str, str]) -> tuple[list[Row], int]:
         """The rows still DISPATCHED under their entry's attempt, locked; rows another live session

@@ -52,16 +52,7 @@ def commit(self: Any) -> None:
         _commit(self)
         return
     _fired.add(source)
-    _commit(self)  # the server applied it; the answer is what the fault takes away
-    session = self.thread_id()
-    killer = pymysql.connect(
-        host=self.host, port=self.port, user=self.user, password=self.password, unix_socket=self.unix_socket
-    )
-    try:
-        with killer.cursor() as cur:
-            cur.execute(f"KILL {int(session)}")
-    finally:
-        killer.close()
+    session = commit_then_kill(self)
     marker = Path(os.environ["DUECAST_TEST_KILL_AT_COMMIT_DIR"]) / f"{source}.json"
     body = {"source": source, "entries": [[e.id, e.attempt] for e in entries], "at": time.time()}
     marker.write_text(json.dumps(body))
@@ -69,6 +60,22 @@ def commit(self: Any) -> None:
         "fault: session %s KILLed at the COMMIT of a claim of %d entries of %s", session, len(entries), source
     )
     raise pymysql.err.OperationalError(2013, "Lost connection to server during query (fault: KILL at COMMIT)")
+
+
+def commit_then_kill(conn: Any) -> int:
+    """COMMIT on `conn` (the server applies it), then KILL its session from another connection, so
+    that the answer is what the fault takes away; returns the session's id."""
+    _commit(conn)
+    session = int(conn.thread_id())
+    killer = pymysql.connect(
+        host=conn.host, port=conn.port, user=conn.user, password=conn.password, unix_socket=conn.unix_socket
+    )
+    try:
+        with killer.cursor() as cur:
+            cur.execute(f"KILL {session}")
+    finally:
+        killer.close()
+    return session
 
 
 def _source_of(entries: list[Entry] | None) -> str | None:

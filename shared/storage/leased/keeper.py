@@ -33,6 +33,39 @@ log = logging.getLogger("duecast.leases")
 
 EXIT_HUNG = 75  # a batch ran past its timeout (EX_TEMPFAIL: restart me)
 EXIT_FENCED = 69  # a lease lost, or not confirmed in time (EX_UNAVAILABLE: restart me)
+# What a process says before the watchdog ends it (os._exit runs no atexit hook): a worker hands the
+# batch it popped and has not started back through Redis (worker/main.py), so that it comes back at
+# once, not after its supervisor, the leader or the visibility timeout (issue 24.5). Process-wide, as
+# the exit is, while each store has a keeper of its own; all of it gets LAST_WORDS_S, on a thread of
+# its own: a handler may still run meanwhile, which is why it is short (its acks are fenced anyway).
+LAST_WORDS_S = 0.5
+_last_words: list[Callable[[], object]] = []
+
+
+@contextmanager
+def last_words(words: Callable[[], object]) -> Iterator[None]:
+    """Within the block, `words()` runs (within LAST_WORDS_S) before a watchdog ends the process."""
+    _last_words.append(words)
+    try:
+        yield
+    finally:
+        _last_words.remove(words)
+
+
+def say_last_words(timeout_s: float = LAST_WORDS_S) -> None:
+    """Run every `last_words` of the process, giving them `timeout_s` together; an error is logged."""
+    said = threading.Event()
+
+    def say() -> None:
+        for words in list(_last_words):
+            try:
+                words()
+            except Exception as exc:  # the exit goes ahead: the supervisor or the leader does it then
+                log.warning("could not finish %r before exiting: %r", words, exc)
+        said.set()
+
+    threading.Thread(target=say, name="duecast-last-words", daemon=True).start()
+    said.wait(timeout_s)
 
 
 @dataclass(frozen=True)
@@ -312,6 +345,7 @@ class LeaseKeeper:
                 EXIT_HUNG,
                 extra={"event": "worker.hung"},
             )
+            say_last_words()
             self._stop(EXIT_HUNG)
             return
         why = (
@@ -329,4 +363,5 @@ class LeaseKeeper:
             EXIT_FENCED,
             extra={"event": "worker.fenced", "reason": reason},
         )
+        say_last_words()
         self._stop(EXIT_FENCED)

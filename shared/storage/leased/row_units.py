@@ -15,9 +15,9 @@ from ...acks import Row
 from ...entries import Entry
 from ...identifiers import quote
 from ...policy import start_groups
-from ...queries.source import fence, in_list
+from ...queries.source import START_TIME, fence, in_list
 from ...states import State
-from ..source_store import _us
+from ..source_store import _scalar, _us
 from ..units import Cursor, claiming, lock_or_skip
 from .batch import LeasedBatch
 from .keeper import Extended, renew_leases
@@ -53,21 +53,30 @@ class RowUnits(LeasedStore):
         self.returning = len(found)  # due pending ones were handed out before: retries, requeues
         return [Entry(i, a + 1) for i, a in found]
 
-    def _start_units(self, entries: Sequence[Entry]) -> Started:
+    def _start_units(self, entries: Sequence[Entry], began: Started) -> None:
         sql, where, key = self.scope.sql, self.scope.where, self.scope.key
         with self.db.transaction(check=True) as cur:
             locked = self._lock(cur, self._fence(entries))
             groups = start_groups([int(r["interruptions"]) for r in locked], self.max_interruptions)
             rows = [locked[i] for i in groups[0]] if groups else []
             first = len(rows)
-            later = [list(self._entries([locked[i] for i in g])) for g in groups[1:]]
-            since = time.monotonic()  # before the leases' NOW(6): the keeper counts from here
-            units = list(self._entries(rows))
+            began.later = [list(self._entries([locked[i] for i in g])) for g in groups[1:]]
+            began.since = time.monotonic()  # before the leases' NOW(6): the keeper counts from here
+            began.units = list(self._entries(rows))
             if rows:
+                cur.execute(START_TIME)
+                began.at = _scalar(cur)  # this start's own time: what marks the rows as its own
                 ids = self._ids(int(r[key]) for r in rows)
-                self._run(cur, sql.mark_running.format(ids=ids), self._lease_us, self.worker, *where)
+                mark = sql.mark_running.format(ids=ids)
+                self._run(cur, mark, began.at, began.at, self._lease_us, self.worker, *where)
                 rows = self._load(cur, rows)
-        return Started(rows, units, later, len(entries) - len(locked) + first - len(rows), since)
+            began.rows = rows
+            began.skipped = len(entries) - len(locked) + first - len(rows)
+
+    def _started_by(self, cur: Cursor, began: Started) -> set[int]:
+        stmt = self.scope.sql.started_by.format(fence=self._fence(began.units))
+        self._run(cur, stmt, *self.scope.where, began.at, self.worker)
+        return {int(r[0]) for r in cur.fetchall()}
 
     def _drop_empty(self, units: list[Entry]) -> None:
         """Nothing to drop: a row started is its own work (a group's whose message is gone is dead)."""

@@ -14,7 +14,7 @@ from ...acks import Row
 from ...entries import Entry
 from ...queries.job_runs import RUN_ID_BASE, RunSQL
 from ...queries.jobs import JOB_COLUMNS
-from ...queries.source import fence, in_list
+from ...queries.source import START_TIME, fence, in_list
 from ..packed import read_packed
 from ..source_store import _scalar, _us
 from ..units import Cursor, lock_or_skip
@@ -37,13 +37,13 @@ class RunUnits(LeasedStore):
 
     # -- start -----------------------------------------------------------------------------------
 
-    def _start_units(self, entries: Sequence[Entry]) -> Started:
+    def _start_units(self, entries: Sequence[Entry], began: Started) -> None:
         """The entries' runs still DISPATCHED under their attempt -> RUNNING with a lease, and their
         jobs read: the clean runs together, or else one run of suspects; other runs of suspects
         stay DISPATCHED, in `later`, each to start alone once this is over. Stale entries, and
-        entries of no run (a job's, from a duecast before runs), are skipped."""
+        entries of no run (a job's, from a duecast before runs), are skipped (`began.skipped` is all
+        of them until the lock read tells)."""
         mine = [e for e in entries if e.id >= RUN_ID_BASE]
-        began = Started([], [], [], 0, time.monotonic())
         if mine:
             with self.db.transaction(check=True) as cur:
                 where = fence(mine, RUN_KEY)
@@ -57,16 +57,23 @@ class RunUnits(LeasedStore):
                 go = clean or suspects[:1]
                 began.later = [[e] for e, _ in (suspects if clean else suspects[1:])]
                 began.units = [e for e, _ in go]
+                began.skipped = len(entries) - len(began.units) - sum(len(g) for g in began.later)
                 began.since = time.monotonic()  # before the leases' NOW(6): the keeper counts from here
                 if go:
+                    cur.execute(START_TIME)
+                    began.at = _scalar(cur)  # this start's own time: what marks the runs as its own
                     ids = in_list(RUN_KEY, (e.id for e in began.units))
-                    cur.execute(self.runs.mark_running.format(ids=ids), (self._lease_us, self.worker))
+                    args = (began.at, began.at, self._lease_us, self.worker)
+                    cur.execute(self.runs.mark_running.format(ids=ids), args)
                     for e, members in go:
                         for job in decode_members(members):
                             began.run_of[job] = e.id
                     began.rows = self._read_members(cur, list(began.run_of))
-        began.skipped = len(entries) - len(began.units) - sum(len(g) for g in began.later)
-        return began
+
+    def _started_by(self, cur: Cursor, began: Started) -> set[int]:
+        stmt = self.runs.started_by.format(fence=fence(began.units, RUN_KEY))
+        cur.execute(stmt, (began.at, self.worker))
+        return {int(r[0]) for r in cur.fetchall()}
 
     def _read_members(self, cur: Cursor, ids: list[int]) -> list[Row]:
         """The members still pending, as a handler gets them: dc_attempt is this run's attempt."""

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from ...acks import Ack, Row, check_times
@@ -22,8 +23,9 @@ from ...policy import blame_interruptions
 from ...settings import MySQLSettings, SourceSettings
 from ...telemetry import observe
 from ..db import Database
+from ..protocol import StartUnknown
 from ..source_store import SourceStatus, _us
-from ..units import MYSQL_ERRORS, Cursor
+from ..units import MYSQL_ERRORS, CommitUnknown, Cursor
 from ..worker_registry import worker_name
 from .batch import LeasedBatch, error_text, finish_group
 from .keeper import Extended, LeaseKeeper
@@ -45,6 +47,7 @@ class Started:
     skipped: int  # entries not started (stale, deleted, held elsewhere)
     since: float  # time.monotonic() before the statement that set the leases
     run_of: dict[int, int] = field(default_factory=dict)  # per-run units: job id -> its run
+    at: Any = None  # the start's own NOW(6), written as its units' started_at (source.START_TIME)
 
 
 class LeasedStore(ABC):
@@ -115,7 +118,42 @@ class LeasedStore(ABC):
         """
         if not entries:
             raise ValueError("start() needs at least one entry")
-        began = self._start_units(entries)
+        began = Started([], [], [], len(entries), time.monotonic())
+        try:
+            self._start_units(entries, began)
+        except CommitUnknown as exc:
+            if not began.units:
+                raise  # it wrote nothing: running it again is all there is to do
+            raise StartUnknown(exc, partial(self._resume, entries, began)) from exc
+        return self._begun(began)
+
+    def _resume(self, entries: Sequence[Entry], began: Started) -> LeasedBatch:
+        """A start whose COMMIT got no answer (StartUnknown), settled: if its units are RUNNING under
+        their attempt, by this worker since its time, it committed, and they run now under that
+        attempt (they wait for no lease and count no interruption); found none, it did not, and the
+        entries are started again. Found some only (the others taken since: their leases ran out
+        meanwhile, or an operator's command), none runs and the rest are due again now."""
+        with self.db.transaction(check=True) as cur:
+            mine = self._started_by(cur, began)
+        s, n = self.scope, len(began.units)
+        s.log.warning(
+            "a start of %d %s got no answer to its COMMIT; it had %s",
+            n,
+            self._what,
+            f"committed: running them under their attempt ({len(mine)} of {n} still its own)"
+            if mine
+            else "not: starting again",
+            extra={"event": f"{s.noun}.start_settled", "source": self.src.name, "count": len(mine)},
+        )
+        if not mine:
+            return self.start(entries)
+        if mine != {e.id for e in began.units}:
+            return self._batch(began, self._give_back_late(began, time.monotonic() - began.since))
+        return self._begun(began)
+
+    def _begun(self, began: Started) -> LeasedBatch:
+        """The batch of what a start committed, its leases kept; or of nothing, when the commit came
+        too late to run it (given back: due again now)."""
         rows = began.rows
         if rows and not self._leases.in_time(began.since):
             rows = self._give_back_late(began, time.monotonic() - began.since)
@@ -264,9 +302,15 @@ class LeasedStore(ABC):
     # -- what a unit shape does (row_units.RowUnits, run_units.RunUnits) ---------------------------
 
     @abstractmethod
-    def _start_units(self, entries: Sequence[Entry]) -> Started:
+    def _start_units(self, entries: Sequence[Entry], began: Started) -> None:
         """Lock the entries' units still DISPATCHED under their attempt, mark the first group RUNNING
-        with a lease and read its rows; one transaction, committed on return."""
+        with a lease since the start's own time (`began.at`) and read its rows; one transaction,
+        committed on return. Fills `began` as it goes: a COMMIT cut off leaves it for `_resume`."""
+
+    @abstractmethod
+    def _started_by(self, cur: Cursor, began: Started) -> set[int]:
+        """Of `began.units`, the ids RUNNING under their attempt by this worker since `began.at`
+        (locked): what that start committed, if it did."""
 
     @abstractmethod
     def _drop_empty(self, units: list[Entry]) -> None:

@@ -29,6 +29,7 @@ from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import Database, connect
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.leased.keeper import EXIT_FENCED
+from duecast.shared.storage.worker_registry import worker_name
 from tests.faults.conftest import _NOT_INHERITED, SESSION_LOST
 from tests.faults.procs import Proc, Procs, tcp_peers, wait_for
 from tests.faults.runs import drop_job_tables, expire_runs, run_of
@@ -99,9 +100,12 @@ def fencing(
     sql: pymysql.cursors.Cursor,
     procs: Procs,
     tmp_path: Path,
+    *,
+    request: pytest.FixtureRequest,
 ) -> Iterator[Fencing]:
     table = f"jobs_{uuid.uuid4().hex[:8]}"
     jobs = {"table": table, "schedules_table": f"{table}_s", "lease_s": LEASE_S, "timeout_s": 600}
+    jobs.update(getattr(request, "param", {}))  # a test's own jobs settings (indirect parametrize)
     mysql = mysql_settings.model_copy(update={"lease_keeper_timeout_s": KEEPER_TIMEOUT_S})
     settings = Settings(mysql=mysql, redis=redis_settings, jobs=jobs)  # type: ignore[arg-type]
     migrate.apply(settings)
@@ -194,3 +198,65 @@ def test_a_lease_keeper_whose_session_was_killed_renews_on_a_new_one(fencing: Fe
         lambda: fencing.row(job_id, "dc_state") == (), WAIT_S, "the job to be acked", fencing.procs.check
     )
     assert worker.alive()
+
+
+@pytest.mark.parametrize("fencing", [{"run_size": 1}], indirect=True)
+def test_a_fencing_worker_hands_back_the_batch_it_popped_and_had_not_started(
+    fencing: Fencing, mysql_settings: MySQLSettings
+) -> None:
+    """Issue 24.5: before its exit (69) the worker pushes its hold (popped, not started) back to the
+    head of the ready list at once; before, it waited for a supervisor, the leader or the visibility
+    timeout. Here two suspect jobs wait in the popped batch for the parked clean one's run to end."""
+    enqueuer = Enqueuer(fencing.settings, None)
+    park = enqueuer.enqueue("park", "p")
+    suspects = [enqueuer.enqueue("record", f"s{i}") for i in range(2)]
+    enqueuer.db.close()
+    table = fencing.settings.jobs.table
+    fencing.sql.execute(f"UPDATE `{table}` SET interruptions = 1 WHERE id IN (%s, %s)", tuple(suspects))
+    entries = fencing.store.claim_due(10)
+    assert len(entries) == 2  # the clean job's run, and the suspects' (started after it, alone)
+    queue = ReadyQueue(connect_redis(fencing.settings.redis), Keys(fencing.settings.redis.key_prefix))
+    source = fencing.store.src.name
+    queue.push(source, entries)
+    worker = fencing.procs.spawn(
+        "worker",
+        ["-m", "duecast.worker", "--app", "tests.integration.jobs_app"],
+        fencing.env,
+        allow=SESSION_LOST,
+    )
+    wait_for(lambda: fencing.run(park, "dc_state") == (State.RUNNING,), WAIT_S, "the park job to start")
+    name = worker_name(worker.pid)
+    held = queue.held_by(name)
+    assert held is not None
+    assert len(held[1]) == 2, "the popped batch, its suspects not started"
+    assert all(fencing.run(j, "dc_state") == (State.DISPATCHED,) for j in suspects)
+    (run_id,) = fencing.run(park, "id")
+    holder = connect(mysql_settings)  # no renewal of the park job's run confirms: the worker fences
+    try:
+        with holder.cursor() as cur:
+            cur.execute(
+                f"SELECT id FROM `{fencing.settings.jobs.runs_table}` WHERE id = %s FOR UPDATE", (run_id,)
+            )
+        assert fencing.procs.wait_exit(worker, WAIT_S) == EXIT_FENCED
+        # At once, with no supervisor or leader running: the hold is back at the head of the list.
+        assert queue.held_by(name) is None
+        assert queue.length(source) == 2
+        assert "pushed them back" in worker.log.read_text()
+    finally:
+        holder.rollback()
+        holder.close()
+    # Another worker runs the suspects under the attempt they were dispatched with; the parked job's
+    # entry is stale (its run RUNNING, for the sweeper once its lease is out), so it runs nowhere.
+    fencing.procs.spawn(
+        "worker2",
+        ["-m", "duecast.worker", "--app", "tests.integration.jobs_app"],
+        fencing.env,
+        allow=SESSION_LOST,
+    )
+    wait_for(
+        lambda: all(fencing.row(j, "dc_state") == () for j in suspects),
+        WAIT_S,
+        "the handed-back suspects to run",
+        fencing.procs.check,
+    )
+    assert fencing.run(park, "dc_state", "dc_attempt") == (State.RUNNING, 1)

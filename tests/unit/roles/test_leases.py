@@ -24,9 +24,11 @@ from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.keeper import (
     EXIT_FENCED,
     EXIT_HUNG,
+    LAST_WORDS_S,
     Extended,
     LeaseKeeper,
     keeper_settings,
+    last_words,
 )
 
 ENTRIES = [Entry(1, 1), Entry(2, 1), Entry(3, 1)]
@@ -176,6 +178,32 @@ def test_a_lost_lease_fences_at_once() -> None:
     ((code, at),) = stops.codes
     assert code == EXIT_FENCED
     assert at - since < lease_timing(LEASE_S).renew_s + 0.2  # at the first renewal, not the deadline
+
+
+def test_a_fence_says_its_last_words_first_and_waits_no_longer_than_last_words_s() -> None:
+    """A worker hands its popped batch back (Redis) before the fence ends it; a Redis that never
+    answers holds the exit up for LAST_WORDS_S at most."""
+
+    def lost(_db: Database, entries: Sequence[Entry]) -> Extended:
+        return Extended(frozenset(), frozenset(e.id for e in entries))
+
+    said: list[float] = []
+    never = threading.Event()
+    keep, stops = keeper(lost)
+    try:
+        with (
+            last_words(lambda: said.append(time.monotonic())),
+            last_words(never.wait),
+            keep.holding(ENTRIES, time.monotonic()),
+        ):
+            assert stops.done.wait(5)
+    finally:
+        never.set()
+    ((code, at),) = stops.codes
+    assert code == EXIT_FENCED
+    (said_at,) = said
+    assert said_at <= at < said_at + LAST_WORDS_S + 1.0  # the stuck one waited for, but bounded
+    assert at - said_at >= LAST_WORDS_S - 0.05
 
 
 def test_rows_being_acked_may_leave_running_without_fencing() -> None:
