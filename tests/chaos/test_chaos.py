@@ -80,6 +80,7 @@ def test_soak_with_worker_kills_redis_restarts_a_mariadb_restart_a_read_lock_and
         "bad_hold",
         "mariadb_restart",
         "mariadb_read_lock",
+        "sigstop_in_ack",
     }
     assert_clean(chaos)
     messages = chaos.message_verdict()
