@@ -50,7 +50,7 @@ class Plan:
     turn at a worker holding jobs, re-scan rows and the group's messages), and how long the server
     faults last."""
 
-    waves: int = 14
+    waves: int = 15  # 11 fixed faults and 4 kills (jobs twice), as before the stop in an ack
     flushes: int = 1
     redis_restarts: int = 2
     wrong_types: int = 1
