@@ -41,8 +41,10 @@ from tests.faults.private_redis import PrivateRedis
 from tests.faults.procs import Proc, Procs, wait_for
 
 APP = "tests.chaos.app"
-# What a process may log while the chaos hits it: Redis restarts, killed sessions, poison tasks.
-EXPECTED = (*REDIS_DOWN, *SESSION_LOST, "RuntimeError")
+# What a process may log while the chaos hits it: Redis restarts, killed sessions, poison tasks, and
+# a Sentinel failover (only a Sentinel topology raises these: tests/chaos/sentinel.py).
+SENTINEL_FAILING_OVER = ("MasterNotFoundError", "SlaveNotFoundError", "ReadOnlyError")
+EXPECTED = (*REDIS_DOWN, *SESSION_LOST, "RuntimeError", *SENTINEL_FAILING_OVER)
 POLL_S = 0.05
 DEAD_LOOK_S = 1.0  # how often wait_done looks for a healthy job dead-lettered
 
@@ -97,7 +99,9 @@ class Chaos:
         # Short leases need a lease keeper that gives a stalled renewal up sooner (settings check).
         self.mysql = self.mysql.model_copy(update={"lease_keeper_timeout_s": min(2.0, self.lease_s / 6)})
         self.settings = Settings(
-            mysql=self.mysql, redis={"url": self.redis.url, "key_prefix": f"chaos-{suffix}"}, jobs=self.jobs
+            mysql=self.mysql,
+            redis={**self.redis.settings_fields(), "key_prefix": f"chaos-{suffix}"},
+            jobs=self.jobs,
         )
         migrate.apply(self.settings)
         self.sql = connect(self.mysql)
@@ -110,7 +114,7 @@ class Chaos:
                 "DUECAST_MYSQL__HOST": self.mysql.host,
                 "DUECAST_MYSQL__PORT": str(self.mysql.port),
                 "DUECAST_MYSQL__LEASE_KEEPER_TIMEOUT_S": str(self.mysql.lease_keeper_timeout_s),
-                "DUECAST_REDIS__URL": self.redis.url,
+                **self.redis.env(),
                 "DUECAST_REDIS__KEY_PREFIX": f"chaos-{suffix}",
                 "DUECAST_JOBS": json.dumps(self.jobs),
                 "DUECAST_DISPATCHER__POLL_INTERVAL_S": "0.05",
