@@ -60,7 +60,7 @@ def read_executions(path: Path) -> dict[int, list[int]]:
 
 # Faults that can make a process's run be repeated elsewhere, by the process they hit.
 # "died": a worker a poison job (or a hung batch's timeout) took down, restarted by the supervisor.
-_PER_PROCESS = {"sigkill", "sigstop", "mysql_kill", "died"}
+_PER_PROCESS = {"sigkill", "sigstop", "sigstop_in_ack", "mysql_kill", "died"}
 # Faults that break every process's MySQL session at once: they may explain a rerun by anyone.
 _SERVER_WIDE = {"mariadb_restart"}
 

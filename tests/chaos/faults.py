@@ -257,6 +257,38 @@ def stop_worker(chaos: Chaos, proc: Proc | None = None) -> Proc:
     return proc
 
 
+def stop_in_ack(chaos: Chaos, tries: int = 40) -> Proc | None:
+    """Issue 24.1: SIGSTOP a worker holding jobs while it is inside a transaction that has written
+    rows (its ack, in which the transactional `work` task runs; rarely a lease renewal), checked
+    with the worker stopped; a miss is resumed at once (a pause of ~0.1 s) and another moment tried.
+    Its session then sits idle in that transaction, its locks held, until the server ends it
+    (`worker.idle_transaction_s`, about a lease); `resume` it later. None if never caught."""
+    from tests.faults.procs import tcp_peers  # noqa: PLC0415 - Linux /proc, the fault tier's helper
+
+    for _ in range(tries):
+        proc = holder(chaos, (JOBS,), timeout_s=1.0)
+        if proc is None:
+            continue
+        os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(0.15)  # MariaDB refreshes INNODB_TRX only when it was not read for 100 ms
+        ports = {str(local) for local, remote in tcp_peers(proc.pid) if remote == chaos.mysql.port}
+        rows = chaos.query(
+            "SELECT p.HOST, t.trx_rows_locked FROM information_schema.INNODB_TRX t "
+            "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
+            "WHERE t.trx_rows_modified > 0"
+        )
+        locked = [int(n) for host, n in rows if str(host).rsplit(":", 1)[-1] in ports]
+        held = held_by(chaos, proc.pid)  # still jobs: its next pop (of another source) replaces it
+        if locked and held is not None and held[0] == JOBS and held[1]:
+            chaos.fault("sigstop_in_ack", proc.pid)
+            print(f"  stopped holding {len(held[1])} jobs, in a transaction holding {sum(locked)} row locks")
+            chaos.stopped.add(proc.pid)
+            caught(chaos, chaos.faults[-1], [held])
+            return proc
+        os.kill(proc.pid, signal.SIGCONT)
+    return None
+
+
 def resume(chaos: Chaos, proc: Proc) -> None:
     os.kill(proc.pid, signal.SIGCONT)
     chaos.stopped.discard(proc.pid)

@@ -41,9 +41,12 @@ from tests.faults.private_redis import PrivateRedis
 from tests.faults.procs import Proc, Procs, wait_for
 
 APP = "tests.chaos.app"
-# What a process may log while the chaos hits it: Redis restarts, killed sessions, poison tasks.
-EXPECTED = (*REDIS_DOWN, *SESSION_LOST, "RuntimeError")
+# What a process may log while the chaos hits it: Redis restarts, killed sessions, poison tasks, and
+# a Sentinel failover (only a Sentinel topology raises these: tests/chaos/sentinel.py).
+SENTINEL_FAILING_OVER = ("MasterNotFoundError", "SlaveNotFoundError", "ReadOnlyError")
+EXPECTED = (*REDIS_DOWN, *SESSION_LOST, "RuntimeError", *SENTINEL_FAILING_OVER)
 POLL_S = 0.05
+DEAD_LOOK_S = 1.0  # how often wait_done looks for a healthy job dead-lettered
 
 
 @dataclass
@@ -96,7 +99,9 @@ class Chaos:
         # Short leases need a lease keeper that gives a stalled renewal up sooner (settings check).
         self.mysql = self.mysql.model_copy(update={"lease_keeper_timeout_s": min(2.0, self.lease_s / 6)})
         self.settings = Settings(
-            mysql=self.mysql, redis={"url": self.redis.url, "key_prefix": f"chaos-{suffix}"}, jobs=self.jobs
+            mysql=self.mysql,
+            redis={**self.redis.settings_fields(), "key_prefix": f"chaos-{suffix}"},
+            jobs=self.jobs,
         )
         migrate.apply(self.settings)
         self.sql = connect(self.mysql)
@@ -109,7 +114,7 @@ class Chaos:
                 "DUECAST_MYSQL__HOST": self.mysql.host,
                 "DUECAST_MYSQL__PORT": str(self.mysql.port),
                 "DUECAST_MYSQL__LEASE_KEEPER_TIMEOUT_S": str(self.mysql.lease_keeper_timeout_s),
-                "DUECAST_REDIS__URL": self.redis.url,
+                **self.redis.env(),
                 "DUECAST_REDIS__KEY_PREFIX": f"chaos-{suffix}",
                 "DUECAST_JOBS": json.dumps(self.jobs),
                 "DUECAST_DISPATCHER__POLL_INTERVAL_S": "0.05",
@@ -291,16 +296,31 @@ class Chaos:
         """Until every healthy job is acked and every poison job is dead; returns the seconds it took."""
         started = time.monotonic()
 
+        looked = [0.0]
+
         def done() -> bool:
             self.supervise()
+            if time.monotonic() - looked[0] > DEAD_LOOK_S:
+                looked[0] = time.monotonic()
+                if self.healthy_dead():  # nothing acks it now: fail with what is left, not at a timeout
+                    raise AssertionError(f"a healthy job is dead (seed {self.seed}); left: {self.left()}")
             messages = self.group is None or self.group.acked() >= len(self.group.expected)
             return messages and self.acked() >= len(self.healthy) and self.poison_settled()
 
         try:
             wait_for(done, timeout_s, f"all {len(self.healthy):,} healthy jobs acked (seed {self.seed})")
         except AssertionError as exc:
+            if "left:" in str(exc):
+                raise
             raise AssertionError(f"{exc}; left: {self.left()}") from None
         return time.monotonic() - started
+
+    def healthy_dead(self) -> int:
+        """Healthy (`work`) jobs dead-lettered: none may be, and none would ever be acked."""
+        rows = self.query(
+            f"SELECT COUNT(*) FROM `{self.table}` WHERE task = 'work' AND dc_state = %s", (int(State.DEAD),)
+        )
+        return int(rows[0][0])
 
     def left(self) -> str:
         """What a run that timed out left: jobs by (task, state), and runs by state (their jobs)."""
@@ -327,7 +347,9 @@ class Chaos:
         assert self.rescan is not None
         assert self.faults_end is not None
         units, deadline = self.rescan.units(), time.monotonic() + timeout_s
-        while self.rescan.covered_since(self.faults_end) < units:
+        # Since the last fault: a worker stopped by the soak dies ("died") once resumed, maybe
+        # after faults_end, and the checker wants every row checked after each fault.
+        while self.rescan.covered_since(max([self.faults_end, *(f.at for f in self.faults)])) < units:
             self.procs.check()
             self.supervise()
             if time.monotonic() > deadline:

@@ -51,6 +51,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--settle", action="store_true", help="each fault waits for the last one's work")
     p.add_argument("--server-faults", type=int, default=2, help="MariaDB restarts, and as many read locks")
     p.add_argument("--mariadb-down-s", type=float, default=10.0, help="how long each restart keeps it down")
+    p.add_argument("--ack-stops", type=int, default=1, help="workers SIGSTOPped inside an ack transaction")
     p.add_argument("--read-lock-s", type=float, help="how long each read lock lasts (default: lease + 1 s)")
     p.add_argument("--json", type=Path)
     return p.parse_args(argv)
@@ -66,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         waves=args.waves,
         mariadb_restarts=args.server_faults,
         read_locks=args.server_faults,
+        ack_stops=args.ack_stops,
         mariadb_down_s=args.mariadb_down_s,
         read_lock_s=args.read_lock_s or lease_s + 1,
         settle=args.settle,

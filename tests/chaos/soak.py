@@ -25,6 +25,7 @@ from tests.chaos.faults import (
     kill_worker,
     restart_mariadb,
     resume,
+    stop_in_ack,
     stop_worker,
 )
 from tests.chaos.harness import Chaos
@@ -49,7 +50,7 @@ class Plan:
     turn at a worker holding jobs, re-scan rows and the group's messages), and how long the server
     faults last."""
 
-    waves: int = 14
+    waves: int = 15  # 11 fixed faults and 4 kills (jobs twice), as before the stop in an ack
     flushes: int = 1
     redis_restarts: int = 2
     wrong_types: int = 1
@@ -57,6 +58,7 @@ class Plan:
     bad_holds: int = 1  # two workers SIGKILLed, one's hold record overwritten with 0xff bytes
     mariadb_restarts: int = 1  # needs the soak's private MariaDB
     read_locks: int = 1  # FLUSH TABLES WITH READ LOCK, held read_lock_s; needs it too
+    ack_stops: int = 1  # SIGSTOP a worker inside its ack transaction, resumed past the lease (24.1)
     mariadb_down_s: float = 2.0
     read_lock_s: float = 4.0  # past the 3 s job lease: workers holding batches fence themselves
     # Each fault waits until the work the last one caught is done (at most SETTLE_S), so that each
@@ -71,7 +73,7 @@ class Plan:
     def steps(self, server: bool) -> list[str]:
         plan = ["flush"] * self.flushes + ["redis_restart"] * self.redis_restarts + ["stop", "stop_rescan"]
         plan += ["wrong_type"] * self.wrong_types + ["kill_group"] * self.group_kills
-        plan += ["bad_hold"] * self.bad_holds
+        plan += ["bad_hold"] * self.bad_holds + ["stop_in_ack"] * self.ack_stops
         if server:
             plan += ["mariadb_restart"] * self.mariadb_restarts + ["read_lock"] * self.read_locks
         fixed = len(plan)
@@ -112,7 +114,8 @@ def soak(
     same dispatcher all along, under the faults of `plan`: worker SIGKILLs (aimed at workers holding
     jobs, re-scan rows or the group's messages), Redis restarts and a FLUSHALL, a ready list SET to
     a string (issue 16.3), a dead worker's hold record made garbage (16.2), a dispatcher SIGKILLed
-    right after a COMMIT, two workers SIGSTOPped past the lease then resumed, and with `server` (the
+    right after a COMMIT, two workers SIGSTOPped past the lease then resumed, one SIGSTOPped inside its
+    ack transaction (its row locks held until the server ends the idle session), and with `server` (the
     private MariaDB the run's database lives on) a MariaDB crash and restart and a read lock. Returns
     the seconds until every job and message is acked; then waits for every re-scan row to be checked
     again and stops every process."""
@@ -183,6 +186,11 @@ def _inject(
     elif step in ("stop", "stop_rescan"):
         proc = stop_worker(chaos, holder(chaos, rescans) if step == "stop_rescan" else None)
         stopped.append((proc, time.monotonic() + chaos.lease_s * 2))
+    elif step == "stop_in_ack":
+        backlog(chaos)
+        caught_in_ack = stop_in_ack(chaos)
+        if caught_in_ack is not None:
+            stopped.append((caught_in_ack, time.monotonic() + chaos.lease_s * 2))
     elif step == "bad_hold":
         corrupt_a_dead_workers_hold(chaos, plan.hold_handled_s)
     elif step == "mariadb_restart":

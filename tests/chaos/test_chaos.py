@@ -1,9 +1,9 @@
-"""The chaos suite, short versions (CI): real processes, signals, Redis and MariaDB restarts against
-one-off jobs (and, in the soak, re-scan sources and a cluster group beside them, on a private
-MariaDB), checked by tests/chaos/checker.py and rescan_checker.py. Pass: nothing lost, nothing
-acked twice, nothing unexpected, every redundant run explained by an injected fault. Each prints
-its seed; replay with DUECAST_CHAOS_SEED=<seed>. The long version is `python -m tests.chaos.run`
-(docs/reliability.md).
+"""The chaos suite, short versions (CI): real processes, signals, Redis and MariaDB restarts and
+Sentinel failovers against one-off jobs (and, in the soak, re-scan sources and a cluster group
+beside them, on a private MariaDB), checked by tests/chaos/checker.py and rescan_checker.py. Pass:
+nothing lost, nothing acked twice, nothing unexpected, every redundant run explained by an injected
+fault. Each prints its seed; replay with DUECAST_CHAOS_SEED=<seed>. The long version is
+`python -m tests.chaos.run` (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from tests.chaos.app import RESCAN_RANGES, RESCAN_ROWS
 from tests.chaos.faults import force_deadlock, kill_mysql_session
 from tests.chaos.harness import Chaos
 from tests.chaos.private_mariadb import PrivateMariaDB, running_with
+from tests.chaos.sentinel import SentinelRedis
 from tests.chaos.soak import soak
 from tests.faults.private_redis import PrivateRedis
 from tests.faults.procs import Procs, wait_for
@@ -31,6 +32,9 @@ from tests.faults.procs import Procs, wait_for
 pytestmark = pytest.mark.faults
 DOWN_S = float(os.environ.get("DUECAST_CHAOS_REDIS_DOWN_S", "6"))
 RECOVERY_BOUND_S = 30.0
+# After a Redis failover, work flows again once this many more jobs are acked: more than the two
+# workers hold (a pop of 100 each), so some of them were popped from the new master.
+FLOWING = 500
 
 
 def _acked(chaos: Chaos, target: int) -> bool:
@@ -80,6 +84,7 @@ def test_soak_with_worker_kills_redis_restarts_a_mariadb_restart_a_read_lock_and
         "bad_hold",
         "mariadb_restart",
         "mariadb_read_lock",
+        "sigstop_in_ack",
     }
     assert_clean(chaos)
     messages = chaos.message_verdict()
@@ -257,4 +262,43 @@ def test_mariadb_restarted_twice_while_jobs_flow(
         assert_clean(chaos)
     finally:
         procs.kill_all()
+        server.kill()
+
+
+def test_sentinel_failovers_and_a_master_killed_while_jobs_flow(
+    mysql_settings: MySQLSettings, procs: Procs, tmp_path: Path
+) -> None:
+    """Issue 24: jobs through a Sentinel-managed Redis (a master, a replica, three Sentinels), failed
+    over by SENTINEL FAILOVER there and back, then its master SIGKILLed (the replica promoted)."""
+    server = SentinelRedis(tmp_path)
+    seed = int(os.environ.get("DUECAST_CHAOS_SEED") or random.SystemRandom().randrange(1 << 31))
+    try:
+        server.start()
+        chaos = Chaos(mysql_settings, server, procs, tmp_path, seed)
+        try:
+            chaos.dispatcher("dispatcher")
+            for i in range(2):
+                chaos.worker(f"worker-{i}")
+            flowing = []
+            faults = [
+                ("sentinel_failover", server.failover),
+                ("sentinel_failover", server.failover),  # and back
+                ("sentinel_master_killed", server.kill_master),
+            ]
+            for kind, fault in faults:
+                target = chaos.acked() + 300
+                chaos.enqueue(1500)
+                wait_for(partial(_acked, chaos, target), 60, "work to flow", procs.check)
+                chaos.fault(kind)
+                at, acked = time.monotonic(), chaos.acked()
+                fault()
+                wait_for(partial(_acked, chaos, acked + FLOWING), 60, f"work after {kind}", procs.check)
+                flowing.append(f"{time.monotonic() - at:.1f}")
+            print(f"{FLOWING} more jobs acked after each fault within (s):", ", ".join(flowing))
+            chaos.wait_done(120)
+            assert_clean(chaos)
+        finally:
+            procs.kill_all()
+            chaos.close()
+    finally:
         server.kill()

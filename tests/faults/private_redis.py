@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -46,6 +47,14 @@ class PrivateRedis:
     def url(self) -> str:
         auth = f":{self.password}@" if self.password else ""
         return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def settings_fields(self) -> dict[str, Any]:
+        """The RedisSettings fields that reach this server (a Sentinel topology adds its own)."""
+        return {"url": self.url}
+
+    def env(self) -> dict[str, str]:
+        """The same, as the DUECAST_* variables of a child process."""
+        return {"DUECAST_REDIS__URL": self.url}
 
     def start(self) -> None:
         with self.log.open("ab") as out:
