@@ -252,6 +252,8 @@ def table(args: argparse.Namespace, results: list[dict[str, Any]]) -> Table:
         "vs own API",
         "steady tasks/s",
         "vs own API",
+        "steady CPU µs/task",
+        "own / this",
     )
     for col in cols:
         t.add_column(col, justify="right")
