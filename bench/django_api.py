@@ -10,13 +10,17 @@ clock of a drain starts when the workers do and stops when none is left:
   duecast     Enqueuer.enqueue_many of the same number of jobs, drained by the same fleet running
               a plain duecast task.
 Django enqueues one task per call (its API has no batch): both Django ways enqueue inside
-atomic() blocks of --per-transaction tasks.
+atomic() blocks of --per-transaction tasks. The duecast ways also report a steady rate, from the
+first jobs done to the last: at 20,000 no-op tasks, starting the processes takes about as long as
+the drain itself, so the drain from the workers' start mostly measures the start. Ratios are each
+run's (both drains of a run see the same moment of a shared machine), then their median.
 
     scripts/dev shell python bench/django_api.py                 # 20,000 tasks, 2 workers, 3 runs
     scripts/dev shell python bench/django_api.py --jobs 5000 --runs 1
 
-Runs in database duecast_bench / key prefix duecast-bench (bench/harness.py); it empties the jobs
-table and django-tasks-db's table there. Needs the bench extra (django-tasks-db).
+Runs in database duecast_bench / key prefix duecast-bench (bench/harness.py), or another of the
+benchmark namespace (DUECAST_MYSQL__DATABASE=duecast_bench_x DUECAST_REDIS__KEY_PREFIX=duecast-bench-x);
+it empties the jobs table and django-tasks-db's table there. Needs the bench extra (django-tasks-db).
 """
 
 from __future__ import annotations
@@ -132,8 +136,12 @@ def reference_drain(args: argparse.Namespace, logs: Path) -> float:
     return time.perf_counter() - started
 
 
-def duecast_drain(settings: Settings, args: argparse.Namespace, logs: Path, app: str) -> float:
-    """One dispatcher and --workers duecast workers, until the jobs table is empty."""
+def duecast_drain(settings: Settings, args: argparse.Namespace, logs: Path, app: str) -> dict[str, float]:
+    """One dispatcher and --workers duecast workers, until the jobs table is empty: the seconds from
+    their start (drain_s); the steady part, from when the first jobs were done (steady_s, and the
+    jobs left then, steady_jobs); the workers' CPU seconds, all (worker_cpu_s) and in the steady part
+    (steady_cpu_s). A drain of 20,000 no-op jobs takes about as long as starting the processes."""
+    logs.mkdir(exist_ok=True)
     config = logs / "jobs.toml"
     config.write_text(f'[worker]\nsources = ["{JOBS_SOURCE}"]\nconcurrency = {args.concurrency}\n')
     extra = {k: env()[k] for k in ("PYTHONPATH", "DJANGO_SETTINGS_MODULE")}
@@ -145,14 +153,32 @@ def duecast_drain(settings: Settings, args: argparse.Namespace, logs: Path, app:
         fleet.start_dispatcher()
         for i in range(args.workers):
             fleet.start_worker(f"worker-{i + 1}")
+        first: tuple[float, int, float] | None = None  # when the count first fell, what was left, CPU
+        cpu = 0.0
         try:
             with poll.cursor() as cur:
                 while True:
-                    cur.execute(f"SELECT EXISTS (SELECT 1 FROM {table})")
+                    # COUNT until the first jobs are done (a few ms on 20,000 rows), then EXISTS.
+                    cur.execute(
+                        f"SELECT COUNT(*) FROM {table}"
+                        if first is None
+                        else f"SELECT EXISTS (SELECT 1 FROM {table})"
+                    )
                     row = cur.fetchone()
+                    now = time.perf_counter()
                     if row is not None and not row[0]:
-                        return time.perf_counter() - started
-                    if time.perf_counter() - started > args.timeout or not fleet.alive():
+                        since, left, cpu_then = first or (now, 0, cpu)
+                        return {
+                            "drain_s": now - started,
+                            "steady_s": now - since,
+                            "steady_jobs": left,
+                            "worker_cpu_s": cpu,
+                            "steady_cpu_s": cpu - cpu_then,
+                        }
+                    cpu = sum(v for k, v in fleet.cpu_seconds().items() if k.startswith("worker"))
+                    if first is None and row is not None and row[0] < args.jobs:
+                        first = (now, int(row[0]), cpu)
+                    if now - started > args.timeout or not fleet.alive():
                         raise SystemExit(f"drain did not finish in {args.timeout:.0f}s; logs: {logs}")
                     time.sleep(0.02)
         finally:
@@ -163,7 +189,7 @@ def run(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any]]:
     results = []
     for n in range(args.runs):
         logs = Path(tempfile.mkdtemp(prefix="duecast-django-bench-"))
-        row: dict[str, Any] = {"run": n + 1}
+        row: dict[str, Any] = {"run": n + 1, "jobs": args.jobs}
         if "reference" in args.ways:
             prepare(settings)
             row["reference_enqueue_s"] = django_enqueue(args.jobs, args.per_transaction, "ref")
@@ -171,37 +197,87 @@ def run(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any]]:
         if "django" in args.ways:
             prepare(settings)
             row["django_enqueue_s"] = django_enqueue(args.jobs, args.per_transaction, "default")
-            row["django_drain_s"] = duecast_drain(settings, args, logs, "duecast.integrations.django.worker")
+            drained = duecast_drain(settings, args, logs / "django", args.django_app)
+            row.update({f"django_{k}": v for k, v in drained.items()})
         if "duecast" in args.ways:
             prepare(settings)
             row["duecast_enqueue_s"] = own_enqueue(settings, args.jobs)
-            row["duecast_drain_s"] = duecast_drain(settings, args, logs, "bench_jobs_app")
+            drained = duecast_drain(settings, args, logs / "duecast", "bench_jobs_app")
+            row.update({f"duecast_{k}": v for k, v in drained.items()})
         results.append(row)
-        print(", ".join(f"{k} {v:.2f}" for k, v in row.items() if k != "run"), file=sys.stderr)
+        print(", ".join(f"{k} {v:.2f}" for k, v in row.items() if k not in ("run", "jobs")), file=sys.stderr)
     return results
+
+
+def drain_rate(r: dict[str, Any], way: str) -> float | None:
+    """Tasks/s of a run's drain, from the workers' start (None if not measured)."""
+    seconds = r.get(f"{way}_drain_s")
+    return r["jobs"] / seconds if seconds else None
+
+
+def steady_rate(r: dict[str, Any], way: str) -> float | None:
+    """Tasks/s from the first jobs done to the last: the drain without the processes' start-up."""
+    seconds = r.get(f"{way}_steady_s")
+    return r[f"{way}_steady_jobs"] / seconds if seconds else None
+
+
+def worker_cpu_us(r: dict[str, Any], way: str) -> float | None:
+    """The workers' CPU per task in the steady part, µs (start-up left out): less sensitive than the
+    wall clock to what else runs on a shared machine."""
+    seconds, jobs = r.get(f"{way}_steady_cpu_s"), r.get(f"{way}_steady_jobs")
+    return seconds / jobs * 1e6 if seconds and jobs else None
+
+
+def median_of(results: list[dict[str, Any]], rate: Any, way: str, base: str | None = None) -> float | None:
+    """The median rate of `way`, or with `base` the median of each run's ratio (same run: the
+    machine is shared, and a run's two drains see the same moment of it)."""
+    values = []
+    for r in results:
+        value, under = rate(r, way), rate(r, base) if base else 1.0
+        if value is not None and under:
+            values.append(value / under)
+    return statistics.median(values) if values else None
 
 
 def table(args: argparse.Namespace, results: list[dict[str, Any]]) -> Table:
     t = Table(
-        title=f"Django's task API: {args.jobs:,} no-op tasks, {args.workers} workers "
-        f"(median of {len(results)} runs)"
+        title=f"Django's task API: {args.jobs:,} no-op tasks, {args.workers} workers (median of "
+        f"{len(results)} runs; ratios: of each run's; steady: from the first jobs done to the last)"
     )
-    for col in ("way", "enqueue tasks/s", "drain tasks/s", "drain vs reference", "drain vs own API"):
+    cols = (
+        "way",
+        "enqueue tasks/s",
+        "drain tasks/s",
+        "vs reference",
+        "vs own API",
+        "steady tasks/s",
+        "vs own API",
+        "steady CPU µs/task",
+        "own / this",
+    )
+    for col in cols:
         t.add_column(col, justify="right")
-    rate = {w: statistics.median(args.jobs / r[f"{w}_drain_s"] for r in results) for w in args.ways}
-
-    def ratio(way: str, base: str) -> str:
-        return f"{rate[way] / rate[base]:.2f}" if base in rate else "-"
-
     labels = {
         "reference": "django-tasks-db (db_worker)",
         "django": "duecast, Django backend",
         "duecast": "duecast, its own API",
     }
+
+    def cell(value: float | None, fmt: str = ",.0f") -> str:
+        return "-" if value is None else format(value, fmt)
+
     for way in args.ways:
         enq = statistics.median(args.jobs / r[f"{way}_enqueue_s"] for r in results)
         t.add_row(
-            labels[way], f"{enq:,.0f}", f"{rate[way]:,.0f}", ratio(way, "reference"), ratio(way, "duecast")
+            labels[way],
+            f"{enq:,.0f}",
+            cell(median_of(results, drain_rate, way)),
+            cell(median_of(results, drain_rate, way, "reference"), ".2f"),
+            cell(median_of(results, drain_rate, way, "duecast"), ".2f"),
+            cell(median_of(results, steady_rate, way)),
+            cell(median_of(results, steady_rate, way, "duecast"), ".2f"),
+            cell(median_of(results, worker_cpu_us, way), ".1f"),
+            cell(1 / v if (v := median_of(results, worker_cpu_us, way, "duecast")) else None, ".2f"),
         )
     return t
 
@@ -215,6 +291,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--json", type=Path)
+    p.add_argument(
+        "--django-app",
+        default="duecast.integrations.django.worker",
+        help="the Django way's worker app (another module of yours, to try a variant)",
+    )
     p.add_argument(
         "--ways", nargs="+", choices=WAYS, default=list(WAYS), help="which to measure (default: all)"
     )

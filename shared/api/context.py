@@ -12,9 +12,10 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 _CURRENT: ContextVar[JobContext] = ContextVar("duecast_current_job")
@@ -32,6 +33,7 @@ class _Held:
 
 _HELD: dict[int, _Held] = {}  # job id -> its run in this process, while its task runs
 _HELD_LOCK = threading.Lock()
+_NO_META: Mapping[str, str] = MappingProxyType({})  # shared by every job that carries none (read-only)
 
 
 @dataclass(frozen=True)
@@ -74,23 +76,34 @@ def job_context(row: dict[str, Any]) -> JobContext:
         enqueued_at=created if isinstance(created, datetime) else datetime.fromisoformat(str(created)),
         errors=int(row["errors"]),
         max_attempts=int(row["max_attempts"]),
-        meta=json.loads(row["meta"]) if row.get("meta") else {},
+        meta=json.loads(row["meta"]) if row.get("meta") else _NO_META,
     )
 
 
 @contextmanager
-def running(job: JobContext) -> Iterator[None]:
-    token = _CURRENT.set(job)
-    held = _Held(_current_task())
-    with _HELD_LOCK:
-        _HELD[job.id] = held
+def running(job: JobContext, task: asyncio.Task[Any] | None = None) -> Iterator[None]:
+    """`job` as current_job() and held for a cancel inside the block; `task`: an `async def` job's
+    asyncio task (asyncio.current_task()), which a cancel cancels."""
+    token, held = _enter(job, task)
     try:
         yield
     finally:
-        _CURRENT.reset(token)
-        with _HELD_LOCK:
-            if _HELD.get(job.id) is held:
-                del _HELD[job.id]
+        _leave(job, token, held)
+
+
+def _enter(job: JobContext, task: asyncio.Task[Any] | None) -> tuple[Token[JobContext], _Held]:
+    token = _CURRENT.set(job)
+    held = _Held(task)
+    with _HELD_LOCK:
+        _HELD[job.id] = held
+    return token, held
+
+
+def _leave(job: JobContext, token: Token[JobContext], held: _Held) -> None:
+    _CURRENT.reset(token)
+    with _HELD_LOCK:
+        if _HELD.get(job.id) is held:
+            del _HELD[job.id]
 
 
 def held_jobs() -> list[int]:
@@ -113,15 +126,12 @@ def cancel_held(ids: Iterable[int]) -> int:
     return len(told)
 
 
-def _current_task() -> asyncio.Task[Any] | None:
-    """The asyncio task an `async def` job runs in; None on a handler thread (no running loop)."""
-    try:
-        return asyncio.current_task()
-    except RuntimeError:
-        return None
-
-
 def call_as(job: JobContext, fn: Callable[..., Any], *args: Any) -> Any:
-    """fn(*args) with `job` as current_job() for its duration."""
-    with running(job):
+    """fn(*args) with `job` as current_job() for its duration, on a handler thread (a plain task: no
+    asyncio task to cancel). Written out rather than `with running(job)`: this is every plain task's
+    path, and a generator-based context manager cost as much as the rest of it (bench/job_path.py)."""
+    token, held = _enter(job, None)
+    try:
         return fn(*args)
+    finally:
+        _leave(job, token, held)

@@ -289,7 +289,7 @@ class Registry:
             return self._unknown(row)
         payload = json.loads(row["payload"])
         job = job_context(row)
-        with running(job):  # the task's own asyncio Task copies this context
+        with running(job, asyncio.current_task()):  # the task's own asyncio Task copies this context
             call: Callable[[], Awaitable[Any]] = lambda: cast(Awaitable[Any], fn(payload))  # noqa: E731
             if self._middleware:
                 call = awrapped(self._middleware, job, call)
@@ -308,6 +308,8 @@ class Registry:
         job = job_context(row)  # what duecast.current_job() returns while fn runs
         if name in self._transactional:
             return Ack("transaction", work=lambda cursor: task_outcome(self._call(job, fn, payload, cursor)))
+        if not self._middleware:  # the common case, kept as short as before middleware existed
+            return task_outcome(call_as(job, fn, payload))
         return task_outcome(self._call(job, fn, payload))
 
     def _call(self, job: JobContext, fn: TaskFunction, *args: Any) -> Any:

@@ -22,5 +22,14 @@ TASKS = {
     "ref": {"BACKEND": "django_tasks_db.DatabaseBackend"},
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-LOGGING = {"version": 1, "disable_existing_loggers": False, "root": {"level": "WARNING"}}
+# duecast's own INFO lines stay (a worker's "working on", its counts at the stop): they say when each
+# worker was ready, in the logs bench/django_api.py names.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"timed": {"format": "%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "timed"}},
+    "root": {"level": "WARNING"},
+    "loggers": {"duecast": {"level": "INFO", "handlers": ["stderr"], "propagate": False}},
+}
 SILENCED_SYSTEM_CHECKS = ["duecast.W001"]  # the benchmark reads no results

@@ -3,14 +3,28 @@ interval, flags the cancelled ones for `current_job().cancelled`, and rides out 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, cast
 
-from duecast.shared.api.context import JobContext, running
+from duecast import current_job
+from duecast.shared.acks import Ack
+from duecast.shared.api.context import JobContext, cancel_held, held_jobs, running
+from duecast.shared.api.handlers import Registry
+from duecast.shared.settings import JOBS_SOURCE
 from duecast.shared.storage.job_cancels import JobCancels
 from duecast.shared.storage.units import StorageError
 from duecast.worker.cancels import CancelWatch
+from tests.unit.rules.test_handlers_async import arun
+
+ROW = {
+    "dc_attempt": 1,
+    "queue": "default",
+    "created_at": datetime(2026, 1, 1),
+    "errors": 0,
+    "max_attempts": 5,
+}
 
 
 class FakeCancels:
@@ -67,3 +81,44 @@ def test_mysql_away_is_asked_again_at_the_next_interval() -> None:
         fake.down = False
         w.tick(5.0)
         assert three.cancelled
+
+
+def test_a_task_is_held_while_it_runs_and_let_go_after_even_when_it_raises() -> None:
+    # The plain path (call_as) and the async one (running with its task) hold the job the same way.
+    registry = Registry()
+    seen: dict[str, Any] = {}
+
+    @registry.task("plain")
+    def plain(payload: Any) -> None:
+        seen["plain"] = (held_jobs(), current_job().id)
+        if payload == "raise":
+            raise ValueError("boom")
+
+    @registry.task("waits")
+    async def waits(payload: Any) -> None:
+        seen["waits"] = (held_jobs(), current_job().id)
+
+    handler = registry.handler(JOBS_SOURCE)
+    plain_row = {**ROW, "id": 11, "task": "plain", "payload": '"ok"'}
+    assert handler.run([plain_row]) == [Ack.default()]
+    assert seen["plain"] == ([11], 11)
+    raised = handler.run([{**plain_row, "payload": '"raise"'}])
+    assert isinstance(raised[0], ValueError)
+    assert held_jobs() == []
+    assert handler.afn is not None
+    assert arun(handler.afn({**ROW, "id": 12, "task": "waits", "payload": "null"})) is None
+    assert seen["waits"] == ([12], 12)
+    assert held_jobs() == []
+
+
+def test_a_cancel_cancels_the_async_jobs_own_task() -> None:
+    registry = Registry()
+
+    @registry.task("waits")
+    async def waits(payload: Any) -> None:
+        assert cancel_held([current_job().id]) == 1  # as the worker's cancel watch would, mid-run
+        await asyncio.sleep(30)
+
+    assert registry.handler(JOBS_SOURCE).afn is not None
+    outcome = arun(registry.handler(JOBS_SOURCE).afn({**ROW, "id": 13, "task": "waits", "payload": "null"}))  # type: ignore[misc]
+    assert outcome == Ack.discard("cancelled")
