@@ -28,6 +28,7 @@ from ..shared.process.runtime import (
 from ..shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
 from ..shared.storage.db import Database
 from ..shared.storage.job_cancels import JobCancels
+from ..shared.storage.leased.jobs import JobStore
 from ..shared.storage.leased.keeper import last_words
 from ..shared.storage.pause_store import PauseStore
 from ..shared.storage.source_store import Store
@@ -73,7 +74,11 @@ def serve(
     retry_startup(heartbeat.registry.verify, what="the workers table check", stop=stop)
     worker = Worker(stores, handlers, queue, settings.worker, process=heartbeat.name)
     # What an operator paused is not popped, so not started (its own connection: this thread's).
-    worker.starter.paused = PauseStore(Database(settings.mysql)).paused_or_last
+    pauses = PauseStore(Database(settings.mysql))
+    worker.starter.paused = pauses.paused_or_last
+    for store in built:
+        if isinstance(store, JobStore):  # a start gives back the jobs of a paused task (run_units)
+            store.paused_tasks = pauses.paused_tasks
     if tasks:  # a job cancelled while it runs here: told at the lease renewal's cadence
         cancels = JobCancels(Database(settings.mysql), settings.jobs.table)
         worker.cancels = CancelWatch(cancels, settings.jobs.lease_s / 3)
