@@ -19,7 +19,13 @@ from typing import Any
 
 from ...acks import Row
 from ...entries import Entry
-from ...policy import dead_after_failure, form_runs, look_behind_every_s, retry_delay_s
+from ...policy import (
+    dead_after_failure,
+    form_runs,
+    look_behind_every_s,
+    look_behind_paused_every_s,
+    retry_delay_s,
+)
 from ...queries.job_runs import RUN_ID_BASE, RunSQL, cursor_rows, render_runs, skip_tasks
 from ...queries.jobs import (
     CANCELLED,
@@ -140,10 +146,13 @@ class JobStore(RunUnits):
         later), so the second read cannot take it for one no run holds."""
         cur.execute(self.runs.jobs_in_runs, (self.queue,))
         held_count = int(_scalar(cur) or 0)
-        self._behind_every_s = look_behind_every_s(held_count)
         cursor_args = self._cursor_args(cursors)
         skip = self._skipped
+        began = time.monotonic()
         cur.execute(skip_tasks(self.runs.count_behind, len(skip)), (self.queue, *skip, *cursor_args))
+        self._behind_every_s = look_behind_every_s(held_count)
+        if skip:
+            self._behind_every_s = look_behind_paused_every_s(self._behind_every_s, time.monotonic() - began)
         if int(_scalar(cur) or 0) <= held_count:
             return [], limit  # every due job behind the cursors is a run's (the usual case)
         cur.execute(self.runs.live_members, (self.queue,))
