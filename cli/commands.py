@@ -107,7 +107,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "enqueue": (_cmd_enqueue, "enqueue one job, or a JSON Lines file of jobs, into the jobs table"),
     "jobs": (_cmd_jobs, "show, list, retry, replay or discard one-off jobs"),
     "topics": (_cmd_topics, "publish, status, show/trace, find by key, replay (reset) and volume of topics"),
-    "pause": (_cmd_pause, "pause a source, job queue or consumer group (none: list what is paused)"),
+    "pause": (_cmd_pause, "pause a source, job queue, consumer group or task (none: list what is paused)"),
     "resume": (_cmd_resume, "resume what `duecast pause` paused, from where it was"),
     "status": (_cmd_status, "show backlog, lag, freshness, queues and rates (--watch to refresh)"),
     "web": (_cmd_web, "serve the web dashboard (charts, sources, queues, workers, dead jobs, schedules)"),

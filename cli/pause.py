@@ -1,5 +1,5 @@
 """`duecast pause` / `duecast resume`: stop and restart the claims and starts of a source, a job
-queue or a consumer group (shared.api.pauses); `duecast pause` alone lists what is paused.
+queue, a consumer group or a job task (shared.api.pauses); `duecast pause` alone lists what is paused.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from ..shared.process import arguments
 from ..shared.process.failures import EXIT_OK, StartupError
 from ..shared.settings import load_settings
 
-USAGE = "source NAME | queue NAME | group TOPIC GROUP"
+USAGE = "source NAME | queue NAME | group TOPIC GROUP | task NAME"
 
 
 def main(rest: list[str], *, resume: bool = False) -> int:
@@ -17,6 +17,7 @@ def main(rest: list[str], *, resume: bool = False) -> int:
     parser = arguments.parser(
         f"duecast {verb}",
         "Pause: nothing more of it is claimed or started within about a second; what runs finishes. "
+        "A paused task's jobs stay pending while the other tasks of its queue go on. "
         "Resume: it goes on from where it was. Kept in MySQL (duecast_pauses): restarts and a "
         "Redis flush keep it." + ("" if resume else " With no arguments: list what is paused."),
     )

@@ -62,6 +62,9 @@ def serve(
     redelivery = _redelivery(settings, queue, leadership, stop, drain=drain)
     stores = build_stores(settings, sources, stop)
     pauses = PauseStore(Database(settings.mysql))
+    for store in stores:
+        if isinstance(store, JobStore):  # a paused task's jobs are left out of its queue's claims
+            store.paused_tasks = pauses.paused_tasks
     dispatcher = Dispatcher(
         stores,
         queue,

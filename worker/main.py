@@ -28,6 +28,7 @@ from ..shared.process.runtime import (
 from ..shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
 from ..shared.storage.db import Database
 from ..shared.storage.job_cancels import JobCancels
+from ..shared.storage.leased.jobs import JobStore
 from ..shared.storage.leased.keeper import last_words
 from ..shared.storage.pause_store import PauseStore
 from ..shared.storage.source_store import Store
@@ -72,8 +73,7 @@ def serve(
     heartbeat = Heartbeat(settings.mysql, settings.worker, list(stores), tasks)
     retry_startup(heartbeat.registry.verify, what="the workers table check", stop=stop)
     worker = Worker(stores, handlers, queue, settings.worker, process=heartbeat.name)
-    # What an operator paused is not popped, so not started (its own connection: this thread's).
-    worker.starter.paused = PauseStore(Database(settings.mysql)).paused_or_last
+    see_pauses(settings, worker, built)
     if tasks:  # a job cancelled while it runs here: told at the lease renewal's cadence
         cancels = JobCancels(Database(settings.mysql), settings.jobs.table)
         worker.cancels = CancelWatch(cancels, settings.jobs.lease_s / 3)
@@ -109,6 +109,16 @@ def serve(
     log.info("worker stopped; %s", dict(worker.counts))
     return worker
 
+
+
+def see_pauses(settings: Settings, worker: Worker, stores: list[Store]) -> None:
+    """What an operator paused is not popped, so not started (its own connection: this thread's);
+    a start gives back the jobs of a paused task (shared.storage.leased.run_units)."""
+    pauses = PauseStore(Database(settings.mysql))
+    worker.starter.paused = pauses.paused_or_last
+    for store in stores:
+        if isinstance(store, JobStore):
+            store.paused_tasks = pauses.paused_tasks
 
 def check_columns(registry: Registry, stores: Mapping[str, Store]) -> None:
     """Start-up check: every column a row/batch handler names (`columns=`) is in its table, which the

@@ -1,4 +1,5 @@
-"""The dashboard's pause and resume of a source, a job queue or a consumer group (shared.api.pauses).
+"""The dashboard's pause and resume of a source, a job queue, a consumer group (from its page) or a
+job task (from a job's page; resumed from the overview) (shared.api.pauses).
 
 As retry and discard (actions.py): a GET confirmation page, then a POST that must carry web.token
 (typed by the operator, so a forged cross-site POST cannot know it) and the confirmation flag.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from urllib.parse import quote
 
 from flask import Flask, abort, redirect, render_template, request
 from werkzeug.wrappers import Response
@@ -52,47 +54,76 @@ def register(app: Flask, ctx: WebContext) -> None:
     @app.get("/sources/<name>/<verb>")
     def confirm_pause(name: str, verb: str) -> str:
         kind, names = _target(ctx, name, verb)
-        what = f"{kind} {' '.join(names)}"
-        return render_template("pause.html", name=name, verb=verb, what=what, error=None)
+        return _confirm(kind, names, verb, f"/sources/{name}", None)
 
     @app.post("/sources/<name>/<verb>")
     def pause_or_resume(name: str, verb: str) -> Response | tuple[str, int]:
         kind, names = _target(ctx, name, verb)
-        what = f"{kind} {' '.join(names)}"
-        if not ctx.token_ok(request.form.get("token", "")):
-            log.warning(
-                "refused to %s %s: wrong token",
-                verb,
-                what,
-                extra={"event": "web.action_refused", "source": name, "action": verb},
-            )
-            error = "That is not the token set in web.token; nothing changed."
-            return render_template("pause.html", name=name, verb=verb, what=what, error=error), 403
-        if request.form.get("confirm") != "yes":
-            abort(400, "the confirmation is missing")
-        try:
-            changed = (pauses.resume if verb == "resume" else pauses.pause)(ctx.settings, kind, *names)
-        except StorageError as exc:
-            if not access_denied(exc):
-                raise
-            user = ctx.settings.mysql.user
-            error = f"The dashboard's MySQL account ({user}) is read-only; nothing changed."
-            return render_template("pause.html", name=name, verb=verb, what=what, error=error), 403
-        log.info(
-            "%s %s from the dashboard: %s",
+        return _act(ctx, kind, names, verb, f"/sources/{name}", source=name)
+
+    # A task has no page: paused from a job's page, resumed from the overview.
+    @app.get("/tasks/<path:name>/<verb>")
+    def confirm_task_pause(name: str, verb: str) -> str:
+        _allowed(ctx, verb)
+        return _confirm("task", (name,), verb, f"/tasks/{quote(name)}", None)
+
+    @app.post("/tasks/<path:name>/<verb>")
+    def task_pause_or_resume(name: str, verb: str) -> Response | tuple[str, int]:
+        _allowed(ctx, verb)
+        return _act(ctx, "task", (name,), verb, f"/tasks/{quote(name)}", source="")
+
+
+def _confirm(kind: str, names: tuple[str, ...], verb: str, base: str, error: str | None) -> str:
+    what = f"{kind} {' '.join(names)}"
+    back = "/" if kind == "task" else base
+    return render_template("pause.html", base=base, back=back, verb=verb, what=what, error=error)
+
+
+def _act(
+    ctx: WebContext, kind: str, names: tuple[str, ...], verb: str, base: str, *, source: str
+) -> Response | tuple[str, int]:
+    """The POST: web.token and the confirmation flag, then pause or resume; back to its page."""
+    what = f"{kind} {' '.join(names)}"
+    if not ctx.token_ok(request.form.get("token", "")):
+        log.warning(
+            "refused to %s %s: wrong token",
             verb,
             what,
-            "done" if changed else "unchanged",
-            extra={"event": f"web.{verb}", "source": name, "changed": changed},
+            extra={"event": "web.action_refused", "source": source, "action": verb},
         )
-        return redirect(f"/sources/{name}?done={verb + 'd' if changed else 'unchanged'}", code=303)
+        error = "That is not the token set in web.token; nothing changed."
+        return _confirm(kind, names, verb, base, error), 403
+    if request.form.get("confirm") != "yes":
+        abort(400, "the confirmation is missing")
+    try:
+        changed = (pauses.resume if verb == "resume" else pauses.pause)(ctx.settings, kind, *names)
+    except pauses.PauseError as exc:
+        return _confirm(kind, names, verb, base, f"{exc}; nothing changed."), 404
+    except StorageError as exc:
+        if not access_denied(exc):
+            raise
+        error = f"The dashboard's MySQL account ({ctx.settings.mysql.user}) is read-only; nothing changed."
+        return _confirm(kind, names, verb, base, error), 403
+    log.info(
+        "%s %s from the dashboard: %s",
+        verb,
+        what,
+        "done" if changed else "unchanged",
+        extra={"event": f"web.{verb}", "source": source, "changed": changed},
+    )
+    page = "/" if kind == "task" else base
+    return redirect(f"{page}?done={verb + 'd' if changed else 'unchanged'}", code=303)
 
 
-def _target(ctx: WebContext, name: str, verb: str) -> tuple[str, tuple[str, ...]]:
+def _allowed(ctx: WebContext, verb: str) -> None:
     if verb not in VERBS:
         abort(404)
     if ctx.settings.web.token is None:
         abort(403, "actions are off: set web.token (DUECAST_WEB__TOKEN) to pause or resume here")
+
+
+def _target(ctx: WebContext, name: str, verb: str) -> tuple[str, tuple[str, ...]]:
+    _allowed(ctx, verb)
     found = target_of(ctx.settings, name)
     if found is None:
         abort(404, f"nothing named {name!r} can be paused")

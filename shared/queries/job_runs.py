@@ -125,24 +125,27 @@ def _cursors(n: _RunNames) -> dict[str, str]:
         advance_cursor=f"UPDATE {c} SET `run_at` = %s, `id` = %s WHERE `queue` = %s AND `priority` = %s",
         # Due pending jobs past each cursor, in claim order (priority, run_at, id). A plain read:
         # a job whose insert commits after a later one was read is left behind the cursor, and the
-        # sweep (read_behind) finds it.
+        # sweep (read_behind) finds it. {skip} (skip_tasks) leaves out the jobs of paused tasks:
+        # the cursor passes them, and the look behind takes them once their task is resumed. It is
+        # a filter on the rows the dc_due range read visits, not a change of the range.
         read_ahead=(
             "SELECT COUNT(*), JSON_ARRAYAGG(JSON_ARRAY(`priority`, `at`, `id`, `interruptions`)) FROM ("
             f"SELECT `priority`, CAST(`run_at` AS CHAR) AS `at`, `id`, `interruptions` FROM {j} "
-            f"FORCE INDEX (`dc_due`) WHERE `dc_state` = {IDLE} AND `queue` = %s AND `run_at` <= NOW(6) AND "
+            f"FORCE INDEX (`dc_due`) WHERE `dc_state` = {IDLE} AND `queue` = %s{{skip}} "
+            "AND `run_at` <= NOW(6) AND "
             + _ahead(PRIORITIES, behind=False)
             + " ORDER BY `priority`, `run_at`, `id` LIMIT %s) AS `due`"
         ),
         # Due pending jobs at or behind each cursor: the live runs' members, and any left behind.
         # Counted first: no more than the runs hold means none was left behind (the usual case).
         count_behind=(
-            f"SELECT COUNT(*) FROM {j} FORCE INDEX (`dc_due`) WHERE `dc_state` = {IDLE} AND `queue` = %s "
-            "AND `run_at` <= NOW(6) AND " + _ahead(PRIORITIES, behind=True)
+            f"SELECT COUNT(*) FROM {j} FORCE INDEX (`dc_due`) WHERE `dc_state` = {IDLE} AND `queue` = %s"
+            "{skip} AND `run_at` <= NOW(6) AND " + _ahead(PRIORITIES, behind=True)
         ),
         read_behind=(
             "SELECT COUNT(*), JSON_ARRAYAGG(JSON_ARRAY(`id`, `priority`, `interruptions`)) FROM ("
             f"SELECT `id`, `priority`, `interruptions` FROM {j} FORCE INDEX (`dc_due`) "
-            f"WHERE `dc_state` = {IDLE} AND `queue` = %s AND `run_at` <= NOW(6) AND "
+            f"WHERE `dc_state` = {IDLE} AND `queue` = %s{{skip}} AND `run_at` <= NOW(6) AND "
             + _ahead(PRIORITIES, behind=True)
             + " LIMIT %s) AS `behind`"
         ),
@@ -340,6 +343,14 @@ def _members(n: _RunNames) -> dict[str, str]:
             f"`dc_attempt` = `dc_attempt` + 1, {ran}, `last_error` = %s, {finished} WHERE " + member
         ),
     )
+
+
+def skip_tasks(statement: str, tasks: int) -> str:
+    """A claim's read with `tasks` paused tasks left out (their names: parameters after the queue's),
+    or as it was when none is paused."""
+    if tasks == 0:
+        return statement.replace("{skip}", "")
+    return statement.replace("{skip}", " AND `task` NOT IN (" + ", ".join(["%s"] * tasks) + ")")
 
 
 def cursor_rows(queue: str) -> tuple[str, tuple[object, ...]]:

@@ -15,15 +15,16 @@ from .units import MYSQL_ERRORS, StorageError, access_denied
 
 log = logging.getLogger("duecast.pauses")
 
+TASK = "task"  # the kind whose pause stops one task's jobs, not a dispatch source
 PAUSE_REFRESH_S = 0.5  # a pause stops new claims and starts within about this, plus a tick
 _NO_SUCH_TABLE = 1146
 
 
 @dataclass(frozen=True)
 class Pause:
-    kind: str  # source | queue | group
+    kind: str  # source | queue | group | task
     name: str  # as the operator named it (a group: "topic group")
-    source: str  # the dispatch source it stops
+    source: str  # the dispatch source it stops ("" for a task: it stops no source, only its jobs)
     paused_at: dt.datetime
 
 
@@ -31,6 +32,7 @@ class PauseStore:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._sources: frozenset[str] = frozenset()
+        self._tasks: frozenset[str] = frozenset()
         self._read_at = -PAUSE_REFRESH_S
         self._missing_logged = False
 
@@ -58,7 +60,9 @@ class PauseStore:
             return self._sources
         self._read_at = now
         try:
-            self._sources = frozenset(p.source for p in self.list())
+            listed = self.list()
+            self._sources = frozenset(p.source for p in listed if p.kind != TASK)
+            self._tasks = frozenset(p.name for p in listed if p.kind == TASK)
         except StorageError as exc:
             if exc.code != _NO_SUCH_TABLE and not access_denied(exc):
                 raise
@@ -71,7 +75,7 @@ class PauseStore:
                     extra={"event": "pauses.unreadable"},
                 )
                 self._missing_logged = True
-            self._sources = frozenset()
+            self._sources = self._tasks = frozenset()
         return self._sources
 
     def paused_or_last(self) -> frozenset[str]:
@@ -80,6 +84,11 @@ class PauseStore:
             return self.paused_sources()
         except MYSQL_ERRORS:
             return self._sources
+
+    def paused_tasks(self) -> frozenset[str]:
+        """The job tasks paused at the last read of paused_sources: no I/O, so a job store may ask
+        it inside its claim or start (the role reads paused_sources every tick, before those)."""
+        return self._tasks
 
     def close(self) -> None:
         self.db.close()

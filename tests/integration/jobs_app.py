@@ -37,6 +37,13 @@ def record(payload: Any) -> None:
         RUNS.append((payload, time.time()))
 
 
+@handlers.task("record_slowly")
+def record_slowly(payload: Any) -> None:
+    """record, 20 ms after it starts: a few are in flight at any instant (the task pause tests)."""
+    record(payload)
+    time.sleep(0.02)
+
+
 @handlers.task("fail_always")
 def fail_always(payload: Any) -> None:
     record(payload)

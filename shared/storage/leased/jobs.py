@@ -13,13 +13,20 @@ import logging
 import random
 import time
 from collections import Counter
+from collections.abc import Callable, Set
 from datetime import datetime
 from typing import Any
 
 from ...acks import Row
 from ...entries import Entry
-from ...policy import dead_after_failure, form_runs, look_behind_every_s, retry_delay_s
-from ...queries.job_runs import RUN_ID_BASE, RunSQL, cursor_rows, render_runs
+from ...policy import (
+    dead_after_failure,
+    form_runs,
+    look_behind_every_s,
+    look_behind_paused_every_s,
+    retry_delay_s,
+)
+from ...queries.job_runs import RUN_ID_BASE, RunSQL, cursor_rows, render_runs, skip_tasks
 from ...queries.jobs import (
     CANCELLED,
     DEAD,
@@ -78,6 +85,9 @@ class JobStore(RunUnits):
         self.claimed_rows = 0  # jobs in the runs the last claim made or dispatched again
         self._behind_at = 0.0  # time.monotonic() of the last look behind the cursors
         self._behind_every_s = 0.0  # shared.policy.look_behind_every_s of the jobs in runs then
+        self._skipped: tuple[str, ...] = ()  # the paused tasks the last claim left out
+        # The job tasks an operator paused (PauseStore.paused_tasks): no I/O, read per claim/start.
+        self.paused_tasks: Callable[[], Set[str]] = frozenset
 
     def verify(self) -> None:
         with self.db.transaction() as cur:
@@ -88,12 +98,18 @@ class JobStore(RunUnits):
     def claim_due(self, limit: int) -> list[Entry]:
         """Up to `limit` due jobs, in runs: pending runs first, then jobs no run holds behind the
         cursors (shared.policy.look_behind_every_s), then jobs past the cursors in claim order. Each run is
-        committed DISPATCHED under a new attempt on return; no job row is written."""
+        committed DISPATCHED under a new attempt on return; no job row is written. Jobs of paused
+        tasks are left out of the reads (the cursors pass them); once resumed, the next claim looks
+        behind the cursors, where they are."""
         if not self._cursors_made:
             values, args = cursor_rows(self.queue)
             with self.db.transaction() as cur:
                 cur.execute(self.runs.ensure_cursors.format(rows=values), args)
             self._cursors_made = True
+        skip = tuple(sorted(self.paused_tasks()))
+        if set(self._skipped) - set(skip):
+            self._behind_at = -self._behind_every_s  # a task resumed: its jobs are behind the cursors
+        self._skipped = skip
         entries: list[Entry] = []  # filled in place: a COMMIT cut off names them (CommitUnknown)
         with claiming(entries), self.db.transaction() as cur:
             cur.execute(self.runs.lock_cursors, (self.queue,))
@@ -130,17 +146,22 @@ class JobStore(RunUnits):
         later), so the second read cannot take it for one no run holds."""
         cur.execute(self.runs.jobs_in_runs, (self.queue,))
         held_count = int(_scalar(cur) or 0)
-        self._behind_every_s = look_behind_every_s(held_count)
         cursor_args = self._cursor_args(cursors)
-        cur.execute(self.runs.count_behind, (self.queue, *cursor_args))
+        skip = self._skipped
+        began = time.monotonic()
+        cur.execute(skip_tasks(self.runs.count_behind, len(skip)), (self.queue, *skip, *cursor_args))
+        self._behind_every_s = look_behind_every_s(held_count)
+        if skip:
+            self._behind_every_s = look_behind_paused_every_s(self._behind_every_s, time.monotonic() - began)
         if int(_scalar(cur) or 0) <= held_count:
             return [], limit  # every due job behind the cursors is a run's (the usual case)
         cur.execute(self.runs.live_members, (self.queue,))
         held: set[int] = set()
         for (members,) in cur.fetchall():
             held.update(decode_members(members))
-        args = (self.queue, *cursor_args, BEHIND_LIMIT)
-        packed = _whole(read_packed(cur, self.runs.read_behind, args, what="jobs behind the cursors"))
+        args = (self.queue, *skip, *cursor_args, BEHIND_LIMIT)
+        read = skip_tasks(self.runs.read_behind, len(skip))
+        packed = _whole(read_packed(cur, read, args, what="jobs behind the cursors"))
         left = [(int(i), int(p), int(n)) for i, p, n in packed if int(i) not in held][:limit]
         if left:
             log.info(
@@ -153,8 +174,10 @@ class JobStore(RunUnits):
         return self._make_runs(cur, left), limit - len(left)
 
     def _claim_ahead(self, cur: Cursor, cursors: dict[int, Key], limit: int) -> tuple[list[Entry], int]:
-        args = (self.queue, *self._cursor_args(cursors), limit)
-        packed = _whole(read_packed(cur, self.runs.read_ahead, args, what="due jobs"))
+        skip = self._skipped
+        args = (self.queue, *skip, *self._cursor_args(cursors), limit)
+        read = skip_tasks(self.runs.read_ahead, len(skip))
+        packed = _whole(read_packed(cur, read, args, what="due jobs"))
         if not packed:
             return [], 0
         rows = sorted((int(p), str(at), int(i), int(n)) for p, at, i, n in packed)  # claim order

@@ -6,7 +6,7 @@ row under its run's lock (runs.RunBatch). Job queues are dispatched so (jobs.py)
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence, Set
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +20,7 @@ from ..source_store import _scalar, _us
 from ..units import Cursor, lock_or_skip
 from .batch import LeasedBatch
 from .keeper import Extended, renew_leases
-from .members import decode_members
+from .members import decode_members, encode_members
 from .runs import RUN_KEY, RunBatch
 from .store import INTERRUPTED, Interrupted, LeasedStore, Started
 
@@ -34,6 +34,7 @@ class RunUnits(LeasedStore):
     _done_args: tuple[str, ...] | None  # ...and its arguments
     _result_max: int  # jobs.max_result_bytes, or -1 when done jobs are not kept (retention_s = 0)
     _told_no_results = False  # said once per store that results are not kept
+    paused_tasks: Callable[[], Set[str]]  # the job tasks an operator paused (no I/O)
 
     # -- start -----------------------------------------------------------------------------------
 
@@ -69,6 +70,40 @@ class RunUnits(LeasedStore):
                         for job in decode_members(members):
                             began.run_of[job] = e.id
                     began.rows = self._read_members(cur, list(began.run_of))
+                    paused = self.paused_tasks()
+                    if paused and any(r["task"] in paused for r in began.rows):
+                        self._leave_paused(cur, began, go, paused)
+
+    def _leave_paused(
+        self, cur: Cursor, began: Started, go: list[tuple[Entry, Any]], paused: Set[str]
+    ) -> None:
+        """The members of paused tasks leave their runs in this start's transaction (fenced: the
+        runs are locked under their attempt) and stay pending on their rows, which no run holds
+        now: the claim passes over them while their task is paused and looks behind its cursors for
+        them once it is resumed. A run left with no member goes."""
+        left = {int(r["id"]) for r in began.rows if r["task"] in paused}
+        began.rows = [r for r in began.rows if int(r["id"]) not in left]
+        emptied = []
+        for e, members in go:
+            had = decode_members(members)
+            keep = [j for j in had if j not in left]
+            if len(keep) == len(had):
+                continue
+            if keep:
+                cur.execute(self.runs.keep_members, (encode_members(keep), len(keep), e.id))
+            else:
+                emptied.append(e)
+        for job in left:
+            began.run_of.pop(job, None)
+        if emptied:
+            cur.execute(self.runs.drop_runs.format(ids=in_list(RUN_KEY, (e.id for e in emptied))))
+            began.units = [e for e in began.units if e not in emptied]
+        self.scope.log.info(
+            "%d jobs of paused tasks left pending, not started (%s)",
+            len(left),
+            ", ".join(sorted(paused)),
+            extra={"event": "job.paused_left", "source": self.src.name, "count": len(left)},
+        )
 
     def _started_by(self, cur: Cursor, began: Started) -> set[int]:
         stmt = self.runs.started_by.format(fence=fence(began.units, RUN_KEY))

@@ -33,3 +33,22 @@ def test_a_role_sees_a_pause_and_a_resume_within_the_refresh(
         sql.execute(f"DELETE FROM `{PAUSES_TABLE}` WHERE `source` = 'pause_store_src'")
         operator.close()
         role.close()
+
+
+def test_a_task_pause_stops_no_source_and_is_read_with_the_sources(
+    settings_for: Callable[..., Settings], sql: pymysql.cursors.Cursor
+) -> None:
+    settings = settings_for("pause_store_t", "rescan")
+    operator, role = PauseStore(Database(settings.mysql)), PauseStore(Database(settings.mysql))
+    try:
+        assert operator.pause("task", "pause_store_task", "")
+        assert role.paused_sources(now=100.0) == frozenset()  # a task is not a dispatch source
+        assert role.paused_tasks() == {"pause_store_task"}  # read by that same query, no other
+        assert operator.resume("task", "pause_store_task")
+        assert role.paused_tasks() == {"pause_store_task"}  # no I/O: the last read's answer
+        role.paused_sources(now=100.0 + PAUSE_REFRESH_S)
+        assert role.paused_tasks() == frozenset()
+    finally:
+        sql.execute(f"DELETE FROM `{PAUSES_TABLE}` WHERE `kind` = 'task' AND `name` = 'pause_store_task'")
+        operator.close()
+        role.close()

@@ -28,6 +28,8 @@ def test_each_kind_names_the_dispatch_source_it_stops(settings: Settings) -> Non
     assert target(settings, "source", ("users",)) == ("users", "users")
     assert target(settings, "queue", ("mail",)) == ("mail", "jobs.mail")
     assert target(settings, "group", ("orders", "billing")) == ("orders billing", "topics.orders-billing")
+    # A task stops no dispatch source: its queue's claims and starts leave its jobs out.
+    assert target(settings, "task", ("send_mail",)) == ("send_mail", "")
 
 
 @pytest.mark.parametrize(
@@ -39,7 +41,8 @@ def test_each_kind_names_the_dispatch_source_it_stops(settings: Settings) -> Non
         ("group", ("orders", "caches"), "a broadcast group"),
         ("group", ("orders",), "say source NAME, queue NAME or group TOPIC GROUP"),
         ("source", ("a", "b"), "say source NAME"),
-        ("task", ("x",), "say source NAME"),
+        ("task", ("x", "y"), "say source NAME"),  # a task is one name
+        ("tasks", ("x",), "say source NAME"),
     ],
 )
 def test_unknown_names_are_refused_in_one_line(
