@@ -31,7 +31,13 @@ def test_a_fenced_worker_is_excused_even_alone_at_its_last_interruption() -> Non
 
 
 def test_one_workers_pass_is_blamed_exactly_as_blame_interruptions_blames_it() -> None:
-    running = [(1, 0, "s-a", "w"), (2, 5, "s-a", "w"), (3, 1, "s-b", "w"), (4, 2, "s-c", "w"), (5, 7, "s-d", "w")]
+    running = [
+        (1, 0, "s-a", "w"),
+        (2, 5, "s-a", "w"),
+        (3, 1, "s-b", "w"),
+        (4, 2, "s-c", "w"),
+        (5, 7, "s-d", "w"),
+    ]
     verdict = judge_interruptions(running, 3)
     assert verdict == Verdict(again=[1, 2, 3], dead=[4, 5])
     assert (verdict.again, verdict.dead) == blame_interruptions([r[:3] for r in running], 3)
