@@ -77,10 +77,11 @@ class Handback:
         self._stores: dict[str, Store] = {}
         self._workers: WorkerRegistry | None = None
 
-    def after_exit(self, worker: str, why: str) -> HandedBack:
+    def after_exit(self, worker: str, why: str, *, fenced: bool = False) -> HandedBack:
         """Hand back everything `worker` (an ended process) held. The hold goes first: requeueing it
         waits for the dead sessions' row locks, so the child's last start has committed or rolled
-        back before its RUNNING rows are read."""
+        back before its RUNNING rows are read. `fenced`: it exited because it could not keep its
+        leases in MySQL (EXIT_FENCED), so its interruptions are excused (shared.blame_policy)."""
         self._close()  # an idle connection may be long dead (wait_timeout): fresh ones, as needed
         leases_end = self.clock() + self._lease_s()  # its leases, renewed at most until now, end by then
         try:
@@ -89,11 +90,11 @@ class Handback:
             )
         except FAILURES as exc:
             self._failed(worker, "requeue the rows it had popped", exc)
-            interrupted = self._interrupt(worker, why, leases_end)[0]
+            interrupted = self._interrupt(worker, why, leases_end, fenced)[0]
             return HandedBack(
                 interrupted=interrupted, complete=False, requeued=self._requeue_started(worker, leases_end)[0]
             )
-        interrupted, complete = self._interrupt(worker, why, leases_end)
+        interrupted, complete = self._interrupt(worker, why, leases_end, fenced)
         requeued, all_started = self._requeue_started(worker, leases_end)
         try:
             self._registry().deregister(worker)
@@ -132,7 +133,7 @@ class Handback:
                 complete = False
         return total, complete
 
-    def _interrupt(self, worker: str, why: str, leases_end: float) -> tuple[int, bool]:
+    def _interrupt(self, worker: str, why: str, leases_end: float, fenced: bool) -> tuple[int, bool]:
         """(rows and jobs interrupted, every store's done?): each store on its own, so one that
         keeps failing leaves only its own leases to run out."""
         try:
@@ -143,20 +144,20 @@ class Handback:
         total, complete = 0, True
         for store in stores:
             try:
-                total += self._end_leases(store, worker, why, leases_end)
+                total += self._end_leases(store, worker, why, leases_end, fenced)
             except FAILURES as exc:
                 self._failed(worker, f"end its leases of {store.src.name}", exc)
                 complete = False
         return total, complete
 
-    def _end_leases(self, store: LeasedStore, worker: str, why: str, leases_end: float) -> int:
+    def _end_leases(self, store: LeasedStore, worker: str, why: str, leases_end: float, fenced: bool) -> int:
         """`worker`'s leases of `store` ended, HANDBACK_BATCH runs or messages per transaction; a
         batch that meets a deadlock, a lock wait or a lost session is retried with jittered backoff
         for as long as the leases would have lasted (after that, the sweep takes them anyway)."""
         total = 0
         while True:
             found, more = self._retrying(
-                lambda: store.interrupt_worker_batch(worker, why, HANDBACK_BATCH),
+                lambda: store.interrupt_worker_batch(worker, why, HANDBACK_BATCH, fenced=fenced),
                 f"ending the leases of exited worker {worker} of {store.src.name}",
                 leases_end,
             )

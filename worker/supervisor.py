@@ -25,6 +25,7 @@ from typing import Literal
 
 from ..shared.process.failures import EXIT_CONFIG
 from ..shared.settings import Settings
+from ..shared.storage.leased.keeper import EXIT_FENCED
 from ..shared.storage.worker_registry import worker_name
 from .handback import Handback
 
@@ -143,7 +144,8 @@ class Supervisor:
         worker = worker_name(child.pid)
         why = f"interrupted: its worker process {describe(code)} before finishing it"
         try:
-            back = self.handback.after_exit(worker, why)
+            # A worker that fenced itself lost MySQL (a restart, a read lock): not its jobs' fault.
+            back = self.handback.after_exit(worker, why, fenced=code == EXIT_FENCED)
         except Exception:  # a bug in the handback must not stop the restarts: leases cover it
             log.exception("handing back what worker %s held failed", worker)
             return code

@@ -68,6 +68,7 @@ class RunSQL:
     snooze_at: str
     interrupted_retry: str
     interrupted_dead: str
+    interrupted_excused: str
 
 
 def _ahead(priorities: range, behind: bool) -> str:
@@ -333,7 +334,7 @@ def _members(n: _RunNames) -> dict[str, str]:
             f"UPDATE {j} SET `dc_attempt` = `dc_attempt` + 1, {ran}, "
             "`run_at` = CONVERT_TZ(%s, '+00:00', @@session.time_zone) WHERE " + member
         ),
-        # Members of a run whose lease ran out: each interruption counts (shared.policy).
+        # Members of a run whose lease ran out: each interruption counts (shared.policy)...
         interrupted_retry=(
             f"UPDATE {j} SET `interruptions` = `interruptions` + 1, `dc_attempt` = `dc_attempt` + 1, "
             f"{ran}, `run_at` = NOW(6), `last_error` = %s WHERE " + member
@@ -341,6 +342,11 @@ def _members(n: _RunNames) -> dict[str, str]:
         interrupted_dead=(
             f"UPDATE {j} SET `dc_state` = {DEAD}, `interruptions` = `interruptions` + 1, "
             f"`dc_attempt` = `dc_attempt` + 1, {ran}, `last_error` = %s, {finished} WHERE " + member
+        ),
+        # ...or, excused (shared.blame_policy: a fleet-wide event, not the job's doing), not counted.
+        interrupted_excused=(
+            f"UPDATE {j} SET `dc_attempt` = `dc_attempt` + 1, {ran}, `run_at` = NOW(6), `last_error` = %s "
+            "WHERE " + member
         ),
     )
 

@@ -147,6 +147,11 @@ def sweeping(n: TopicNames) -> dict[str, str]:
             f"UPDATE {d} SET `dc_state` = {DEAD}, `interruptions` = `interruptions` + 1, `last_error` = %s, "
             f"{finished} WHERE " + running.replace("{where}", "{ids}")
         ),
+        # Excused (shared.blame_policy: a fleet-wide event), pending again without counting it.
+        interrupted_excused=(
+            f"UPDATE {d} SET `dc_state` = {IDLE}, `run_at` = NOW(6), `lease_until` = NULL, `last_error` = %s "
+            "WHERE " + running.replace("{where}", "{ids}")
+        ),
         # Supervisor, as for jobs: a plain read of the (RUNNING, group) prefix for an exited worker's
         # deliveries, then a lock of those still its own by PRIMARY (group, seq).
         find_worker_running=(

@@ -85,6 +85,7 @@ class TopicSQL:
     find_expired_running: str
     interrupted_retry: str
     interrupted_dead: str
+    interrupted_excused: str
     find_worker_running: str
     lock_worker_running: str
     release_all: str

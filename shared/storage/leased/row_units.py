@@ -142,30 +142,39 @@ class RowUnits(LeasedStore):
     def _interrupt_expired(self, cur: Cursor, limit: int) -> tuple[int, int]:
         s = self.scope
         cur.execute(s.sql.find_expired_running, (*s.claim, limit))
-        found: list[Interrupted] = [(int(r[0]), int(r[1]), tuple(r[2:])) for r in cur.fetchall()]
+        found = [_interrupted(r) for r in cur.fetchall()]
         return (len(found), len(self._interrupt(cur, found, INTERRUPTED))) if found else (0, 0)
 
-    def _interrupt_worker(self, cur: Cursor, worker: str, why: str, limit: int) -> tuple[int, int, bool]:
+    def _interrupt_worker(
+        self, cur: Cursor, worker: str, why: str, limit: int, fenced: bool
+    ) -> tuple[int, int, bool]:
         s = self.scope
         cur.execute(s.sql.find_worker_running, (*s.claim, worker, limit))
         ids = [int(r[0]) for r in cur.fetchall()]
         if not ids:
             return 0, 0, False
         cur.execute(s.sql.lock_worker_running.format(ids=self._ids(ids)), (*s.where, worker))
-        found: list[Interrupted] = [(int(r[0]), int(r[1]), tuple(r[2:])) for r in cur.fetchall()]
-        dead = self._interrupt(cur, found, why) if found else []
+        found = [_interrupted(r) for r in cur.fetchall()]
+        dead = self._interrupt(cur, found, why, fenced) if found else []
         return len(found), len(dead), len(ids) >= limit
 
-    def _interrupt(self, cur: Cursor, found: list[Interrupted], why: str) -> list[int]:
+    def _interrupt(self, cur: Cursor, found: list[Interrupted], why: str, fenced: bool = False) -> list[int]:
         """Interrupted rows (locked, RUNNING): each attempt traced, then blamed."""
-        self._trace(cur, self._ids(i for i, _, _ in found), "interrupted", why, RUNNING)
-        return self._blame(cur, found, why)
+        self._trace(cur, self._ids(i for i, *_ in found), "interrupted", why, RUNNING)
+        return self._blame(cur, found, why, fenced)
 
     def _interrupted(
-        self, cur: Cursor, found: Sequence[Interrupted], ids: list[int], why: str, *, dead: bool
+        self,
+        cur: Cursor,
+        found: Sequence[Interrupted],
+        ids: list[int],
+        why: str,
+        *,
+        dead: bool,
+        counted: bool = True,
     ) -> None:
         sql = self.scope.sql
-        stmt = sql.interrupted_dead if dead else sql.interrupted_retry
+        stmt = sql.interrupted_dead if dead else sql.interrupted_retry if counted else sql.interrupted_excused
         self._run(cur, stmt.format(ids=self._ids(ids)), why, *self.scope.where)
 
     # -- finishing: every statement fenced on (id, attempt) and RUNNING ------------------------------
@@ -212,3 +221,9 @@ class RowUnits(LeasedStore):
 
     def _entries(self, rows: Sequence[Row]) -> Iterator[Entry]:
         return (Entry(int(r[self.scope.key]), int(r["dc_attempt"])) for r in rows)
+
+
+def _interrupted(r: Sequence[Any]) -> Interrupted:
+    """A (seq or id, interruptions, worker, started_at) row read for an interruption: its start is
+    (worker, started_at), and its worker the one that started it."""
+    return int(r[0]), int(r[1]), tuple(r[2:]), str(r[2])

@@ -191,7 +191,9 @@ class RunUnits(LeasedStore):
         cur.execute(self.runs.expired_running, (self.queue, limit))
         return self._interrupt_runs(cur, cur.fetchall(), INTERRUPTED)
 
-    def _interrupt_worker(self, cur: Cursor, worker: str, why: str, limit: int) -> tuple[int, int, bool]:
+    def _interrupt_worker(
+        self, cur: Cursor, worker: str, why: str, limit: int, fenced: bool
+    ) -> tuple[int, int, bool]:
         """Up to `limit` runs of `worker` (an exited process): found without locking, then locked by
         id, so no other worker's run is locked or waited for. Returns (jobs, dead, more runs left?)."""
         cur.execute(self.runs.find_worker_running, (self.queue, worker, limit))
@@ -199,9 +201,11 @@ class RunUnits(LeasedStore):
         if not ids:
             return 0, 0, False
         cur.execute(self.runs.lock_worker_running.format(ids=in_list(RUN_KEY, ids)), (worker,))
-        return (*self._interrupt_runs(cur, cur.fetchall(), why), len(ids) >= limit)
+        return (*self._interrupt_runs(cur, cur.fetchall(), why, fenced), len(ids) >= limit)
 
-    def _interrupt_runs(self, cur: Cursor, locked: Sequence[Sequence[Any]], why: str) -> tuple[int, int]:
+    def _interrupt_runs(
+        self, cur: Cursor, locked: Sequence[Sequence[Any]], why: str, fenced: bool = False
+    ) -> tuple[int, int]:
         """Runs (locked: id, members, worker, started_at) whose worker is gone: their members still pending
         are each interrupted once (pending again now, ahead of the cursor), or dead when one ran
         alone for the max_interruptions-th time (`_blame`); the runs go. Returns (jobs
@@ -215,17 +219,27 @@ class RunUnits(LeasedStore):
         found: list[Interrupted] = []
         if ran_in:
             cur.execute(self.runs.member_interruptions.format(ids=in_list("`id`", ran_in)))
-            found = [(int(i), int(n), ran_in[int(i)]) for i, n in cur.fetchall()]
-        dead = self._blame(cur, found, why)
+            found = [(int(i), int(n), ran_in[int(i)], str(ran_in[int(i)][1])) for i, n in cur.fetchall()]
+        dead = self._blame(cur, found, why, fenced)
         cur.execute(self.runs.drop_runs.format(ids=in_list(RUN_KEY, runs)))
         return len(found), len(dead)
 
     def _interrupted(
-        self, cur: Cursor, found: Sequence[Interrupted], ids: list[int], why: str, *, dead: bool
+        self,
+        cur: Cursor,
+        found: Sequence[Interrupted],
+        ids: list[int],
+        why: str,
+        *,
+        dead: bool,
+        counted: bool = True,
     ) -> None:
         """One statement per run: each job records the worker it was running on, and since when."""
-        stmt = self.runs.interrupted_dead if dead else self.runs.interrupted_retry
-        ran_in = {i: group for i, _, group in found}
+        runs = self.runs
+        stmt = (
+            runs.interrupted_dead if dead else runs.interrupted_retry if counted else runs.interrupted_excused
+        )
+        ran_in = {i: group for i, _, group, _ in found}
         by_run: dict[tuple[int, Any, Any], list[int]] = {}  # (run, worker, started_at) -> jobs
         for job in ids:
             by_run.setdefault(ran_in[job], []).append(job)

@@ -17,9 +17,9 @@ from functools import partial
 from typing import Any
 
 from ...acks import Ack, Row, check_times
+from ...blame_policy import judge_interruptions
 from ...entries import Entry
 from ...limits import MAX_DELAY_S, storable_text
-from ...policy import blame_interruptions
 from ...settings import MySQLSettings, SourceSettings
 from ...telemetry import observe
 from ..db import Database
@@ -33,8 +33,9 @@ from .scope import Naming
 
 INTERRUPTED = "interrupted: its worker stopped (killed, crashed or stalled) before finishing it"
 # Work whose lease ran out, or whose worker exited: (id, interruptions so far, what it ran with: a
-# row's start, or a job's run), as shared.policy.blame_interruptions takes it.
-Interrupted = tuple[int, int, Any]
+# row's start, or a job's run; the worker that started it), as shared.blame_policy takes it.
+Interrupted = tuple[int, int, Any, str]
+EXCUSED = " (not counted: a fleet-wide interruption, or its worker fenced itself)"
 
 
 @dataclass
@@ -227,38 +228,56 @@ class LeasedStore(ABC):
 
     def interrupt_expired(self, limit: int) -> int:
         """RUNNING work whose lease ran out: its worker died. Each is an interruption; only work that
-        ran alone can be dead for it (shared.policy.blame_interruptions)."""
+        ran alone can be dead for it, and a pass over several workers' work counts none
+        (shared.blame_policy.judge_interruptions)."""
         with self.db.transaction() as cur:
             found, dead = self._interrupt_expired(cur, limit)
         observe.count(self.src.name, "dead", dead)
         return found
 
-    def interrupt_worker(self, worker: str, why: str, limit: int = 10_000) -> int:
+    def interrupt_worker(self, worker: str, why: str, limit: int = 10_000, *, fenced: bool = False) -> int:
         """RUNNING work started by `worker`, a process its supervisor saw exit (waitpid: nothing of
         it can still run), -> interrupted now, as if its leases had run out: each an interruption
-        (`why` is its last_error), blamed as the sweep blames. Never for a process that may still
+        (`why` is its last_error), blamed as the sweep blames; excused (not counted) when it
+        `fenced` itself (it lost MySQL, not its job's doing). Never for a process that may still
         run (a stalled one keeps its leases). Returns the rows (jobs) interrupted."""
         total = 0
         while True:
-            found, more = self.interrupt_worker_batch(worker, why, limit)
+            found, more = self.interrupt_worker_batch(worker, why, limit, fenced=fenced)
             total += found
             if not more:
                 return total
 
-    def interrupt_worker_batch(self, worker: str, why: str, limit: int) -> tuple[int, bool]:
+    def interrupt_worker_batch(
+        self, worker: str, why: str, limit: int, *, fenced: bool = False
+    ) -> tuple[int, bool]:
         """One transaction of interrupt_worker, over at most `limit` units (rows, or runs): (rows or
         jobs interrupted, whether more may be left). The supervisor retries each on its own."""
         with self.db.transaction() as cur:
-            found, dead, more = self._interrupt_worker(cur, worker, why, limit)
+            found, dead, more = self._interrupt_worker(cur, worker, why, limit, fenced)
         observe.count(self.src.name, "dead", dead)
         return found, more
 
-    def _blame(self, cur: Cursor, found: Sequence[Interrupted], why: str) -> list[int]:
-        """Interrupted work (locked) -> pending again or dead; returns the dead ids."""
+    def _blame(self, cur: Cursor, found: Sequence[Interrupted], why: str, fenced: bool = False) -> list[int]:
+        """Interrupted work (locked) -> pending again (counted or excused) or dead; returns the dead
+        ids (shared.blame_policy.judge_interruptions)."""
         s, cap = self.scope, self.max_interruptions
-        again, dead = blame_interruptions(list(found), cap)
+        verdict = judge_interruptions(found, cap, fenced=fenced)
+        again, dead = verdict.again, verdict.dead
         if again:
             self._interrupted(cur, found, again, why, dead=False)
+        if verdict.excused:
+            text = storable_text(why + EXCUSED)
+            self._interrupted(cur, found, verdict.excused, text, dead=False, counted=False)
+            s.log.warning(
+                "%d %s(s) of %s interrupted with their workers (%d), not counted: a fleet-wide event, "
+                "or a worker that fenced itself",
+                len(verdict.excused),
+                s.noun,
+                s.place,
+                len({w for *_, w in found}),
+                extra={"event": f"{s.noun}.interrupted_excused", "source": self.src.name},
+            )
         if dead:
             text = f"dead: interrupted {cap} times; its worker keeps dying (killed, out of memory...)"
             self._interrupted(cur, found, dead, text, dead=True)
@@ -343,14 +362,25 @@ class LeasedStore(ABC):
         """Interrupt (`_blame`) up to `limit` units whose lease ran out: (rows found, rows dead)."""
 
     @abstractmethod
-    def _interrupt_worker(self, cur: Cursor, worker: str, why: str, limit: int) -> tuple[int, int, bool]:
-        """Interrupt `worker`'s RUNNING units: (rows found, rows dead, whether more may be left)."""
+    def _interrupt_worker(
+        self, cur: Cursor, worker: str, why: str, limit: int, fenced: bool
+    ) -> tuple[int, int, bool]:
+        """Interrupt `worker`'s RUNNING units (excused if it `fenced` itself): (rows found, rows
+        dead, whether more may be left)."""
 
     @abstractmethod
     def _interrupted(
-        self, cur: Cursor, found: Sequence[Interrupted], ids: list[int], why: str, *, dead: bool
+        self,
+        cur: Cursor,
+        found: Sequence[Interrupted],
+        ids: list[int],
+        why: str,
+        *,
+        dead: bool,
+        counted: bool = True,
     ) -> None:
-        """Write interrupted `ids` (of `found`): pending again now, or dead (`dead`), with `why`."""
+        """Write interrupted `ids` (of `found`): pending again now, or dead (`dead`), with `why`;
+        `counted`: the interruption adds to their count (excused ones do not)."""
 
     @abstractmethod
     def finish_ok(self, cur: Cursor, rows: Sequence[Row]) -> int: ...

@@ -26,9 +26,11 @@ from duecast.worker.supervisor import (
 class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
+        self.fenced: list[bool] = []
 
-    def after_exit(self, worker: str, why: str) -> HandedBack:
+    def after_exit(self, worker: str, why: str, *, fenced: bool = False) -> HandedBack:
         self.calls.append((worker, why))
+        self.fenced.append(fenced)
         return HandedBack()
 
 
@@ -85,6 +87,16 @@ def test_each_exit_is_handed_back_under_the_childs_name_and_a_new_child_started(
         "interrupted: its worker process was killed by SIGKILL before finishing it",
         "interrupted: its worker process exited with code 0 before finishing it",
     ]
+    assert recorder.fenced == [False, False, False]
+
+
+def test_a_child_that_fenced_itself_is_handed_back_fenced_and_its_jobs_excused(tmp_path: Path) -> None:
+    # Exit 69 (EXIT_FENCED: it lost MySQL, shared.blame_policy excuses its runs), then a clean exit.
+    body = "open(runs, 'a').write(f'{os.getpid()}\\n')\nif len(open(runs).read().split()) < 2: os._exit(69)\n"
+    recorder = Recorder()
+    assert Supervisor(_script(tmp_path, body), recorder).run() == 0  # type: ignore[arg-type]
+    assert recorder.fenced == [True, False]
+    assert recorder.calls[0][1] == "interrupted: its worker process exited with code 69 before finishing it"
 
 
 def test_a_child_that_says_its_settings_are_wrong_is_not_restarted(tmp_path: Path) -> None:
