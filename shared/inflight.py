@@ -24,6 +24,7 @@ that does not is fitted within seconds of its first time-outs. It never goes bel
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 ROUND_S = 0.5  # outcomes are judged together per round: one late call is not a trend
@@ -124,3 +125,26 @@ def next_window(w: Window, r: Round, now: float, ceiling: int) -> Window:
         # Near the limit, or not used (growing it would say nothing about the service): holds.
         return Window(limit, timeout_s, w.cut_at)
     return Window(min(ceiling, limit + max(1, limit // GROWTH, ceiling // STEPS)), timeout_s, w.cut_at)
+
+
+def fair_rooms(
+    cap: int, in_flight: Mapping[str, int], sources: Sequence[str], pop_batch: int, active: Collection[str]
+) -> dict[str, int]:
+    """Rows each of `sources` may pop now under the worker's cap, shared fairly (issue 27.8).
+
+    Each `active` source (one that had rows in flight lately) keeps a reserve of the cap,
+    min(cap / active sources, pop_batch) rows, that the others may not fill: a source may take what
+    is free beyond the unused reserves of the others. So a backlog of slow work (a jobs queue's 2 s
+    tasks) fills at most the cap less the others' reserves, and a re-scan beside it can always pop;
+    a source idle for long reserves nothing, so an idle queue costs a busy source nothing. A pop
+    under a quarter of a reserve is not worth its round trip (0). Alone, this is policy.pop_room.
+    """
+    keeping = [s for s in sources if s in active]
+    reserve = min(max(1, cap // max(1, len(keeping))), pop_batch)
+    unused = {s: max(0, reserve - in_flight.get(s, 0)) for s in keeping}
+    free = cap - sum(in_flight.values()) - sum(unused.values())
+    rooms = {}
+    for source in sources:
+        room = min(free + unused.get(source, 0), pop_batch)
+        rooms[source] = room if room >= max(1, reserve // 4) else 0
+    return rooms

@@ -76,21 +76,24 @@ class Starter:
         self.rows_per_entry = {name: s.rows_per_entry for name, s in stores.items()}
         self.paused: Callable[[], Set[str]] = frozenset  # the sources an operator paused
 
-    def pop(
-        self, rows: int, *, block: bool, sources: Sequence[str] | None = None
-    ) -> tuple[str, list[bytes]] | None:
-        """Pop from `sources` (default: every one served) at most `rows` rows' entries."""
+    def serving(self) -> list[str]:
+        """The sources this worker pops from now: every one served but those an operator paused."""
+        paused = self.paused()
+        return [s for s in self.stores if s not in paused]
+
+    def pop(self, rooms: Mapping[str, int], *, block: bool) -> tuple[str, list[bytes]] | None:
+        """Pop from one of `rooms`' sources at most its room in rows (entries: rows per entry)."""
         paused = self.paused()
         # A paused source's entries stay in Redis, not started (nothing lost: resumed, they are
         # popped then, or redelivery requeues their rows after the visibility timeout).
-        sources = [s for s in (self.stores if sources is None else sources) if s not in paused]
+        sources = [s for s in rooms if s not in paused]
         if not sources:
             time.sleep(min(self.settings.block_timeout_s, PAUSED_WAIT_S) if block else 0.0)
             return None
-        counts = [max(1, -(-rows // self.rows_per_entry[s])) for s in sources]
+        counts = [max(1, -(-rooms[s] // self.rows_per_entry[s])) for s in sources]
         timeout_s = self.settings.block_timeout_s if block else 0.0
         if self.process is None:
-            # The plain BLMPOP takes one count for all lists: the smallest, so no pop exceeds `rows`.
+            # The plain BLMPOP takes one count for all lists: the smallest, so no pop exceeds a room.
             return self.queue.pop(sources, min(counts), timeout_s if block else 0.01)
         # Held from the pop on: what redelivery requeues at once if this process dies before the
         # start commits. The next pop replaces the hold, so none comes while a group waits (holding).

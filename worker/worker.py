@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 
 from ..shared.api.handlers import Handler
 from ..shared.fanout.protocol import Queue
-from ..shared.policy import in_flight_cap, pop_room
+from ..shared.inflight import fair_rooms
+from ..shared.policy import in_flight_cap
 from ..shared.process.loop import Tick
 from ..shared.settings import WorkerSettings
 from ..shared.storage.source_store import Store
@@ -30,6 +31,7 @@ from .runner import Completions, LoopRunner, ThreadRunner
 from .starting import Starter
 
 WAIT_S = 0.01  # with checks in flight and nothing to pop: how long to wait for outcomes
+ACTIVE_S = 60.0  # a source with rows in flight this recently keeps its reserve of the cap
 
 
 class Worker:
@@ -61,6 +63,8 @@ class Worker:
         # Sources whose checks may await adapt their own share of the cap to the service they call.
         adaptive = {s: store.src.timeout_s for s, store in stores.items() if handlers[s].afn is not None}
         self.windows = Windows(adaptive, self.cap, settings.pop_batch, time.monotonic())
+        self.pop_batch = settings.pop_batch
+        self.busy_at: dict[str, float] = {}  # when each source last had rows in flight
         self.cancels: CancelWatch | None = None  # serving job queues: set by worker/main.py
 
     def tick(self) -> Tick:
@@ -83,10 +87,14 @@ class Worker:
         by_source = self.in_flight_by_source()
         self.windows.judge(now, by_source, flights)
         alone = self.starter.holding or any(f.exclusive for f in flights)  # suspects run with nothing beside
-        room = 0 if alone else pop_room(self.cap, sum(by_source.values()), self.settings.pop_batch)
-        rooms = self.windows.rooms(room, by_source, self.starter.stores) if room else {}
+        # Each source served keeps its reserve of the cap: a slow backlog of one cannot starve another.
+        # Every source paused: all of them, so that the pop waits (Starter.pop) rather than spins.
+        serving = self.starter.serving() or list(self.starter.stores)
+        active = self.active(now, by_source)
+        cap_rooms = {} if alone else fair_rooms(self.cap, by_source, serving, self.pop_batch, active)
+        rooms = self.windows.rooms(cap_rooms, by_source)
         if rooms:
-            popped = self.starter.pop(min(rooms.values()), block=not flights, sources=list(rooms))
+            popped = self.starter.pop(rooms, block=not flights)
             if popped is not None:
                 self.starter.launch(*popped)
                 self.windows.saw(self.in_flight_by_source())
@@ -105,6 +113,13 @@ class Worker:
             flight.report(pairs)
             # A call skipped because its lease ran out says nothing about the service called.
             self.windows.record(flight, [p for p in pairs if p[1] is not RAN_OUT], now)
+
+    def active(self, now: float, in_flight: Mapping[str, int]) -> list[str]:
+        """Sources with rows in flight within ACTIVE_S: those that keep a reserve (fair_rooms)."""
+        for source, n in in_flight.items():
+            if n:
+                self.busy_at[source] = now
+        return [s for s, at in self.busy_at.items() if now - at < ACTIVE_S]
 
     def in_flight_by_source(self) -> Counter[str]:
         counts: Counter[str] = Counter()
