@@ -132,19 +132,32 @@ def fair_rooms(
 ) -> dict[str, int]:
     """Rows each of `sources` may pop now under the worker's cap, shared fairly (issue 27.8).
 
-    Each `active` source (one that had rows in flight lately) keeps a reserve of the cap,
-    min(cap / active sources, pop_batch) rows, that the others may not fill: a source may take what
-    is free beyond the unused reserves of the others. So a backlog of slow work (a jobs queue's 2 s
-    tasks) fills at most the cap less the others' reserves, and a re-scan beside it can always pop;
-    a source idle for long reserves nothing, so an idle queue costs a busy source nothing. A pop
-    under a quarter of a reserve is not worth its round trip (0). Alone, this is policy.pop_room.
+    Each source keeps room the others may not fill: an `active` one (rows in flight lately) its
+    share, min(cap / sources, pop_batch) rows; any other one pop (a quarter of a share: less is not
+    worth its round trip, and pops that small are refused). A source may take what is free beyond
+    the others' unused room. So a backlog of slow work (a jobs queue's 2 s tasks) never fills the
+    cap: a re-scan beside it pops at once, then has its share; an idle queue costs a busy source one
+    small pop's room. Served alone, this is shared.policy.pop_room.
     """
-    keeping = [s for s in sources if s in active]
-    reserve = min(max(1, cap // max(1, len(keeping))), pop_batch)
-    unused = {s: max(0, reserve - in_flight.get(s, 0)) for s in keeping}
+    share = min(max(1, cap // max(1, len(sources))), pop_batch)
+    smallest = max(1, share // 4)
+    unused = {s: max(0, (share if s in active else smallest) - in_flight.get(s, 0)) for s in sources}
     free = cap - sum(in_flight.values()) - sum(unused.values())
     rooms = {}
     for source in sources:
-        room = min(free + unused.get(source, 0), pop_batch)
-        rooms[source] = room if room >= max(1, reserve // 4) else 0
+        room = min(free + unused[source], pop_batch)
+        rooms[source] = room if room >= smallest else 0
     return rooms
+
+
+def entries_to_pop(room: int, rows_per_entry: int, in_flight: int, *, shared: bool) -> int:
+    """Entries to pop for `room` rows when each stands for `rows_per_entry` (a span, a job run).
+    Served alone, enough to cover the room (rounded up, as ever). Beside other sources, as many as
+    fit, so that a pop never takes their room; one that does not fit only when the source has
+    nothing in flight (an entry bigger than any room it gets would never be popped otherwise)."""
+    if room <= 0:
+        return 0
+    if not shared:
+        return -(-room // rows_per_entry)
+    fits = room // rows_per_entry
+    return fits if fits or in_flight else 1

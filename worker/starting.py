@@ -81,23 +81,23 @@ class Starter:
         paused = self.paused()
         return [s for s in self.stores if s not in paused]
 
-    def pop(self, rooms: Mapping[str, int], *, block: bool) -> tuple[str, list[bytes]] | None:
-        """Pop from one of `rooms`' sources at most its room in rows (entries: rows per entry)."""
+    def pop(self, counts: Mapping[str, int], *, block: bool) -> tuple[str, list[bytes]] | None:
+        """Pop from one of `counts`' sources at most its count of entries (shared.inflight.entries_to_pop)."""
         paused = self.paused()
         # A paused source's entries stay in Redis, not started (nothing lost: resumed, they are
         # popped then, or redelivery requeues their rows after the visibility timeout).
-        sources = [s for s in rooms if s not in paused]
+        sources = [s for s in counts if s not in paused]
         if not sources:
             time.sleep(min(self.settings.block_timeout_s, PAUSED_WAIT_S) if block else 0.0)
             return None
-        counts = [max(1, -(-rooms[s] // self.rows_per_entry[s])) for s in sources]
+        entries = [counts[s] for s in sources]
         timeout_s = self.settings.block_timeout_s if block else 0.0
         if self.process is None:
             # The plain BLMPOP takes one count for all lists: the smallest, so no pop exceeds a room.
-            return self.queue.pop(sources, min(counts), timeout_s if block else 0.01)
+            return self.queue.pop(sources, min(entries), timeout_s if block else 0.01)
         # Held from the pop on: what redelivery requeues at once if this process dies before the
         # start commits. The next pop replaces the hold, so none comes while a group waits (holding).
-        return self.queue.pop_held(self.process, sources, counts, timeout_s)
+        return self.queue.pop_held(self.process, sources, entries, timeout_s)
 
     def launch(self, source: str, raws: list[bytes]) -> None:
         entries, bad, dupes = decode_batch(raws)

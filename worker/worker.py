@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 from ..shared.api.handlers import Handler
 from ..shared.fanout.protocol import Queue
-from ..shared.inflight import fair_rooms
+from ..shared.inflight import entries_to_pop, fair_rooms
 from ..shared.policy import in_flight_cap
 from ..shared.process.loop import Tick
 from ..shared.settings import WorkerSettings
@@ -31,7 +31,7 @@ from .runner import Completions, LoopRunner, ThreadRunner
 from .starting import Starter
 
 WAIT_S = 0.01  # with checks in flight and nothing to pop: how long to wait for outcomes
-ACTIVE_S = 60.0  # a source with rows in flight this recently keeps its reserve of the cap
+ACTIVE_S = 10.0  # a source with rows in flight this recently keeps its share of the cap (fair_rooms)
 
 
 class Worker:
@@ -87,14 +87,15 @@ class Worker:
         by_source = self.in_flight_by_source()
         self.windows.judge(now, by_source, flights)
         alone = self.starter.holding or any(f.exclusive for f in flights)  # suspects run with nothing beside
-        # Each source served keeps its reserve of the cap: a slow backlog of one cannot starve another.
+        # Each source served keeps room under the cap: a slow backlog of one cannot starve another.
         # Every source paused: all of them, so that the pop waits (Starter.pop) rather than spins.
         serving = self.starter.serving() or list(self.starter.stores)
         active = self.active(now, by_source)
         cap_rooms = {} if alone else fair_rooms(self.cap, by_source, serving, self.pop_batch, active)
         rooms = self.windows.rooms(cap_rooms, by_source)
-        if rooms:
-            popped = self.starter.pop(rooms, block=not flights)
+        counts = self.entries(rooms, by_source, shared=len(serving) > 1)
+        if counts:
+            popped = self.starter.pop(counts, block=not flights)
             if popped is not None:
                 self.starter.launch(*popped)
                 self.windows.saw(self.in_flight_by_source())
@@ -114,8 +115,18 @@ class Worker:
             # A call skipped because its lease ran out says nothing about the service called.
             self.windows.record(flight, [p for p in pairs if p[1] is not RAN_OUT], now)
 
+    def entries(
+        self, rooms: Mapping[str, int], in_flight: Mapping[str, int], *, shared: bool
+    ) -> dict[str, int]:
+        """Entries each source may pop for its room in rows (shared.inflight.entries_to_pop)."""
+        per_entry, counts = self.starter.rows_per_entry, {}
+        for source, room in rooms.items():
+            if n := entries_to_pop(room, per_entry[source], in_flight.get(source, 0), shared=shared):
+                counts[source] = n
+        return counts
+
     def active(self, now: float, in_flight: Mapping[str, int]) -> list[str]:
-        """Sources with rows in flight within ACTIVE_S: those that keep a reserve (fair_rooms)."""
+        """Sources with rows in flight within ACTIVE_S: those that keep their share (fair_rooms)."""
         for source, n in in_flight.items():
             if n:
                 self.busy_at[source] = now
