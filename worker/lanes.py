@@ -29,7 +29,7 @@ class Lanes:
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
-        self._lock = threading.Condition()
+        self._lock = threading.Condition(threading.Lock())
         self._seen: dict[str, float] = {}  # when each source last had rows added
         self._lanes: dict[str, deque[tuple[Flight, deque[Item]]]] = {}
         self._running: Counter[str] = Counter()  # calls on threads now, per source (stuck ones too)

@@ -46,8 +46,11 @@ class ThreadRunner:
     goes on without it. Which source's row a free thread takes next is worker/lanes.py's rule: the
     source with fewest calls on threads, so one source's slow backlog cannot hold every thread."""
 
-    def __init__(self, concurrency: int, completions: Completions) -> None:
+    def __init__(self, concurrency: int, completions: Completions, *, shared: bool = True) -> None:
+        """`shared`: the worker serves several sources, whose rows share the threads by the lanes'
+        rule; serving one, each flight's rows are pulled straight from it (no lock per row)."""
         self.concurrency = concurrency
+        self.shared = shared
         self._completions = completions
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
@@ -66,6 +69,10 @@ class ThreadRunner:
             items = deque((i,) for i in indexes)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.concurrency, "duecast-handler")
+        if not self.shared:
+            for _ in range(min(self.concurrency, len(items))):
+                self._pool.submit(self._pull_alone, flight, items)
+            return
         for _ in range(self._lanes.add(flight, items)):
             self._pool.submit(self._pull)
 
@@ -75,28 +82,44 @@ class ThreadRunner:
             self.stuck += count
 
     def _pull(self) -> None:
+        """Serve the lanes (several sources) until nothing waits."""
         lanes, done = self._lanes, None
         while (taken := lanes.take(done)) is not None:
             flight, item = taken
             done = flight.source
-            if not flight.in_lease():  # checked right before each call: the rows wait for their leases
-                flight.inbox.extend((i, RAN_OUT) for i in item)
-                self._completions.wake()
-                continue
-            if not flight.begin(item):
+            if not self._call(flight, item):
                 lanes.drop(flight, done)  # withdrawn: its rows go back unrun
                 done = None
-                continue
-            outcomes = flight.handler.run([flight.rows[i] for i in item])
-            if not flight.end(item):  # it was given up: this thread is free again
-                with self._lock:
-                    self.stuck -= 1
-            flight.inbox.extend(zip(item, outcomes, strict=True))
+
+    def _pull_alone(self, flight: Flight, items: deque[Sequence[int]]) -> None:
+        """Serve one flight's items (one source served) until none is left."""
+        while True:
+            try:
+                item = items.popleft()
+            except IndexError:
+                return
+            if not self._call(flight, item):
+                return  # withdrawn: its rows go back unrun
+
+    def _call(self, flight: Flight, item: Sequence[int]) -> bool:
+        """Run `item`'s call and put its outcomes in the inbox; False when the flight was withdrawn."""
+        if not flight.in_lease():  # checked right before each call: the rows wait for their leases
+            flight.inbox.extend((i, RAN_OUT) for i in item)
             self._completions.wake()
+            return True
+        if not flight.begin(item):
+            return False
+        outcomes = flight.handler.run([flight.rows[i] for i in item])
+        if not flight.end(item):  # it was given up: this thread is free again
+            with self._lock:
+                self.stuck -= 1
+        flight.inbox.extend(zip(item, outcomes, strict=True))
+        self._completions.wake()
+        return True
 
     def close(self, wait: bool) -> None:
-        """Stop: calls running end (awaited when `wait`); rows not begun are not run (Worker.finish
-        gave them its grace period: they stay started and come back by their leases)."""
+        """Stop: calls running end (awaited when `wait`); with several sources, rows not begun are
+        not run (Worker.finish gave them its grace period: they stay started, back by their leases)."""
         self._lanes.clear()
         if self._pool is not None:
             self._pool.shutdown(wait=wait, cancel_futures=not wait)

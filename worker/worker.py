@@ -50,7 +50,7 @@ class Worker:
         self.settings = settings
         self.acker = Acker(settings.error_backoff_s)
         self.completions = Completions()
-        self.threads = ThreadRunner(settings.concurrency, self.completions)
+        self.threads = ThreadRunner(settings.concurrency, self.completions, shared=len(stores) > 1)
         self.loop = LoopRunner(self.completions, observe.handler_timer)
         runners = (self.threads, self.loop)
         self.starter = Starter(
