@@ -54,6 +54,13 @@ def check_plain(row: Row) -> None:
     LOG.checked(int(row["user_id"]))
 
 
+@handlers.batch(f"{SOURCE}_spans")
+def check_spans(rows: list[Row]) -> None:
+    """The demo's shape: a plain batch handler over a range-mode source."""
+    for row in rows:
+        LOG.checked(int(row["user_id"]))
+
+
 @handlers.task("slow_async", timeout_s=30)
 async def slow_async(payload: Any) -> None:
     await asyncio.sleep(SLOW_S)
