@@ -24,6 +24,7 @@ that does not is fitted within seconds of its first time-outs. It never goes bel
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 ROUND_S = 0.5  # outcomes are judged together per round: one late call is not a trend
@@ -124,3 +125,39 @@ def next_window(w: Window, r: Round, now: float, ceiling: int) -> Window:
         # Near the limit, or not used (growing it would say nothing about the service): holds.
         return Window(limit, timeout_s, w.cut_at)
     return Window(min(ceiling, limit + max(1, limit // GROWTH, ceiling // STEPS)), timeout_s, w.cut_at)
+
+
+def fair_rooms(
+    cap: int, in_flight: Mapping[str, int], sources: Sequence[str], pop_batch: int, active: Collection[str]
+) -> dict[str, int]:
+    """Rows each of `sources` may pop now under the worker's cap, shared fairly (issue 27.8).
+
+    Each source keeps room the others may not fill: an `active` one (rows in flight lately) its
+    share, min(cap / sources, pop_batch) rows; any other one pop (a quarter of a share: less is not
+    worth its round trip, and pops that small are refused). A source may take what is free beyond
+    the others' unused room. So a backlog of slow work (a jobs queue's 2 s tasks) never fills the
+    cap: a re-scan beside it pops at once, then has its share; an idle queue costs a busy source one
+    small pop's room. Served alone, this is shared.policy.pop_room.
+    """
+    share = min(max(1, cap // max(1, len(sources))), pop_batch)
+    smallest = max(1, share // 4)
+    unused = {s: max(0, (share if s in active else smallest) - in_flight.get(s, 0)) for s in sources}
+    free = cap - sum(in_flight.values()) - sum(unused.values())
+    rooms = {}
+    for source in sources:
+        room = min(free + unused[source], pop_batch)
+        rooms[source] = room if room >= smallest else 0
+    return rooms
+
+
+def entries_to_pop(room: int, rows_per_entry: int, in_flight: int, *, shared: bool) -> int:
+    """Entries to pop for `room` rows when each stands for `rows_per_entry` (a span, a job run).
+    Served alone, enough to cover the room (rounded up, as ever). Beside other sources, as many as
+    fit, so that a pop never takes their room; one that does not fit only when the source has
+    nothing in flight (an entry bigger than any room it gets would never be popped otherwise)."""
+    if room <= 0:
+        return 0
+    if not shared:
+        return -(-room // rows_per_entry)
+    fits = room // rows_per_entry
+    return fits if fits or in_flight else 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from ..shared.acks import Ack
 from ..shared.inflight import RATE_ROUNDS, ROUND_S, Round, Window, first_window, next_window, still_waiting
@@ -108,11 +108,12 @@ class Windows:
             if after.cut_at != before.cut_at:
                 log_lowered(source, tally, after)
 
-    def rooms(self, cap_room: int, in_flight: Mapping[str, int], sources: Iterable[str]) -> dict[str, int]:
-        """Rows each source may pop now, within the worker's room `cap_room` (shared.policy.pop_room
-        per window: none until a quarter of a batch, or of a small window, fits)."""
+    def rooms(self, cap_rooms: Mapping[str, int], in_flight: Mapping[str, int]) -> dict[str, int]:
+        """Rows each source may pop now, within its room under the worker's cap `cap_rooms`
+        (shared.inflight.fair_rooms) and its own window (shared.policy.pop_room per window: none
+        until a quarter of a batch, or of a small window, fits)."""
         rooms = {}
-        for source in sources:
+        for source, cap_room in cap_rooms.items():
             room = min(cap_room, pop_room(self.limit(source), in_flight.get(source, 0), self.pop_batch))
             if room > 0:
                 rooms[source] = room

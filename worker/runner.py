@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from ..shared.acks import Ack, Row
 from ..shared.api.outcomes import TimedOut
 from .flight import RAN_OUT, Flight, Outcome
+from .lanes import Lanes
 
 T = TypeVar("T")
 _SLICES_PER_THREAD = 4  # a batch handler's rows in more slices than threads keeps threads busy
@@ -40,15 +41,20 @@ class Completions:
 
 
 class ThreadRunner:
-    """Plain handlers on `concurrency` threads. A flight's rows (or a batch handler's slices) are
-    pulled one at a time by up to `concurrency` pullers, so a stuck call holds one thread and one
-    row, and the rest of the flight goes on without it."""
+    """Plain handlers on `concurrency` threads. Rows (or a batch handler's slices) are pulled one at
+    a time by up to `concurrency` pullers, so a stuck call holds one thread and one row, and the rest
+    goes on without it. Which source's row a free thread takes next is worker/lanes.py's rule: the
+    source with fewest calls on threads, so one source's slow backlog cannot hold every thread."""
 
-    def __init__(self, concurrency: int, completions: Completions) -> None:
+    def __init__(self, concurrency: int, completions: Completions, *, shared: bool = True) -> None:
+        """`shared`: the worker serves several sources, whose rows share the threads by the lanes'
+        rule; serving one, each flight's rows are pulled straight from it (no lock per row)."""
         self.concurrency = concurrency
+        self.shared = shared
         self._completions = completions
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._lanes = Lanes(concurrency)
         self.stuck = 0  # threads still running a call that was given up (its time limit passed)
 
     def submit(self, flight: Flight, indexes: list[int]) -> None:
@@ -63,35 +69,58 @@ class ThreadRunner:
             items = deque((i,) for i in indexes)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.concurrency, "duecast-handler")
-        for _ in range(min(self.concurrency, len(items))):
-            self._pool.submit(self._pull, flight, items)
+        if not self.shared:
+            for _ in range(min(self.concurrency, len(items))):
+                self._pool.submit(self._pull_alone, flight, items)
+            return
+        for _ in range(self._lanes.add(flight, items)):
+            self._pool.submit(self._pull)
 
     def given_up(self, count: int) -> None:
         """`count` calls passed their limit and still hold their threads."""
         with self._lock:
             self.stuck += count
 
-    def _pull(self, flight: Flight, items: deque[Sequence[int]]) -> None:
-        handler = flight.handler
+    def _pull(self) -> None:
+        """Serve the lanes (several sources) until nothing waits."""
+        lanes, done = self._lanes, None
+        while (taken := lanes.take(done)) is not None:
+            flight, item = taken
+            done = flight.source
+            if not self._call(flight, item):
+                lanes.drop(flight, done)  # withdrawn: its rows go back unrun
+                done = None
+
+    def _pull_alone(self, flight: Flight, items: deque[Sequence[int]]) -> None:
+        """Serve one flight's items (one source served) until none is left."""
         while True:
             try:
                 item = items.popleft()
             except IndexError:
                 return
-            if not flight.in_lease():  # checked right before each call: the rows wait for their leases
-                flight.inbox.extend((i, RAN_OUT) for i in item)
-                self._completions.wake()
-                continue
-            if not flight.begin(item):
+            if not self._call(flight, item):
                 return  # withdrawn: its rows go back unrun
-            outcomes = handler.run([flight.rows[i] for i in item])
-            if not flight.end(item):  # it was given up: this thread is free again
-                with self._lock:
-                    self.stuck -= 1
-            flight.inbox.extend(zip(item, outcomes, strict=True))
+
+    def _call(self, flight: Flight, item: Sequence[int]) -> bool:
+        """Run `item`'s call and put its outcomes in the inbox; False when the flight was withdrawn."""
+        if not flight.in_lease():  # checked right before each call: the rows wait for their leases
+            flight.inbox.extend((i, RAN_OUT) for i in item)
             self._completions.wake()
+            return True
+        if not flight.begin(item):
+            return False
+        outcomes = flight.handler.run([flight.rows[i] for i in item])
+        if not flight.end(item):  # it was given up: this thread is free again
+            with self._lock:
+                self.stuck -= 1
+        flight.inbox.extend(zip(item, outcomes, strict=True))
+        self._completions.wake()
+        return True
 
     def close(self, wait: bool) -> None:
+        """Stop: calls running end (awaited when `wait`); with several sources, rows not begun are
+        not run (Worker.finish gave them its grace period: they stay started, back by their leases)."""
+        self._lanes.clear()
         if self._pool is not None:
             self._pool.shutdown(wait=wait, cancel_futures=not wait)
 

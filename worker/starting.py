@@ -80,25 +80,28 @@ class Starter:
         self.rows_per_entry = {name: s.rows_per_entry for name, s in stores.items()}
         self.paused: Callable[[], Set[str]] = frozenset  # the sources an operator paused
 
-    def pop(
-        self, rows: int, *, block: bool, sources: Sequence[str] | None = None
-    ) -> tuple[str, list[bytes]] | None:
-        """Pop from `sources` (default: every one served) at most `rows` rows' entries."""
+    def serving(self) -> list[str]:
+        """The sources this worker pops from now: every one served but those an operator paused."""
+        paused = self.paused()
+        return [s for s in self.stores if s not in paused]
+
+    def pop(self, counts: Mapping[str, int], *, block: bool) -> tuple[str, list[bytes]] | None:
+        """Pop from one of `counts`' sources at most its count of entries (shared.inflight.entries_to_pop)."""
         paused = self.paused()
         # A paused source's entries stay in Redis, not started (nothing lost: resumed, they are
         # popped then, or redelivery requeues their rows after the visibility timeout).
-        sources = [s for s in (self.stores if sources is None else sources) if s not in paused]
+        sources = [s for s in counts if s not in paused]
         if not sources:
             time.sleep(min(self.settings.block_timeout_s, PAUSED_WAIT_S) if block else 0.0)
             return None
-        counts = [max(1, -(-rows // self.rows_per_entry[s])) for s in sources]
+        entries = [counts[s] for s in sources]
         timeout_s = self.settings.block_timeout_s if block else 0.0
         if self.process is None:
-            # The plain BLMPOP takes one count for all lists: the smallest, so no pop exceeds `rows`.
-            return self.queue.pop(sources, min(counts), timeout_s if block else 0.01)
+            # The plain BLMPOP takes one count for all lists: the smallest, so no pop exceeds a room.
+            return self.queue.pop(sources, min(entries), timeout_s if block else 0.01)
         # Held from the pop on: what redelivery requeues at once if this process dies before the
         # start commits. The next pop replaces the hold, so none comes while a group waits (holding).
-        return self.queue.pop_held(self.process, sources, counts, timeout_s)
+        return self.queue.pop_held(self.process, sources, entries, timeout_s)
 
     def launch(self, source: str, raws: list[bytes]) -> None:
         entries, bad, dupes = decode_batch(raws)

@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 
 from ..shared.api.handlers import Handler
 from ..shared.fanout.protocol import Queue
-from ..shared.policy import in_flight_cap, pop_room
+from ..shared.inflight import entries_to_pop, fair_rooms
+from ..shared.policy import in_flight_cap
 from ..shared.process.loop import Tick
 from ..shared.settings import WorkerSettings
 from ..shared.storage.source_store import Store
@@ -34,6 +35,7 @@ WAIT_S = 0.01  # with checks in flight and nothing to pop: how long to wait for 
 # statements, so the first work is done (and seen done) tens of ms sooner in a cold drain than
 # with a whole pop_batch; the next pop, a turn later, fills the rest (docs/benchmarks.md).
 FIRST_POP_ROWS = 100
+ACTIVE_S = 10.0  # a source with rows in flight this recently keeps its share of the cap (fair_rooms)
 
 
 class Worker:
@@ -52,7 +54,7 @@ class Worker:
         self.settings = settings
         self.acker = Acker(settings.error_backoff_s)
         self.completions = Completions()
-        self.threads = ThreadRunner(settings.concurrency, self.completions)
+        self.threads = ThreadRunner(settings.concurrency, self.completions, shared=len(stores) > 1)
         self.loop = LoopRunner(self.completions, observe.handler_timer)
         runners = (self.threads, self.loop)
         self.starter = Starter(
@@ -65,6 +67,8 @@ class Worker:
         # Sources whose checks may await adapt their own share of the cap to the service they call.
         adaptive = {s: store.src.timeout_s for s, store in stores.items() if handlers[s].afn is not None}
         self.windows = Windows(adaptive, self.cap, settings.pop_batch, time.monotonic())
+        self.pop_batch = settings.pop_batch
+        self.busy_at: dict[str, float] = {}  # when each source last had rows in flight
         self.cancels: CancelWatch | None = None  # serving job queues: set by worker/main.py
         self.popped_once = False
 
@@ -88,11 +92,17 @@ class Worker:
         by_source = self.in_flight_by_source()
         self.windows.judge(now, by_source, flights)
         alone = self.starter.holding or any(f.exclusive for f in flights)  # suspects run with nothing beside
-        room = 0 if alone else pop_room(self.cap, sum(by_source.values()), self.settings.pop_batch)
-        rooms = self.windows.rooms(room, by_source, self.starter.stores) if room else {}
-        if rooms:
-            rows = min(rooms.values()) if self.popped_once else min(FIRST_POP_ROWS, *rooms.values())
-            popped = self.starter.pop(rows, block=not flights, sources=list(rooms))
+        # Each source served keeps room under the cap: a slow backlog of one cannot starve another.
+        # Every source paused: all of them, so that the pop waits (Starter.pop) rather than spins.
+        serving = self.starter.serving() or list(self.starter.stores)
+        active = self.active(now, by_source)
+        cap_rooms = {} if alone else fair_rooms(self.cap, by_source, serving, self.pop_batch, active)
+        rooms = self.windows.rooms(cap_rooms, by_source)
+        if not self.popped_once:
+            rooms = {s: min(FIRST_POP_ROWS, r) for s, r in rooms.items()}
+        counts = self.entries(rooms, by_source, shared=len(serving) > 1)
+        if counts:
+            popped = self.starter.pop(counts, block=not flights)
             if popped is not None:
                 self.popped_once = True
                 self.starter.launch(*popped)
@@ -112,6 +122,23 @@ class Worker:
             flight.report(pairs)
             # A call skipped because its lease ran out says nothing about the service called.
             self.windows.record(flight, [p for p in pairs if p[1] is not RAN_OUT], now)
+
+    def entries(
+        self, rooms: Mapping[str, int], in_flight: Mapping[str, int], *, shared: bool
+    ) -> dict[str, int]:
+        """Entries each source may pop for its room in rows (shared.inflight.entries_to_pop)."""
+        per_entry, counts = self.starter.rows_per_entry, {}
+        for source, room in rooms.items():
+            if n := entries_to_pop(room, per_entry[source], in_flight.get(source, 0), shared=shared):
+                counts[source] = n
+        return counts
+
+    def active(self, now: float, in_flight: Mapping[str, int]) -> list[str]:
+        """Sources with rows in flight within ACTIVE_S: those that keep their share (fair_rooms)."""
+        for source, n in in_flight.items():
+            if n:
+                self.busy_at[source] = now
+        return [s for s, at in self.busy_at.items() if now - at < ACTIVE_S]
 
     def in_flight_by_source(self) -> Counter[str]:
         counts: Counter[str] = Counter()

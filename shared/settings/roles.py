@@ -49,7 +49,8 @@ class WorkerSettings(_Section):
     # quick). A client's pool of C connections at L s a call serves C / L calls a second: with a
     # timeout of T s, at most C x T / L calls fit in flight (half of that keeps a margin). The
     # window learns T from the first time-outs; a source's timeout_s set to the client's timeout
-    # lets it ease before them.
+    # lets it ease before them. Shared fairly by the sources served: each keeps its share while
+    # active, so no backlog starves another (docs/architecture.md#sharing-a-worker-fairness).
     max_in_flight: int | None = Field(None, ge=1, le=1_000_000)
     error_backoff_s: float = Field(1.0, gt=0, le=60)
     # How long a batch's unit is retried after transient MySQL errors (a restart takes tens of

@@ -170,10 +170,29 @@ def test_a_worker_pops_each_list_by_its_own_count(fake_redis: fakeredis.FakeRedi
     rows = FakeWorkStore(rescan_source(), {1: 1})
     stores = cast(dict[str, SourceStore], {"spans": spans, "users": rows})
     handler = Handler("users", lambda row: None, batch=False)
-    worker = Worker(stores, {"spans": handler, "users": handler}, queue, SETTINGS, process="h:1")
+    # A cap of ten batches: what each source keeps for the other (shared.inflight.fair_rooms,
+    # at most a quarter batch while it is idle) leaves each its full batch.
+    settings = SETTINGS.model_copy(update={"max_in_flight": 1000})
+    worker = Worker(stores, {"spans": handler, "users": handler}, queue, settings, process="h:1")
     queue.push("users", [Entry(1, 1)])
     drain(worker)
     assert queue.counts[0] == [1, 100]
+
+
+def test_a_worker_serving_two_sources_keeps_room_for_the_idle_one(fake_redis: fakeredis.FakeRedis) -> None:
+    """At the cap of one batch (plain handlers' default), neither source may fill all of it: the
+    other keeps room for one pop (a quarter of its share), so a backlog cannot lock it out."""
+    queue = _RecordingQueue(fake_redis, Keys("unit"))
+    queue.calls, queue.counts = [], []
+    stores = cast(
+        dict[str, SourceStore],
+        {"jobs": FakeWorkStore(rescan_source(), {1: 1}), "users": FakeWorkStore(rescan_source(), {1: 1})},
+    )
+    handler = Handler("users", lambda row: None, batch=False)
+    worker = Worker(stores, {"jobs": handler, "users": handler}, queue, SETTINGS, process="h:1")
+    queue.push("users", [Entry(1, 1)])
+    drain(worker)
+    assert queue.counts[0] == [88, 88]  # 100 less 12 (a quarter of 50, each one's share)
 
 
 class _GroupingStore(FakeWorkStore):

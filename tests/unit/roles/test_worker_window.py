@@ -107,10 +107,11 @@ def test_a_used_window_with_fast_calls_grows_back_to_the_cap() -> None:
 def test_rooms_respect_each_sources_window_and_the_workers_room() -> None:
     w = Windows({"users": 5.0}, ceiling=1000, pop_batch=100, now=0.0)
     w.windows["users"] = w.windows["users"].__class__(120, 5.0)
-    rooms = w.rooms(100, {"users": 60, "plain": 10}, ["users", "plain", "idle"])
+    rooms = w.rooms({"users": 100, "plain": 100, "idle": 100}, {"users": 60, "plain": 10})
     assert rooms == {"users": 60, "plain": 100, "idle": 100}
-    assert w.rooms(100, {"users": 110}, ["users"]) == {}  # under a quarter of its window: none
-    assert w.rooms(30, {"users": 0}, ["users"]) == {"users": 30}
+    assert w.rooms({"users": 100}, {"users": 110}) == {}  # under a quarter of its window: none
+    assert w.rooms({"users": 30}, {"users": 0}) == {"users": 30}
+    assert w.rooms({"users": 0, "plain": 50}, {}) == {"plain": 50}  # no room under the cap: none
 
 
 def test_a_worker_keeps_no_more_in_flight_than_a_cut_window(ready_queue: ReadyQueue) -> None:
