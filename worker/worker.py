@@ -31,10 +31,6 @@ from .runner import Completions, LoopRunner, ThreadRunner
 from .starting import Starter
 
 WAIT_S = 0.01  # with checks in flight and nothing to pop: how long to wait for outcomes
-# A fresh worker's first pop takes at most this many rows: its start and its first ack are small
-# statements, so the first work is done (and seen done) tens of ms sooner in a cold drain than
-# with a whole pop_batch; the next pop, a turn later, fills the rest (docs/benchmarks.md).
-FIRST_POP_ROWS = 100
 ACTIVE_S = 10.0  # a source with rows in flight this recently keeps its share of the cap (fair_rooms)
 
 
@@ -70,7 +66,6 @@ class Worker:
         self.pop_batch = settings.pop_batch
         self.busy_at: dict[str, float] = {}  # when each source last had rows in flight
         self.cancels: CancelWatch | None = None  # serving job queues: set by worker/main.py
-        self.popped_once = False
 
     def tick(self) -> Tick:
         now = time.monotonic()
@@ -98,13 +93,10 @@ class Worker:
         active = self.active(now, by_source)
         cap_rooms = {} if alone else fair_rooms(self.cap, by_source, serving, self.pop_batch, active)
         rooms = self.windows.rooms(cap_rooms, by_source)
-        if not self.popped_once:
-            rooms = {s: min(FIRST_POP_ROWS, r) for s, r in rooms.items()}
         counts = self.entries(rooms, by_source, shared=len(serving) > 1)
         if counts:
             popped = self.starter.pop(counts, block=not flights)
             if popped is not None:
-                self.popped_once = True
                 self.starter.launch(*popped)
                 self.windows.saw(self.in_flight_by_source())
                 return Tick(0.0, idle=False)

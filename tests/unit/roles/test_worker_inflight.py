@@ -16,7 +16,7 @@ from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import WorkerSettings
 from duecast.shared.storage.source_store import SourceStore
 from duecast.worker.leaving import EXIT_STUCK
-from duecast.worker.worker import FIRST_POP_ROWS, Worker
+from duecast.worker.worker import Worker
 from tests.unit.fakes import FakeBatch, FakeWorkStore, rescan_source
 
 SETTINGS = WorkerSettings(pop_batch=10, block_timeout_s=0.1, max_in_flight=100)
@@ -283,28 +283,6 @@ def test_suspects_run_with_nothing_else_in_flight_and_nothing_is_popped_beside_t
         release.set()
         tick_until(worker, lambda: len(_acked(store)) == 30, "every check acked")
         assert ran[10:20] == list(range(11, 21))  # then they ran, alone, before the last batch
-    finally:
-        release.set()
-        worker.close()
-
-
-def test_a_fresh_workers_first_pop_is_small_and_the_next_fills_the_batch(ready_queue: ReadyQueue) -> None:
-    """Issue 28: a cold worker starts at most FIRST_POP_ROWS rows first, so its first start and ack
-    are small statements; the very next pop takes a whole batch."""
-    store = FakeWorkStore(rescan_source(), dict.fromkeys(range(1, 501), 1))
-    release = threading.Event()
-    settings = WorkerSettings(pop_batch=300, block_timeout_s=0.1, max_in_flight=1000)
-
-    def check(row: Row) -> None:
-        release.wait(10)
-
-    worker = _worker(store, Handler("users", check, batch=False), ready_queue, settings=settings)
-    ready_queue.push("users", [Entry(i, 1) for i in range(1, 501)])
-    try:
-        tick_until(worker, lambda: len(store.started_with) == 2, "two starts")
-        assert [len(entries) for entries, _ in store.started_with] == [FIRST_POP_ROWS, 300]
-        release.set()
-        tick_until(worker, lambda: len(_acked(store)) == 500, "every check acked")
     finally:
         release.set()
         worker.close()
