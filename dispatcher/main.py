@@ -22,7 +22,7 @@ from ..shared.process.runtime import (
     start_process,
 )
 from ..shared.settings import Settings
-from ..shared.storage.db import Database
+from ..shared.storage.db import Database, close_all
 from ..shared.storage.leased.jobs import JobStore
 from ..shared.storage.leases import LeaseStore
 from ..shared.storage.pause_store import PauseStore
@@ -54,10 +54,8 @@ def serve(
     sources = settings.all_sources()
     queue = make_queue(settings)
     check_redis(queue, wait=bool(settings.health.port))
-    leadership = Leadership(
-        LeaseStore(Database(settings.mysql), settings.dispatcher.leases_table),
-        settings.dispatcher.leader_lease_s,
-    )
+    leases = LeaseStore(Database(settings.mysql), settings.dispatcher.leases_table)
+    leadership = Leadership(leases, settings.dispatcher.leader_lease_s)
     # Duties run in their own threads, on their own connections (PyMySQL is not thread-safe).
     redelivery = _redelivery(settings, queue, leadership, stop, drain=drain)
     stores = build_stores(settings, sources, stop)
@@ -102,6 +100,7 @@ def serve(
     finally:
         duties.stop()  # each finishes its tick
         leadership.resign()  # a standby takes over now, not when the lease runs out
+        close_all([*stores, *keeper.stores, *(gauges.stores if gauges else []), pauses.db, leases.db])
     log.info("dispatcher stopped; claimed %s; requeued %s", dict(dispatcher.counts), dict(redelivery.counts))
 
 
@@ -186,6 +185,10 @@ def _job_duties(settings: Settings, queue: ReadyQueue) -> list[tuple[Role, float
 
 
 def _range_stores(stores: list[Store]) -> list[RangeStore]:
+    """The range sources' stores, for the range keeper; the others' sessions closed at once."""
+    for store in stores:
+        if not isinstance(store, RangeStore):
+            store.close()
     return [s for s in stores if isinstance(s, RangeStore)]
 
 

@@ -142,10 +142,16 @@ def fair_rooms(
     share = min(max(1, cap // max(1, len(sources))), pop_batch)
     smallest = max(1, share // 4)
     unused = {s: max(0, (share if s in active else smallest) - in_flight.get(s, 0)) for s in sources}
-    free = cap - sum(in_flight.values()) - sum(unused.values())
+    total = sum(in_flight.values())
+    free = cap - total - sum(unused.values())
     rooms = {}
     for source in sources:
         room = min(free + unused[source], pop_batch)
+        if room < smallest and not in_flight.get(source) and cap - total >= smallest:
+            # A cap smaller than every source's kept room together (a cap of 1 over two queues)
+            # would lock them all out: one that runs nothing may still pop into what is free. A pop
+            # takes one source's list, so the cap still holds.
+            room = smallest
         rooms[source] = room if room >= smallest else 0
     return rooms
 

@@ -26,11 +26,12 @@ from ..shared.process.runtime import (
     start_process,
 )
 from ..shared.settings import JOBS_SOURCE, TOPICS_SOURCE, Settings
-from ..shared.storage.db import Database
+from ..shared.storage.db import Database, close_all
 from ..shared.storage.job_cancels import JobCancels
 from ..shared.storage.leased.jobs import JobStore
 from ..shared.storage.leased.keeper import last_words
 from ..shared.storage.pause_store import PauseStore
+from ..shared.storage.pool import Pool
 from ..shared.storage.source_store import Store
 from ..shared.storage.worker_registry import Heartbeat
 from ..shared.telemetry.observe import timed
@@ -73,10 +74,11 @@ def serve(
     heartbeat = Heartbeat(settings.mysql, settings.worker, list(stores), tasks)
     retry_startup(heartbeat.registry.verify, what="the workers table check", stop=stop)
     worker = Worker(stores, handlers, queue, settings.worker, process=heartbeat.name)
-    see_pauses(settings, worker, built)
+    sessions: list[Database | Pool] = [see_pauses(settings, worker, built).db]
     if tasks:  # a job cancelled while it runs here: told at the lease renewal's cadence
         cancels = JobCancels(Database(settings.mysql), settings.jobs.table)
         worker.cancels = CancelWatch(cancels, settings.jobs.lease_s / 3)
+        sessions.append(cancels.db)
     members = broadcast_members(settings, registry, settings.worker.sources or registry.sources, stop)
     log.info(
         "working on %s with %d thread(s)%s, up to %d rows in flight",
@@ -104,21 +106,22 @@ def serve(
             run_stop(registry.hooks, worker.loop)  # after the last handler (or the grace period)
         worker.close()
         heartbeat.stop()
-        for store in stores.values():
-            store.close()
+        close_all([*stores.values(), *sessions])
     log.info("worker stopped; %s", dict(worker.counts))
     return worker
 
 
-
-def see_pauses(settings: Settings, worker: Worker, stores: list[Store]) -> None:
+def see_pauses(settings: Settings, worker: Worker, stores: list[Store]) -> PauseStore:
     """What an operator paused is not popped, so not started (its own connection: this thread's);
-    a start gives back the jobs of a paused task (shared.storage.leased.run_units)."""
+    a start gives back the jobs of a paused task (shared.storage.leased.run_units). Returns the
+    store, for serve to close."""
     pauses = PauseStore(Database(settings.mysql))
     worker.starter.paused = pauses.paused_or_last
     for store in stores:
         if isinstance(store, JobStore):
             store.paused_tasks = pauses.paused_tasks
+    return pauses
+
 
 def check_columns(registry: Registry, stores: Mapping[str, Store]) -> None:
     """Start-up check: every column a row/batch handler names (`columns=`) is in its table, which the

@@ -9,9 +9,9 @@ from __future__ import annotations
 import functools
 import logging
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import cast
+from typing import Protocol, cast
 
 import pymysql
 import pymysql.cursors
@@ -350,3 +350,14 @@ def mysql_problem(exc: BaseException) -> tuple[str, bool] | None:  # noqa: PLR09
             True,
         )
     return None
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+def close_all(closables: Iterable[Closable]) -> None:
+    """Close each session or store a role's serve() opened, as it ends: a serve() run inside a
+    process (tests, an app embedding a role) must not leave its sessions to the garbage collector."""
+    for closable in closables:
+        closable.close()

@@ -51,8 +51,20 @@ class SentinelRedis(PrivateRedis):
         """SENTINEL FAILOVER, until the Sentinels name the other server and it takes writes."""
         before = self.topology.master_port()
         with redis.Redis(port=self.topology.sentinels[0], socket_timeout=5) as sentinel:
-            sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)  # type: ignore[no-untyped-call]
+            # Right after the last failover the Sentinels may not yet count the old master, now a
+            # replica, as a good one (NOGOODSLAVE): asked again until they do.
+            wait_for(lambda: self._failover_asked(sentinel), timeout_s, "a replica fit to promote")
         wait_for(lambda: self._master_moved(before), timeout_s, "the Sentinels to switch masters")
+
+    @staticmethod
+    def _failover_asked(sentinel: redis.Redis) -> bool:
+        try:
+            sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)  # type: ignore[no-untyped-call]
+        except redis.ResponseError as exc:
+            if "NOGOODSLAVE" in str(exc) or "INPROG" in str(exc):
+                return False
+            raise
+        return True
 
     def kill_master(self, timeout_s: float = 30.0) -> None:
         """SIGKILL the master, until the Sentinels have promoted the replica."""
