@@ -60,3 +60,13 @@ def test_entries_beside_others_fit_their_room() -> None:
     assert entries_to_pop(400, 500, 0, shared=True) == 1  # ...unless nothing of it is in flight
     assert entries_to_pop(700, 1, 0, shared=True) == 700
     assert entries_to_pop(0, 500, 0, shared=True) == 0
+
+
+def test_a_cap_smaller_than_the_sources_kept_rooms_still_lets_one_pop() -> None:
+    # A cap of 1 over two queues (pop_batch 1): each would keep 1 for itself and lock both out.
+    assert fair_rooms(1, {}, ["critical", "default"], 1, []) == {"critical": 1, "default": 1}
+    # One running: the cap is full, nobody pops (a pop takes one list, so the cap holds).
+    assert fair_rooms(1, {"critical": 1}, ["critical", "default"], 1, ["critical"]) == {
+        "critical": 0,
+        "default": 0,
+    }
