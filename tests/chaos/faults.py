@@ -267,7 +267,8 @@ def stop_in_ack(chaos: Chaos, tries: int = 40) -> Proc | None:
 
     for _ in range(tries):
         proc = holder(chaos, (JOBS,), timeout_s=1.0)
-        if proc is None:
+        if proc is None:  # the workers got through the backlog between tries: a fresh one
+            backlog(chaos)
             continue
         os.kill(proc.pid, signal.SIGSTOP)
         time.sleep(0.15)  # MariaDB refreshes INNODB_TRX only when it was not read for 100 ms
