@@ -157,9 +157,10 @@ def test_mysql_sessions_killed_again_and_again(chaos: Chaos) -> None:
         kills += kill_mysql_session(chaos)
     # And a deadlock forced on a worker starting a batch: it retries the unit. A try forms no cycle
     # when the worker's lock wait runs out first (a loaded machine), or no batch held more than the
-    # rival's run: a fresh wave, up to 4 tries.
+    # rival's run: a fresh wave, up to 8 tries (a try that forms a cycle ends the loop at once, so
+    # more tries cost time only on a machine loaded enough to need them; 4 ran out in one CI run).
     deadlocked = False
-    for _ in range(4):
+    for _ in range(8):
         chaos.enqueue(1000)
         if deadlocked := force_deadlock(chaos):
             break
