@@ -104,13 +104,22 @@ def _path(path: Path | None) -> str | None:
 # errors (no node answers, a slot not covered) do not derive from RedisError.
 REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, redis.exceptions.RedisClusterException)
 # A failover in progress, as the server or client says it: a cluster whose slot's master is gone
-# (CLUSTERDOWN, MASTERDOWN, TRYAGAIN, redirections exhausted), Sentinels naming no master yet
+# (CLUSTERDOWN, MASTERDOWN, redirections exhausted), Sentinels naming no master yet
 # (MasterNotFoundError is a ConnectionError), or a demoted master refusing writes (READONLY). Each
 # passes on its own, like a refused connection: one WARNING line, retried, never a traceback.
 FAILOVER_ERRORS: tuple[type[Exception], ...] = (
     redis.exceptions.ClusterError,  # ClusterDownError and MasterDownError derive from it
-    redis.exceptions.TryAgainError,
     redis.exceptions.ReadOnlyError,
+)
+# A Redis Cluster slot being moved to another master (a reshard): while duecast's slot is half
+# moved, a MULTI (the pop-and-hold, a hold's release) whose keys are not all on one node is refused
+# whole, TRYAGAIN, or ASK on the old owner; once the slot is moved, MOVED. redis-py follows ASK and
+# MOVED for single commands and plain pipelines, never for a MULTI (it would need ASKING inside
+# it), so the transaction raises; nothing in it ran, and the tick is retried once the slot settles.
+# A MOVED that never stops means a client without redis.cluster talking to a cluster: the line says.
+SLOT_MOVING_ERRORS: tuple[type[Exception], ...] = (
+    redis.exceptions.AskError,  # MovedError derives from it
+    redis.exceptions.TryAgainError,
 )
 
 
@@ -131,6 +140,12 @@ def redis_problem(exc: BaseException) -> tuple[str, bool] | None:
         )
     if isinstance(exc, FAILOVER_ERRORS):
         line = f"Redis is failing over ({type(exc).__name__}: {said}); it passes: try again in a few seconds"
+        return line, True
+    if isinstance(exc, SLOT_MOVING_ERRORS):
+        line = (
+            f"a Redis Cluster slot is moving ({type(exc).__name__}: {said}); it passes once it has "
+            "moved (if it never stops, set redis.cluster = true: the server is a cluster node)"
+        )
         return line, True
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError | redis.exceptions.RedisClusterException):
         return f"Redis: {said}; start Redis, or fix redis.url (DUECAST_REDIS__URL)", True

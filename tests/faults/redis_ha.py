@@ -1,11 +1,14 @@
 """Private Redis topologies for the HA tests: a Sentinel-managed master with a replica and three
-Sentinels, and a Redis Cluster of three masters with a replica each. Every server runs on a free port
-from the test's tmp dir (never the shared Redis) and is killed by its own handle afterwards.
+Sentinels, and a Redis Cluster of three masters with a replica each (and a live reshard of one of its
+slots). Every server runs on a free port from the test's tmp dir (never the shared Redis) and is
+killed by its own handle afterwards.
 """
 
 from __future__ import annotations
 
 import subprocess
+import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -194,3 +197,56 @@ class Cluster:
             "DUECAST_REDIS__URL": f"redis://127.0.0.1:{self.ports[0]}/0",
             "DUECAST_REDIS__CLUSTER": "true",
         }
+
+    def masters(self) -> list[int]:
+        """The ports of the live nodes that are masters now."""
+        found = []
+        for port in self.ports:
+            try:
+                with redis.Redis(port=port, socket_timeout=2) as node:
+                    if node.info("replication").get("role") == "master":
+                        found.append(port)
+            except redis.RedisError:
+                continue
+        return found
+
+    def reshard(self, hash_tag: str, target: int, *, keys_per_migrate: int, pace_s: float) -> Reshard:
+        """Move the slot of keys tagged {hash_tag} to the master at `target`, live, as
+        `redis-cli --cluster reshard` moves a slot: the target IMPORTING and the owner MIGRATING it,
+        its keys MIGRATEd in batches of `keys_per_migrate` (CLUSTER GETKEYSINSLOT) until none is
+        left, then SETSLOT NODE on the target, the old owner and every other master. `pace_s`
+        between batches stands for a slot with more keys: the slot stays half moved that long."""
+        slot = key_slot(hash_tag.encode())
+        source = self.owner_of(hash_tag)
+        ids = {port: _node_id(port) for port in self.masters()}
+        started = time.monotonic()
+        with (
+            redis.Redis(port=source, socket_timeout=10) as old,
+            redis.Redis(port=target, socket_timeout=10) as new,
+        ):
+            new.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source])  # type: ignore[no-untyped-call]
+            old.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target])  # type: ignore[no-untyped-call]
+            moved = 0
+            while keys := old.execute_command("CLUSTER", "GETKEYSINSLOT", slot, keys_per_migrate):  # type: ignore[no-untyped-call]
+                old.execute_command("MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", *keys)  # type: ignore[no-untyped-call]
+                moved += len(keys)
+                time.sleep(pace_s)
+        for port in [target, source, *(p for p in ids if p not in (target, source))]:
+            with redis.Redis(port=port, socket_timeout=10) as node:
+                node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])  # type: ignore[no-untyped-call]
+        return Reshard(slot, source, target, moved, time.monotonic() - started)
+
+
+@dataclass(frozen=True)
+class Reshard:
+    slot: int
+    source: int  # the port of the master that served the slot
+    target: int  # ...and of the one that serves it now
+    keys: int  # keys MIGRATEd
+    took_s: float  # from IMPORTING to the last SETSLOT NODE
+
+
+def _node_id(port: int) -> str:
+    with redis.Redis(port=port, socket_timeout=2) as node:
+        found = node.execute_command("CLUSTER", "MYID")  # type: ignore[no-untyped-call]
+    return found.decode() if isinstance(found, bytes) else str(found)

@@ -273,15 +273,28 @@ def test_revoked_redis_credentials_under_a_running_role_are_one_rate_limited_war
         redis.exceptions.ClusterDownError("The cluster is down"),
         redis.exceptions.MasterDownError("Link with MASTER is down and replica-serve-stale-data is 'no'."),
         redis.exceptions.TryAgainError("Multiple keys request during rehashing of slot"),
+        redis.exceptions.AskError("8539 127.0.0.1:30002"),  # a MULTI on a slot half moved
+        redis.exceptions.MovedError("8539 127.0.0.1:30002"),  # ...and once it has moved
         redis.exceptions.ClusterError("TTL exhausted."),
         redis.exceptions.ReadOnlyError("You can't write against a read only replica."),
         MasterNotFoundError("No master found for 'duecast'"),
         SlaveNotFoundError("No slave found for 'duecast'"),
     ],
-    ids=["cluster-down", "master-down", "try-again", "ttl-exhausted", "read-only", "no-master", "no-replica"],
+    ids=[
+        "cluster-down",
+        "master-down",
+        "try-again",
+        "ask",
+        "moved",
+        "ttl-exhausted",
+        "read-only",
+        "no-master",
+        "no-replica",
+    ],
 )
 def test_a_redis_failover_under_a_running_role_is_one_rate_limited_warning(said: Exception) -> None:
-    """A failover's errors (issue 24.10): ClusterDownError was an ERROR with a traceback on every tick."""
+    """A failover's and a reshard's errors (issue 24.10): ClusterDownError was an ERROR with a traceback
+    on every tick, and so were ASK and MOVED, which redis-py raises for a MULTI on a slot being moved."""
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = records.append  # type: ignore[method-assign]
