@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 from typing import Any
 
 try:  # Django >= 6.0
@@ -21,6 +23,16 @@ task_enqueued: Any = signals.task_enqueued
 task_started: Any = signals.task_started
 task_finished: Any = signals.task_finished
 
+
+@functools.cache
+def own_log_receivers() -> tuple[frozenset[Any], logging.Logger | None]:
+    """The log receivers the task API connects to its own signals, and the logger they write to
+    (None: this version has no such logger, so nothing may assume they are quiet)."""
+    logger = getattr(signals, "logger", None)
+    names = ("log_task_enqueued", "log_task_started", "log_task_finished")
+    own = frozenset(f for f in (getattr(signals, n, None) for n in names) if f is not None)
+    return own, logger if isinstance(logger, logging.Logger) else None
+
 __all__ = [
     "BaseTaskBackend",
     "InvalidTask",
@@ -30,6 +42,7 @@ __all__ = [
     "TaskError",
     "TaskResult",
     "TaskResultStatus",
+    "own_log_receivers",
     "task_enqueued",
     "task_finished",
     "task_started",

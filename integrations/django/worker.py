@@ -5,12 +5,18 @@ Django runs a request's code: old database connections closed before and after, 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
+import time
+import weakref
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import django
 from django.apps import apps
+from django.conf import settings
 from django.db import connections
 from django.db.backends.signals import connection_created
 from django.utils import timezone
@@ -18,7 +24,15 @@ from django.utils.module_loading import import_string
 
 from ...shared.api.context import current_job
 from ...shared.api.handlers import Registry
-from .api import Task, TaskContext, TaskResult, TaskResultStatus, task_finished, task_started
+from .api import (
+    Task,
+    TaskContext,
+    TaskResult,
+    TaskResultStatus,
+    own_log_receivers,
+    task_finished,
+    task_started,
+)
 from .calls import ASYNC, PLAIN
 
 if not apps.ready:
@@ -35,29 +49,29 @@ handlers = Registry()
 @handlers.task(PLAIN)
 def run_plain(call: dict[str, Any]) -> Any:
     """A plain Django task, on a worker thread."""
-    task, sender, result = _started(call)
+    run = _started(call)
     _close_old_connections()  # this thread's connections may be stale from a task long ago
     try:
-        value = task.call(*_args(task, result), **result.kwargs)
+        value = run.task.call(*_args(run), **run.kwargs)
     except BaseException:
-        _finished(result, TaskResultStatus.FAILED, sender)
+        _finished(run, TaskResultStatus.FAILED)
         raise
     finally:
         _close_old_connections()
-    _finished(result, TaskResultStatus.SUCCESSFUL, sender)
+    _finished(run, TaskResultStatus.SUCCESSFUL)
     return value
 
 
 @handlers.task(ASYNC)
 async def run_async(call: dict[str, Any]) -> Any:
     """An `async def` Django task, on the worker's event loop."""
-    task, sender, result = _started(call)
+    run = _started(call)
     try:
-        value = await task.acall(*_args(task, result), **result.kwargs)
+        value = await run.task.acall(*_args(run), **run.kwargs)
     except BaseException:
-        _finished(result, TaskResultStatus.FAILED, sender)
+        _finished(run, TaskResultStatus.FAILED)
         raise
-    _finished(result, TaskResultStatus.SUCCESSFUL, sender)
+    _finished(run, TaskResultStatus.SUCCESSFUL)
     return value
 
 
@@ -98,34 +112,88 @@ def _task(path: str) -> tuple[Task, type]:
     return task, type(task.get_backend())
 
 
-def _started(call: dict[str, Any]) -> tuple[Task, type, TaskResult]:
-    """The Task the job names, and its TaskResult as Django's signals and TaskContext see it."""
+@dataclass(slots=True)
+class _Run:
+    """One task's run. Its TaskResult is built only when something can see it: a TaskContext, or a
+    signal that is sent (building it costs a no-op task a seventh of its time in the worker)."""
+
+    task: Task
+    sender: type  # the backend's class, which Django's signals are sent by
+    call: dict[str, Any]
+    started: float  # time.time() at the start: started_at, should a TaskResult be built
+    attempt: int
+    id: int
+    result: TaskResult | None = None
+
+    @property
+    def args(self) -> list[Any]:
+        return list(self.call.get("args", []))  # decoded JSON: what TaskResult would normalise it to
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.call.get("kwargs", {}))
+
+    def task_result(self) -> TaskResult:
+        if self.result is None:
+            at = _aware(self.started)
+            self.result = TaskResult(
+                task=self.task,
+                id=str(self.id),
+                status=TaskResultStatus.RUNNING,
+                enqueued_at=None,
+                started_at=at,
+                finished_at=None,
+                last_attempted_at=at,
+                args=self.args,
+                kwargs=self.kwargs,
+                backend=self.task.backend,
+                errors=[],
+                worker_ids=["duecast"] * self.attempt,
+            )
+        return self.result
+
+
+def _aware(at: float) -> datetime:
+    """A time.time() as Django's timezone.now() gives it (aware UTC under USE_TZ, else naive local)."""
+    return datetime.fromtimestamp(at, tz=UTC) if settings.USE_TZ else datetime.fromtimestamp(at)
+
+
+def _started(call: dict[str, Any]) -> _Run:
+    """The run of the Task the job names; task_started sent if anything would see it."""
     task, sender = _task(call["task"])
     job = current_job()
-    now = timezone.now()
-    result = TaskResult(
-        task=task,
-        id=str(job.id),
-        status=TaskResultStatus.RUNNING,
-        enqueued_at=None,
-        started_at=now,
-        finished_at=None,
-        last_attempted_at=now,
-        args=call.get("args", []),
-        kwargs=call.get("kwargs", {}),
-        backend=task.backend,
-        errors=[],
-        worker_ids=["duecast"] * job.attempt,
-    )
-    task_started.send(sender=sender, task_result=result)
-    return task, sender, result
+    run = _Run(task, sender, call, time.time(), job.attempt, job.id)
+    if not _unseen(task_started, logging.INFO):
+        task_started.send(sender=sender, task_result=run.task_result())
+    return run
 
 
-def _args(task: Task, result: TaskResult) -> list[Any]:
-    return [TaskContext(task_result=result), *result.args] if task.takes_context else list(result.args)
+def _args(run: _Run) -> list[Any]:
+    if run.task.takes_context:
+        return [TaskContext(task_result=run.task_result()), *run.task_result().args]
+    return run.args
 
 
-def _finished(result: TaskResult, status: Any, sender: type) -> None:
+def _finished(run: _Run, status: Any) -> None:
+    """task_finished sent if anything would see it (a failure is logged at ERROR by django-tasks)."""
+    if _unseen(task_finished, logging.ERROR if status == TaskResultStatus.FAILED else logging.INFO):
+        return
+    result = run.task_result()
     object.__setattr__(result, "status", status)
     object.__setattr__(result, "finished_at", timezone.now())
-    task_finished.send(sender=sender, task_result=result)
+    task_finished.send(sender=run.sender, task_result=result)
+
+
+def _unseen(signal: Any, level: int) -> bool:
+    """Whether sending `signal` now would do nothing anyone could see: its only receivers are
+    django-tasks' (or Django's) own log receivers, and their logger drops lines of `level`. Any other
+    receiver, a dead reference included, or a logger that would write, and the signal is sent."""
+    own, logger = own_log_receivers()
+    if logger is None or logger.isEnabledFor(level):
+        return False
+    for entry in signal.receivers:
+        ref = entry[1]  # (lookup key, receiver or a weak reference to it[, is_async])
+        receiver = ref() if isinstance(ref, weakref.ReferenceType) else ref
+        if receiver is None or receiver not in own:
+            return False
+    return True
