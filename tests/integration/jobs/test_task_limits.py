@@ -1,0 +1,149 @@
+"""A task's fleet-wide limits (`[jobs.task_limits.<task>]`) at claim time on real MariaDB: the task's
+jobs are left out of its queue's claim and claimed into runs of their own, under one bucket for every
+queue; max_running counts its runs dispatched or started under a live lease; other tasks' jobs are
+claimed as before, and the queue's claim SQL is unchanged where no task is limited."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pymysql
+import pytest
+
+from duecast.dispatcher.limits import Limiter
+from duecast.shared.api.enqueue import Job
+from duecast.shared.process.runtime import build_stores
+from duecast.shared.settings import DispatcherSettings
+from duecast.shared.storage.admin import migrate
+from duecast.shared.storage.leased.jobs import JobStore
+from duecast.shared.storage.leased.members import decode_members
+from duecast.shared.storage.schema import SchemaError, check_jobs_table
+from tests.integration.jobs.jobs_env import JobsEnv
+
+pytestmark = pytest.mark.integration
+LIMITS = DispatcherSettings().limits_table
+SLOW = "record_slowly"  # the limited task; "record" is not
+
+
+@pytest.fixture(autouse=True)
+def fresh_buckets(sql: pymysql.cursors.Cursor) -> Iterator[None]:
+    yield
+    sql.execute(f"DELETE FROM `{LIMITS}`")
+
+
+def _limited(env: JobsEnv, run_size: int = 4, **jobs: Any) -> tuple[JobsEnv, dict[str, JobStore]]:
+    limited = env.with_jobs(run_size=run_size, **jobs)
+    migrate.apply(limited.settings)  # dc_task on the jobs table, where tasks are limited
+    stores = build_stores(limited.settings, limited.settings.all_sources())
+    by_queue = {s.queue: s for s in stores if isinstance(s, JobStore)}
+    return limited, by_queue
+
+
+def _enqueue(env: JobsEnv, task: str, n: int, queue: str = "default") -> None:
+    env.enqueuer.enqueue_many(Job(task, i, queue=queue) for i in range(n))
+
+
+def _task_runs(env: JobsEnv) -> list[tuple[Any, ...]]:
+    return env.runs("task", "jobs", "queue", "dc_state")
+
+
+def test_a_task_rate_binds_its_jobs_alone_into_runs_of_their_own(env: JobsEnv) -> None:
+    limited, stores = _limited(env, task_limits={SLOW: {"rate_limit_per_s": 1, "rate_burst": 5}})
+    _enqueue(limited, SLOW, 20)
+    _enqueue(limited, "record", 20)
+    store = stores["default"]
+    limiter = Limiter([store], LIMITS)
+    limiter.claim(store, 1000)
+    assert store.claimed_rows == 25, "every record job, and the limited task's burst of 5"
+    runs = _task_runs(limited)
+    assert sum(n for t, n, _, _ in runs if t == SLOW) == 5
+    assert sum(n for t, n, _, _ in runs if t is None) == 20
+    # Each run holds one task's jobs only: the limited task's runs name it.
+    for members, task in limited.runs("members", "task"):
+        tasks = {limited.job(i, "task")[0] for i in decode_members(members)}
+        assert tasks == {task or "record"}
+    assert limiter.claim(store, 1000) == [], "its bucket is empty, and nothing else is due"
+    assert store.task_claimed == {}
+
+
+def test_one_task_bucket_holds_across_queues(env: JobsEnv) -> None:
+    limited, stores = _limited(env, task_limits={SLOW: {"rate_limit_per_s": 1, "rate_burst": 6}})
+    _enqueue(limited, SLOW, 10, queue="critical")
+    _enqueue(limited, SLOW, 10, queue="default")
+    limiter = Limiter(list(stores.values()), LIMITS)
+    for store in stores.values():
+        limiter.claim(store, 1000)
+    assert sum(n for _, n, _, _ in _task_runs(limited)) == 6, "one bucket of 6 for both queues"
+
+
+def test_a_task_max_running_counts_its_live_runs_in_every_queue(env: JobsEnv) -> None:
+    limited, stores = _limited(env, task_limits={SLOW: {"max_running": 7}})
+    _enqueue(limited, SLOW, 10, queue="critical")
+    _enqueue(limited, SLOW, 10, queue="default")
+    limiter = Limiter(list(stores.values()), LIMITS)
+    for store in stores.values():
+        limiter.claim(store, 1000)
+    assert sum(n for _, n, _, _ in _task_runs(limited)) == 7
+    for store in stores.values():
+        assert limiter.claim(store, 1000) == []
+    # Its runs start under a worker that dies: their jobs stop counting when the leases run out.
+    runs = limited.settings.jobs.runs_table
+    limited.sql.execute(f"UPDATE `{runs}` SET dc_state = 2, lease_until = NOW(6) - INTERVAL 1 SECOND")
+    for store in stores.values():
+        limiter.claim(store, 1000)
+    assert sum(n for _, n, _, st in _task_runs(limited) if st != 2) == 7
+
+
+def test_a_task_run_given_back_is_the_tasks_to_claim_not_the_queues(env: JobsEnv) -> None:
+    limited, stores = _limited(env, task_limits={SLOW: {"max_running": 3}})
+    _enqueue(limited, SLOW, 3)
+    store = stores["default"]
+    limiter = Limiter([store], LIMITS)
+    limiter.claim(store, 1000)
+    runs = limited.settings.jobs.runs_table
+    limited.sql.execute(f"UPDATE `{runs}` SET dc_state = 0")  # given back (its entry was lost)
+    _enqueue(limited, "record", 2)
+    entries = limiter.claim(store, 1000)
+    assert store.returning == 1, "the task's run, given back, comes back ahead"
+    assert store.claimed_rows == 5, "the task's run again, then the record jobs"
+    assert sorted((t, n) for t, n, _, _ in _task_runs(limited)) == [(SLOW, 3), (None, 2)]
+    assert len(entries) == 2
+
+
+def test_a_queue_limit_bounds_its_limited_tasks_too(env: JobsEnv) -> None:
+    limited, stores = _limited(
+        env,
+        limits={"default": {"rate_limit_per_s": 1, "rate_burst": 4}},
+        task_limits={SLOW: {"rate_limit_per_s": 1, "rate_burst": 10}},
+    )
+    _enqueue(limited, SLOW, 10)
+    store = stores["default"]
+    Limiter([store], LIMITS).claim(store, 1000)
+    assert store.claimed_rows == 4
+    limited.sql.execute(f"SELECT tokens FROM `{LIMITS}` WHERE name = 'task:{SLOW}'")
+    assert 5.9 < float(limited.sql.fetchone()[0]) < 7, "only what was taken is spent"
+
+
+def test_the_task_claim_reads_its_own_index(env: JobsEnv) -> None:
+    limited, stores = _limited(env, task_limits={SLOW: {"rate_limit_per_s": 100}})
+    tasks = stores["default"].tasks
+    assert tasks is not None
+    explain = tasks.sql.read_due.replace(
+        "SELECT COUNT(*), JSON_ARRAYAGG", "EXPLAIN SELECT COUNT(*), JSON_ARRAYAGG"
+    )
+    limited.sql.execute(explain, (SLOW, "default", 10))
+    plan = [
+        dict(zip([d[0] for d in limited.sql.description], row, strict=True)) for row in limited.sql.fetchall()
+    ]
+    assert any(p["key"] == "dc_task" for p in plan), plan
+
+
+def test_task_limits_need_the_runs_tables_task_column(env: JobsEnv) -> None:
+    limited, _ = _limited(env, task_limits={SLOW: {"max_running": 1}})
+    runs = limited.settings.jobs.runs_table
+    limited.sql.execute(f"ALTER TABLE `{runs}` DROP INDEX `dc_task`, DROP COLUMN `task`")
+    with pytest.raises(SchemaError, match=r"needs the `task` column of .*; run `duecast migrate`"):
+        check_jobs_table(limited.sql, limited.settings.jobs)
+    migrate.apply(limited.settings)
+    check_jobs_table(limited.sql, limited.settings.jobs)
