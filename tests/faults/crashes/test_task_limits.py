@@ -1,0 +1,146 @@
+"""A task's fleet-wide limits (`[jobs.task_limits.<task>]`) against real processes, MariaDB and Redis:
+its rate_limit_per_s holds in every 1-s window of handler starts across three workers while another
+task's jobs of the same queue run unlimited; its max_running is never exceeded, counted by the
+handlers themselves, through a worker's SIGKILL, and the dead worker's slots come back with its
+leases. Handler calls are timed in tests/faults/limits_app.py (the task `limited`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+
+from duecast.shared.api.enqueue import Enqueuer, Job
+from duecast.shared.settings import DispatcherSettings, MySQLSettings, RedisSettings, Settings, WorkerSettings
+from duecast.shared.storage.admin import migrate
+from tests.faults.conftest import _NOT_INHERITED
+from tests.faults.limits_app import most_in_window, most_running, read_calls
+from tests.faults.procs import Proc, Procs, wait_for
+from tests.faults.runs import drop_job_tables
+
+pytestmark = pytest.mark.faults
+
+RATE = 200
+JOBS = 1200  # 6 s at the limit
+TASK = "limited"
+WORKER = ["-m", "duecast.worker", "--app", "tests.faults.limits_app"]
+
+
+class TaskEnv:
+    def __init__(
+        self, settings: Settings, env: dict[str, str], sql: pymysql.cursors.Cursor, tmp: Path
+    ) -> None:
+        self.settings = settings
+        self.env = env
+        self.sql = sql
+        self.exec_log = tmp / "exec.log"
+        self.env["DUECAST_TEST_EXEC_LOG"] = str(self.exec_log)
+        self.enqueuer = Enqueuer(settings, None)
+
+    def left(self) -> int:
+        """Jobs not finished yet (pending, or in a run)."""
+        self.sql.execute(f"SELECT COUNT(*) FROM `{self.settings.jobs.table}`")  # done jobs are deleted
+        return int(self.sql.fetchone()[0])  # type: ignore[index]
+
+
+@pytest.fixture
+def task_env(
+    mysql_settings: MySQLSettings, redis_settings: RedisSettings, sql: pymysql.cursors.Cursor, tmp_path: Path
+) -> Iterator[Callable[..., TaskEnv]]:
+    made: list[Settings] = []
+
+    def make(limits: dict[str, Any], **jobs_extra: Any) -> TaskEnv:
+        table = f"jobs_{uuid.uuid4().hex[:8]}"
+        jobs = {"table": table, "schedules_table": f"{table}_s", "task_limits": {TASK: limits}, **jobs_extra}
+        settings = Settings(mysql=mysql_settings, redis=redis_settings, jobs=jobs)  # type: ignore[arg-type]
+        migrate.apply(settings)
+        made.append(settings)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED)}
+        env.update(
+            {
+                "DUECAST_MYSQL__DATABASE": mysql_settings.database,
+                "DUECAST_REDIS__URL": redis_settings.url.get_secret_value(),
+                "DUECAST_REDIS__KEY_PREFIX": redis_settings.key_prefix,
+                "DUECAST_JOBS": json.dumps(jobs),
+                "DUECAST_DISPATCHER__POLL_INTERVAL_S": "0.05",
+                "DUECAST_WORKER__BLOCK_TIMEOUT_S": "0.5",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        return TaskEnv(settings, env, sql, tmp_path)
+
+    yield make
+    sql.execute(f"DELETE FROM `{DispatcherSettings().limits_table}`")
+    sql.execute(f"DELETE FROM `{DispatcherSettings().leases_table}`")
+    sql.execute(f"DELETE FROM `{WorkerSettings().registry_table}`")
+    for settings in made:
+        drop_job_tables(sql, settings.jobs)
+
+
+def _worker(procs: Procs, env: TaskEnv, name: str, **extra: object) -> Proc:
+    return procs.spawn(name, WORKER, {**env.env, **{k: str(v) for k, v in extra.items()}})
+
+
+def test_a_task_rate_holds_in_every_second_across_three_workers(
+    task_env: Callable[..., TaskEnv], procs: Procs
+) -> None:
+    env = task_env({"rate_limit_per_s": RATE})
+    env.enqueuer.enqueue_many(Job(TASK, i) for i in range(JOBS))
+    env.enqueuer.enqueue_many(Job("free", i) for i in range(2000))  # the same queue, no limit
+    for n in range(3):
+        _worker(procs, env, f"w{n}")
+    began = time.time()
+    procs.spawn("dispatcher", ["-m", "duecast.dispatcher"], env.env)
+    wait_for(lambda: env.left() == 0, 40, "every job to be done", procs.check)
+
+    starts = sorted(c.at for c in read_calls(env.exec_log) if c.kind == "S")
+    assert len(starts) >= JOBS
+    most = most_in_window(starts)
+    # The limit binds dispatches (at most RATE + the burst, 1.05 x RATE, per 1-s window); handler
+    # starts can bunch a little more when a worker catches up on what waited in Redis.
+    assert most <= RATE * 1.1, f"{most} calls in one second under rate_limit_per_s = {RATE}"
+    span_s = starts[-1] - starts[0]
+    assert span_s >= (len(starts) - RATE * 1.1) / RATE, f"{len(starts)} calls in {span_s:.1f}s: no limit"
+    per_second = Counter(int(t - starts[0]) for t in starts)
+    full = [per_second[s] for s in range(1, int(span_s))]  # whole seconds, the first and last left out
+    assert statistics.median(full) >= RATE * 0.9, f"per-second calls {full}: the limit was not met"
+    print(f"\ntask rate {RATE}/s: most in a 1-s window {most}, per second {full}, {time.time() - began:.1f}s")
+
+
+def test_a_task_max_running_is_never_exceeded_through_a_worker_sigkill(
+    task_env: Callable[..., TaskEnv], procs: Procs
+) -> None:
+    limit = 10
+    env = task_env({"max_running": limit}, lease_s=4)
+    env.enqueuer.enqueue_many(Job(TASK, i) for i in range(150))
+    extra = {"DUECAST_TEST_ROW_DELAY_MS": 300, "DUECAST_WORKER__HEARTBEAT_S": 0.5}
+    victim = _worker(procs, env, "w1", **extra)
+    _worker(procs, env, "w2", **extra)
+    procs.spawn("dispatcher", ["-m", "duecast.dispatcher"], env.env)
+    wait_for(
+        lambda: sum(1 for c in read_calls(env.exec_log) if c.kind == "S" and c.pid == victim.pid) >= 5,
+        30,
+        "the victim to be running calls",
+        procs.check,
+    )
+    procs.kill(victim)
+    killed_at = time.time()
+    wait_for(lambda: env.left() == 0, 60, "every job to be done after the kill", procs.check)
+
+    calls = read_calls(env.exec_log)
+    assert len({c.id for c in calls if c.kind == "E"}) == 150, "a job was never run to its end"
+    assert {c.id for c in calls if c.kind == "S" and c.pid == victim.pid} - {
+        c.id for c in calls if c.kind == "E" and c.pid == victim.pid
+    }, "the kill interrupted no call: the test proved nothing about slots coming back"
+    most = most_running(calls, {victim.pid: killed_at})
+    assert most <= limit, f"{most} calls running at once under max_running = {limit}"
+    assert most >= limit - 2, f"at most {most} running at once: max_running = {limit} never bound"
