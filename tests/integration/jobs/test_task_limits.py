@@ -5,21 +5,27 @@ claimed as before, and the queue's claim SQL is unchanged where no task is limit
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 
 import pymysql
 import pytest
 
 from duecast.dispatcher.limits import Limiter
+from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.api.enqueue import Job
+from duecast.shared.process.failures import StartupError
 from duecast.shared.process.runtime import build_stores
+from duecast.shared.queries.job_runs import skip_tasks
 from duecast.shared.settings import DispatcherSettings
 from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.leased.members import decode_members
 from duecast.shared.storage.schema import SchemaError, check_jobs_table
-from tests.integration.jobs.jobs_env import JobsEnv
+from tests.integration.jobs.jobs_env import APP, JobsEnv
 
 pytestmark = pytest.mark.integration
 LIMITS = DispatcherSettings().limits_table
@@ -147,3 +153,54 @@ def test_task_limits_need_the_runs_tables_task_column(env: JobsEnv) -> None:
         check_jobs_table(limited.sql, limited.settings.jobs)
     migrate.apply(limited.settings)
     check_jobs_table(limited.sql, limited.settings.jobs)
+
+
+def _recorded(store: JobStore) -> list[str]:
+    """The statements the store's units run from now on, as sent (before their arguments)."""
+    seen: list[str] = []
+    real = store.db.transaction
+
+    @contextlib.contextmanager
+    def recording(**kw: Any) -> Iterator[Any]:
+        with real(**kw) as cur:
+            execute = cur.execute
+
+            def record(stmt: str, args: Any = None) -> Any:
+                seen.append(stmt)
+                return execute(stmt, args)
+
+            cur.execute = record  # type: ignore[method-assign]
+            yield cur
+
+    store.db.transaction = recording  # type: ignore[method-assign]
+    return seen
+
+
+def test_without_task_limits_the_queues_claim_is_as_before(env: JobsEnv) -> None:
+    """No task limited: the claim runs only the queue's own statements, byte for byte (no `task`)."""
+    plain = env.with_jobs(run_size=4)
+    store = plain.store()
+    assert store.tasks is None
+    _enqueue(plain, "record", 10)
+    seen = _recorded(store)
+    Limiter([store], LIMITS).claim(store, 1000)
+    plain.sql.execute(f"UPDATE `{plain.settings.jobs.runs_table}` SET dc_state = 0")  # given back
+    store._behind_at = -1e9  # and a look behind the cursors
+    Limiter([store], LIMITS).claim(store, 1000)
+    known = {skip_tasks(stmt, 0) for stmt in asdict(store.runs).values()}
+    exact = {k for k in known if "{" not in k}
+    formatted = [k.split("{")[0] for k in known if "{" in k]  # ids, rows: filled in per claim
+    assert seen, "the claim ran nothing"
+    for stmt in seen:
+        assert stmt in exact or any(stmt.startswith(f) for f in formatted), stmt
+    assert not [stmt for stmt in seen if "`task`" in stmt], "a statement names the task"
+
+
+def test_a_limit_on_a_task_the_dispatchers_app_lacks_refuses_the_start(env: JobsEnv) -> None:
+    limited = env.with_jobs(task_limits={"recrod": {"max_running": 1}})
+    settings = limited.settings.model_copy(
+        update={"dispatcher": limited.settings.dispatcher.model_copy(update={"app": APP})}
+    )
+    migrate.apply(settings)
+    with pytest.raises(StartupError, match=r"jobs.task_limits names recrod, not a task of dispatcher.app"):
+        serve_dispatcher(settings, threading.Event(), drain=True)
