@@ -4,6 +4,7 @@ the queue's claim transaction, under the queue's cursors' lock (claims of a queu
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -13,9 +14,10 @@ from ...queries.source import in_list
 from ...queries.task_runs import TaskRunSQL
 from ..packed import read_packed
 from ..units import Cursor, StorageError
-from .members import decode_members
+from .members import member_ranges
 from .runs import RUN_KEY
 
+MAX_ID = 2**63  # above every job id: bisect's bound for a range starting at an id
 # JobStore's: (id, priority, interruptions) of due jobs -> runs of `task` (None: the queue's own).
 MakeRuns = Callable[[Cursor, list[tuple[int, int, int]], "str | None"], list[Entry]]
 
@@ -63,21 +65,29 @@ class TaskClaims:
                 "(max_allowed_packet); raise it, or lower jobs.claim_batch"
             )
         rows = sorted((int(p), str(at), int(i), int(n)) for i, p, at, n in packed)  # claim order
-        jobs = [(i, p, n) for p, _, i, n in rows if i not in held][:left]
+        jobs = [(i, p, n) for p, _, i, n in rows if not held_by(held, i)][:left]
         got.fresh = make_runs(cur, jobs, task)
         got.jobs += len(jobs)
         return got
 
-    def _held(self, cur: Cursor, task: str) -> tuple[set[int], int]:
-        """The job ids live runs hold that may be `task`'s, and how many its own runs hold. Read
-        before its due jobs: a member that finishes in between has left pending, so it cannot be
-        taken for one no run holds."""
+    def _held(self, cur: Cursor, task: str) -> tuple[list[tuple[int, int]], int]:
+        """The id ranges of the live runs that may hold `task`'s jobs, sorted, and how many jobs its
+        own runs hold. Read before its due jobs: a member that finishes in between has left
+        pending, so it cannot be taken for one no run holds. Ranges, not ids: the queue's other
+        runs may hold tens of thousands, and only the few read are asked about."""
         cur.execute(self.sql.held, (self.queue, task))
-        held: set[int] = set()
+        held: list[tuple[int, int]] = []
         own = 0
         for run_task, members in cur.fetchall():
-            ids = decode_members(members)
-            held.update(ids)
+            ranges = member_ranges(members)
+            held += ranges
             if run_task is not None:
-                own += len(ids)
+                own += sum(hi - lo + 1 for lo, hi in ranges)
+        held.sort()
         return held, own
+
+
+def held_by(held: list[tuple[int, int]], job: int) -> bool:
+    """Whether `job` is in one of the sorted, disjoint ranges (a job is in at most one run)."""
+    k = bisect.bisect_right(held, (job, MAX_ID)) - 1
+    return k >= 0 and held[k][0] <= job <= held[k][1]
