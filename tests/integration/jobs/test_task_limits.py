@@ -21,6 +21,7 @@ from duecast.shared.process.failures import StartupError
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.job_runs import skip_tasks
 from duecast.shared.settings import DispatcherSettings
+from duecast.shared.settings.limits import Limits
 from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.leased.members import decode_members
@@ -39,6 +40,10 @@ def fresh_buckets(sql: pymysql.cursors.Cursor) -> Iterator[None]:
 
 
 def _limited(env: JobsEnv, run_size: int = 4, **jobs: Any) -> tuple[JobsEnv, dict[str, JobStore]]:
+    # model_copy does not validate: the limits as the settings would hold them.
+    for key in ("limits", "task_limits"):
+        if key in jobs:
+            jobs[key] = {name: Limits(**lim) for name, lim in jobs[key].items()}
     limited = env.with_jobs(run_size=run_size, **jobs)
     migrate.apply(limited.settings)  # dc_task on the jobs table, where tasks are limited
     stores = build_stores(limited.settings, limited.settings.all_sources())
@@ -113,7 +118,7 @@ def test_a_task_run_given_back_is_the_tasks_to_claim_not_the_queues(env: JobsEnv
     entries = limiter.claim(store, 1000)
     assert store.returning == 1, "the task's run, given back, comes back ahead"
     assert store.claimed_rows == 5, "the task's run again, then the record jobs"
-    assert sorted((t, n) for t, n, _, _ in _task_runs(limited)) == [(SLOW, 3), (None, 2)]
+    assert sorted((t or "", n) for t, n, _, _ in _task_runs(limited)) == [("", 2), (SLOW, 3)]
     assert len(entries) == 2
 
 
@@ -197,7 +202,7 @@ def test_without_task_limits_the_queues_claim_is_as_before(env: JobsEnv) -> None
 
 
 def test_a_limit_on_a_task_the_dispatchers_app_lacks_refuses_the_start(env: JobsEnv) -> None:
-    limited = env.with_jobs(task_limits={"recrod": {"max_running": 1}})
+    limited = env.with_jobs(task_limits={"recrod": Limits(max_running=1)})
     settings = limited.settings.model_copy(
         update={"dispatcher": limited.settings.dispatcher.model_copy(update={"app": APP})}
     )
