@@ -13,7 +13,9 @@ from typing import Any
 
 import pymysql
 import pytest
+from rich.console import Console
 
+from duecast.cli.status_limits import limits_table
 from duecast.dispatcher.limits import Limiter
 from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.api.enqueue import Job
@@ -25,6 +27,7 @@ from duecast.shared.settings.limits import Limits
 from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.leased.members import decode_members
+from duecast.shared.storage.limits import read_limits
 from duecast.shared.storage.schema import SchemaError, check_jobs_table
 from tests.integration.jobs.jobs_env import APP, JobsEnv
 
@@ -209,3 +212,22 @@ def test_a_limit_on_a_task_the_dispatchers_app_lacks_refuses_the_start(env: Jobs
     migrate.apply(settings)
     with pytest.raises(StartupError, match=r"jobs.task_limits names recrod, not a task of dispatcher.app"):
         serve_dispatcher(settings, threading.Event(), drain=True)
+
+
+def test_status_shows_a_tasks_limits_as_task_name(env: JobsEnv) -> None:
+    limited, stores = _limited(
+        env, task_limits={SLOW: {"rate_limit_per_s": 1, "rate_burst": 5, "max_running": 9}}
+    )
+    _enqueue(limited, SLOW, 3)
+    store = stores["default"]
+    Limiter([store], LIMITS).claim(store, 1000)
+    jobs = limited.settings.jobs
+    (state,) = read_limits(store.db, LIMITS, limited.settings.all_sources(), jobs)
+    assert (state.name, state.rate_limit_per_s, state.burst, state.max_running) == (f"task:{SLOW}", 1, 5, 9)
+    assert state.tokens is not None
+    assert 2 <= state.tokens < 2.5, "5 less the 3 jobs claimed"
+    table = limits_table([state])
+    assert table is not None
+    console = Console(width=200, record=True)
+    console.print(table)
+    assert f"task:{SLOW}" in console.export_text()
