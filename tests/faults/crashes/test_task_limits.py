@@ -97,17 +97,42 @@ def _worker(procs: Procs, env: TaskEnv, name: str, **extra: object) -> Proc:
     return procs.spawn(name, WORKER, {**env.env, **{k: str(v) for k, v in extra.items()}})
 
 
-def test_a_task_rate_holds_in_every_second_across_three_workers(
+def _busiest(starts: list[float]) -> float:
+    """Where the busiest 1-s window of `starts` (sorted) begins."""
+    best, at, lo = 0, starts[0], 0
+    for hi, t in enumerate(starts):
+        while starts[lo] <= t - 1.0:
+            lo += 1
+        if hi - lo + 1 > best:
+            best, at = hi - lo + 1, starts[lo]
+    return at
+
+
+def _leader(env: TaskEnv) -> str:
+    env.sql.execute(f"SELECT holder FROM `{DispatcherSettings().leases_table}`")
+    row = env.sql.fetchone()
+    return str(row[0]) if row else ""
+
+
+def test_a_task_rate_holds_in_every_second_across_three_workers_and_a_leader_kill(
     task_env: Callable[..., TaskEnv], procs: Procs
 ) -> None:
-    env = task_env({"rate_limit_per_s": RATE})
+    # A claim the killed leader committed but never pushed comes back after the visibility timeout.
+    env = task_env({"rate_limit_per_s": RATE}, visibility_timeout_s=5)
     env.enqueuer.enqueue_many(Job(TASK, i) for i in range(JOBS))
     env.enqueuer.enqueue_many(Job("free", i) for i in range(FREE))  # the same queue, no limit
     for n in range(3):
         _worker(procs, env, f"w{n}")
-    procs.spawn("dispatcher", ["-m", "duecast.dispatcher"], env.env)
+    first = procs.spawn("d1", ["-m", "duecast.dispatcher"], env.env)
+    wait_for(lambda: f":{first.pid}:" in _leader(env), 20, "the first dispatcher to lead", procs.check)
+    procs.spawn("d2", ["-m", "duecast.dispatcher"], env.env)
     wait_for(lambda: env.left("free") == 0, 10, "the unlimited task's jobs to be done", procs.check)
     free_done = time.time()
+    wait_for(
+        lambda: len(read_calls(env.exec_log)) >= JOBS, 20, "half the task's jobs to be called", procs.check
+    )
+    procs.kill(first)  # the leader, mid-claim or not: the task's bucket is in MySQL
+    killed_at = time.time()
     wait_for(lambda: env.left() == 0, 40, "every job to be done", procs.check)
 
     starts = sorted(c.at for c in read_calls(env.exec_log) if c.kind == "S")
@@ -115,10 +140,15 @@ def test_a_task_rate_holds_in_every_second_across_three_workers(
     most = most_in_window(starts)
     # The limit binds dispatches (at most RATE + the burst, 1.05 x RATE, per 1-s window); handler
     # starts can bunch a little more when a worker catches up on what waited in Redis.
-    assert most <= RATE * 1.1, f"{most} calls in one second under rate_limit_per_s = {RATE}"
-    span_s = starts[-1] - starts[0]
-    assert span_s >= (len(starts) - RATE * 1.1) / RATE, f"{len(starts)} calls in {span_s:.1f}s: no limit"
-    per_second = Counter(int(t - starts[0]) for t in starts)
+    where = _busiest(starts)
+    assert most <= RATE * 1.1, (
+        f"{most} calls in one second under rate_limit_per_s = {RATE}, from {where - starts[0]:.2f}s "
+        f"(the leader killed at {killed_at - starts[0]:.2f}s; redelivery at +5s)"
+    )
+    steady = starts[: int(len(starts) * 0.9)]  # before the stranded claim's redelivery, if any
+    span_s = steady[-1] - steady[0]
+    assert span_s >= (len(steady) - RATE * 1.1) / RATE, f"{len(steady)} calls in {span_s:.1f}s: no limit"
+    per_second = Counter(int(t - steady[0]) for t in steady)
     full = [per_second[s] for s in range(1, int(span_s))]  # whole seconds, the first and last left out
     # Met, not just bounded: 197-207/s on a quiet machine. On one loaded by other work (load average
     # 8 on 2 cores) the dispatcher's claims came further apart than the default bucket holds (50 ms)
@@ -129,7 +159,8 @@ def test_a_task_rate_holds_in_every_second_across_three_workers(
     free_s = free_done - starts[0]  # (the poll that saw it done: up to a tenth of a second late)
     assert free_s < span_s / 2, f"the unlimited task took {free_s:.1f}s, the limited one {span_s:.1f}s"
     print(f"\ntask rate {RATE}/s: most in a 1-s window {most}, per second {full}; {FREE} jobs of another")
-    print(f"task of the queue done in {free_s:.1f}s, the limited task's {len(starts)} in {span_s:.1f}s")
+    took_s = starts[-1] - starts[0]
+    print(f"task of the queue done in {free_s:.1f}s, the limited task's {len(starts)} in {took_s:.1f}s")
 
 
 def test_a_task_max_running_is_never_exceeded_through_a_worker_sigkill(
