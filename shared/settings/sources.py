@@ -181,6 +181,10 @@ class JobsSettings(_Section):
             raise ValueError(
                 f"jobs.limits names {', '.join(unknown)}, not in jobs.queues ({', '.join(self.queues)})"
             )
+        if self.task_limits and not self.enabled:
+            raise ValueError(
+                "jobs.task_limits is set but jobs.enabled is false: no job is dispatched to limit"
+            )
         idle = sorted(t for t, lim in self.task_limits.items() if not lim.limited)
         if idle:
             raise ValueError(

@@ -191,3 +191,4 @@ def test_a_task_max_running_is_never_exceeded_through_a_worker_sigkill(
     most = most_running(calls, {victim.pid: killed_at})
     assert most <= limit, f"{most} calls running at once under max_running = {limit}"
     assert most >= limit - 2, f"at most {most} running at once: max_running = {limit} never bound"
+    print(f"\ntask max_running {limit}: at most {most} running at once, through a worker's SIGKILL")

@@ -134,6 +134,11 @@ def test_bad_task_limits_are_refused(limits: dict[str, Any], message: str) -> No
         JobsSettings(task_limits={"mail": limits})
 
 
+def test_task_limits_without_jobs_are_refused() -> None:
+    with pytest.raises(ValidationError, match=r"jobs\.task_limits is set but jobs\.enabled is false"):
+        JobsSettings(enabled=False, task_limits={"mail": {"max_running": 1}})
+
+
 def test_a_task_name_too_long_for_its_bucket_is_refused() -> None:
     with pytest.raises(ValidationError, match="task_limits"):
         JobsSettings(task_limits={"t" * 187: {"max_running": 1}})
