@@ -99,9 +99,10 @@ class StatusReader:
 
     def _limits(self) -> list[LimitState]:
         limited = [s for s in self.settings.all_sources() if s.limited]
-        if not limited:
+        jobs = self.settings.jobs
+        if not limited and not (jobs.enabled and jobs.task_limits):
             return []  # no read: the table may not be migrated where no limit is set
-        return read_limits(self.limits_db, self.settings.dispatcher.limits_table, limited)
+        return read_limits(self.limits_db, self.settings.dispatcher.limits_table, limited, jobs)
 
     def _redis_only(self, out: Frame) -> bool:
         names = [s.name for s in self.settings.all_sources()]

@@ -1,5 +1,6 @@
-"""`duecast status`'s limits: each limited source's and queue's rate, burst and max_running, the
-tokens its bucket holds now, and, while its demand exceeds its rate, the period the limit allows."""
+"""`duecast status`'s limits: each limited source's, queue's and task's (`task:<name>`) rate, burst
+and max_running, the tokens its bucket holds now, and, while its demand exceeds its rate, the period
+the limit allows."""
 
 from __future__ import annotations
 

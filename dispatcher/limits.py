@@ -1,4 +1,4 @@
-"""Limited claims: a source's or queue's claim takes at most what its fleet-wide limits allow
+"""Limited claims: a source's, queue's or task's claim takes at most what its fleet-wide limits allow
 (shared/storage/limits.py holds the buckets), and a re-scan source asking more than its rate limit
 allows is said once, with the period the limit allows. Rows are still claimed stalest first."""
 
@@ -9,7 +9,8 @@ import time
 
 from ..shared.entries import Entry
 from ..shared.limit_policy import refill_wait_s
-from ..shared.storage.limits import Grant, LimitStore, limit_store
+from ..shared.storage.leased.jobs import JobStore
+from ..shared.storage.limits import Grant, LimitStore, limit_store, task_limit_stores
 from ..shared.storage.protocol import ClaimsRuns
 from ..shared.storage.source_store import Store
 from ..shared.storage.units import MYSQL_ERRORS
@@ -27,11 +28,18 @@ class Limiter:
 
     def __init__(self, stores: list[Store], table: str) -> None:
         self.limits: dict[str, tuple[LimitStore, str]] = {}
+        # A job queue's limited tasks (`[jobs.task_limits]`): their buckets, by task.
+        self.tasks: dict[str, dict[str, LimitStore]] = {}
         for store in stores:
             found = limit_store(store, table)
             if found is not None:
                 found[0].verify()  # at start-up: a table not migrated is one line, not a failing tick
                 self.limits[store.src.name] = found
+            tasks = task_limit_stores(store, table)
+            for lim in tasks.values():
+                lim.verify()
+            if tasks:
+                self.tasks[store.src.name] = tasks
         self.waits: dict[str, float] = {}
         self.over: dict[str, float] = {}  # sources said to ask more than their limit: allowed period
         self._counted_at: dict[str, float] = {}
@@ -40,26 +48,27 @@ class Limiter:
         """Up to `room` entries, fewer when a limit binds."""
         name = store.src.name
         found = self.limits.get(name)
-        if found is None:
+        tasks = self.tasks.get(name)
+        if found is None and tasks is None:
             return store.claim_due(room)
-        lim, table = found
-        grant = lim.reserve(room)
+        grant = found[0].reserve(room) if found is not None else None
+        budget = room if grant is None else grant.entries
+        granted = self._reserve_tasks(store, tasks, budget)
+        reserved_at = time.monotonic()
         entries: list[Entry] = []
-        if grant.entries > 0:
+        if budget > 0:
             try:
-                entries = store.claim_due(grant.entries)
+                entries = store.claim_due(budget)
             except BaseException:
-                lim.abandon(grant)
+                for task, g in granted.items():
+                    self.tasks[name][task].abandon(g)
+                if found is not None and grant is not None:
+                    found[0].abandon(grant)
                 raise
-        used = 0
-        if grant.entries > 0:  # (a job queue's claimed_rows is its last claim's, maybe not this one's)
-            used = store.claimed_rows if isinstance(store, ClaimsRuns) else len(entries) * lim.unit
         try:
-            lim.settle(grant, used)
-            self.waits[name] = self._wait_s(lim, grant, room)
-            bound = grant.entries < room and grant.tokens is not None
-            if store.src.period_s > 0 and (bound or name in self.over or name not in self._counted_at):
-                self._demand(lim, table)  # at most once a minute: a count of the table
+            self._settle_tasks(store, tasks, granted, reserved_at)
+            if found is not None and grant is not None:
+                self._settle(store, found, grant, room, len(entries))
         except MYSQL_ERRORS as exc:
             # The claim is committed: its entries must be pushed, not lost with this error until the
             # visibility timeout. Unsettled, its tokens stay spent and its reservation runs out by
@@ -72,6 +81,52 @@ class Limiter:
                 extra={"event": "limit.settle_failed", "source": name},
             )
         return entries
+
+    def _settle(self, store: Store, found: tuple[LimitStore, str], grant: Grant, room: int, got: int) -> None:
+        lim, table = found
+        name = store.src.name
+        used = 0
+        if grant.entries > 0:  # (a job queue's claimed_rows is its last claim's, maybe not this one's)
+            used = store.claimed_rows if isinstance(store, ClaimsRuns) else got * lim.unit
+        lim.settle(grant, used)
+        self.waits[name] = min(self._wait_s(lim, grant, room), self.waits.get(name, float("inf")))
+        bound = grant.entries < room and grant.tokens is not None
+        if store.src.period_s > 0 and (bound or name in self.over or name not in self._counted_at):
+            self._demand(lim, table, store.src.period_s)  # at most once a minute: a count of the table
+
+    def _reserve_tasks(
+        self, store: Store, tasks: dict[str, LimitStore] | None, budget: int
+    ) -> dict[str, Grant]:
+        """Each limited task's grant for this claim (a paused one's: none), handed to the store."""
+        self.waits.pop(store.src.name, None)
+        if tasks is None or not isinstance(store, JobStore) or budget <= 0:
+            return {}
+        paused = store.paused_tasks()
+        granted = {task: lim.reserve(budget) for task, lim in tasks.items() if task not in paused}
+        store.task_grants = {task: g.entries for task, g in granted.items() if g.entries > 0}
+        return granted
+
+    def _settle_tasks(
+        self, store: Store, tasks: dict[str, LimitStore] | None, granted: dict[str, Grant], reserved_at: float
+    ) -> None:
+        """What each task's share took is spent; the rest goes back. A task that took all it was
+        granted while its rate held it back is claimed again when its bucket refills."""
+        if tasks is None or not isinstance(store, JobStore):
+            return
+        name = store.src.name
+        # The refill counts from the reserve: the claim's own time (tens of ms under load, as much
+        # as the default bucket holds) is not waited again, so fewer tokens overflow the bucket.
+        took_s = time.monotonic() - reserved_at
+        for task, grant in granted.items():
+            used = store.task_claimed.get(task, 0)
+            tasks[task].settle(grant, used)
+            if grant.entries > 0 and used >= grant.entries:  # more may be due: come back
+                wait = self._wait_s(tasks[task], grant, grant.entries + 1)
+            elif grant.entries == 0 and grant.tokens is not None:  # held back by its rate alone
+                wait = self._wait_s(tasks[task], grant, 1)
+            else:
+                continue
+            self.waits[name] = min(max(0.0, wait - took_s), self.waits.get(name, float("inf")))
 
     def delay_s(self, store: Store, delay_s: float) -> float:
         """The dispatcher's next delay for `store`: no later than its bucket refills."""
@@ -94,7 +149,7 @@ class Limiter:
         worth = min(max(float(lim.unit), lim.burst / 4), float(room * lim.unit))
         return refill_wait_s(grant.tokens, worth, lim.rate, cap_s=1.0)
 
-    def _demand(self, lim: LimitStore, table: str) -> None:
+    def _demand(self, lim: LimitStore, table: str, period_s: float) -> None:
         """Rows / period above the rate: said once (log, gauge, and the limits table for status),
         with the period the limit allows; said again when it fits once more."""
         now = time.monotonic()
@@ -102,7 +157,7 @@ class Limiter:
             return
         self._counted_at[lim.name] = now
         rows = lim.rows(table)
-        asked = rows / lim.src.period_s
+        asked = rows / period_s
         allowed = rows / lim.rate if asked > lim.rate else None
         was = self.over.pop(lim.name, None)
         if allowed is not None:
@@ -115,7 +170,7 @@ class Limiter:
                 "allows a period of %.1fs: each row is checked that often, stalest first",
                 lim.name,
                 rows,
-                lim.src.period_s,
+                period_s,
                 asked,
                 lim.rate,
                 allowed,

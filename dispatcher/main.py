@@ -11,7 +11,7 @@ from ..shared.api.enqueue import Enqueuer
 from ..shared.fanout.queue import ReadyQueue
 from ..shared.policy import Cause
 from ..shared.process import arguments
-from ..shared.process.failures import retry_startup
+from ..shared.process.failures import StartupError, retry_startup
 from ..shared.process.health import serving, with_port
 from ..shared.process.loop import Role, run
 from ..shared.process.runtime import (
@@ -172,6 +172,12 @@ def _job_duties(settings: Settings, queue: ReadyQueue) -> list[tuple[Role, float
     registry = load_registry(settings.dispatcher.app) if settings.dispatcher.app else None
     schedules = settings.jobs.schedules + (registry.schedules if registry else [])
     tasks = registry.task_names if registry else None
+    unknown = sorted(set(settings.jobs.task_limits) - tasks) if tasks is not None else []
+    if unknown:  # with no app, the dispatcher cannot know the tasks (the workers register them)
+        raise StartupError(
+            f"jobs.task_limits names {', '.join(unknown)}, not a task of dispatcher.app "
+            f"{settings.dispatcher.app} (it registers: {', '.join(sorted(tasks or ())) or 'none'})"
+        )
     enqueuer = Enqueuer(settings, queue.client, tasks)
     recurring = Recurring(ScheduleStore(Database(settings.mysql), settings.jobs, enqueuer), schedules)
     first = settings.jobs.queue_sources()[0]

@@ -51,8 +51,10 @@ CREATE TABLE IF NOT EXISTS `duecast_jobs_runs` (
   `started_at` DATETIME(6) NULL,
   `lease_until` DATETIME(6) NULL,
   `worker` VARCHAR(128) NULL,
+  `task` VARCHAR(191) NULL,
   PRIMARY KEY (`id`),
-  KEY `dc_runs` (`queue`, `dc_state`, `priority`)
+  KEY `dc_runs` (`queue`, `dc_state`, `priority`),
+  KEY `dc_task` (`task`, `dc_state`)
 ) ENGINE=InnoDB AUTO_INCREMENT=4611686018427387904 DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS `duecast_jobs_cursors` (

@@ -9,12 +9,14 @@ from .context import WebContext
 
 
 def states(ctx: WebContext) -> list[LimitState]:
-    """Every limited source's state; none when no limit is set, or the table is not there yet."""
+    """Every limited source's and task's state; none when no limit is set, or the table is not there
+    yet."""
     limited = [s for s in ctx.settings.all_sources() if s.limited]
-    if not limited:
+    jobs = ctx.settings.jobs
+    if not limited and not (jobs.enabled and jobs.task_limits):
         return []
     try:
-        return read_limits(ctx.db(), ctx.settings.dispatcher.limits_table, limited)
+        return read_limits(ctx.db(), ctx.settings.dispatcher.limits_table, limited, jobs)
     except StorageError:
         return []
 

@@ -101,3 +101,15 @@ def count_rows(table: str) -> str:
     """A limited re-scan source's rows, for the period its rate limit allows (PRIMARY, a full scan:
     run at most once a minute, and only for a source whose limit binds)."""
     return f"SELECT COUNT(*) FROM {quote(table)}"
+
+
+def task_jobs_in_flight(runs_table: str) -> str:
+    """A limited task's jobs, in every queue, in runs claimed within the visibility timeout or
+    started with a live lease (args: task, visibility timeout µs): the runs of its own claims
+    (shared/queries/task_runs.py). dc_task."""
+    return (
+        f"SELECT COALESCE(SUM(`jobs`), 0) FROM {quote(runs_table)} FORCE INDEX (`dc_task`) "
+        f"WHERE `task` = %s AND ((`dc_state` = {DISPATCHED} AND "
+        "`dc_dispatched_at` > NOW(6) - INTERVAL %s MICROSECOND) OR "
+        f"(`dc_state` = {RUNNING} AND `lease_until` > NOW(6)))"
+    )

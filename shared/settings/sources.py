@@ -70,6 +70,9 @@ class SourceSettings(Limits):
 
 
 QueueName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,47}$")]
+# A task named in `[jobs.task_limits]`: its bucket's row is `task:<name>` (shared.limit_names), which
+# must fit the limits table's 191 characters.
+TaskName = Annotated[str, Field(min_length=1, max_length=186)]
 
 
 class ScheduleSettings(_Section):
@@ -139,6 +142,9 @@ class JobsSettings(_Section):
     run_size: int = Field(500, ge=1, le=10_000)
     # Fleet-wide limits per queue, `[jobs.limits.<queue>]` (settings/limits.py): jobs, not runs.
     limits: dict[QueueName, Limits] = {}
+    # Fleet-wide limits per task, `[jobs.task_limits.<task>]`: its jobs in every queue count, and
+    # its jobs are claimed by their own statement (docs/protecting.md, "Task limits").
+    task_limits: dict[TaskName, Limits] = {}
 
     @property
     def runs_table(self) -> str:
@@ -174,6 +180,16 @@ class JobsSettings(_Section):
         if unknown:
             raise ValueError(
                 f"jobs.limits names {', '.join(unknown)}, not in jobs.queues ({', '.join(self.queues)})"
+            )
+        if self.task_limits and not self.enabled:
+            raise ValueError(
+                "jobs.task_limits is set but jobs.enabled is false: no job is dispatched to limit"
+            )
+        idle = sorted(t for t, lim in self.task_limits.items() if not lim.limited)
+        if idle:
+            raise ValueError(
+                f"jobs.task_limits.{idle[0]} sets no limit: set rate_limit_per_s or max_running, or "
+                "leave the task out"
             )
         if self.retry_base_s > self.retry_cap_s:
             raise ValueError("jobs.retry_base_s must be <= jobs.retry_cap_s")

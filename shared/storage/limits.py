@@ -7,9 +7,17 @@ import contextlib
 from dataclasses import dataclass
 
 from ..limit_policy import bucket_tokens, limited_claim
-from ..queries.limits import count_rows, first_pending_run, jobs_in_flight, render_limits, rows_in_flight
+from ..queries.limits import (
+    count_rows,
+    first_pending_run,
+    jobs_in_flight,
+    render_limits,
+    rows_in_flight,
+    task_jobs_in_flight,
+)
 from ..queries.ranges import ranges_table
-from ..settings import SourceSettings
+from ..settings import JobsSettings, SourceSettings
+from ..settings.limits import Limits
 from .db import Database
 from .leased.jobs import JobStore
 from .range_store import RangeStore
@@ -20,6 +28,11 @@ from .units import MYSQL_ERRORS, Cursor, StorageError
 # How long a claim's reservation counts against max_running: far longer than a claim takes, short
 # enough that the reservation of a dispatcher killed mid-claim is given back soon.
 RESERVE_S = 30.0
+TASK_PREFIX = "task:"  # a limited task's bucket row: `task:<name>`, one across every queue
+
+
+def task_limit_name(task: str) -> str:
+    return f"{TASK_PREFIX}{task}"
 
 
 @dataclass(frozen=True)
@@ -33,20 +46,23 @@ class Grant:
 
 
 class LimitStore:
-    """One source's or queue's limits. `reserve` (one transaction, committed) before its claim,
-    `settle` after: a dispatcher dying in between only leaves tokens unspent, never a limit exceeded."""
+    """One source's, queue's or task's limits. `reserve` (one transaction, committed) before its
+    claim, `settle` after: a dispatcher dying in between only leaves tokens unspent, never a limit
+    exceeded. `name` is its bucket's row (a task's: task_limit_name)."""
 
     def __init__(
         self,
         db: Database,
         table: str,
-        src: SourceSettings,
+        src: Limits,
         unit: int,
         in_flight: tuple[str, tuple[object, ...]],
+        *,
+        name: str = "",
     ) -> None:
         self.db = db
         self.src = src
-        self.name = src.name
+        self.name = name or getattr(src, "name", "")
         self.unit = unit  # checks per entry: range_size in range mode, else 1
         self.rate = src.rate_limit_per_s
         self.burst = src.burst(unit)
@@ -58,7 +74,7 @@ class LimitStore:
 
     def verify(self) -> None:
         """The limits table exists and this account may use it (else one line: run `duecast migrate`)."""
-        what = f"source {self.name}'s limits: table {self.sql.table}"
+        what = f"{self.name}'s limits: table {self.sql.table}"
         with self.db.transaction() as cur:
             if not described(cur, self.sql.table, what).columns:
                 raise SchemaError(unseen(cur, what, self.sql.table))
@@ -153,25 +169,46 @@ class LimitState:
     allowed_period_s: float | None
 
 
-def read_limits(db: Database, table: str, sources: list[SourceSettings]) -> list[LimitState]:
-    """Every limited source's state; its tokens refilled to now by MySQL's clock."""
+def read_limits(
+    db: Database, table: str, sources: list[SourceSettings], jobs: JobsSettings | None = None
+) -> list[LimitState]:
+    """Every limited source's and task's state (a task's named task_limit_name); its tokens
+    refilled to now by MySQL's clock."""
     with db.transaction() as cur:
         cur.execute(render_limits(table).read_all)
         rows = {str(n): (float(t), int(e or 0), p) for n, t, e, p in cur.fetchall()}
+    limited: list[tuple[str, Limits, int]] = [
+        (src.name, src, src.range_size if src.mode == "ranges" else 1) for src in sources if src.limited
+    ]
+    if jobs is not None and jobs.enabled:
+        limited += [(task_limit_name(t), lim, 1) for t, lim in sorted(jobs.task_limits.items())]
     states = []
-    for src in sources:
-        if not src.limited:
-            continue
-        unit = src.range_size if src.mode == "ranges" else 1
-        burst = src.burst(unit) if src.rate_limit_per_s is not None else None
+    for name, lim, unit in limited:
+        burst = lim.burst(unit) if lim.rate_limit_per_s is not None else None
         tokens = period = None
-        if src.name in rows:
-            stored, elapsed_us, noted = rows[src.name]
-            if src.rate_limit_per_s is not None and burst is not None:
-                tokens = bucket_tokens(stored, elapsed_us / 1e6, src.rate_limit_per_s, burst)
+        if name in rows:
+            stored, elapsed_us, noted = rows[name]
+            if lim.rate_limit_per_s is not None and burst is not None:
+                tokens = bucket_tokens(stored, elapsed_us / 1e6, lim.rate_limit_per_s, burst)
             period = None if noted is None else float(noted)
-        states.append(LimitState(src.name, src.rate_limit_per_s, burst, src.max_running, tokens, period))
+        states.append(LimitState(name, lim.rate_limit_per_s, burst, lim.max_running, tokens, period))
     return states
+
+
+def task_limit_stores(store: object, table: str) -> dict[str, LimitStore]:
+    """A job queue's limited tasks' limits (`[jobs.task_limits]`), by task: one bucket per task
+    (task_limit_name) shared by every queue; max_running counts the task's runs in every queue."""
+    if not isinstance(store, JobStore) or store.tasks is None:
+        return {}
+    jobs = store.jobs
+    vis_us = round(jobs.visibility_timeout_s * 1e6)
+    out = {}
+    for task in store.limited_tasks:
+        in_flight = (task_jobs_in_flight(jobs.runs_table), (task, vis_us))
+        lim = LimitStore(store.db, table, jobs.task_limits[task], 1, in_flight, name=task_limit_name(task))
+        lim.pending = (store.tasks.sql.first_pending, (task, store.queue))
+        out[task] = lim
+    return out
 
 
 def limit_store(store: object, table: str) -> tuple[LimitStore, str] | None:

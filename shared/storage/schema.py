@@ -66,13 +66,26 @@ JOB_INDEXES: dict[str, tuple[str, tuple[str, ...]]] = {
     "dc_unique": ("UNIQUE KEY", ("task", "unique_slot")),
     "dc_schedule_run": ("UNIQUE KEY", ("schedule", "scheduled_for")),
 }
+# Only where `[jobs.task_limits]` is set: a limited task's claim reads its own due jobs by it (one
+# range per priority), never through the queue's other due jobs; other installs do not pay for it.
+TASK_INDEX = ("dc_task", ("KEY", (STATE_COLUMN, "task", "queue", "priority", "run_at")))
+# A run of one limited task names it (NULL: a run of the queue's other tasks); `dc_task` counts a
+# task's runs in flight (max_running) and finds its pending ones. Added to an older runs table by
+# `duecast migrate`; needed only where task limits are set.
+RUN_TASK_COLUMN = ("task", "VARCHAR(191) NULL")
+RUN_TASK_INDEX = ("dc_task", ("task", "dc_state"))
+
+
+def job_indexes(jobs: JobsSettings) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The jobs table's indexes under these settings: dc_task only where tasks are limited."""
+    return {**JOB_INDEXES, TASK_INDEX[0]: TASK_INDEX[1]} if jobs.task_limits else JOB_INDEXES
 
 
 def jobs_table_ddl(jobs: JobsSettings) -> str:
     cols = ",\n  ".join(f"{quote(name)} {kind}" for name, kind in JOB_COLUMNS.items())
     keys = ",\n  ".join(
         f"{kind} {quote(name)} ({', '.join(quote(c) for c in columns)})"
-        for name, (kind, columns) in JOB_INDEXES.items()
+        for name, (kind, columns) in job_indexes(jobs).items()
     )
     return (
         f"CREATE TABLE IF NOT EXISTS {quote(jobs.table)} (\n  {cols},\n  PRIMARY KEY (`id`),\n  {keys}\n)"
@@ -128,8 +141,10 @@ def runs_table_ddl(jobs: JobsSettings) -> str:
   `started_at` DATETIME(6) NULL,
   `lease_until` DATETIME(6) NULL,
   `worker` VARCHAR(128) NULL,
+  `{RUN_TASK_COLUMN[0]}` {RUN_TASK_COLUMN[1]},
   PRIMARY KEY (`id`),
-  KEY `dc_runs` (`queue`, `dc_state`, `priority`)
+  KEY `dc_runs` (`queue`, `dc_state`, `priority`),
+  KEY `{RUN_TASK_INDEX[0]}` ({", ".join(quote(c) for c in RUN_TASK_INDEX[1])})
 ) ENGINE=InnoDB AUTO_INCREMENT={RUN_ID_BASE} DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
 
 
@@ -161,7 +176,7 @@ def jobs_migration(jobs: JobsSettings, info: TableInfo, indexes: dict[str, list[
         for name, kind in JOB_COLUMNS.items()
         if name not in info.columns
     ]
-    for name, (kind, columns) in JOB_INDEXES.items():
+    for name, (kind, columns) in job_indexes(jobs).items():
         have = indexes.get(name)
         if have == list(columns):
             continue
@@ -169,6 +184,17 @@ def jobs_migration(jobs: JobsSettings, info: TableInfo, indexes: dict[str, list[
         cols = ", ".join(quote(c) for c in columns)
         steps.append(f"ALTER TABLE {t} {drop}ADD {kind} {quote(name)} ({cols})")
     return steps
+
+
+def runs_migration(jobs: JobsSettings, info: TableInfo) -> list[str]:
+    """What a runs table of an older duecast lacks: the `task` of a limited task's runs."""
+    if RUN_TASK_COLUMN[0] in info.columns:
+        return []
+    cols = ", ".join(quote(c) for c in RUN_TASK_INDEX[1])
+    return [
+        f"ALTER TABLE {quote(jobs.runs_table)} ADD COLUMN {quote(RUN_TASK_COLUMN[0])} {RUN_TASK_COLUMN[1]}, "
+        f"ADD KEY {quote(RUN_TASK_INDEX[0])} ({cols})"
+    ]
 
 
 def index_columns(cur: Cursor, table: str) -> dict[str, list[str]]:
@@ -194,6 +220,10 @@ def check_jobs_table(cur: Cursor, jobs: JobsSettings) -> None:
     for table in (jobs.schedules_table, jobs.runs_table, jobs.cursors_table):
         if not describe(cur, table).columns:
             raise SchemaError(unseen(cur, f"the table {table}", table))
+    if jobs.task_limits and runs_migration(jobs, describe(cur, jobs.runs_table)):
+        raise SchemaError(
+            f"jobs.task_limits needs the `task` column of {jobs.runs_table}; run `duecast migrate`"
+        )
 
 
 def denied(cur: Cursor, table: str) -> bool:

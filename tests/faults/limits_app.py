@@ -1,6 +1,7 @@
 """Handlers for the limits tests (`--app tests.faults.limits_app`): each call of the one-off source's
-async row handler appends "S <time> <pid> <id>" when it starts and "E <time> <pid> <id>" when it
-ends to DUECAST_TEST_EXEC_LOG (one os.write per line, O_APPEND), after DUECAST_TEST_ROW_DELAY_MS."""
+async row handler, and of the async task `limited` (its job's id), appends "S <time> <pid> <id>" when
+it starts and "E <time> <pid> <id>" when it ends to DUECAST_TEST_EXEC_LOG (one os.write per line,
+O_APPEND), after DUECAST_TEST_ROW_DELAY_MS. The task `free` only returns (a task with no limit)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from duecast import current_job
 from duecast.shared.acks import Row
 from duecast.shared.api.handlers import Registry
 from tests.faults.app import ONEOFF
@@ -31,6 +33,19 @@ async def call(row: Row) -> None:
     _log("S", int(row["id"]))
     await asyncio.sleep(int(os.environ.get("DUECAST_TEST_ROW_DELAY_MS", "0")) / 1000)
     _log("E", int(row["id"]))
+
+
+@handlers.task("limited")
+async def limited(_payload: object) -> None:
+    job_id = current_job().id
+    _log("S", job_id)
+    await asyncio.sleep(int(os.environ.get("DUECAST_TEST_ROW_DELAY_MS", "0")) / 1000)
+    _log("E", job_id)
+
+
+@handlers.task("free")
+async def free(_payload: object) -> None:
+    return None
 
 
 @dataclass(frozen=True)

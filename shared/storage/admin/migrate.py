@@ -21,6 +21,7 @@ from ..schema import (
     jobs_migration,
     jobs_table_ddl,
     leases_table_ddl,
+    runs_migration,
     runs_table_ddl,
     schedules_table_ddl,
     source_migration,
@@ -85,8 +86,11 @@ def _jobs_steps(cur: Cursor, settings: Settings) -> list[str]:
         steps.extend(jobs_migration(jobs, info, index_columns(cur, jobs.table)))
     if not describe(cur, jobs.schedules_table).columns:
         steps.append(schedules_table_ddl(jobs))
-    if not describe(cur, jobs.runs_table).columns:
+    runs = describe(cur, jobs.runs_table)
+    if not runs.columns:
         steps.append(runs_table_ddl(jobs))
+    else:
+        steps.extend(runs_migration(jobs, runs))
     if not describe(cur, jobs.cursors_table).columns:
         steps.append(cursors_table_ddl(jobs))
     return steps

@@ -39,6 +39,7 @@ from ...queries.jobs import (
     render_jobs,
 )
 from ...queries.source import in_list
+from ...queries.task_runs import render_task_runs
 from ...settings import JobsSettings, MySQLSettings, SourceSettings
 from ..db import Database
 from ..packed import read_packed
@@ -49,6 +50,7 @@ from .members import decode_members, encode_members
 from .run_units import RunUnits
 from .runs import RUN_KEY
 from .scope import Naming
+from .task_claims import TaskClaim, TaskClaims
 
 log = logging.getLogger("duecast.jobs")
 BEHIND_LIMIT = 1_000_000  # the jobs a look behind reads at most: the runs in flight, and those left
@@ -88,6 +90,13 @@ class JobStore(RunUnits):
         self._skipped: tuple[str, ...] = ()  # the paused tasks the last claim left out
         # The job tasks an operator paused (PauseStore.paused_tasks): no I/O, read per claim/start.
         self.paused_tasks: Callable[[], Set[str]] = frozenset
+        # `[jobs.task_limits]`: these tasks' jobs are left out of the queue's claim and claimed by
+        # their own (task_claims.py), up to what the dispatcher's Limiter grants each per claim.
+        self.limited_tasks = tuple(sorted(jobs.task_limits))
+        self.task_grants: dict[str, int] = {}  # set before a claim, used up by it
+        self.task_claimed: dict[str, int] = {}  # jobs each limited task's share of the last claim took
+        task_sql = render_task_runs(jobs.table, jobs.runs_table, len(self.limited_tasks))
+        self.tasks = TaskClaims(self.queue, self.runs, task_sql, jobs.run_size) if jobs.task_limits else None
 
     def verify(self) -> None:
         with self.db.transaction() as cur:
@@ -96,44 +105,73 @@ class JobStore(RunUnits):
     # -- claim ---------------------------------------------------------------------------------
 
     def claim_due(self, limit: int) -> list[Entry]:
-        """Up to `limit` due jobs, in runs: pending runs first, then jobs no run holds behind the
-        cursors (shared.policy.look_behind_every_s), then jobs past the cursors in claim order. Each run is
-        committed DISPATCHED under a new attempt on return; no job row is written. Jobs of paused
-        tasks are left out of the reads (the cursors pass them); once resumed, the next claim looks
-        behind the cursors, where they are."""
+        """Up to `limit` due jobs, in runs: each limited task's share (task_grants), then pending runs,
+        then jobs no run holds behind the cursors (shared.policy.look_behind_every_s), then jobs past
+        the cursors in claim order. Each run is committed DISPATCHED under a new attempt on return;
+        no job row is written. Jobs of paused and limited tasks are left out of the queue's reads
+        (the cursors pass them); once resumed, the next claim looks behind the cursors, where they are."""
         if not self._cursors_made:
             values, args = cursor_rows(self.queue)
             with self.db.transaction() as cur:
                 cur.execute(self.runs.ensure_cursors.format(rows=values), args)
             self._cursors_made = True
-        skip = tuple(sorted(self.paused_tasks()))
+        paused = self.paused_tasks()
+        skip = tuple(sorted({*paused, *self.limited_tasks}))
         if set(self._skipped) - set(skip):
             self._behind_at = -self._behind_every_s  # a task resumed: its jobs are behind the cursors
         self._skipped = skip
+        grants = {t: n for t, n in self.task_grants.items() if t not in paused}
+        self.task_grants, self.task_claimed = {}, {}
         entries: list[Entry] = []  # filled in place: a COMMIT cut off names them (CommitUnknown)
         with claiming(entries), self.db.transaction() as cur:
             cur.execute(self.runs.lock_cursors, (self.queue,))
             cursors: dict[int, Key] = {int(p): (at, int(i)) for p, at, i in cur.fetchall()}
-            pending, left = self._claim_pending(cur, limit)
+            tasks, left = self._claim_tasks(cur, grants, limit, entries)
+            pending, left = self._claim_pending(cur, left) if left > 0 else ([], left)
             entries += pending
             now = time.monotonic()
             if left > 0 and now - self._behind_at >= self._behind_every_s:
                 self._behind_at = now
                 behind, left = self._claim_behind(cur, cursors, left)
                 entries += behind
+            else:
+                behind = []
+            ahead: list[Entry] = []
+            if left > 0:
+                ahead, took = self._claim_ahead(cur, cursors, left)
+                entries += ahead
+                left -= took
             # Pending runs (given back, requeued) and jobs behind the cursors (retried, interrupted)
             # came back: ahead of the backlog (Redelivery.push_claimed).
-            self.returning = len(entries)
-            if left > 0:
-                ahead = self._claim_ahead(cur, cursors, left)
-                entries += ahead[0]
-                left -= ahead[1]
+            back = [*pending, *tasks.back, *behind]
+            self.returning = len(back)
+            entries[:] = [*back, *ahead, *tasks.fresh]
         self.claimed_rows = limit - left
         return entries
 
+    def _claim_tasks(
+        self, cur: Cursor, grants: dict[str, int], limit: int, entries: list[Entry]
+    ) -> tuple[TaskClaim, int]:
+        """Each limited task's share, within the claim's `limit`: its runs' entries (added to
+        `entries` at once, for CommitUnknown), and what is left of `limit`."""
+        every = TaskClaim()
+        if self.tasks is None:
+            return every, limit
+        for task, granted in sorted(grants.items()):
+            got = self.tasks.claim(cur, task, min(granted, limit), self._make_runs)
+            entries += [*got.back, *got.fresh]
+            every.back += got.back
+            every.fresh += got.fresh
+            self.task_claimed[task] = got.jobs
+            limit -= got.jobs
+        return every, limit
+
     def _claim_pending(self, cur: Cursor, limit: int) -> tuple[list[Entry], int]:
         runs = max(1, limit // self.jobs.run_size)
-        cur.execute(self.runs.claim_idle, (self.queue, runs))
+        if self.tasks is None:
+            cur.execute(self.runs.claim_idle, (self.queue, runs))
+        else:  # its limited tasks' runs are theirs to claim
+            cur.execute(self.tasks.sql.queue_claim_idle, (self.queue, *self.limited_tasks, runs))
         found = [(int(i), int(a), int(n)) for i, a, n in cur.fetchall()]
         if not found:
             return [], limit
@@ -144,7 +182,10 @@ class JobStore(RunUnits):
         """Due jobs at or behind their cursor that no run holds. The runs are read first: a run's
         member that finishes between the two reads has left pending (deleted, done, dead or due
         later), so the second read cannot take it for one no run holds."""
-        cur.execute(self.runs.jobs_in_runs, (self.queue,))
+        if self.tasks is None:
+            cur.execute(self.runs.jobs_in_runs, (self.queue,))
+        else:  # the jobs of its own runs: the count below leaves out its limited tasks' jobs
+            cur.execute(self.tasks.sql.queue_jobs_in_runs, (self.queue, *self.limited_tasks))
         held_count = int(_scalar(cur) or 0)
         cursor_args = self._cursor_args(cursors)
         skip = self._skipped
@@ -171,7 +212,7 @@ class JobStore(RunUnits):
                 self.queue,
                 extra={"event": "job.behind_cursor", "source": self.src.name, "count": len(left)},
             )
-        return self._make_runs(cur, left), limit - len(left)
+        return self._make_runs(cur, left, None), limit - len(left)
 
     def _claim_ahead(self, cur: Cursor, cursors: dict[int, Key], limit: int) -> tuple[list[Entry], int]:
         skip = self._skipped
@@ -186,11 +227,11 @@ class JobStore(RunUnits):
             last[p] = (at, i)  # the last of each priority
         for p, (at, i) in last.items():
             cur.execute(self.runs.advance_cursor, (at, i, self.queue, p))
-        return self._make_runs(cur, [(i, p, n) for p, _, i, n in rows]), len(rows)
+        return self._make_runs(cur, [(i, p, n) for p, _, i, n in rows], None), len(rows)
 
-    def _make_runs(self, cur: Cursor, jobs: list[tuple[int, int, int]]) -> list[Entry]:
+    def _make_runs(self, cur: Cursor, jobs: list[tuple[int, int, int]], task: str | None) -> list[Entry]:
         """(id, priority, interruptions) of due jobs -> runs, one per priority and group
-        (shared.policy.form_runs), inserted DISPATCHED under attempt 1."""
+        (shared.policy.form_runs), inserted DISPATCHED under attempt 1; a limited task's name its task."""
         by_priority: dict[int, list[tuple[int, int]]] = {}
         for i, p, n in jobs:
             by_priority.setdefault(p, []).append((i, n))
@@ -200,7 +241,11 @@ class JobStore(RunUnits):
             for group in form_runs(counts, self.jobs.run_size, self.max_interruptions):
                 ids = [members[k][0] for k in group]
                 suspects = max(counts[k] for k in group)
-                cur.execute(self.runs.insert_run, (self.queue, p, suspects, len(ids), encode_members(ids)))
+                row = (self.queue, p, suspects, len(ids), encode_members(ids))
+                if task is None or self.tasks is None:
+                    cur.execute(self.runs.insert_run, row)
+                else:
+                    cur.execute(self.tasks.sql.insert_run, (*row, task))
                 run = int(cur.lastrowid)
                 if run < RUN_ID_BASE:  # the runs table lost its AUTO_INCREMENT start: ids would clash
                     raise StorageError(

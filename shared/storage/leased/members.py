@@ -37,3 +37,15 @@ def decode_members(text: str | bytes) -> list[int]:
             raise ValueError(f"bad member range {item!r}")
         ids.extend(range(first, last + 1))
     return ids
+
+
+def member_ranges(text: str | bytes) -> list[tuple[int, int]]:
+    """`a-b,c` -> [(a, b), (c, c)], not expanded: for asking whether a few ids are among them."""
+    if isinstance(text, bytes):
+        text = text.decode("ascii")
+    out: list[tuple[int, int]] = []
+    for item in text.split(","):
+        if item:
+            lo, dash, hi = item.partition("-")
+            out.append((int(lo), int(hi) if dash else int(lo)))
+    return out

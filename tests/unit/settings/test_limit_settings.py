@@ -106,3 +106,54 @@ def test_the_cli_refuses_a_bad_limit_in_one_line(
     assert "duecast status: invalid settings" in err
     assert "rate_limit_per_s" in err
     assert "Traceback" not in out + err
+
+
+def test_task_limits_are_kept_by_task_name() -> None:
+    jobs = JobsSettings(task_limits={"mail.send": {"rate_limit_per_s": 100, "max_running": 4}})
+    assert jobs.task_limits["mail.send"].rate_limit_per_s == 100
+    assert jobs.task_limits["mail.send"].max_running == 4
+    assert all(not s.limited for s in jobs.queue_sources()), "a task's limits are not its queue's"
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ({"rate_limit_per_s": 0}, "rate_limit_per_s"),
+        ({"rate_limit_per_s": math.nan}, "rate_limit_per_s"),
+        ({"rate_limit_per_s": 1e12}, "rate_limit_per_s"),
+        ({"max_running": 0}, "max_running"),
+        ({"max_running": 2.5}, "max_running"),
+        ({"rate_burst": 10}, "rate_burst is set without rate_limit_per_s"),
+        ({"rate_limit_per_s": 10, "rate_burst": 0.5}, "rate_burst"),
+        ({"rate_limit": 10}, "rate_limit"),
+        ({}, r"jobs.task_limits.mail sets no limit: set rate_limit_per_s or max_running"),
+    ],
+)
+def test_bad_task_limits_are_refused(limits: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        JobsSettings(task_limits={"mail": limits})
+
+
+def test_task_limits_without_jobs_are_refused() -> None:
+    with pytest.raises(ValidationError, match=r"jobs\.task_limits is set but jobs\.enabled is false"):
+        JobsSettings(enabled=False, task_limits={"mail": {"max_running": 1}})
+
+
+def test_a_task_name_too_long_for_its_bucket_is_refused() -> None:
+    with pytest.raises(ValidationError, match="task_limits"):
+        JobsSettings(task_limits={"t" * 187: {"max_running": 1}})
+    assert JobsSettings(task_limits={"t" * 186: {"max_running": 1}}).task_limits
+
+
+def test_the_cli_refuses_a_bad_task_limit_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "duecast.toml"
+    config.write_text('[jobs.task_limits."mail.send"]\nmax_running = -1\n', encoding="utf-8")
+    monkeypatch.setenv("DUECAST_CONFIG", str(config))
+    assert cli.main(["status"]) == 2
+    out, err = capsys.readouterr()
+    assert "duecast status: invalid settings" in err
+    assert "max_running" in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in out + err
