@@ -195,7 +195,9 @@ def test_a_claim_held_back_by_max_running_waits_at_the_dispatchers_pace(make_env
     limiter = Limiter([env.store], LIMITS)
     assert len(limiter.claim(env.store, 100)) == 5
     assert limiter.delay_s(env.store, 0.2) == 0.2, "tokens are plenty: no refill to wait for"
-    _set_bucket(env.sql, env.source.name, 0.0)
+    # In debt by 0.15 s of refill (at 1000/s an empty bucket holds a token again after 1 ms, which a
+    # loaded machine can take between these statements): slots free, no tokens for 150 ms.
+    _set_bucket(env.sql, env.source.name, -150.0)
     env.query("DELETE FROM {t} WHERE dc_state = 1")  # they finished: 5 slots, no tokens
     assert limiter.claim(env.store, 100) == []
     assert 0 < limiter.delay_s(env.store, 0.2) < 0.2, "held back by the rate: claim again on its refill"
