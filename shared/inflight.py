@@ -2,7 +2,9 @@
 what the service its checks call can take (no I/O, no clocks: the worker passes outcomes and time).
 
 The rule, judged once per round of ROUND_S over the outcomes of rows started since the last
-decrease (AIMD, with Little's law to size a decrease):
+decrease (AIMD, with Little's law to size a decrease). Outcomes of rows started before it are counted
+and reported but decide nothing: the congestion they show was acted on, and one episode is one
+decrease (a 5 s time-out ends ten rounds after its row started, past any cut in between):
 
 - time-outs (TIMEOUT_SHARE of the round or more) or errors (ERROR_SHARE or more) halve the window
   (CUT);
@@ -10,22 +12,25 @@ decrease (AIMD, with Little's law to size a decrease):
 - either decrease goes further, to what the service took (its best successful calls a second of
   the last RATE_ROUNDS rounds x FAST x the time limit), when that is less: a window far too big
   fits in one step;
+- a decrease that lowers nothing (the window is at one row) starts no new episode: the window keeps
+  counting the rows started since it last dropped, and nothing is logged;
 - a latency under FAST x the limit, with the window used, grows it by a sixteenth, or by 1/STEPS
   of the ceiling when more (a window cut to a few rows by an outage is back within a minute);
 - otherwise it holds.
 
-The time limit is learnt: the shortest time a call took to time out (before any, the source's
-timeout_s). A round's latency is the mean of its successful calls, or, when more, the age of the
-oldest batch with a TAIL of its rows still awaiting: the calls that finish first are the quick
-ones, and a batch's last rows wait longest. A window starts at its ceiling, the worker's cap
-(`worker.max_in_flight`, or its default): a service that keeps up never sees a difference, and one
-that does not is fitted within seconds of its first time-outs. It never goes below one row.
+The time limit is learnt: the shortest time a call took to time out, whenever it started (before
+any, the source's timeout_s). A round's latency is the mean of its successful calls, or, when
+more, the age of the oldest batch with a TAIL of its rows still awaiting: the calls that finish
+first are the quick ones, and a batch's last rows wait longest. A window starts at its ceiling,
+the worker's cap (`worker.max_in_flight`, or its default): a service that keeps up never sees a
+difference, and one that does not is fitted within seconds of its first time-outs. It never goes
+below one row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 ROUND_S = 0.5  # outcomes are judged together per round: one late call is not a trend
 CUT = 0.5  # the multiplicative decrease on time-outs and errors
@@ -44,24 +49,29 @@ RATE_ROUNDS = 4  # the service's rate is the best of this many recent rounds
 class Window:
     limit: int  # rows of this source a worker may keep in flight now
     timeout_s: float  # the calls' time limit as learnt: the shortest time-out seen, or the source's
-    cut_at: float = float("-inf")  # when last decreased: outcomes of rows started before do not count
+    cut_at: float = float("-inf")  # when last lowered: outcomes of rows started before decide nothing
 
 
 @dataclass(frozen=True)
 class Round:
-    """One round's outcomes of one source, of rows started since the window's last decrease."""
+    """One round's outcomes of one source: those of rows started since the window's last decrease
+    decide; the earlier ones are only counted."""
 
     ok: int = 0
     failed: int = 0  # failures other than time-outs
     timed_out: int = 0  # duecast's time limit, or the handler's own client (a TimeoutError)
     latency_s: float | None = None  # mean seconds from a successful row's start to its outcome
-    timed_out_after_s: float | None = None  # the shortest time a timed-out row took
+    timed_out_after_s: float | None = None  # the shortest time a timed-out row took (earlier ones too)
     peak: int = 0  # most rows of the source in flight at once during the round
     waiting_s: float | None = None  # age of the oldest batch still awaiting (still_waiting), at the end
     # The service's rate: the most successful calls a second in one of the last RATE_ROUNDS rounds
     # (of any row, those started before a decrease too: the best recent rate, as a round full of
     # time-outs serves fewer)
     served_per_s: float = 0.0
+    # Outcomes of rows started before the window's last decrease: what they show was acted on
+    earlier_ok: int = 0
+    earlier_failed: int = 0
+    earlier_timed_out: int = 0
 
     @property
     def slowness_s(self) -> float | None:
@@ -71,7 +81,14 @@ class Round:
 
     @property
     def total(self) -> int:
+        """Calls that decide: of rows started since the window's last decrease."""
         return self.ok + self.failed + self.timed_out
+
+    @property
+    def ended(self) -> tuple[int, int, int]:
+        """Every call that ended in the round, whenever its row started: (calls, timed out, failed)."""
+        timed_out, failed = self.timed_out + self.earlier_timed_out, self.failed + self.earlier_failed
+        return self.ok + self.earlier_ok + timed_out + failed, timed_out, failed
 
 
 def first_window(ceiling: int, timeout_s: float) -> Window:
@@ -115,16 +132,31 @@ def next_window(w: Window, r: Round, now: float, ceiling: int) -> Window:
     limit = min(w.limit, ceiling)
     timeout_s = learnt_timeout_s(w.timeout_s, r)
     latency = r.slowness_s
-    if congested(r):
-        return Window(lowered(limit, CUT, r, timeout_s), timeout_s, cut_at=now)
-    if latency is not None and latency > SLOW * timeout_s:
-        return Window(lowered(limit, EASE, r, timeout_s), timeout_s, cut_at=now)
-    if r.total == 0:
-        return replace(w, limit=limit)
+    if congested(r) or (latency is not None and latency > SLOW * timeout_s):
+        smaller = lowered(limit, CUT if congested(r) else EASE, r, timeout_s)
+        # At one row nothing is lowered: the episode goes on, and its rows still count
+        return Window(smaller, timeout_s, cut_at=now if smaller < limit else w.cut_at)
+    if r.total == 0:  # nothing decides (time-outs of earlier rows still teach the time limit)
+        return Window(limit, timeout_s, w.cut_at)
     if (latency is not None and latency > FAST * timeout_s) or 2 * r.peak < limit:
         # Near the limit, or not used (growing it would say nothing about the service): holds.
         return Window(limit, timeout_s, w.cut_at)
     return Window(min(ceiling, limit + max(1, limit // GROWTH, ceiling // STEPS)), timeout_s, w.cut_at)
+
+
+def lowering(before: Window, after: Window, r: Round) -> str | None:
+    """What a round that lowered the window says of it ("from 8 to 4 rows: why", every call that
+    ended in the round counted), or None when the limit did not drop: a window held at one row by
+    a service failing every call has nothing new to say each round."""
+    if after.limit >= before.limit:
+        return None
+    calls, timed_out, failed = r.ended
+    why = (
+        f"{timed_out} of {calls} calls timed out, {failed} failed"
+        if congested(r)
+        else f"calls wait near their time limit (~{after.timeout_s:.3g}s)"
+    )
+    return f"from {before.limit} to {after.limit} rows: {why}"
 
 
 def fair_rooms(

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 
 from ..shared.acks import Ack
-from ..shared.inflight import RATE_ROUNDS, ROUND_S, Round, Window, first_window, next_window, still_waiting
+from ..shared.inflight import RATE_ROUNDS, ROUND_S, Round, first_window, lowering, next_window, still_waiting
 from ..shared.policy import pop_room
 from .flight import Flight, Outcome
 
@@ -20,12 +20,34 @@ log = logging.getLogger("duecast.worker")
 
 
 class Tally:
-    """One source's outcomes in the current round (rows started since its window's last cut)."""
+    """One source's outcomes in the current round: of rows started since its window's last cut (they
+    decide), and of rows started before (counted, reported: shared.inflight.Round)."""
 
     def __init__(self) -> None:
         self.ok = self.failed = self.timed_out = self.peak = self.served = 0
+        self.earlier_ok = self.earlier_failed = self.earlier_timed_out = 0
         self.latency_sum_s = 0.0
         self.timed_out_after_s: float | None = None
+
+    def add(self, pairs: Sequence[tuple[int, Outcome]], took_s: float, *, earlier: bool) -> None:
+        """Outcomes of one flight's rows, which all took `took_s`."""
+        ok = sum(isinstance(outcome, Ack) for _, outcome in pairs)
+        # duecast's TimedOut, asyncio's or a client's own
+        timed_out = sum(isinstance(outcome, TimeoutError) for _, outcome in pairs)
+        failed = len(pairs) - ok - timed_out
+        self.served += ok  # the service's rate, whichever window the rows started under
+        if earlier:
+            self.earlier_ok += ok
+            self.earlier_failed += failed
+            self.earlier_timed_out += timed_out
+        else:
+            self.ok += ok
+            self.failed += failed
+            self.timed_out += timed_out
+            self.latency_sum_s += ok * took_s  # rows started under a bigger window waited longer
+        if timed_out:  # the client's time limit, whenever its row started
+            shortest = self.timed_out_after_s
+            self.timed_out_after_s = took_s if shortest is None else min(shortest, took_s)
 
     def round(self, waiting_s: float | None, served_per_s: float) -> Round:
         latency = self.latency_sum_s / self.ok if self.ok else None
@@ -38,6 +60,9 @@ class Tally:
             self.peak,
             waiting_s,
             served_per_s,
+            self.earlier_ok,
+            self.earlier_failed,
+            self.earlier_timed_out,
         )
 
 
@@ -62,23 +87,8 @@ class Windows:
         window = self.windows.get(flight.source)
         if window is None:
             return
-        tally, took_s = self.tallies[flight.source], now - flight.started
-        ok = sum(isinstance(outcome, Ack) for _, outcome in pairs)
-        tally.served += ok  # the service's rate, whichever window the rows started under
-        if flight.started < window.cut_at:
-            return  # started under the old window: what they say is already acted on
-        timed_out = 0
-        for _, outcome in pairs:
-            if isinstance(outcome, TimeoutError):  # duecast's TimedOut, asyncio's or a client's own
-                timed_out += 1
-            elif not isinstance(outcome, Ack):
-                tally.failed += 1
-        tally.ok += ok
-        tally.latency_sum_s += ok * took_s
-        if timed_out:
-            tally.timed_out += timed_out
-            shortest = tally.timed_out_after_s
-            tally.timed_out_after_s = took_s if shortest is None else min(shortest, took_s)
+        earlier = flight.started < window.cut_at  # started under the old window: already acted on
+        self.tallies[flight.source].add(pairs, now - flight.started, earlier=earlier)
 
     def saw(self, in_flight: Mapping[str, int]) -> None:
         """Each source's rows in flight now (after a start too: quick calls may end before a tick)."""
@@ -105,8 +115,14 @@ class Windows:
             after = next_window(before, r, now, self.ceiling)
             self.windows[source] = after
             self.tallies[source] = Tally()
-            if after.cut_at != before.cut_at:
-                log_lowered(source, tally, after)
+            note = lowering(before, after, r)
+            if note is not None:
+                log.info(
+                    "in-flight window of %s lowered %s",
+                    source,
+                    note,
+                    extra={"event": "worker.window_lowered", "source": source, "count": after.limit},
+                )
 
     def rooms(self, cap_rooms: Mapping[str, int], in_flight: Mapping[str, int]) -> dict[str, int]:
         """Rows each source may pop now, within its room under the worker's cap `cap_rooms`
@@ -118,20 +134,3 @@ class Windows:
             if room > 0:
                 rooms[source] = room
         return rooms
-
-
-def log_lowered(source: str, tally: Tally, after: Window) -> None:
-    """One line per lowering (at most one per round): why, and the window it leaves."""
-    calls = tally.ok + tally.failed + tally.timed_out
-    why = (
-        f"{tally.timed_out} of {calls} calls timed out, {tally.failed} failed"
-        if tally.timed_out or tally.failed
-        else f"calls wait near their time limit (~{after.timeout_s:.3g}s)"
-    )
-    log.info(
-        "in-flight window of %s lowered to %d rows: %s",
-        source,
-        after.limit,
-        why,
-        extra={"event": "worker.window_lowered", "source": source, "count": after.limit},
-    )

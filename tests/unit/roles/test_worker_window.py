@@ -5,9 +5,13 @@ more of its rows in flight than the window; a plain source keeps the fixed cap."
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import cast
+
+import pytest
 
 from duecast.shared.acks import Ack, Row
 from duecast.shared.api.handlers import Handler
@@ -77,6 +81,56 @@ def test_a_cut_goes_down_to_what_the_service_took_in_one_step() -> None:
     feed(w, "users", -0.5, [TimeoutError()] * 900 + [Ack.touch()] * 10, now=0.6)
     w.judge(2 * ROUND_S, {"users": 10_000}, [])
     assert w.limit("users") == 1100  # 2,000/s x 0.5 x the 1.1 s limit learnt
+
+
+def lowered_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if getattr(r, "event", None) == "worker.window_lowered"]
+
+
+def failing_every_call(w: Windows, rounds: int) -> None:
+    """bench/log_volume.py's service, one round at a time: of each round's rows, 3 fail at once
+    (HTTP 500, connection refused) and 1 hangs until its client gives up after 5 s."""
+    for k in range(1, rounds + 1):
+        now = k * ROUND_S
+        feed(
+            w,
+            "users",
+            now - 0.2,
+            [RuntimeError("500"), OSError("refused"), RuntimeError("500")],
+            now=now - 0.19,
+        )
+        if now - 0.1 >= 5.0:  # the row that hung, started 5 s before
+            feed(w, "users", now - 5.1, [TimeoutError()], now=now - 0.1)
+        w.judge(now, {"users": w.limit("users")}, [])
+
+
+def test_a_window_held_at_one_row_logs_nothing_more(caplog: pytest.LogCaptureFixture) -> None:
+    """A service failing every call keeps the window at one row: one line per drop, from what to
+    what, then none (every round that saw failures said "lowered to 1 rows" before: 226 lines in
+    10 minutes of bench/log_volume.py)."""
+    w = Windows({"users": 30.0}, ceiling=8, pop_batch=4, now=0.0)
+    with caplog.at_level(logging.INFO, logger="duecast.worker"):
+        failing_every_call(w, rounds=40)
+    assert w.limit("users") == 1
+    assert [re.sub(r": .*", "", line) for line in lowered_lines(caplog)] == [
+        "in-flight window of users lowered from 8 to 4 rows",
+        "in-flight window of users lowered from 4 to 2 rows",
+        "in-flight window of users lowered from 2 to 1 rows",
+    ]
+
+
+def test_time_outs_of_rows_started_before_a_cut_are_counted(caplog: pytest.LogCaptureFixture) -> None:
+    """Quick failures cut the window every round; a call that times out after 5 s started before
+    the last cut, so it decides nothing, but it is counted in the round it ends (the lines said "0 of
+    N calls timed out" although a quarter of the calls did) and teaches the 5 s limit."""
+    w = Windows({"users": 30.0}, ceiling=10_000, pop_batch=100, now=0.0)
+    with caplog.at_level(logging.INFO, logger="duecast.worker"):
+        failing_every_call(w, rounds=30)
+    lines = lowered_lines(caplog)
+    assert len(lines) == 13  # halved each round, 10,000 to 1, then held
+    assert lines[8].endswith("rows: 0 of 3 calls timed out, 3 failed")  # at 4.5 s, none hung 5 s yet
+    assert all(line.endswith("rows: 1 of 4 calls timed out, 3 failed") for line in lines[10:]), lines
+    assert w.windows["users"].timeout_s == pytest.approx(5.0)
 
 
 def test_a_batch_still_awaiting_near_the_time_limit_eases_the_window() -> None:

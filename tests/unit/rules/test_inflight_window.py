@@ -26,6 +26,7 @@ from duecast.shared.inflight import (
     first_window,
     learnt_timeout_s,
     lowered,
+    lowering,
     next_window,
     still_waiting,
 )
@@ -111,6 +112,48 @@ def test_time_outs_and_errors_halve_the_window_and_teach_the_time_limit() -> Non
     assert next_window(Window(40, 5.0), Round(ok=9, failed=1), 8.0, CEILING) == Window(20, 5.0, 8.0)
     assert next_window(Window(1, 5.0), Round(failed=5, peak=1), 8.0, CEILING).limit == 1  # never below one
     assert next_window(Window(3, 5.0), Round(failed=5, peak=3), 8.0, CEILING).limit == 1
+
+
+def test_a_window_at_one_row_stays_in_its_episode() -> None:
+    """Nothing is lowered at one row: the last cut stays where the window last dropped, so the rows
+    started since still count (a service failing every call fast no longer restarts the clock each
+    round, and its 5 s time-outs are counted when they come)."""
+    w = Window(1, 5.0, cut_at=3.0)
+    assert next_window(w, Round(failed=5, peak=1), 8.0, CEILING) == w
+    assert next_window(w, Round(ok=1, latency_s=4.5, peak=1), 8.0, CEILING) == w  # nor an ease
+    assert next_window(Window(2, 5.0, cut_at=3.0), Round(failed=5, peak=2), 8.0, CEILING) == Window(
+        1, 5.0, 8.0
+    )
+
+
+def test_outcomes_of_rows_started_before_the_cut_are_counted_but_decide_nothing() -> None:
+    """One congestion episode, one decrease: time-outs of rows started under the old window (a 5 s
+    time-out ends ten rounds after its row started) do not cut again, but are counted, and teach the
+    time limit."""
+    w = Window(100, 30.0, cut_at=1.0)
+    late = Round(earlier_ok=2, earlier_failed=4, earlier_timed_out=50, timed_out_after_s=5.0)
+    assert not congested(late)
+    assert late.total == 0
+    assert late.ended == (56, 50, 4)
+    assert next_window(w, late, 2.0, CEILING) == Window(100, 5.0, 1.0)
+    quick = replace(late, ok=50, latency_s=0.1, peak=100)  # what started since the cut is quick
+    assert next_window(w, quick, 2.0, CEILING) == Window(100 + CEILING // STEPS, 5.0, 1.0)  # grows
+    assert quick.ended == (106, 50, 4)
+    failing = replace(late, failed=10, peak=100)  # and fails: one decrease, of its own
+    assert next_window(w, failing, 2.0, CEILING) == Window(50, 5.0, 2.0)
+
+
+def test_a_lowering_is_said_only_when_the_limit_drops() -> None:
+    r = Round(ok=2, failed=5, earlier_ok=10, earlier_timed_out=3, timed_out_after_s=5.0)
+    assert (
+        lowering(Window(8, 5.0), Window(4, 5.0, 2.0), r)
+        == "from 8 to 4 rows: 3 of 20 calls timed out, 5 failed"
+    )
+    assert lowering(Window(1, 5.0), Window(1, 5.0), r) is None  # held at one row: nothing new
+    assert lowering(Window(8, 5.0), Window(8, 5.0), Round(ok=8)) is None
+    assert lowering(Window(8, 5.0), Window(9, 5.0), Round(ok=8)) is None
+    eased = lowering(Window(10, 4.0), Window(7, 4.0, 2.0), Round(ok=10, earlier_failed=9, latency_s=3.5))
+    assert eased == "from 10 to 7 rows: calls wait near their time limit (~4s)"
 
 
 def test_latency_nearing_the_limit_eases_the_window_before_calls_time_out() -> None:
