@@ -6,6 +6,7 @@ name, and `restart()` restarts that master in place, empty, as a PrivateRedis re
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,18 +52,17 @@ class SentinelRedis(PrivateRedis):
         the empty data set from it). It answers again well within the Sentinels' down-after (1 s),
         so they do not fail over; if a loaded machine makes it slower, they may, and the restarted
         server is made a replica of the promoted one: a failover, which duecast must ride out too.
-        Returns once the master the Sentinels name takes writes."""
+        Returns once every Sentinel has heard from the master it names since the kill."""
         port = self.topology.master_port()
         assert port is not None, "the Sentinels name no master"
-        name = f"redis-{port}"
+        name, killed = f"redis-{port}", time.monotonic()
         self.servers.kill(name)
         self.servers.start(name, *plain(port))
         wait_for(lambda: answers(port, "PING"), 10, f"the restarted master on port {port}")
         self.client.connection_pool.disconnect()
-        now = self.topology.master_port()
-        if now != port:
+        self._settle(killed)
+        if (now := self.topology.master_port()) != port:
             print(f"  the Sentinels failed the restarted master over: port {port} -> {now}")
-        wait_for(lambda: self._takes_writes(now), 30, "the Sentinels' master to take writes")
 
     def failover(self, timeout_s: float = 30.0) -> None:
         """SENTINEL FAILOVER, until the Sentinels name the other server and it takes writes."""
@@ -75,6 +75,7 @@ class SentinelRedis(PrivateRedis):
         # The old master takes writes until the Sentinels demote it: the harness' own commands (a
         # FLUSHALL, a SET, reading holds) go to the new one from now on.
         self.client.connection_pool.disconnect()
+        self._settle(time.monotonic())
 
     @staticmethod
     def _failover_asked(sentinel: redis.Redis) -> bool:
@@ -92,6 +93,31 @@ class SentinelRedis(PrivateRedis):
         self.servers.kill(f"redis-{before}")
         wait_for(lambda: self._master_moved(before), timeout_s, "the Sentinels to promote the replica")
         self.client.connection_pool.disconnect()
+        self._settle(time.monotonic())
+
+    def _settle(self, since: float, timeout_s: float = 30.0) -> None:
+        """Until every Sentinel names one master that takes writes, flags it neither down nor failing
+        over, and has had a ping reply from it since `since` (monotonic). A Sentinel reconnects to a
+        restarted server only once a second: until then it may flag it down (redis-py then finds no
+        master, for the harness' own calls as for duecast's), though it answers."""
+        wait_for(lambda: self._settled(since), timeout_s, "every Sentinel to see a healthy master")
+
+    def _settled(self, since: float) -> bool:
+        heard_within_ms = (time.monotonic() - since) * 1000
+        ports = set()
+        for port in self.topology.sentinels:
+            try:
+                with redis.Redis(port=port, socket_timeout=2) as sentinel:
+                    state = sentinel.sentinel_master(SERVICE)
+            except redis.RedisError:
+                return False
+            flags = set(str(state["flags"]).split(","))
+            if flags & {"s_down", "o_down", "disconnected", "failover_in_progress"}:
+                return False
+            if int(state["last-ok-ping-reply"]) >= heard_within_ms:
+                return False
+            ports.add(int(state["port"]))
+        return len(ports) == 1 and self._takes_writes(ports.pop())
 
     def _master_moved(self, before: int | None) -> bool:
         now = self.topology.master_port()
