@@ -1,6 +1,7 @@
 """The faults the chaos scenarios inject, and what each one caught in workers' hands: worker kills
 and stops, a dead worker's hold record made garbage, the MariaDB server crashed and restarted or
-read-locked, a MySQL session killed, and a real InnoDB deadlock with a worker starting its batch.
+read-locked, a Sentinel failover of Redis, a MySQL session killed, and a real InnoDB deadlock with a
+worker starting its batch.
 
 The deadlock: a rival session writes ballast rows first (InnoDB rolls back the transaction that
 changed fewer rows, so the worker is the victim), locks the newest dispatched job run, waits until a
@@ -36,6 +37,7 @@ from duecast.shared.storage.leased.members import decode_members
 from tests.chaos.checker import Fault, Holding
 from tests.chaos.harness import Chaos
 from tests.chaos.private_mariadb import PrivateMariaDB
+from tests.chaos.sentinel import SentinelRedis
 from tests.faults.procs import Proc, wait_for
 
 JOBS = f"{JOBS_SOURCE}.default"
@@ -350,6 +352,19 @@ def hold_read_lock(chaos: Chaos, lock_s: float) -> None:
     finally:
         locker.close()
     caught(chaos, chaos.faults[-1], held, chaos.db_now())
+
+
+def fail_redis_over(chaos: Chaos) -> None:
+    """SENTINEL FAILOVER (issue 24.10) once a worker holds jobs or messages: the replica is promoted
+    while the old master takes writes until the Sentinels demote it (what was written there
+    meanwhile is lost). What the workers held is measured from the fault, the handover included;
+    how long the Sentinels took to name a new master that takes writes goes to `measured`."""
+    assert isinstance(chaos.redis, SentinelRedis), "a failover needs the Sentinel topology"
+    held = _in_hand(chaos)
+    chaos.fault("sentinel_failover")
+    chaos.redis.failover()
+    chaos.measured.setdefault("sentinel_failover_s", []).append(chaos.db_now() - chaos.faults[-1].at)
+    caught(chaos, chaos.faults[-1], held)
 
 
 def _in_hand(chaos: Chaos) -> list[Held]:

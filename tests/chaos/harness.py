@@ -233,7 +233,7 @@ class Chaos:
 
     def fault(self, kind: str, pid: int | None = None) -> None:
         self.faults.append(Fault(self.db_now(), kind, pid))
-        print(f"fault: {kind}" + (f" pid {pid}" if pid else ""))
+        print(f"fault: {kind}" + (f" pid {pid}" if pid else "") + time.strftime(" at %H:%M:%S"))
 
     # ---------------------------------------------------------------- faults
 

@@ -5,7 +5,9 @@
     scripts/dev shell python -m tests.chaos.run --jobs 40000 --waves 16 --defaults --settle  # recovery
 
 It starts its own MariaDB server (a private one on a free port, which the soak crashes, restarts
-and read-locks) and redis-server, prints the faults as they are injected and the verdicts at the
+and read-locks) and a Sentinel-managed Redis (a master, a replica and three Sentinels on free ports:
+tests/chaos/sentinel.py; --failovers SENTINEL FAILOVERs, and the Redis restarts restart the
+master in place, empty), prints the faults as they are injected and the verdicts at the
 end (jobs, the cluster group's messages, then the re-scan sources that ran beside them) with each
 fault's recovery, and exits 1 unless nothing was lost, acked twice or unexpected. --defaults runs
 the processes with duecast's default leases (15 s), batches (2,000, in job runs of 500), visibility
@@ -31,8 +33,8 @@ from tests.chaos.checker import Verdict, WorkRecovery
 from tests.chaos.harness import Chaos
 from tests.chaos.private_mariadb import running_with
 from tests.chaos.rescan_checker import RescanVerdict
+from tests.chaos.sentinel import SentinelRedis
 from tests.chaos.soak import Plan, soak
-from tests.faults.private_redis import PrivateRedis
 from tests.faults.procs import Procs
 
 
@@ -52,6 +54,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--server-faults", type=int, default=2, help="MariaDB restarts, and as many read locks")
     p.add_argument("--mariadb-down-s", type=float, default=10.0, help="how long each restart keeps it down")
     p.add_argument("--ack-stops", type=int, default=1, help="workers SIGSTOPped inside an ack transaction")
+    p.add_argument("--failovers", type=int, default=1, help="SENTINEL FAILOVERs of the soak's Redis")
     p.add_argument("--read-lock-s", type=float, help="how long each read lock lasts (default: lease + 1 s)")
     p.add_argument("--json", type=Path)
     return p.parse_args(argv)
@@ -68,12 +71,13 @@ def main(argv: list[str] | None = None) -> int:
         mariadb_restarts=args.server_faults,
         read_locks=args.server_faults,
         ack_stops=args.ack_stops,
+        failovers=args.failovers,
         mariadb_down_s=args.mariadb_down_s,
         read_lock_s=args.read_lock_s or lease_s + 1,
         settle=args.settle,
         fast_death=not args.defaults,
     )
-    redis = PrivateRedis(tmp)
+    redis = SentinelRedis(tmp)
     procs = Procs(tmp)
     try:
         with running_with(tmp, "duecast_chaos") as server:
@@ -108,7 +112,7 @@ def report(chaos: Chaos, args: argparse.Namespace, sizes: dict[str, int], took: 
     print("the jobs and messages a fault caught in workers' hands, all acked after it within:")
     for line in work.lines():
         print(f"  {line}")
-    print("a corrupt hold quarantined and the other dead worker's taken within (s):", chaos.measured)
+    print("a corrupt hold handled / a new master taking writes, within (s):", chaos.measured)
     print("every re-scan row checked again after a fault within (s):")
     medians = rescan.median_recovery()
     for kind, worst in sorted(rescan.worst_recovery().items()):

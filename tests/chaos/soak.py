@@ -1,7 +1,7 @@
 """Scenario 1, the soak: one-off jobs and a cluster group's messages in waves, with re-scan sources
 beside them, a fault per wave. The CI test (test_chaos.py) and the long runner (run.py) both run
-this; the checkers judge the outcome, and each fault's recovery is measured (checker.WorkRecovery,
-rescan_checker).
+this, on a Sentinel-managed Redis (tests/chaos/sentinel.py) and a private MariaDB; the checkers
+judge the outcome, and each fault's recovery is measured (checker.WorkRecovery, rescan_checker).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from tests.chaos.faults import (
     all_acked,
     backlog,
     corrupt_a_dead_workers_hold,
+    fail_redis_over,
     hold_read_lock,
     holder,
     keys,
@@ -30,6 +31,7 @@ from tests.chaos.faults import (
 )
 from tests.chaos.harness import Chaos
 from tests.chaos.private_mariadb import PrivateMariaDB
+from tests.chaos.sentinel import SentinelRedis
 from tests.faults.conftest import CRASH_AFTER_COMMIT
 from tests.faults.procs import Proc, wait_for
 
@@ -50,9 +52,12 @@ class Plan:
     turn at a worker holding jobs, re-scan rows and the group's messages), and how long the server
     faults last."""
 
-    waves: int = 15  # 11 fixed faults and 4 kills (jobs twice), as before the stop in an ack
+    # 12 fixed faults and 4 kills (jobs twice: on a loaded machine one kill may find no worker
+    # holding jobs, and the CI test wants one that did)
+    waves: int = 16
     flushes: int = 1
-    redis_restarts: int = 2
+    redis_restarts: int = 2  # on the Sentinel topology: its master restarted in place, empty
+    failovers: int = 1  # SENTINEL FAILOVER while work flows (24.10); needs the Sentinel topology
     wrong_types: int = 1
     group_kills: int = 1  # SIGKILL a worker holding a batch of the cluster group
     bad_holds: int = 1  # two workers SIGKILLed, one's hold record overwritten with 0xff bytes
@@ -70,8 +75,11 @@ class Plan:
     def hold_handled_s(self) -> float:
         return 10.0 if self.fast_death else 30.0  # dead_after_s (2 s or 15 s) plus a look or two
 
-    def steps(self, server: bool) -> list[str]:
+    def steps(self, server: bool, sentinel: bool) -> list[str]:
+        """`server`: the run's database is a private MariaDB; `sentinel`: its Redis a SentinelRedis."""
         plan = ["flush"] * self.flushes + ["redis_restart"] * self.redis_restarts + ["stop", "stop_rescan"]
+        if sentinel:
+            plan += ["failover"] * self.failovers
         plan += ["wrong_type"] * self.wrong_types + ["kill_group"] * self.group_kills
         plan += ["bad_hold"] * self.bad_holds + ["stop_in_ack"] * self.ack_stops
         if server:
@@ -101,6 +109,13 @@ def _settled(chaos: Chaos, done: set[int]) -> bool:
     return True
 
 
+def _recovered(chaos: Chaos, done: set[int], units: int) -> bool:
+    """`_settled`, and every re-scan row (`units`: rows and spans) checked since the last fault."""
+    assert chaos.rescan is not None
+    last = max(f.at for f in chaos.faults)
+    return _settled(chaos, done) and chaos.rescan.covered_since(last) >= units
+
+
 def soak(
     chaos: Chaos,
     jobs: int,
@@ -115,13 +130,14 @@ def soak(
     jobs, re-scan rows or the group's messages), Redis restarts and a FLUSHALL, a ready list SET to
     a string (issue 16.3), a dead worker's hold record made garbage (16.2), a dispatcher SIGKILLed
     right after a COMMIT, two workers SIGSTOPped past the lease then resumed, one SIGSTOPped inside its
-    ack transaction (its row locks held until the server ends the idle session), and with `server` (the
-    private MariaDB the run's database lives on) a MariaDB crash and restart and a read lock. Returns
+    ack transaction (its row locks held until the server ends the idle session), with `server` (the
+    private MariaDB the run's database lives on) a MariaDB crash and restart and a read lock, and with
+    a SentinelRedis as `chaos.redis` a SENTINEL FAILOVER (its Redis restarts restart the master). Returns
     the seconds until every job and message is acked; then waits for every re-scan row to be checked
     again and stops every process."""
     plan = plan or Plan()
     per_wave = max(1, jobs // plan.waves)
-    chaos.add_rescan(**(rescan or {}))
+    units = chaos.add_rescan(**(rescan or {})).units()  # re-scan rows and spans
     group = chaos.add_group()
     if plan.fast_death:
         chaos.env.update(FAST_DEATH)
@@ -136,7 +152,7 @@ def soak(
     for i in range(4):
         chaos.worker(f"worker-{i}", (RESCAN_ROWS, RESCAN_RANGES, group.source, JOBS_SOURCE))
     started = time.monotonic()
-    steps = plan.steps(server is not None)
+    steps = plan.steps(server is not None, isinstance(chaos.redis, SentinelRedis))
     chaos.rng.shuffle(steps)
     stopped: list[tuple[Proc, float]] = []
     settled: set[int] = set()
@@ -154,6 +170,17 @@ def soak(
                 partial(_settled, chaos, settled),
                 SETTLE_S,
                 "the work the last fault caught",
+                chaos.procs.check,
+            )
+        if step == "failover":
+            # Measured alone: the roles stay on the old master until the Sentinels demote it (they
+            # wait 8-10 s after switching), what was pushed there then comes back by its visibility
+            # timeout, and folded into the recovery of the faults before it, that would be counted
+            # against them (each must recover within 30 s in CI).
+            wait_for(
+                partial(_recovered, chaos, settled, units),
+                SETTLE_S,
+                "every re-scan row checked and the work caught done since the last fault",
                 chaos.procs.check,
             )
         _inject(chaos, step, stopped, plan, server)
@@ -178,6 +205,8 @@ def _inject(
     elif step == "redis_restart":
         chaos.fault("redis_restart")
         chaos.redis.restart()
+    elif step == "failover":
+        fail_redis_over(chaos)
     elif step == "wrong_type":
         # A stray SET over the row-mode source's ready list (its entries with it): the first role to
         # meet the WRONGTYPE moves it aside, and the dispatcher requeues what the list held.
