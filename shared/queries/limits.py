@@ -113,3 +113,16 @@ def task_jobs_in_flight(runs_table: str) -> str:
         "`dc_dispatched_at` > NOW(6) - INTERVAL %s MICROSECOND) OR "
         f"(`dc_state` = {RUNNING} AND `lease_until` > NOW(6)))"
     )
+
+
+def deliveries_in_flight(deliveries_table: str) -> str:
+    """A cluster group's messages claimed within the visibility timeout, or started with a live
+    lease (args: group id, visibility timeout µs, group id): a dead worker's stop counting when
+    their leases run out. dc_due (dc_state, group_id, ...): one range per state."""
+    d = quote(deliveries_table)
+    return (
+        f"SELECT (SELECT COUNT(*) FROM {d} FORCE INDEX (`dc_due`) WHERE `dc_state` = {DISPATCHED} "
+        "AND `group_id` = %s AND `dc_dispatched_at` > NOW(6) - INTERVAL %s MICROSECOND) + "
+        f"(SELECT COUNT(*) FROM {d} FORCE INDEX (`dc_due`) WHERE `dc_state` = {RUNNING} "
+        "AND `group_id` = %s AND `lease_until` > NOW(6))"
+    )
