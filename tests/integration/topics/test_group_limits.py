@@ -108,7 +108,8 @@ def test_a_groups_max_running_is_never_exceeded_and_a_dead_workers_slots_come_ba
     assert len(again) == 2
     # One dispatched sits past the visibility timeout (its entry lost): not in flight.
     env.query(
-        "UPDATE {deliveries} SET dc_dispatched_at = NOW(6) - INTERVAL 1 HOUR WHERE group_id = %s AND seq = %s",
+        "UPDATE {deliveries} SET dc_dispatched_at = NOW(6) - INTERVAL 1 HOUR "
+        "WHERE group_id = %s AND seq = %s",
         (store.group_id, first[2]),
     )
     assert len(claim()) == 1

@@ -23,10 +23,12 @@ def _topics(**group: Any) -> TopicsSettings:
 def test_a_groups_limits_reach_its_source_and_its_bucket_is_named_group_topic_name() -> None:
     (billing, audit) = _topics(rate_limit_per_s=50, rate_burst=5, max_running=7).group_sources()
     assert (billing.rate_limit_per_s, billing.rate_burst, billing.max_running) == (50, 5, 7)
-    assert billing.limited and billing.burst() == 5
+    assert billing.limited
+    assert billing.burst() == 5
     assert not audit.limited, "one group's limits are not its topic's other groups'"
     assert limit_name(billing.name) == "group:orders/billing"
-    assert limit_name("users") == "users" and limit_name("jobs.mail") == "jobs.mail"
+    assert limit_name("users") == "users"
+    assert limit_name("jobs.mail") == "jobs.mail"
 
 
 @pytest.mark.parametrize(
