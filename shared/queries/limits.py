@@ -1,5 +1,6 @@
 """SQL of fleet-wide limits (shared/storage/limits.py runs it): the token buckets' table, and what
-counts as in flight under max_running for a row-mode table, a ranges table and a job queue's runs."""
+counts as in flight under max_running for a row-mode table, a ranges table, a job queue's runs and a
+cluster group's deliveries."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ def topic_source(topic: str, group: str) -> str:
 class GroupSettings(Limits):
     """A consumer group of a topic: "cluster" (each message handled once by any one of its workers,
     acked, retried, dead-lettered) or "broadcast" (each live member reads every message, no acks).
-    A cluster group may set fleet-wide limits (settings/limits.py): messages, not claims."""
+    A cluster group may set fleet-wide limits (settings/limits.py); they count its messages."""
 
     topic: TopicName
     name: TopicName
