@@ -33,8 +33,6 @@ from .units import MYSQL_ERRORS, Cursor, StorageError
 # enough that the reservation of a dispatcher killed mid-claim is given back soon.
 RESERVE_S = 30.0
 TASK_PREFIX = "task:"  # a limited task's bucket row: `task:<name>`, one across every queue
-
-
 GROUP_PREFIX = "group:"  # a limited cluster group's bucket row: `group:<topic>/<group>`
 
 
@@ -190,8 +188,7 @@ def read_limits(
     db: Database, table: str, sources: list[SourceSettings], jobs: JobsSettings | None = None
 ) -> list[LimitState]:
     """Every limited source's, group's and task's state (a task's named task_limit_name, a group's
-    limit_name); its tokens
-    refilled to now by MySQL's clock."""
+    limit_name); its tokens refilled to now by MySQL's clock."""
     with db.transaction() as cur:
         cur.execute(render_limits(table).read_all)
         rows = {str(n): (float(t), int(e or 0), p) for n, t, e, p in cur.fetchall()}
