@@ -1,5 +1,6 @@
 """SQL of fleet-wide limits (shared/storage/limits.py runs it): the token buckets' table, and what
-counts as in flight under max_running for a row-mode table, a ranges table and a job queue's runs."""
+counts as in flight under max_running for a row-mode table, a ranges table, a job queue's runs and a
+cluster group's deliveries."""
 
 from __future__ import annotations
 
@@ -112,4 +113,17 @@ def task_jobs_in_flight(runs_table: str) -> str:
         f"WHERE `task` = %s AND ((`dc_state` = {DISPATCHED} AND "
         "`dc_dispatched_at` > NOW(6) - INTERVAL %s MICROSECOND) OR "
         f"(`dc_state` = {RUNNING} AND `lease_until` > NOW(6)))"
+    )
+
+
+def deliveries_in_flight(deliveries_table: str) -> str:
+    """A cluster group's messages claimed within the visibility timeout, or started with a live
+    lease (args: group id, visibility timeout µs, group id): a dead worker's stop counting when
+    their leases run out. dc_due (dc_state, group_id, ...): one range per state."""
+    d = quote(deliveries_table)
+    return (
+        f"SELECT (SELECT COUNT(*) FROM {d} FORCE INDEX (`dc_due`) WHERE `dc_state` = {DISPATCHED} "
+        "AND `group_id` = %s AND `dc_dispatched_at` > NOW(6) - INTERVAL %s MICROSECOND) + "
+        f"(SELECT COUNT(*) FROM {d} FORCE INDEX (`dc_due`) WHERE `dc_state` = {RUNNING} "
+        "AND `group_id` = %s AND `lease_until` > NOW(6))"
     )

@@ -9,6 +9,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from ..identifiers import check_identifier
 from .base import Identifier, _Section
+from .limits import Limits
 from .sources import (
     SourceSettings,
 )
@@ -40,9 +41,10 @@ def topic_source(topic: str, group: str) -> str:
     return f"{TOPICS_SOURCE}.{topic}-{group}"
 
 
-class GroupSettings(_Section):
+class GroupSettings(Limits):
     """A consumer group of a topic: "cluster" (each message handled once by any one of its workers,
-    acked, retried, dead-lettered) or "broadcast" (each live member reads every message, no acks)."""
+    acked, retried, dead-lettered) or "broadcast" (each live member reads every message, no acks).
+    A cluster group may set fleet-wide limits (settings/limits.py); they count its messages."""
 
     topic: TopicName
     name: TopicName
@@ -52,6 +54,16 @@ class GroupSettings(_Section):
     # A cluster consumer's call taking longer is a failure (async: cancelled; plain: given up), and a
     # message in flight longer is alerted on.
     timeout_s: float = Field(300.0, gt=0, le=7 * 86400)
+
+    @model_validator(mode="after")
+    def _limits_need_cluster(self) -> Self:
+        # A broadcast member reads messages itself: no dispatcher claims them, so nothing could hold it.
+        if self.mode == "broadcast" and self.limited:
+            raise ValueError(
+                f"group {self.name}: rate_limit_per_s and max_running are for cluster groups (the "
+                "dispatcher claims their messages); a broadcast group's members read on their own"
+            )
+        return self
 
     @property
     def source(self) -> str:
@@ -121,6 +133,10 @@ class TopicsSettings(_Section):
                 visibility_timeout_s=self.visibility_timeout_s,
                 lease_s=self.lease_s,  # its store's lease keeper (shared/storage/leased) runs on it
                 timeout_s=g.timeout_s,  # a consumer call's time limit
+                # Its fleet-wide limits: its bucket is group:<topic>/<group> (shared/storage/limits.py).
+                rate_limit_per_s=g.rate_limit_per_s,
+                rate_burst=g.rate_burst,
+                max_running=g.max_running,
             )
             for g in self.groups
             if g.mode == "cluster"

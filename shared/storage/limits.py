@@ -1,5 +1,6 @@
-"""Fleet-wide limits at claim time: a token bucket and a reservation per limited source or queue, in
-MySQL (duecast_limits), so every dispatcher, and a new leader after a failover, sees the same ones."""
+"""Fleet-wide limits at claim time: a token bucket and a reservation per limited source, queue, task
+or cluster group, in MySQL (duecast_limits), so every dispatcher, and a new leader after a failover,
+sees the same ones."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from ..limit_policy import bucket_tokens, limited_claim
 from ..queries.limits import (
     count_rows,
+    deliveries_in_flight,
     first_pending_run,
     jobs_in_flight,
     render_limits,
@@ -18,7 +20,9 @@ from ..queries.limits import (
 from ..queries.ranges import ranges_table
 from ..settings import JobsSettings, SourceSettings
 from ..settings.limits import Limits
+from ..settings.topics import TOPICS_SOURCE
 from .db import Database
+from .leased.groups import GroupStore
 from .leased.jobs import JobStore
 from .range_store import RangeStore
 from .schema import SchemaError, described, unseen
@@ -29,10 +33,21 @@ from .units import MYSQL_ERRORS, Cursor, StorageError
 # enough that the reservation of a dispatcher killed mid-claim is given back soon.
 RESERVE_S = 30.0
 TASK_PREFIX = "task:"  # a limited task's bucket row: `task:<name>`, one across every queue
+GROUP_PREFIX = "group:"  # a limited cluster group's bucket row: `group:<topic>/<group>`
 
 
 def task_limit_name(task: str) -> str:
     return f"{TASK_PREFIX}{task}"
+
+
+def limit_name(source: str) -> str:
+    """A limited source's bucket row: its name, but a cluster group's `group:<topic>/<group>`
+    (its source is `topics.<topic>-<group>`: configured sources have no dot, names no "-")."""
+    prefix = f"{TOPICS_SOURCE}."
+    if not source.startswith(prefix):
+        return source
+    topic, _, group = source.removeprefix(prefix).partition("-")
+    return f"{GROUP_PREFIX}{topic}/{group}"
 
 
 @dataclass(frozen=True)
@@ -62,7 +77,7 @@ class LimitStore:
     ) -> None:
         self.db = db
         self.src = src
-        self.name = name or getattr(src, "name", "")
+        self.name = name or limit_name(getattr(src, "name", ""))
         self.unit = unit  # checks per entry: range_size in range mode, else 1
         self.rate = src.rate_limit_per_s
         self.burst = src.burst(unit)
@@ -172,13 +187,15 @@ class LimitState:
 def read_limits(
     db: Database, table: str, sources: list[SourceSettings], jobs: JobsSettings | None = None
 ) -> list[LimitState]:
-    """Every limited source's and task's state (a task's named task_limit_name); its tokens
-    refilled to now by MySQL's clock."""
+    """Every limited source's, group's and task's state (a task's named task_limit_name, a group's
+    limit_name); its tokens refilled to now by MySQL's clock."""
     with db.transaction() as cur:
         cur.execute(render_limits(table).read_all)
         rows = {str(n): (float(t), int(e or 0), p) for n, t, e, p in cur.fetchall()}
     limited: list[tuple[str, Limits, int]] = [
-        (src.name, src, src.range_size if src.mode == "ranges" else 1) for src in sources if src.limited
+        (limit_name(src.name), src, src.range_size if src.mode == "ranges" else 1)
+        for src in sources
+        if src.limited
     ]
     if jobs is not None and jobs.enabled:
         limited += [(task_limit_name(t), lim, 1) for t, lim in sorted(jobs.task_limits.items())]
@@ -212,9 +229,17 @@ def task_limit_stores(store: object, table: str) -> dict[str, LimitStore]:
 
 
 def limit_store(store: object, table: str) -> tuple[LimitStore, str] | None:
-    """The limits of a dispatcher's store, and its business table (None: it has none, or they are
-    not supported for it: a topic's consumer group)."""
+    """The limits of a dispatcher's store, and its business table (None: it has none)."""
     vis_us = 0
+    if isinstance(store, GroupStore):
+        src = store.src  # its group's limits (TopicsSettings.group_sources)
+        gid = store.group_id
+        if src.limited and not gid:  # group 0 holds nothing: max_running would never bind
+            raise StorageError(f"{src.name}: its store is not verified yet; call verify() first")
+        counted = (gid, round(src.visibility_timeout_s * 1e6), gid)
+        in_flight = (deliveries_in_flight(store.topics.table("deliveries")), counted)
+        group = LimitStore(store.db, table, src, 1, in_flight)
+        return (group, src.table) if src.limited else None
     if isinstance(store, RangeStore):
         src = store.business
         vis_us = round(src.visibility_timeout_s * 1e6)

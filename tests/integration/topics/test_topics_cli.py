@@ -14,7 +14,7 @@ import pytest
 
 from duecast import cli
 from duecast.dispatcher.main import serve as serve_dispatcher
-from duecast.shared.settings import MySQLSettings, RedisSettings, Settings
+from duecast.shared.settings import DispatcherSettings, MySQLSettings, RedisSettings, Settings
 from duecast.shared.storage.admin import migrate
 from duecast.worker.main import serve as serve_worker
 from tests.integration import topics_app
@@ -142,3 +142,36 @@ def test_reset_replays_a_group_after_confirmation(prefix: str, capsys: pytest.Ca
     run_all()
     assert topics_app.runs("shipping") == [3, 4]
     assert topics_app.runs("audit") == []
+
+
+def test_status_shows_a_groups_limits_after_the_dispatcher_claimed_under_them(
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    sql: pymysql.cursors.Cursor,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    limited = [
+        {**g, "rate_limit_per_s": 1000, "rate_burst": 50, "max_running": 20} if g["name"] == "shipping" else g
+        for g in GROUPS
+    ]
+    monkeypatch.setenv("DUECAST_TOPICS__GROUPS", json.dumps(limited))
+    for n in range(5):
+        cli.main(["topics", "publish", "orders", "--payload", json.dumps({"n": n})])
+    try:
+        run_all()  # the real dispatcher claims shipping's messages through its bucket
+        capsys.readouterr()
+        assert cli.main(["status", "--json"]) == 0
+        (limit,) = json.loads(capsys.readouterr().out)["limits"]
+        assert limit["name"] == "group:orders/shipping"
+        assert (limit["rate_limit_per_s"], limit["burst"], limit["max_running"]) == (1000, 50, 20)
+        assert 0 <= limit["tokens"] <= 50
+        assert cli.main(["status"]) == 0
+        assert "group:orders/shipping" in capsys.readouterr().out
+        assert cli.main(["topics", "status"]) == 0
+        row = next(line for line in capsys.readouterr().out.splitlines() if " shipping " in line)
+        cells = [c.strip() for c in row.split("│")]
+        assert cells[4:10] == ["5", "5", "0", "-", "0", "0"], "every message claimed and done"
+    finally:
+        sql.execute(
+            f"DELETE FROM `{DispatcherSettings().limits_table}` WHERE `name` = %s", ("group:orders/shipping",)
+        )
