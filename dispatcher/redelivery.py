@@ -174,7 +174,11 @@ class Redelivery:
             log.warning(msg, n, units, src.name, src.visibility_timeout_s, extra=fields)
         elif cause == "lost":
             log.warning(
-                "Redis lost its entries; requeued %d dispatched %s of %s", n, units, src.name, extra=fields
+                "Redis lost its entries (or its master was switched); requeued %d dispatched %s of %s",
+                n,
+                units,
+                src.name,
+                extra=fields,
             )
         else:
             log.warning("requeued %d %s of %s whose lease ran out", n, units, src.name, extra=fields)

@@ -21,6 +21,7 @@ from .client import REDIS_ERRORS, RedisClient, translating
 from .keys import Keys
 from .protocol import NO_SOURCE, Queue
 from .retype import Retyper, wrong_type
+from .sentinel import master_switches
 from .started import StartedRecords
 
 log = logging.getLogger("duecast.queue")
@@ -53,6 +54,7 @@ class ReadyQueue(StartedRecords):
         self.keys = keys
         self._retype = Retyper(client, keys)
         self._turn = 0  # pop_held's next first list: lists are served in turn, not in name order
+        self._switches = master_switches(client)  # the Sentinels' master switches data_lost has seen
 
     @translating
     def ping(self) -> None:
@@ -230,9 +232,15 @@ class ReadyQueue(StartedRecords):
     @translating
     def data_lost(self) -> bool:
         """True when the epoch canary was missing (and is now set again): every entry this Redis
-        held may be gone, so MySQL's DISPATCHED rows must be requeued. Also true on first use."""
+        held may be gone, so MySQL's DISPATCHED rows must be requeued. Also true on first use, and
+        after the Sentinels switched masters: what was pushed to the old one before this client
+        left it (within a second, fanout.sentinel) is lost when they demote it, and workers that
+        left it first will never pop it."""
         token = secrets.token_hex(8).encode()
-        return bool(self.client.set(self.keys.epoch(), token, nx=True))
+        missing = bool(self.client.set(self.keys.epoch(), token, nx=True))
+        switches = master_switches(self.client)
+        switched, self._switches = switches != self._switches, switches
+        return missing or switched
 
     @translating
     def eviction_policy(self) -> str | None:

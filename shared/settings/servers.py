@@ -82,7 +82,8 @@ class RedisSettings(_Section):
     tls_verify: bool = True  # false: encrypted but unauthenticated (logged as a warning)
     tls_check_hostname: bool = True  # false: any certificate tls_ca_file signed
     # High availability (deploy/README.md): either Sentinels ("host:port" each) that know the master
-    # named sentinel_service, the url then giving only user, password, db and redis:// or rediss://;
+    # named sentinel_service, the url then giving only user, password, db and redis:// or rediss://
+    # (asked again at most once a second: the roles follow a failover within about a second);
     # or cluster = true, the url naming any one node (database 0 only).
     sentinels: list[str] = Field(default_factory=list, max_length=16)
     sentinel_service: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")

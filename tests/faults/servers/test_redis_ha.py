@@ -221,19 +221,76 @@ def test_a_sentinel_master_killed_under_load(servers: Servers, make_ha: MakeHa) 
     assert topology.master_port() == topology.replica  # the replica was promoted
 
 
+# The roles must leave a master the Sentinels replaced well before they demote it (~8-10 s after the
+# switch, by their design), not keep pushing to it: within the pool's check interval (1 s), a worker's
+# pop in flight (1 s) and slack for a loaded machine.
+LEAVE_OLD_MASTER_S = 4.0
+
+
+WATCH_NAME = "duecast-test-watch"
+
+
+class OldMasterWatch:
+    """Polls the old master after a failover: when no role's connection is left on it (its normal
+    clients other than the Sentinels' and this one), and when the Sentinels demote it."""
+
+    def __init__(self, port: int, since: float) -> None:
+        self.port, self.since = port, since
+        self.switched: float | None = None  # set by the test once the Sentinels name the new master
+        self.left: float | None = None
+        self.demoted: float | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        # Named, so the reconnection after the demotion closed it is still told apart from the roles.
+        with redis.Redis(port=self.port, socket_timeout=2, client_name=WATCH_NAME) as old:
+            while (self.left is None or self.demoted is None) and time.monotonic() - self.since < 60:
+                try:
+                    now = time.monotonic() - self.since
+                    roles = [
+                        c
+                        for c in old.client_list(_type="normal")
+                        if c["name"] != WATCH_NAME and not c["name"].startswith("sentinel-")
+                    ]
+                    if self.left is None and not roles:
+                        self.left = now
+                    if self.demoted is None and old.execute_command("ROLE")[0] in ("slave", b"slave"):  # type: ignore[no-untyped-call]
+                        self.demoted = now
+                except redis.RedisError:
+                    pass  # the demotion closes this connection too: redis-py reconnects
+                time.sleep(0.05)
+
+
 def test_sentinel_failover_under_load(servers: Servers, make_ha: MakeHa) -> None:
     topology = Sentinel(servers)
     topology.start()
+    watched: list[OldMasterWatch] = []
 
     def failover() -> None:
         with redis.Redis(port=topology.sentinels[0], socket_timeout=5) as sentinel:
             sentinel.execute_command("SENTINEL", "FAILOVER", "duecast-ha")  # type: ignore[no-untyped-call]
+        watched.append(OldMasterWatch(topology.master, time.monotonic()))
         # The fresh work goes in once the Sentinels name the new master: its run then proves the
         # roles followed the switch (the time still counts from the command).
         wait_for(lambda: topology.master_port() == topology.replica, 30, "the Sentinels to switch masters")
+        watched[0].switched = time.monotonic() - watched[0].since
 
-    _under_load(make_ha(topology.env()), failover, "SENTINEL FAILOVER")
+    seen = _under_load(make_ha(topology.env()), failover, "SENTINEL FAILOVER")
     assert topology.master_port() == topology.replica
+    (watch,) = watched
+    wait_for(lambda: watch.left is not None and watch.demoted is not None, 60, "the old master watched")
+    assert watch.left is not None
+    assert watch.switched is not None
+    print(
+        f"SENTINEL FAILOVER: Sentinels switched {watch.switched:.1f}s, roles off the old master "
+        f"{watch.left:.1f}s, old master demoted {watch.demoted:.1f}s after the command"
+    )
+    assert watch.left <= watch.switched + LEAVE_OLD_MASTER_S, "the roles stayed on the replaced master"
+    # Fresh work pushed to the old master in the second before the dispatcher left it is requeued by
+    # its canary (a switch counts as lost entries), not left for the visibility timeout.
+    assert watch.demoted is not None
+    assert max(seen.values()) < watch.demoted, "fresh work waited past the old master's demotion"
 
 
 def test_the_cluster_node_of_duecasts_slot_killed_under_load(servers: Servers, make_ha: MakeHa) -> None:
