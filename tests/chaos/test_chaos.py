@@ -32,7 +32,11 @@ from tests.faults.procs import Procs, wait_for
 
 pytestmark = pytest.mark.faults
 DOWN_S = float(os.environ.get("DUECAST_CHAOS_REDIS_DOWN_S", "6"))
-RECOVERY_BOUND_S = 30.0
+# The soak's faults come in a row (a kill, then a read lock and a MariaDB restart seconds later), so
+# one fault's "done within" includes the next ones' outages: 22 s worst on an idle machine, 33-47 s
+# seen at load 5-8 from other suites on the 2 cores. Each fault alone is held to 20 s by its own
+# test (docs/reliability.md's fault table); here the bound catches work stuck for good.
+RECOVERY_BOUND_S = 45.0
 # After a Redis failover, work flows again once this many more jobs are acked: more than the two
 # workers hold (a pop of 100 each), so some of them were popped from the new master.
 FLOWING = 500
