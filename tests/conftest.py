@@ -1,7 +1,9 @@
 """Fixtures shared by all tiers: settings pointing at our own test database and key prefix.
 
 Servers come from DUECAST_* (scripts/dev sets them, starting private servers when none answer).
-Integration and fault tiers fail loudly, never skip, when a server is unreachable.
+Integration and fault tiers fail loudly, never skip, when a server is unreachable. Reports carry
+only text UTF-8 can encode (pytest-xdist sends them between processes), and the fault and chaos
+tiers are marked `serial`: `scripts/dev test` runs them after the parallel phase, one at a time.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pymysql
 import pytest
@@ -21,6 +25,43 @@ from duecast.shared.storage.db import connect
 TEST_DATABASE = f"{os.environ.get('DUECAST_MYSQL__DATABASE', 'duecast_test')}_{uuid.uuid4().hex[:6]}"
 # Each test's key prefix starts with this (scripts/dev: duecast-test-<checkout tag>, which its `clean` finds).
 TEST_PREFIX = os.environ.get("DUECAST_REDIS__KEY_PREFIX", "duecast-test")
+# Tiers whose tests start, kill and time real processes against recovery bounds: never beside others.
+SERIAL_TIERS = ("faults", "chaos")
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test of the serial tiers `serial` (scripts/dev test: `-m serial` after `-m "not serial"`)."""
+    tiers = [TESTS / tier for tier in SERIAL_TIERS]
+    for item in items:
+        if any(tier in item.path.resolve().parents for tier in tiers):
+            item.add_marker(pytest.mark.serial)
+
+
+def _encodable(text: str) -> str:
+    """`text` itself when UTF-8 can encode it; else with each lone surrogate as a `\\udcff` escape."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Captured output and failure text a lone surrogate cannot be sent as: a pytest-xdist worker
+    serialises each report as UTF-8 and dies on one (a test logging a non-UTF-8 file name, read with
+    surrogateescape, did). Outermost wrapper, so sections other hooks append are covered too."""
+    report = yield
+    report.sections = [(title, _encodable(text)) for title, text in report.sections]
+    if isinstance(report.longrepr, tuple):  # a skip: (path, line, reason)
+        path, line, reason = report.longrepr
+        report.longrepr = (_encodable(path), line, _encodable(reason))
+    elif report.longrepr is not None:
+        text = str(report.longrepr)
+        if _encodable(text) != text:
+            report.longrepr = _encodable(text)
+    return report
 
 
 def _mysql_settings() -> MySQLSettings:

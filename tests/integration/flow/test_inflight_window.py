@@ -68,6 +68,10 @@ def dispatching(env: Env) -> Iterator[None]:
         thread.join(30)
 
 
+# In scripts/dev test's serial phase: real seconds against a simulated service's capacity; beside the
+# parallel phase's other processes (load 8 on 2 cores) the worker was not yet calling it within the
+# first 2 s, so the overload this test starts from never happened (0% failed, where > 50% is asserted).
+@pytest.mark.serial
 def test_the_failure_share_falls_under_5_percent_against_a_service_of_limited_capacity(
     make_env: MakeEnv,
 ) -> None:

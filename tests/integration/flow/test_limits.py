@@ -191,13 +191,14 @@ def test_a_limit_without_its_table_stops_the_dispatcher_in_one_line(make_env: Ca
 
 
 def test_a_claim_held_back_by_max_running_waits_at_the_dispatchers_pace(make_env: Callable[..., Env]) -> None:
-    env = make_env("oneoff", rows=50, rate_limit_per_s=1000, max_running=5)
+    # 10 tokens a second, so the empty bucket below stays under one token for 100 ms: at 1,000/s it
+    # held one after 1 ms, and a loaded machine's DELETE and claim took longer (5 rows claimed).
+    # A burst of 6 leaves a token after the first claim, and makes a claim worth 1.5 tokens.
+    env = make_env("oneoff", rows=50, rate_limit_per_s=10, rate_burst=6, max_running=5)
     limiter = Limiter([env.store], LIMITS)
     assert len(limiter.claim(env.store, 100)) == 5
     assert limiter.delay_s(env.store, 0.2) == 0.2, "tokens are plenty: no refill to wait for"
-    # In debt by 0.15 s of refill (at 1000/s an empty bucket holds a token again after 1 ms, which a
-    # loaded machine can take between these statements): slots free, no tokens for 150 ms.
-    _set_bucket(env.sql, env.source.name, -150.0)
+    _set_bucket(env.sql, env.source.name, 0.0)
     env.query("DELETE FROM {t} WHERE dc_state = 1")  # they finished: 5 slots, no tokens
     assert limiter.claim(env.store, 100) == []
     assert 0 < limiter.delay_s(env.store, 0.2) < 0.2, "held back by the rate: claim again on its refill"
