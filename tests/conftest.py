@@ -31,11 +31,20 @@ TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test of the serial tiers `serial` (scripts/dev test: `-m serial` after `-m "not serial"`)."""
+    """Mark each test of the serial tiers `serial` (scripts/dev test: `-m serial` after `-m "not serial"`).
+
+    The serial phase runs on 2 processes with `--dist loadgroup`: the chaos scenarios and the
+    integration tests marked serial by hand share the xdist group `alone`, so they run one after
+    another and never two at once (each starts a fleet and times it), while the fault tier's
+    tests, each a few processes mostly waiting out leases, take the other process."""
     tiers = [TESTS / tier for tier in SERIAL_TIERS]
+    chaos = TESTS / "chaos"
     for item in items:
-        if any(tier in item.path.resolve().parents for tier in tiers):
+        in_tier = any(tier in item.path.resolve().parents for tier in tiers)
+        if in_tier:
             item.add_marker(pytest.mark.serial)
+        if chaos in item.path.resolve().parents or (not in_tier and item.get_closest_marker("serial")):
+            item.add_marker(pytest.mark.xdist_group("alone"))
 
 
 def _encodable(text: str) -> str:
