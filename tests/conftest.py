@@ -31,12 +31,13 @@ TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test of the serial tiers `serial` (scripts/dev test: `-m serial` after `-m "not serial"`).
+    """Mark each test of the serial tiers `serial`, and the chaos scenarios and the integration
+    tests marked serial by hand also `alone` (scripts/dev test: `-m "not serial"` on 2 processes,
+    then `-m "serial and not alone"` on 2 processes, then `-m alone` in one).
 
-    The serial phase runs on 2 processes with `--dist loadgroup`: the chaos scenarios and the
-    integration tests marked serial by hand share the xdist group `alone`, so they run one after
-    another and never two at once (each starts a fleet and times it), while the fault tier's
-    tests, each a few processes mostly waiting out leases, take the other process."""
+    `alone` tests start a whole fleet and time it, or run a worker inside the test's own process
+    (whose lease watchdog ends the process if a loaded machine stalls its renewals: beside the
+    fault tier it killed a pytest-xdist worker in a clean-clone run), so they run by themselves."""
     tiers = [TESTS / tier for tier in SERIAL_TIERS]
     chaos = TESTS / "chaos"
     for item in items:
@@ -44,7 +45,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if in_tier:
             item.add_marker(pytest.mark.serial)
         if chaos in item.path.resolve().parents or (not in_tier and item.get_closest_marker("serial")):
-            item.add_marker(pytest.mark.xdist_group("alone"))
+            item.add_marker(pytest.mark.alone)
 
 
 def _encodable(text: str) -> str:
