@@ -87,8 +87,8 @@ class RangeStore:
         return self.ranges.requeue_expired(visibility_timeout_s, limit)
 
     def close(self) -> None:
-        """Close this store's session (a lease keeper thread keeps the store itself alive)."""
-        self.db.close()
+        """Close this store's session and end its spans' lease keeper (the span store's, on this session)."""
+        self.ranges.close()
 
     def reset_dispatched(self) -> int:
         return self.ranges.reset_dispatched()

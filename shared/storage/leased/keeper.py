@@ -226,6 +226,7 @@ class LeaseKeeper:
         self._cond = threading.Condition()  # guards _holds and every Hold's mutable fields
         self._tokens = itertools.count()
         self._running = False
+        self._generation = 0  # close() ends the threads of the current one
 
     def in_time(self, since: float) -> bool:
         """Whether work whose leases a statement sent at time.monotonic() = `since` set may start
@@ -241,20 +242,33 @@ class LeaseKeeper:
             if not self._running:
                 self._running = True
                 for target, name in ((self._keep, "duecast-lease"), (self._watch, "duecast-lease-watch")):
-                    threading.Thread(target=target, name=name, daemon=True).start()
+                    threading.Thread(target=target, args=(self._generation,), name=name, daemon=True).start()
             self._cond.notify_all()
         try:
             yield hold
         finally:
             with self._cond:
-                del self._holds[hold.token]
+                self._holds.pop(hold.token, None)  # close() may have let it go already
+
+    def close(self) -> None:
+        """Let every batch still held go and end both threads: the store is closing. What a stopped
+        worker still holds comes back when its leases run out, as it logged; and a worker served
+        inside another process (an embedding app, a test) leaves no watchdog behind that would end
+        that process once the leases it no longer keeps could not be renewed."""
+        with self._cond:
+            self._holds.clear()
+            self._running = False
+            self._generation += 1
+            self._cond.notify_all()
 
     # -- the keeper thread ---------------------------------------------------------------------
 
-    def _keep(self) -> None:
+    def _keep(self, generation: int) -> None:
         db = Database(keeper_settings(self._mysql))
         while True:
-            hold = self._next_due(idle=db.close)
+            hold = self._next_due(generation, idle=db.close)
+            if hold is None:
+                return
             sent = time.monotonic()
             try:
                 result: Extended | None = self._extend(db, hold.entries)
@@ -264,12 +278,15 @@ class LeaseKeeper:
                 result = None
             self._record(hold, sent, result)
 
-    def _next_due(self, idle: Callable[[], None]) -> Hold:
+    def _next_due(self, generation: int, idle: Callable[[], None]) -> Hold | None:
         """The hold whose renewal is due, once it is; `idle()` first whenever no batch is held (the
         keeper's connection is closed then, and opened again at the next renewal: a store that
-        holds nothing for long, or is dropped, keeps no session open)."""
+        holds nothing for long, or is dropped, keeps no session open). None once closed."""
         with self._cond:
             while True:
+                if generation != self._generation:
+                    idle()
+                    return None
                 now = time.monotonic()
                 due = min(self._holds.values(), key=lambda h: h.next_try, default=None)
                 if due is not None and due.next_try <= now:
@@ -308,9 +325,9 @@ class LeaseKeeper:
 
     # -- the watchdog thread -------------------------------------------------------------------
 
-    def _watch(self) -> None:
+    def _watch(self, generation: int) -> None:
         with self._cond:
-            while True:
+            while generation == self._generation:
                 now = time.monotonic()
                 wake: float | None = None
                 for hold in self._holds.values():

@@ -288,7 +288,8 @@ class LeasedStore(ABC):
         return dead
 
     def close(self) -> None:
-        """Close this store's session (its lease keeper thread keeps the store itself alive)."""
+        """Close this store's session and end its lease keeper (LeaseKeeper.close)."""
+        self._leases.close()
         self.db.close()
 
     # -- finishing, used by the batch under its fence; 0 rows written = stale, counted there --------
