@@ -48,8 +48,10 @@ def test_under_backpressure_every_row_still_goes_through_once(
     rescan: Callable[..., Env], recorder: apps.Recorder
 ) -> None:
     n, high_water = 1000, 100
-    # A long period keeps handled rows from becoming due again while the test runs.
-    env = rescan(n, high_water=high_water, claim_batch=50, period_s=3600)
+    # A checked row is due again at its phase's slot, anywhere in the next period (the even pace):
+    # with a period of an hour, 1,000 rows put one due again every 3.6 s, and this test failed 3
+    # times in 50 that way (9 rows ran twice). The longest period: one every 8.8 hours.
+    env = rescan(n, high_water=high_water, claim_batch=50, period_s=366 * 86400)
     settings = role_settings(env, worker={"pop_batch": 20}, run_sweeper=False)
     stop = threading.Event()
     lengths: list[int] = []
@@ -78,6 +80,15 @@ def test_under_backpressure_every_row_still_goes_through_once(
         t.start()
     try:
         wait_until(lambda: env.count("dc_state = 0 AND dc_attempt = 1") == n, "every row to be acked", 30)
+    except AssertionError as exc:  # say where the rows are
+        env.sql.execute(
+            f"SELECT dc_state, dc_attempt, COUNT(*) FROM `{env.source.table}` GROUP BY 1, 2 ORDER BY 1, 2"
+        )
+        where = env.sql.fetchall()
+        raise AssertionError(
+            f"{exc}; (state, attempt, rows): {where}; ready list: "
+            f"{env.queue.length(apps.RESCAN)}; stats: {env.queue.stats(apps.RESCAN)}; errors: {errors!r}"
+        ) from exc
     finally:
         stop.set()
         for t in threads:
