@@ -52,6 +52,7 @@ def test_under_backpressure_every_row_still_goes_through_once(
     # with a period of an hour, 1,000 rows put one due again every 3.6 s, and this test failed 3
     # times in 50 that way (9 rows ran twice). The longest period: one every 8.8 hours.
     env = rescan(n, high_water=high_water, claim_batch=50, period_s=366 * 86400)
+    env.sql.execute(f"UPDATE `{env.source.table}` SET updated_time = '2000-01-01'")  # due at once
     settings = role_settings(env, worker={"pop_batch": 20}, run_sweeper=False)
     stop = threading.Event()
     lengths: list[int] = []
