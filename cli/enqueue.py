@@ -63,6 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--unique-key", help="at most one active job holds this key (see --on-duplicate)")
     parser.add_argument(
+        "--concurrency-key",
+        help="what the job runs for (an account, a tenant): see [jobs.key_limits] in docs/protecting.md",
+    )
+    parser.add_argument(
         "--on-duplicate",
         choices=["error", "keep"],
         default="error",
@@ -72,7 +76,8 @@ def _parser() -> argparse.ArgumentParser:
         "--file",
         type=Path,
         help='JSON Lines, one job per line: {"task": ..., "payload": ..., "queue": ..., "delay_s": ..., '
-        '"priority": ..., "max_attempts": ..., "unique_key": ...}; all are enqueued or none',
+        '"priority": ..., "max_attempts": ..., "unique_key": ..., "concurrency_key": ...}; all are enqueued '
+        "or none",
     )
     parser.add_argument(
         "--app",
@@ -91,7 +96,15 @@ def _enqueue_one(
     """`duecast enqueue TASK`: check the job's values, then its task name, then enqueue it."""
     payload = _json("--payload", args.payload)
     job = Job(
-        args.task, payload, args.queue, args.delay, None, args.priority, args.max_attempts, args.unique_key
+        args.task,
+        payload,
+        args.queue,
+        args.delay,
+        None,
+        args.priority,
+        args.max_attempts,
+        args.unique_key,
+        concurrency_key=args.concurrency_key,
     )
     encode(job, settings.jobs, None)
     enqueuer = Enqueuer(settings, connect_redis(settings.redis), tasks())
@@ -104,6 +117,7 @@ def _enqueue_one(
         max_attempts=args.max_attempts,
         unique_key=args.unique_key,
         on_duplicate=args.on_duplicate,
+        concurrency_key=args.concurrency_key,
     )
     if job_id.merged:
         print(
@@ -163,7 +177,16 @@ def _merged_lines(path: Path, merged: dict[int, int]) -> str:
     return f"; {len(merged):,} merged into active jobs of their task holding their unique key: {shown}{more}"
 
 
-_JOB_FIELDS = {"task", "payload", "queue", "delay_s", "priority", "max_attempts", "unique_key"}
+_JOB_FIELDS = {
+    "task",
+    "payload",
+    "queue",
+    "delay_s",
+    "priority",
+    "max_attempts",
+    "unique_key",
+    "concurrency_key",
+}
 
 
 class _DuplicateKey(EnqueueError):

@@ -80,7 +80,7 @@ GRANT SELECT ON `app`.`duecast_pauses` TO 'duecast_worker'@'%';
 -- `duecast enqueue`'s default task check reads the worker registry: this account skips it with a
 -- one-line warning; give it --app (or worker.app) to check task names without the database.
 GRANT INSERT (`queue`, `task`, `payload`, `priority`, `max_attempts`, `unique_key`, `unique_slot`, `run_at`,
-    `meta`)
+    `meta`, `concurrency_key`)
   ON `app`.`duecast_jobs` TO 'duecast_enqueuer'@'%';
 GRANT SELECT (`id`, `task`, `unique_slot`) ON `app`.`duecast_jobs` TO 'duecast_holder'@'localhost';
 CREATE DEFINER = 'duecast_holder'@'localhost' FUNCTION `app`.`duecast_jobs_holder`(

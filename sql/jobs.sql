@@ -22,6 +22,7 @@ CREATE TABLE IF NOT EXISTS `duecast_jobs` (
   `last_error` MEDIUMTEXT NULL,
   `meta` TEXT NULL,
   `result` MEDIUMTEXT NULL,
+  `concurrency_key` VARCHAR(191) NULL,
   `dc_state` TINYINT UNSIGNED NOT NULL DEFAULT 0,
   `dc_attempt` INT UNSIGNED NOT NULL DEFAULT 0,
   `dc_dispatched_at` DATETIME(6) NULL,
@@ -52,9 +53,11 @@ CREATE TABLE IF NOT EXISTS `duecast_jobs_runs` (
   `lease_until` DATETIME(6) NULL,
   `worker` VARCHAR(128) NULL,
   `task` VARCHAR(191) NULL,
+  `concurrency_key` VARCHAR(191) NULL,
   PRIMARY KEY (`id`),
   KEY `dc_runs` (`queue`, `dc_state`, `priority`),
-  KEY `dc_task` (`task`, `dc_state`)
+  KEY `dc_task` (`task`, `dc_state`),
+  KEY `dc_key` (`queue`, `concurrency_key`, `dc_state`)
 ) ENGINE=InnoDB AUTO_INCREMENT=4611686018427387904 DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS `duecast_jobs_cursors` (

@@ -82,14 +82,26 @@ class Enqueuer(JobWriter):
         unique_key: str | None = None,
         on_duplicate: OnDuplicate = "error",
         conn: object | None = None,
+        concurrency_key: str | None = None,
     ) -> JobId:
         """Enqueue one job; returns its id. With on_duplicate="keep" and an active job of the same
         task holding `unique_key`, nothing is enqueued and the id is that job's (`.merged` is True).
+        `concurrency_key` (an account, a tenant): see `[jobs.key_limits]` (docs/protecting.md).
 
         With `conn`, joins that open transaction (see enqueue_many).
         """
         check_on_duplicate(on_duplicate)
-        job = Job(task, payload, queue, delay_s, run_at, priority, max_attempts, unique_key)
+        job = Job(
+            task,
+            payload,
+            queue,
+            delay_s,
+            run_at,
+            priority,
+            max_attempts,
+            unique_key,
+            concurrency_key=concurrency_key,
+        )
         return self._enqueue(self._through(job), on_duplicate, conn)
 
     def _enqueue(self, job: Job, on_duplicate: OnDuplicate, conn: object | None) -> JobId:
@@ -152,11 +164,24 @@ class Enqueuer(JobWriter):
         max_attempts: int | None = None,
         unique_key: str | None = None,
         on_duplicate: OnDuplicate = "error",
+        concurrency_key: str | None = None,
     ) -> JobId:
         """`enqueue` for asyncio code, in a transaction of duecast's own: the write runs on one of the
         Enqueuer's threads (one connection each), so the event loop never waits for MySQL, even while
         it is down, and any number of tasks may await at once."""
-        job = self._through(Job(task, payload, queue, delay_s, run_at, priority, max_attempts, unique_key))
+        job = self._through(
+            Job(
+                task,
+                payload,
+                queue,
+                delay_s,
+                run_at,
+                priority,
+                max_attempts,
+                unique_key,
+                concurrency_key=concurrency_key,
+            )
+        )
         return await self.off_loop(partial(self._enqueue, job, on_duplicate, None))
 
     async def aenqueue_many(self, jobs: Iterable[Job], *, on_duplicate: OnDuplicate = "error") -> list[JobId]:

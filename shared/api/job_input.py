@@ -40,6 +40,9 @@ class Job:
     unique_key: str | None = None  # at most one pending or running job of this task per key
     # Strings middleware carries from enqueue to the run (a trace context): JobContext.meta.
     meta: Mapping[str, str] | None = None
+    # What it is run for (an account, a tenant): in a queue with `[jobs.key_limits.<queue>]`, at most
+    # max_running_per_key jobs of one key run at once, and the keys are served in turn.
+    concurrency_key: str | None = None
 
 
 def encode(job: Job, jobs: JobsSettings, tasks: frozenset[str] | None) -> JobRow:
@@ -64,6 +67,8 @@ def encode(job: Job, jobs: JobsSettings, tasks: frozenset[str] | None) -> JobRow
                 f"unique_key {_shown(job.unique_key)} ends in a space, which MySQL ignores when it "
                 "compares keys (it would be the same key without it); strip it"
             )
+    if job.concurrency_key is not None:
+        _check_key(job.concurrency_key)
     return JobRow(
         job.queue,
         job.task,
@@ -74,7 +79,19 @@ def encode(job: Job, jobs: JobsSettings, tasks: frozenset[str] | None) -> JobRow
         _utc(job.run_at, jobs.max_delay_s),
         delay_us,
         meta=_meta_text(job.meta),
+        concurrency_key=job.concurrency_key,
     )
+
+
+def _check_key(key: object) -> None:
+    """A concurrency key: a VARCHAR(191) utf8mb4 value that MySQL compares as given."""
+    _check_text("concurrency_key", key)
+    assert isinstance(key, str)
+    if key.endswith(" "):  # PAD SPACE: 'acct ' would be the key 'acct'
+        raise EnqueueError(
+            f"concurrency_key {_shown(key)} ends in a space, which MySQL ignores when it compares "
+            "keys; strip it"
+        )
 
 
 def _meta_text(meta: object) -> str | None:

@@ -65,6 +65,8 @@ class JobSQL:
     insert: str
     insert_values: str
     insert_scheduled: str
+    insert_keyed: str
+    insert_keyed_values: str
     insert_scheduled_values: str
     find_unique_holder: str
     call_unique_holder: str
@@ -130,6 +132,16 @@ def _enqueueing(t: str, holder: str) -> dict[str, str]:
         insert_values=(
             "(%s, %s, %s, %s, %s, %s, %s, "
             "COALESCE(CONVERT_TZ(%s, '+00:00', @@session.time_zone), NOW(6) + INTERVAL %s MICROSECOND), %s)"
+        ),
+        # A job given a concurrency key: the same, and the key (`[jobs.key_limits]`).
+        insert_keyed=(
+            f"INSERT INTO {t} (`queue`, `task`, `payload`, `priority`, `max_attempts`, `unique_key`, "
+            "`unique_slot`, `run_at`, `meta`, `concurrency_key`) VALUES "
+        ),
+        insert_keyed_values=(
+            "(%s, %s, %s, %s, %s, %s, %s, "
+            "COALESCE(CONVERT_TZ(%s, '+00:00', @@session.time_zone), NOW(6) + INTERVAL %s MICROSECOND), "
+            "%s, %s)"
         ),
         # A recurring schedule's run (the dispatcher): also keyed by (schedule, scheduled_for).
         insert_scheduled=(

@@ -49,6 +49,16 @@ class Limits(_Section):
         return max(2.0 * unit, rate / 20.0)
 
 
+class KeyLimits(_Section):
+    """`[jobs.key_limits.<queue>]`: jobs of one concurrency key (given at enqueue: an account, a
+    tenant) dispatched or started and not finished, across every worker; the queue's keys are
+    served in turn (docs/protecting.md, "Concurrency keys")."""
+
+    # Jobs of one key of this queue running at once, fleet-wide (a dead worker's come back when
+    # their leases run out). Required: a section without it limits nothing.
+    max_running_per_key: int = Field(ge=1, le=MAX_RUNNING)
+
+
 def unit_refusal(name: str, limits: Limits, unit: int, what: str) -> str | None:
     """Why a source's limits cannot be met by entries of `unit` checks each (`what` names the
     setting that sets `unit`), or None."""

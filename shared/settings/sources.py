@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from ..limits import MAX_DELAY_S
 from .base import Identifier, _Section
-from .limits import Limits, unit_refusal
+from .limits import KeyLimits, Limits, unit_refusal
 
 JOBS_SOURCE = "jobs"
 
@@ -145,6 +145,9 @@ class JobsSettings(_Section):
     # Fleet-wide limits per task, `[jobs.task_limits.<task>]`: its jobs in every queue count, and
     # its jobs are claimed by their own statement (docs/protecting.md, "Task limits").
     task_limits: dict[TaskName, Limits] = {}
+    # Per concurrency key of a queue, `[jobs.key_limits.<queue>]`: its keyed jobs are claimed key by
+    # key, in turn, at most max_running_per_key each (docs/protecting.md, "Concurrency keys").
+    key_limits: dict[QueueName, KeyLimits] = {}
 
     @property
     def runs_table(self) -> str:
@@ -181,6 +184,7 @@ class JobsSettings(_Section):
             raise ValueError(
                 f"jobs.limits names {', '.join(unknown)}, not in jobs.queues ({', '.join(self.queues)})"
             )
+        self._coherent_keys()
         if self.task_limits and not self.enabled:
             raise ValueError(
                 "jobs.task_limits is set but jobs.enabled is false: no job is dispatched to limit"
@@ -194,6 +198,20 @@ class JobsSettings(_Section):
         if self.retry_base_s > self.retry_cap_s:
             raise ValueError("jobs.retry_base_s must be <= jobs.retry_cap_s")
         return self
+
+    def _coherent_keys(self) -> None:
+        unknown = sorted(q for q in self.key_limits if q not in self.queues)
+        if unknown:
+            raise ValueError(
+                f"jobs.key_limits names {', '.join(unknown)}, not in jobs.queues ({', '.join(self.queues)})"
+            )
+        if self.key_limits and not self.enabled:
+            raise ValueError(
+                "jobs.key_limits is set but jobs.enabled is false: no job is dispatched to limit"
+            )
+        if self.key_limits and self.task_limits:
+            # A limited task's jobs are claimed by their own statement, which does not count keys.
+            raise ValueError("jobs.key_limits and jobs.task_limits cannot both be set (yet); use one")
 
     def queue_sources(self) -> list[SourceSettings]:
         """One dispatchable source per queue, named `jobs.<queue>` (its ready list's name)."""

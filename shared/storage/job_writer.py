@@ -57,11 +57,13 @@ class JobRow:
     schedule: str | None = None
     scheduled_for: datetime | None = None
     meta: str | None = None  # JSON: what enqueue middleware carries to the run (a trace context)
+    concurrency_key: str | None = None  # written only by insert_keyed (older grants lack the column)
 
     """A validated job, as the INSERT takes it."""
 
-    def params(self, scheduled: bool = False) -> tuple[Any, ...]:
-        """The values of one row; `scheduled`: of a statement with the schedule columns."""
+    def params(self, scheduled: bool = False, keyed: bool = False) -> tuple[Any, ...]:
+        """The values of one row; `scheduled`: of a statement with the schedule columns, `keyed`:
+        with the concurrency key's."""
         values = (
             self.queue,
             self.task,
@@ -74,7 +76,9 @@ class JobRow:
             self.delay_us,
             self.meta,
         )
-        return (*values, self.schedule, self.scheduled_for) if scheduled else values
+        if scheduled:
+            return (*values, self.schedule, self.scheduled_for)
+        return (*values, self.concurrency_key) if keyed else values
 
 
 @dataclass(frozen=True)
@@ -198,12 +202,16 @@ class JobWriter(Outbox):
 
     def _insert(self, cur: Cursor, rows: Sequence[JobRow]) -> int:
         scheduled = any(r.schedule is not None for r in rows)
+        # Only jobs given a key name its column: without one, the INSERT is as before.
+        keyed = not scheduled and any(r.concurrency_key is not None for r in rows)
         head, values = (
             (self.sql.insert_scheduled, self.sql.insert_scheduled_values)
             if scheduled
+            else (self.sql.insert_keyed, self.sql.insert_keyed_values)
+            if keyed
             else (self.sql.insert, self.sql.insert_values)
         )
-        params = [p for r in rows for p in r.params(scheduled)]
+        params = [p for r in rows for p in r.params(scheduled, keyed)]
         with translated():
             cur.execute(head + ",".join([values] * len(rows)), params)
         return int(cur.lastrowid or 0)

@@ -56,6 +56,9 @@ JOB_COLUMNS: dict[str, str] = {
     "meta": "TEXT NULL",
     # A done job's return value as JSON text, when its task returned one (docs/jobs.md, "Results").
     "result": "MEDIUMTEXT NULL",
+    # The job's concurrency key (an account, a tenant), given at enqueue; NULL: none. Counted only in
+    # a queue with `[jobs.key_limits.<queue>]` (shared/queries/key_runs.py).
+    "concurrency_key": "VARCHAR(191) NULL",
     **DISPATCH_COLUMNS,
 }
 # name -> (kind, columns)
@@ -74,11 +77,25 @@ TASK_INDEX = ("dc_task", ("KEY", (STATE_COLUMN, "task", "queue", "priority", "ru
 # `duecast migrate`; needed only where task limits are set.
 RUN_TASK_COLUMN = ("task", "VARCHAR(191) NULL")
 RUN_TASK_INDEX = ("dc_task", ("task", "dc_state"))
+# Only where `[jobs.key_limits]` is set: a key's due jobs (one range per priority), the next key with
+# pending jobs (round robin), and the queue's jobs of no key (`concurrency_key` IS NULL, an equality
+# prefix like dc_due's) are each an index range, never a read through another key's backlog.
+KEY_INDEX = ("dc_key", ("KEY", (STATE_COLUMN, "queue", "concurrency_key", "priority", "run_at")))
+# A run of one key names it (NULL: a run of the queue's jobs of no key); `dc_key` reads a key's
+# runs: its jobs in flight (max_running_per_key), pending and held. Added by `duecast migrate`.
+RUN_KEY_COLUMN = ("concurrency_key", "VARCHAR(191) NULL")
+RUN_KEY_INDEX = ("dc_key", ("queue", "concurrency_key", "dc_state"))
 
 
 def job_indexes(jobs: JobsSettings) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """The jobs table's indexes under these settings: dc_task only where tasks are limited."""
-    return {**JOB_INDEXES, TASK_INDEX[0]: TASK_INDEX[1]} if jobs.task_limits else JOB_INDEXES
+    """The jobs table's indexes under these settings: dc_task only where tasks are limited, dc_key
+    only where keys are."""
+    out = dict(JOB_INDEXES)
+    if jobs.task_limits:
+        out[TASK_INDEX[0]] = TASK_INDEX[1]
+    if jobs.key_limits:
+        out[KEY_INDEX[0]] = KEY_INDEX[1]
+    return out
 
 
 def jobs_table_ddl(jobs: JobsSettings) -> str:
@@ -142,9 +159,11 @@ def runs_table_ddl(jobs: JobsSettings) -> str:
   `lease_until` DATETIME(6) NULL,
   `worker` VARCHAR(128) NULL,
   `{RUN_TASK_COLUMN[0]}` {RUN_TASK_COLUMN[1]},
+  `{RUN_KEY_COLUMN[0]}` {RUN_KEY_COLUMN[1]},
   PRIMARY KEY (`id`),
   KEY `dc_runs` (`queue`, `dc_state`, `priority`),
-  KEY `{RUN_TASK_INDEX[0]}` ({", ".join(quote(c) for c in RUN_TASK_INDEX[1])})
+  KEY `{RUN_TASK_INDEX[0]}` ({", ".join(quote(c) for c in RUN_TASK_INDEX[1])}),
+  KEY `{RUN_KEY_INDEX[0]}` ({", ".join(quote(c) for c in RUN_KEY_INDEX[1])})
 ) ENGINE=InnoDB AUTO_INCREMENT={RUN_ID_BASE} DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
 
 
@@ -187,14 +206,20 @@ def jobs_migration(jobs: JobsSettings, info: TableInfo, indexes: dict[str, list[
 
 
 def runs_migration(jobs: JobsSettings, info: TableInfo) -> list[str]:
-    """What a runs table of an older duecast lacks: the `task` of a limited task's runs."""
-    if RUN_TASK_COLUMN[0] in info.columns:
-        return []
-    cols = ", ".join(quote(c) for c in RUN_TASK_INDEX[1])
-    return [
-        f"ALTER TABLE {quote(jobs.runs_table)} ADD COLUMN {quote(RUN_TASK_COLUMN[0])} {RUN_TASK_COLUMN[1]}, "
-        f"ADD KEY {quote(RUN_TASK_INDEX[0])} ({cols})"
-    ]
+    """What a runs table of an older duecast lacks: the `task` of a limited task's runs, and the
+    `concurrency_key` of a key's runs, each with its index."""
+    steps = []
+    for (column, kind), (index, columns) in (
+        (RUN_TASK_COLUMN, RUN_TASK_INDEX),
+        (RUN_KEY_COLUMN, RUN_KEY_INDEX),
+    ):
+        if column not in info.columns:
+            cols = ", ".join(quote(c) for c in columns)
+            steps.append(
+                f"ALTER TABLE {quote(jobs.runs_table)} ADD COLUMN {quote(column)} {kind}, "
+                f"ADD KEY {quote(index)} ({cols})"
+            )
+    return steps
 
 
 def index_columns(cur: Cursor, table: str) -> dict[str, list[str]]:
@@ -220,10 +245,12 @@ def check_jobs_table(cur: Cursor, jobs: JobsSettings) -> None:
     for table in (jobs.schedules_table, jobs.runs_table, jobs.cursors_table):
         if not describe(cur, table).columns:
             raise SchemaError(unseen(cur, f"the table {table}", table))
-    if jobs.task_limits and runs_migration(jobs, describe(cur, jobs.runs_table)):
-        raise SchemaError(
-            f"jobs.task_limits needs the `task` column of {jobs.runs_table}; run `duecast migrate`"
-        )
+    runs = describe(cur, jobs.runs_table).columns
+    for setting, column in (("task_limits", RUN_TASK_COLUMN[0]), ("key_limits", RUN_KEY_COLUMN[0])):
+        if getattr(jobs, setting) and column not in runs:
+            raise SchemaError(
+                f"jobs.{setting} needs the `{column}` column of {jobs.runs_table}; run `duecast migrate`"
+            )
 
 
 def denied(cur: Cursor, table: str) -> bool:

@@ -38,6 +38,7 @@ from ...queries.jobs import (
     JobSQL,
     render_jobs,
 )
+from ...queries.key_runs import render_key_runs, unkeyed
 from ...queries.source import in_list
 from ...queries.task_runs import render_task_runs
 from ...settings import JobsSettings, MySQLSettings, SourceSettings
@@ -46,6 +47,7 @@ from ..packed import read_packed
 from ..schema import check_jobs_table
 from ..source_store import STATUS_COUNT_CAP, SourceStatus, _scalar, _us
 from ..units import Cursor, StorageError, claiming
+from .key_claims import KeyClaim, KeyClaims
 from .members import decode_members, encode_members
 from .run_units import RunUnits
 from .runs import RUN_KEY
@@ -97,6 +99,15 @@ class JobStore(RunUnits):
         self.task_claimed: dict[str, int] = {}  # jobs each limited task's share of the last claim took
         task_sql = render_task_runs(jobs.table, jobs.runs_table, len(self.limited_tasks))
         self.tasks = TaskClaims(self.queue, self.runs, task_sql, jobs.run_size) if jobs.task_limits else None
+        # `[jobs.key_limits.<queue>]`: its keyed jobs are claimed key by key (key_claims.py), its
+        # others by the queue's own claim, scoped to no key (`claiming`); the two go first in turn.
+        keyed = jobs.key_limits.get(self.queue)
+        key_sql = render_key_runs(jobs.table, jobs.runs_table)
+        self.keys = (
+            None if keyed is None else KeyClaims(self.queue, keyed.max_running_per_key, self.runs, key_sql)
+        )
+        self.claiming: RunSQL = self.runs if self.keys is None else unkeyed(self.runs)
+        self._keys_first = True
 
     def verify(self) -> None:
         with self.db.transaction() as cur:
@@ -127,6 +138,8 @@ class JobStore(RunUnits):
             cur.execute(self.runs.lock_cursors, (self.queue,))
             cursors: dict[int, Key] = {int(p): (at, int(i)) for p, at, i in cur.fetchall()}
             tasks, left = self._claim_tasks(cur, grants, limit, entries)
+            keys_first, self._keys_first = self._keys_first, not self._keys_first
+            keys, left = self._claim_keys(cur, left, entries) if keys_first else (KeyClaim(), left)
             pending, left = self._claim_pending(cur, left) if left > 0 else ([], left)
             entries += pending
             now = time.monotonic()
@@ -141,11 +154,13 @@ class JobStore(RunUnits):
                 ahead, took = self._claim_ahead(cur, cursors, left)
                 entries += ahead
                 left -= took
+            if not keys_first:
+                keys, left = self._claim_keys(cur, left, entries)
             # Pending runs (given back, requeued) and jobs behind the cursors (retried, interrupted)
             # came back: ahead of the backlog (Redelivery.push_claimed).
-            back = [*pending, *tasks.back, *behind]
+            back = [*pending, *tasks.back, *keys.back, *behind]
             self.returning = len(back)
-            entries[:] = [*back, *ahead, *tasks.fresh]
+            entries[:] = [*back, *ahead, *tasks.fresh, *keys.fresh]
         self.claimed_rows = limit - left
         return entries
 
@@ -166,10 +181,18 @@ class JobStore(RunUnits):
             limit -= got.jobs
         return every, limit
 
+    def _claim_keys(self, cur: Cursor, limit: int, entries: list[Entry]) -> tuple[KeyClaim, int]:
+        """A key-limited queue's keys' share (key_claims.py), added to `entries` at once."""
+        if self.keys is None or limit <= 0:
+            return KeyClaim(), limit
+        got = self.keys.claim(cur, limit, self._skipped, self._make_runs)
+        entries += [*got.back, *got.fresh]
+        return got, limit - got.jobs
+
     def _claim_pending(self, cur: Cursor, limit: int) -> tuple[list[Entry], int]:
         runs = max(1, limit // self.jobs.run_size)
         if self.tasks is None:
-            cur.execute(self.runs.claim_idle, (self.queue, runs))
+            cur.execute(self.claiming.claim_idle, (self.queue, runs))
         else:  # its limited tasks' runs are theirs to claim
             cur.execute(self.tasks.sql.queue_claim_idle, (self.queue, *self.limited_tasks, runs))
         found = [(int(i), int(a), int(n)) for i, a, n in cur.fetchall()]
@@ -183,14 +206,14 @@ class JobStore(RunUnits):
         member that finishes between the two reads has left pending (deleted, done, dead or due
         later), so the second read cannot take it for one no run holds."""
         if self.tasks is None:
-            cur.execute(self.runs.jobs_in_runs, (self.queue,))
+            cur.execute(self.claiming.jobs_in_runs, (self.queue,))
         else:  # the jobs of its own runs: the count below leaves out its limited tasks' jobs
             cur.execute(self.tasks.sql.queue_jobs_in_runs, (self.queue, *self.limited_tasks))
         held_count = int(_scalar(cur) or 0)
         cursor_args = self._cursor_args(cursors)
         skip = self._skipped
         began = time.monotonic()
-        cur.execute(skip_tasks(self.runs.count_behind, len(skip)), (self.queue, *skip, *cursor_args))
+        cur.execute(skip_tasks(self.claiming.count_behind, len(skip)), (self.queue, *skip, *cursor_args))
         self._behind_every_s = look_behind_every_s(held_count)
         if skip:
             self._behind_every_s = look_behind_paused_every_s(self._behind_every_s, time.monotonic() - began)
@@ -201,7 +224,7 @@ class JobStore(RunUnits):
         for (members,) in cur.fetchall():
             held.update(decode_members(members))
         args = (self.queue, *skip, *cursor_args, BEHIND_LIMIT)
-        read = skip_tasks(self.runs.read_behind, len(skip))
+        read = skip_tasks(self.claiming.read_behind, len(skip))
         packed = _whole(read_packed(cur, read, args, what="jobs behind the cursors"))
         left = [(int(i), int(p), int(n)) for i, p, n in packed if int(i) not in held][:limit]
         if left:
@@ -217,7 +240,7 @@ class JobStore(RunUnits):
     def _claim_ahead(self, cur: Cursor, cursors: dict[int, Key], limit: int) -> tuple[list[Entry], int]:
         skip = self._skipped
         args = (self.queue, *skip, *self._cursor_args(cursors), limit)
-        read = skip_tasks(self.runs.read_ahead, len(skip))
+        read = skip_tasks(self.claiming.read_ahead, len(skip))
         packed = _whole(read_packed(cur, read, args, what="due jobs"))
         if not packed:
             return [], 0
@@ -231,7 +254,8 @@ class JobStore(RunUnits):
 
     def _make_runs(self, cur: Cursor, jobs: list[tuple[int, int, int]], task: str | None) -> list[Entry]:
         """(id, priority, interruptions) of due jobs -> runs, one per priority and group
-        (shared.policy.form_runs), inserted DISPATCHED under attempt 1; a limited task's name its task."""
+        (shared.policy.form_runs), inserted DISPATCHED under attempt 1; a limited task's name its
+        task, a key's its key (`task`: the task or the key; the two limits are never both set)."""
         by_priority: dict[int, list[tuple[int, int]]] = {}
         for i, p, n in jobs:
             by_priority.setdefault(p, []).append((i, n))
@@ -242,10 +266,12 @@ class JobStore(RunUnits):
                 ids = [members[k][0] for k in group]
                 suspects = max(counts[k] for k in group)
                 row = (self.queue, p, suspects, len(ids), encode_members(ids))
-                if task is None or self.tasks is None:
-                    cur.execute(self.runs.insert_run, row)
-                else:
+                if task is not None and self.keys is not None:
+                    cur.execute(self.keys.sql.insert_run, (*row, task))
+                elif task is not None and self.tasks is not None:
                     cur.execute(self.tasks.sql.insert_run, (*row, task))
+                else:
+                    cur.execute(self.runs.insert_run, row)
                 run = int(cur.lastrowid)
                 if run < RUN_ID_BASE:  # the runs table lost its AUTO_INCREMENT start: ids would clash
                     raise StorageError(
