@@ -17,6 +17,7 @@ from duecast import Registry, Row
 handlers = Registry()
 SOURCE = "fair_users"
 SLOW_S = 2.0  # each task's run: the issue's backlog of 2 s tasks
+KEYED_S = 0.5  # each keyed_async run
 
 
 class Log:
@@ -71,3 +72,10 @@ async def slow_async(payload: Any) -> None:
 def slow_plain(payload: Any) -> None:
     time.sleep(SLOW_S)
     LOG.ran("slow_plain")
+
+
+@handlers.task("keyed_async", timeout_s=30)
+async def keyed_async(payload: Any) -> None:
+    """A job of one concurrency key (test_key_fairness.py): KEYED_S each."""
+    await asyncio.sleep(KEYED_S)
+    LOG.ran("keyed_async")
