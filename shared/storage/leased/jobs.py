@@ -120,7 +120,9 @@ class JobStore(RunUnits):
         then jobs no run holds behind the cursors (shared.policy.look_behind_every_s), then jobs past
         the cursors in claim order. Each run is committed DISPATCHED under a new attempt on return;
         no job row is written. Jobs of paused and limited tasks are left out of the queue's reads
-        (the cursors pass them); once resumed, the next claim looks behind the cursors, where they are."""
+        (the cursors pass them); once resumed, the next claim looks behind the cursors, where they are.
+        In a key-limited queue its keys' share (key_claims.py) goes before the rest one claim, after
+        it the next, and the rest reads the jobs of no key only (`claiming`)."""
         if not self._cursors_made:
             values, args = cursor_rows(self.queue)
             with self.db.transaction() as cur:
