@@ -91,6 +91,12 @@ def test_enqueue_one_job_with_its_options(
     )
     assert cli.main(["enqueue", "nope", "--app", "tests.integration.jobs_app"]) == 2
     assert "unknown task 'nope'" in capsys.readouterr().err
+    assert cli.main(["enqueue", "record", "--concurrency-key", "acct-7"]) == 0
+    capsys.readouterr()
+    sql.execute(f"SELECT concurrency_key FROM `{table}` WHERE concurrency_key IS NOT NULL")
+    assert sql.fetchall() == (("acct-7",),)
+    assert cli.main(["enqueue", "record", "--concurrency-key", "acct-7 "]) == 2
+    assert "concurrency_key 'acct-7 ' ends in a space" in capsys.readouterr().err
 
 
 def test_a_unique_key_is_per_task_and_a_merge_is_reported_as_one(

@@ -114,10 +114,14 @@ def test_the_enqueuer_account_can_only_add_jobs(granted: Granted) -> None:
             [Job("record", 3, unique_key="grants-once"), Job("record", 4)], on_duplicate="keep"
         )
         assert (merged, merged.merged, new.merged) == (first, True, False)
+        enqueuer.enqueue("record", 5, concurrency_key="acct-grants")  # its own INSERT's column list
     finally:
         enqueuer.db.close()
-    granted.sql.execute("SELECT payload FROM duecast_jobs WHERE unique_key = 'grants-once' OR payload = '4'")
-    assert sorted(p for (p,) in granted.sql.fetchall()) == ["4", '{"n":1}']
+    granted.sql.execute(
+        "SELECT payload FROM duecast_jobs WHERE unique_key = 'grants-once' OR payload = '4' "
+        "OR concurrency_key = 'acct-grants'"
+    )
+    assert sorted(p for (p,) in granted.sql.fetchall()) == ["4", "5", '{"n":1}']
     assert granted.refused("enqueuer", "SELECT payload FROM duecast_jobs") == 1142
     for stmt in (
         # The probe's lock (issue 25): held, it stalled every enqueue, ack and lease renewal.
