@@ -114,7 +114,10 @@ class KeyClaims:
             cur.execute(self.sql.claim_idle, (self.queue, key))
             fits: list[tuple[int, int]] = []
             for i, a, n in cur.fetchall():
-                if int(n) <= room:
+                # One larger than the limit itself (made before it was lowered) goes alone, when
+                # none of the key's jobs is in flight: else it would wait for ever.
+                alone = runs.in_flight == 0 and not fits and int(n) > self.per_key
+                if int(n) <= room or alone:
                     fits.append((int(i), int(a)))
                     room -= int(n)
                     got.jobs += int(n)

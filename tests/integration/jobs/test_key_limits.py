@@ -100,6 +100,21 @@ def test_a_keys_run_given_back_is_claimed_whole_when_it_fits(env: JobsEnv) -> No
     assert limited.runs("concurrency_key", "jobs", "dc_state") == [("acct-a", 3, 1)]
 
 
+def test_a_run_larger_than_a_lowered_limit_goes_alone(env: JobsEnv) -> None:
+    limited, stores = _keyed(env, per_key=5, run_size=10)
+    _enqueue(limited, "acct-a", 8)
+    stores["default"].claim_due(1000)
+    runs = limited.settings.jobs.runs_table
+    limited.sql.execute(f"UPDATE `{runs}` SET dc_state = 0")  # given back
+    lowered, stores = _keyed(env, per_key=3, run_size=10)  # the same tables, the limit lowered
+    entries = stores["default"].claim_due(1000)
+    assert [(n, st) for n, st in lowered.runs("jobs", "dc_state")] == [(5, 1)], (
+        "whole, when nothing else runs"
+    )
+    assert len(entries) == 1
+    assert stores["default"].claim_due(1000) == [], "and nothing beside it"
+
+
 def test_keys_are_served_in_turn_across_claims(env: JobsEnv) -> None:
     limited, stores = _keyed(env, per_key=2, run_size=2)
     for key in ("k3", "k1", "k4", "k2"):
