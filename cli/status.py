@@ -27,13 +27,14 @@ from ..shared.process.runtime import build_queue
 from ..shared.settings import Settings, load_settings
 from ..shared.storage.admin.dashboard_store import DashboardStore, WorkerRow
 from ..shared.storage.db import Database
+from ..shared.storage.key_status import KeyLimitState, read_key_limits
 from ..shared.storage.limits import LimitState, read_limits
 from ..shared.storage.topic_status import TopicMonitor
 from ..shared.storage.worker_registry import LiveWorker, WorkerRegistry, bad_rows_line
 from . import formats
 from .history import History, Reading
 from .sampler import Sampler
-from .status_limits import limits_json, limits_table, over_lines
+from .status_limits import key_limits_json, key_limits_table, limits_json, limits_table, over_lines
 from .status_view import fit, redis_table, render
 from .topics import topic_tables
 
@@ -54,6 +55,7 @@ class Frame:
     unserved: list[str] | None = None  # sources and queues no live worker serves (None: unknown)
     bad_workers: list[str] = field(default_factory=list)  # registry rows skipped as malformed
     limits: list[LimitState] | None = None  # limited sources and queues (cli/status_limits.py)
+    key_limits: list[KeyLimitState] | None = None  # key-limited queues' busiest keys (the same)
 
 
 class StatusReader:
@@ -79,6 +81,7 @@ class StatusReader:
         out.workers = self._attempt(out, self.dashboard.workers)
         out.live = self._attempt(out, self.registry.alive)
         out.limits = self._attempt(out, self._limits)
+        out.key_limits = self._attempt(out, lambda: read_key_limits(self.limits_db, self.settings.jobs))
         out.bad_workers = list(self.registry.bad_rows) if out.live is not None else []
         if out.live is not None:
             out.unserved = unserved([s.name for s in self.settings.all_sources()], out.live)
@@ -146,6 +149,9 @@ def view(
     if limits is not None:
         parts.append(limits)
         parts.extend(over_lines(frame.limits or []))
+    keys = key_limits_table(frame.key_limits or [])
+    if keys is not None:
+        parts.append(keys)
     parts.extend(Text(unserved_line(s), style="red") for s in frame.unserved or ())
     if frame.bad_workers:
         parts.append(Text(formats.plain(bad_rows_line(frame.bad_workers)), style="yellow"))
@@ -190,6 +196,7 @@ def as_json(frame: Frame, history: History) -> dict[str, Any]:
         "workers_alive": None if frame.live is None else [_live(w) for w in frame.live],
         "unserved": frame.unserved,
         "limits": limits_json(frame.limits),
+        "key_limits": key_limits_json(frame.key_limits),
         "workers_malformed": frame.bad_workers,
         "unavailable": frame.problems,
     }

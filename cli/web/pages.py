@@ -205,14 +205,16 @@ def _register_sources(app: Flask, ctx: WebContext) -> None:
         if row is None:
             abort(404, f"no source or queue named {name!r} (or no reading of it yet)")
         rescan = row.snap.freshness is not None
+        queue = name.split(".", 1)[1] if is_job_queue(name) else None
         return render_template(
             "source.html",
             row=row,
-            queue=name.split(".", 1)[1] if is_job_queue(name) else None,
+            queue=queue,
             charts=source_charts(ctx.history, name, rescan, row.snap.db.unit),
             pausable=pause_actions.target_of(ctx.settings, name) is not None,
             paused_since=pause_actions.paused_since(ctx, name),
             limit=limits_view.of(ctx, name),
+            keys=limits_view.keys_of(ctx, queue),
             can_act=ctx.settings.web.token is not None,
         )
 

@@ -12,12 +12,16 @@ from dataclasses import asdict
 from typing import Any
 
 import pytest
+from rich.console import Console
 
+from duecast.cli.status_limits import key_limits_table
 from duecast.shared.api.enqueue import Job
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.job_runs import skip_tasks
+from duecast.shared.queries.key_status import JOBS_READ, RUNS_READ, render_key_status
 from duecast.shared.settings.limits import KeyLimits
 from duecast.shared.storage.admin import migrate
+from duecast.shared.storage.key_status import read_key_limits
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.leased.members import decode_members
 from duecast.shared.storage.schema import SchemaError, check_jobs_table
@@ -208,3 +212,36 @@ def test_without_key_limits_the_queues_claim_is_as_before(env: JobsEnv) -> None:
         assert stmt in exact or any(stmt.startswith(f) for f in formatted), stmt
     assert not [stmt for stmt in seen if "concurrency_key" in stmt]
     assert sum(n for (n,) in plain.runs("jobs")) == 10
+
+
+def test_status_shows_each_keys_jobs_in_flight_by_ranges_of_dc_key(env: JobsEnv) -> None:
+    limited, stores = _keyed(env, per_key=3)
+    _enqueue(limited, "acct-a", 5)
+    _enqueue(limited, "acct-b", 1)
+    _enqueue(limited, None, 2)
+    stores["default"].claim_due(1000)
+    jobs = limited.settings.jobs
+    (state,) = read_key_limits(stores["default"].db, jobs)
+    assert (state.queue, state.max_running_per_key) == ("default", 3)
+    assert state.busiest == [("acct-a", 3), ("acct-b", 1)], "runs of no key are not a key's"
+    # Pending: acct-a's 2 left, and acct-b's job, in a run not finished yet (its row is still pending).
+    assert (state.keys_in_flight, state.keys_pending, state.partial) == (2, 2, False)
+    console = Console(width=200, record=True)
+    console.print(key_limits_table([state]))
+    shown = [[c.strip() for c in ln.split("│")[1:4]] for ln in console.export_text().splitlines()]
+    assert ["default", "acct-a", "3/3"] in shown
+    assert ["default", "acct-b", "1/3"] in shown
+    # A dead worker's run stops counting when its lease runs out, as the claim counts it.
+    limited.sql.execute(
+        f"UPDATE `{jobs.runs_table}` SET dc_state = 2, lease_until = NOW(6) - INTERVAL 1 SECOND "
+        "WHERE concurrency_key = 'acct-a'"
+    )
+    (state,) = read_key_limits(stores["default"].db, jobs)
+    assert (state.busiest, state.keys_in_flight) == ([("acct-b", 1)], 1)
+    sql = render_key_status(jobs.table, jobs.runs_table)
+    for stmt, args in (
+        (sql.busiest, ("default", RUNS_READ, 5)),
+        (sql.keys_pending, ("default", JOBS_READ)),
+    ):
+        read = [p for p in _plan(limited, stmt, args) if p["table"] in (jobs.table, jobs.runs_table)]
+        assert [(p["key"], p["type"]) for p in read] == [("dc_key", "range")], read
