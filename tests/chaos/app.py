@@ -7,8 +7,10 @@ execution and the table every ack that committed (and when: recovery times are r
 checker needs nothing else. The soak's cluster group's consumer does the same for each message
 (DUECAST_CHAOS_MSG_LOG, DUECAST_CHAOS_MSG_ACKS; the message's id in place of the job's). Poison tasks: `raise`
 (always fails), `die` (SIGKILLs its worker), `hang` (never returns). The re-scan handlers append
-"source id attempt pid" per row to DUECAST_CHAOS_RESCAN_LOG; their acks are recorded by triggers
-(tests/chaos/rescan.py).
+"source id attempt pid time" per row to DUECAST_CHAOS_RESCAN_LOG; their acks are recorded by triggers
+(tests/chaos/rescan.py). The async task `limited` (fleet-wide `max_running`, tests/chaos/limited.py)
+logs its execution like `work`, and "S|E n key pid time" as each call starts and ends to
+DUECAST_CHAOS_LIMITED_LOG; its ack is recorded by a trigger on the jobs table.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ RESCAN_RANGES = "chaos_ranges"  # range mode: a plain success, no business row w
 # A check costs something (a real one reads or calls out): a batch of 100 rows lasts 50 ms, long
 # enough for the soak's faults to meet re-scan batches half-way.
 RESCAN_ROW_S = 0.0005
+LIMITED = "limited"  # the soak's task under [jobs.task_limits.limited] (tests/chaos/limited.py)
+# A limited call lasts this long: long enough that several overlap (the limit then binds), short
+# enough that a wave's share is done within the wave.
+LIMITED_CALL_S = 0.1
+HEALTHY_TASKS = ("work", LIMITED)  # every job of these must be acked; the rest are poison
 TOPIC, GROUP = (
     "chaos_events",
     "chaos_group",
@@ -53,6 +60,17 @@ def record_ack(cursor: pymysql.cursors.Cursor, table: str, n: int, unit: int) ->
         f"INSERT INTO `{os.environ[table]}` (n, unit, pid, at) VALUES (%s, %s, %s, UNIX_TIMESTAMP(NOW(6)))",
         (n, unit, os.getpid()),
     )
+
+
+@handlers.task(LIMITED)
+async def limited(payload: Any) -> None:
+    """A call to a service the limit protects: its start and end are what the limits checker counts.
+    Not transactional (an async task cannot be): its ack is the delete of its job's row."""
+    n, key = int(payload["n"]), str(payload["key"])
+    log_execution(n)
+    execlog.append("DUECAST_CHAOS_LIMITED_LOG", "S", n, key, os.getpid(), f"{time.time():.6f}")
+    await asyncio.sleep(LIMITED_CALL_S)
+    execlog.append("DUECAST_CHAOS_LIMITED_LOG", "E", n, key, os.getpid(), f"{time.time():.6f}")
 
 
 @handlers.consumer(TOPIC, group=GROUP, transactional=True)
@@ -85,7 +103,12 @@ def check_each(source: str, rows: list[Row]) -> None:
     """Log each row as its check starts (tests.chaos.execlog: one write per record)."""
     for row in rows:
         execlog.append(
-            "DUECAST_CHAOS_RESCAN_LOG", source, int(row["id"]), int(row["dc_attempt"]), os.getpid()
+            "DUECAST_CHAOS_RESCAN_LOG",
+            source,
+            int(row["id"]),
+            int(row["dc_attempt"]),
+            os.getpid(),
+            f"{time.time():.6f}",
         )
         time.sleep(RESCAN_ROW_S)
 
@@ -101,6 +124,11 @@ def check_rows(rows: list[Row]) -> list[Ack]:
 async def check_range_row(row: Row) -> None:
     """The range-mode source's check is an `async def`: its rows overlap on the worker's event loop."""
     execlog.append(
-        "DUECAST_CHAOS_RESCAN_LOG", RESCAN_RANGES, int(row["id"]), int(row["dc_attempt"]), os.getpid()
+        "DUECAST_CHAOS_RESCAN_LOG",
+        RESCAN_RANGES,
+        int(row["id"]),
+        int(row["dc_attempt"]),
+        os.getpid(),
+        f"{time.time():.6f}",
     )
     await asyncio.sleep(RESCAN_ROW_S)

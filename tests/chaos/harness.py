@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from duecast.shared.api.enqueue import Enqueuer, Job
-from duecast.shared.entries import decode_entry
-from duecast.shared.settings import JOBS_SOURCE, MySQLSettings, Settings
+from duecast.shared.settings import JOBS_SOURCE, JobsSettings, MySQLSettings, Settings
 from duecast.shared.states import State
 from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
+from tests.chaos.app import HEALTHY_TASKS
 from tests.chaos.checker import (
     Fault,
     Holding,
@@ -34,6 +34,7 @@ from tests.chaos.checker import (
     work_recovery,
 )
 from tests.chaos.group import ClusterGroup, acks_table
+from tests.chaos.limited import LimitedTask
 from tests.chaos.rescan import RescanTables
 from tests.chaos.rescan_checker import RescanVerdict, classify_rescan, read_rescan_log
 from tests.faults.conftest import _NOT_INHERITED, REDIS_DOWN, SESSION_LOST
@@ -68,6 +69,7 @@ class Chaos:
     dispatchers: dict[str, Proc] = field(default_factory=dict)
     rescan: RescanTables | None = None
     group: ClusterGroup | None = None
+    limited: LimitedTask | None = None
     faults_end: float | None = None  # the database's clock once the last fault was over
     _next: int = 0
     stopped: set[int] = field(default_factory=set)  # pids SIGSTOPped (tests/chaos/soak.py)
@@ -81,6 +83,7 @@ class Chaos:
         self.exec_log = self.tmp / "executions.log"
         self.msg_log = self.tmp / "messages.log"
         self.rescan_log = self.tmp / "rescan.log"
+        self.limited_log = self.tmp / "limited.log"
         self.jobs = {
             "table": self.table,
             "schedules_table": f"{self.table}_s",
@@ -127,6 +130,7 @@ class Chaos:
                 "DUECAST_CHAOS_ACKS": self.acks,
                 "DUECAST_CHAOS_RESCAN_LOG": str(self.rescan_log),
                 "DUECAST_CHAOS_MSG_LOG": str(self.msg_log),
+                "DUECAST_CHAOS_LIMITED_LOG": str(self.limited_log),
                 "PYTHONUNBUFFERED": "1",
             }
         )
@@ -140,6 +144,8 @@ class Chaos:
             self.rescan.drop()
         if self.group is not None:
             self.group.drop()
+        if self.limited is not None:
+            self.limited.drop()
         # The next scenario's dispatcher must not wait out this one's leader lease.
         self.query("DELETE FROM duecast_leases")
         self.query("DELETE FROM duecast_workers")
@@ -174,10 +180,23 @@ class Chaos:
         self.env["DUECAST_CHAOS_MSG_ACKS"] = self.group.acks
         return self.group
 
+    def add_limited(self, **sizes: Any) -> LimitedTask:
+        """The limited task for the processes started from now on (see tests/chaos/limited.py)."""
+        self.limited = LimitedTask(self.query, self.table, self.acks, self.limited_log, **sizes)
+        self.jobs["task_limits"] = self.limited.limits()
+        self.settings = self.settings.model_copy(update={"jobs": JobsSettings.model_validate(self.jobs)})
+        migrate.apply(self.settings)  # the jobs table's dc_task index
+        self.limited.create_trigger()
+        self.env["DUECAST_JOBS"] = json.dumps(self.jobs)
+        return self.limited
+
     # ---------------------------------------------------------------- load
 
-    def enqueue(self, n: int, poison: dict[str, int] | None = None, batch: int = 10_000) -> None:
-        """n healthy `work` jobs; `poison` = {"raise": k, "die": k, "hang": k} spread among them."""
+    def enqueue(
+        self, n: int, poison: dict[str, int] | None = None, batch: int = 10_000, limited: bool = False
+    ) -> None:
+        """n healthy `work` jobs (`limited`: of the limited task); `poison` = {"raise": k, "die": k,
+        "hang": k} spread among them."""
         kinds = [k for k, count in (poison or {}).items() for _ in range(count)]
         slots = set(self.rng.sample(range(n + len(kinds)), len(kinds)))
         enqueuer = Enqueuer(self.settings, None)
@@ -189,7 +208,8 @@ class Chaos:
                 jobs.append(Job(kinds.pop(), {"n": number}))
                 self.poison.add(number)
             else:
-                jobs.append(Job("work", {"n": number}))
+                job = self.limited.job(number) if limited and self.limited else Job("work", {"n": number})
+                jobs.append(job)
                 self.healthy.add(number)
             if len(jobs) >= batch:
                 enqueuer.enqueue_many(jobs)
@@ -256,39 +276,10 @@ class Chaos:
         self.sql = connect(self.mysql)
         self.sql.autocommit(True)
 
-    def claims(self) -> tuple[int, dict[int, int], list[tuple[Any, ...]]]:
-        """What every claim of jobs changes: the runs table's AUTO_INCREMENT (a new run), each run's
-        attempt (a run dispatched again) and the dispatch cursors (jobs read past them)."""
-        runs = self.settings.jobs.runs_table
-        (auto,) = self.query(
-            "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
-            "AND TABLE_NAME = %s",
-            (runs,),
-        )[0]
-        attempts = {int(i): int(a) for i, a in self.query(f"SELECT id, dc_attempt FROM `{runs}`")}
-        cursors = self.query(f"SELECT * FROM `{self.settings.jobs.cursors_table}` ORDER BY queue, priority")
-        return int(auto), attempts, cursors
-
-    def claims_since(self, before: tuple[int, dict[int, int], list[tuple[Any, ...]]]) -> list[str]:
-        """The claims made since `claims()` returned `before` (a finished run's row goes: no claim)."""
-        auto, attempts, cursors = self.claims()
-        made = [f"runs made: {before[0]} -> {auto}"] if auto != before[0] else []
-        again = [f"run {i} dispatched again" for i, a in attempts.items() if a != before[1].get(i, a)]
-        moved = ["a cursor moved"] if cursors != before[2] else []
-        return made + again + moved
-
-    def jobs_listed(self, entries: Sequence[bytes | str]) -> int:
-        """The jobs the runs of these ready-list entries hold."""
-        ids = [decode_entry(e if isinstance(e, bytes) else e.encode()).id for e in entries]
-        if not ids:
-            return 0
-        runs = self.settings.jobs.runs_table
-        found = self.query(f"SELECT COALESCE(SUM(jobs), 0) FROM `{runs}` WHERE id IN %s", (tuple(ids),))
-        return int(found[0][0])
-
     def poison_settled(self) -> bool:
         rows = self.query(
-            f"SELECT COUNT(*) FROM `{self.table}` WHERE task <> 'work' AND dc_state <> %s", (int(State.DEAD),)
+            f"SELECT COUNT(*) FROM `{self.table}` WHERE task NOT IN %s AND dc_state <> %s",
+            (HEALTHY_TASKS, int(State.DEAD)),
         )
         return int(rows[0][0]) == 0
 
@@ -316,9 +307,10 @@ class Chaos:
         return time.monotonic() - started
 
     def healthy_dead(self) -> int:
-        """Healthy (`work`) jobs dead-lettered: none may be, and none would ever be acked."""
+        """Healthy jobs dead-lettered: none may be, and none would ever be acked."""
         rows = self.query(
-            f"SELECT COUNT(*) FROM `{self.table}` WHERE task = 'work' AND dc_state = %s", (int(State.DEAD),)
+            f"SELECT COUNT(*) FROM `{self.table}` WHERE task IN %s AND dc_state = %s",
+            (HEALTHY_TASKS, int(State.DEAD)),
         )
         return int(rows[0][0])
 
@@ -336,8 +328,8 @@ class Chaos:
         )
         dead = self.query(
             "SELECT id, errors, interruptions, dc_attempt, worker, LEFT(last_error, 300) "
-            f"FROM `{jobs.table}` WHERE task = 'work' AND dc_state = %s LIMIT 5",
-            (int(State.DEAD),),
+            f"FROM `{jobs.table}` WHERE task IN %s AND dc_state = %s LIMIT 5",
+            (HEALTHY_TASKS, int(State.DEAD)),
         )
         return f"jobs {states}, due {due}, runs {runs}, cursors {cursors}, healthy jobs dead {dead}"
 

@@ -57,9 +57,14 @@ class Check:
 def read_rescan_log(path: Path) -> dict[RunKey, list[int]]:
     """(source, id, attempt) -> the pids that executed it, in log order."""
     runs: dict[RunKey, list[int]] = defaultdict(list)
-    for source, id_, attempt, pid in records(path):
+    for source, id_, attempt, pid, *_ in records(path):
         runs[(source, int(id_), int(attempt))].append(int(pid))
     return runs
+
+
+def read_rescan_starts(path: Path, source: str) -> list[float]:
+    """When each check of `source` started (time.time() in its handler), in log order."""
+    return [float(fields[4]) for fields in records(path) if fields[0] == source and len(fields) == 5]
 
 
 @dataclass

@@ -9,7 +9,8 @@ and read-locks) and a Sentinel-managed Redis (a master, a replica and three Sent
 tests/chaos/sentinel.py; --failovers SENTINEL FAILOVERs, and the Redis restarts restart the
 master in place, empty), prints the faults as they are injected and the verdicts at the
 end (jobs, the cluster group's messages, then the re-scan sources that ran beside them) with each
-fault's recovery, and exits 1 unless nothing was lost, acked twice or unexpected. --defaults runs
+fault's recovery and the limits (the row-mode source's rate, the limited task's max_running), and
+exits 1 unless nothing was lost, acked twice or unexpected and no limit was exceeded. --defaults runs
 the processes with duecast's default leases (15 s), batches (2,000, in job runs of 500), visibility
 timeout (60 s) and worker heartbeats (dead after 15 s) instead of the suite's short ones (3 s, 100 in
 runs of 25, 5 s, 2 s);
@@ -29,12 +30,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from tests.chaos.app import RESCAN_ROWS
 from tests.chaos.checker import Verdict, WorkRecovery
 from tests.chaos.harness import Chaos
 from tests.chaos.private_mariadb import running_with
 from tests.chaos.rescan_checker import RescanVerdict
 from tests.chaos.sentinel import SentinelRedis
-from tests.chaos.soak import Plan, soak
+from tests.chaos.soak import Plan, limits_verdicts, soak
 from tests.faults.procs import Procs
 
 
@@ -100,10 +102,14 @@ def main(argv: list[str] | None = None) -> int:
 def report(chaos: Chaos, args: argparse.Namespace, sizes: dict[str, int], took: float, wall: float) -> int:
     verdict, rescan, work = chaos.verdict(), chaos.rescan_verdict(), chaos.work_recovery()
     messages = chaos.message_verdict()
+    rate, running = limits_verdicts(chaos)
     faults = Counter(f.kind for f in chaos.faults)
     print(verdict.summary())
     print("cluster group:", messages.summary())
     print(rescan.summary())
+    assert chaos.rescan is not None
+    print(f"{RESCAN_ROWS}:", rate.summary(chaos.rescan.rate), "; over:", rate.over or "nothing")
+    print("limited task:", running.summary(), "; over:", running.over or "nothing")
     print(
         f"{len(chaos.healthy):,} jobs in {took:.0f}s ({len(chaos.healthy) / took:,.0f} jobs/s) under faults:"
     )
@@ -129,9 +135,15 @@ def report(chaos: Chaos, args: argparse.Namespace, sizes: dict[str, int], took: 
             "held_work_recovery_s": _work_figures(work),
             "measured_s": {k: [round(v, 2) for v in vs] for k, vs in chaos.measured.items()},
             "rescan": _rescan_figures(rescan, sizes),
+            "limits": {
+                "rate": {f"claims_{w:g}s": most for w, (most, _, _) in rate.windows.items()}
+                | {"starts_1s": rate.starts[0], "over": rate.over},
+                "running": {k: most for k, (most, _) in running.most.items()} | {"over": running.over},
+            },
         }
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
-    return 0 if verdict.ok and messages.ok and rescan.ok else 1
+    held = not (rate.over or running.over)
+    return 0 if verdict.ok and messages.ok and rescan.ok and held else 1
 
 
 def _verdict_figures(v: Verdict) -> dict[str, object]:

@@ -30,6 +30,7 @@ from tests.chaos.faults import (
     stop_worker,
 )
 from tests.chaos.harness import Chaos
+from tests.chaos.limits_checker import RateVerdict, RunningVerdict
 from tests.chaos.private_mariadb import PrivateMariaDB
 from tests.chaos.sentinel import SentinelRedis
 from tests.faults.conftest import CRASH_AFTER_COMMIT
@@ -44,6 +45,10 @@ RESCAN_BOUND_S = 60.0
 # timeout: so the leader's look at dead workers' holds (issue 16.2) is what brings their rows back.
 FAST_DEATH = {"DUECAST_WORKER__HEARTBEAT_S": "0.5", "DUECAST_WORKER__DEAD_AFTER_S": "2"}
 SETTLE_S = 120.0
+# Each wave brings this many jobs of the limited task (tests/chaos/limited.py) at once: far more
+# than its max_running, so the limit binds in every wave; at max_running / LIMITED_CALL_S calls per
+# second they are done well within the wave.
+LIMITED_PER_WAVE = 40
 
 
 @dataclass(frozen=True)
@@ -124,8 +129,9 @@ def soak(
     rescan: Mapping[str, Any] | None = None,
     server: PrivateMariaDB | None = None,
 ) -> float:
-    """One-off jobs and a cluster group's messages (a quarter as many) enqueued in waves, and a
-    row-mode and a range-mode re-scan source (`rescan`: their sizes, see RescanTables) served by the
+    """One-off jobs and a cluster group's messages (a quarter as many) enqueued in waves, with each
+    wave LIMITED_PER_WAVE jobs of a task under max_running, and a row-mode (under a rate limit that
+    binds) and a range-mode re-scan source (`rescan`: their sizes, see RescanTables) served by the
     same dispatcher all along, under the faults of `plan`: worker SIGKILLs (aimed at workers holding
     jobs, re-scan rows or the group's messages), Redis restarts and a FLUSHALL, a ready list SET to
     a string (issue 16.3), a dead worker's hold record made garbage (16.2), a dispatcher SIGKILLed
@@ -139,9 +145,11 @@ def soak(
     per_wave = max(1, jobs // plan.waves)
     units = chaos.add_rescan(**(rescan or {})).units()  # re-scan rows and spans
     group = chaos.add_group()
+    chaos.add_limited()
     if plan.fast_death:
         chaos.env.update(FAST_DEATH)
     chaos.enqueue(per_wave)
+    chaos.enqueue(LIMITED_PER_WAVE, limited=True)
     group.publish(chaos.settings, per_wave // 4)
     first = chaos.dispatcher("dispatcher-crash", CRASH_AFTER_COMMIT)
     chaos.procs.wait_exit(first, 60)
@@ -159,6 +167,7 @@ def soak(
     for step in steps:
         target = chaos.acked() + per_wave // 2
         chaos.enqueue(per_wave)
+        chaos.enqueue(LIMITED_PER_WAVE, limited=True)
         group.publish(chaos.settings, per_wave // 4)
         # The next fault lands once half a wave has been worked off: faults meet work in flight.
         wait_for(partial(_flowing, chaos, target), 300, "work to flow", chaos.procs.check)
@@ -193,6 +202,17 @@ def soak(
     chaos.wait_rescanned(RESCAN_BOUND_S)
     chaos.stop_all()
     return took
+
+
+def limits_verdicts(chaos: Chaos) -> tuple[RateVerdict, RunningVerdict]:
+    """The row-mode source's rate and the limited task's max_running (tests/chaos/limits_checker.py),
+    from the records of a soak whose processes have all stopped. A pop batch may wait in each
+    worker's hands: the four the soak keeps alive, and those it stopped."""
+    assert chaos.rescan is not None
+    assert chaos.limited is not None
+    stopped = sum(1 for f in chaos.faults if f.kind in ("sigstop", "sigstop_in_ack"))
+    rate = chaos.rescan.rate_verdict(chaos.rescan_log, chaos.pop_batch * (len(chaos.workers) + stopped))
+    return rate, chaos.limited.verdict(chaos.faults)
 
 
 def _inject(

@@ -22,11 +22,13 @@ import pytest
 from duecast.cli.demo.fleet import cpu_seconds
 from duecast.shared.settings import JOBS_SOURCE, MySQLSettings
 from tests.chaos.app import RESCAN_RANGES, RESCAN_ROWS
+from tests.chaos.claims import claims, claims_since, jobs_listed
 from tests.chaos.faults import force_deadlock, kill_mysql_session
 from tests.chaos.harness import Chaos
+from tests.chaos.limits_checker import FLEET
 from tests.chaos.private_mariadb import PrivateMariaDB, running_with
 from tests.chaos.sentinel import SentinelRedis
-from tests.chaos.soak import soak
+from tests.chaos.soak import limits_verdicts, soak
 from tests.faults.private_redis import PrivateRedis
 from tests.faults.procs import Procs, wait_for
 
@@ -131,6 +133,7 @@ def test_soak_with_worker_kills_a_redis_failover_and_restarts_mariadb_faults_and
     # Checks recover after every fault: each row is checked again within the bound after each one.
     slow = {kind: s for kind, s in worst.items() if s is None or s > RECOVERY_BOUND_S}
     assert not slow, f"re-scan did not recover within {RECOVERY_BOUND_S}s after {slow} (seed {chaos.seed})"
+    assert_limits_held(chaos)
     # The ack record is the database's, not an assumption: a forged second ack shows up.
     assert chaos.rescan is not None
     row, attempt = chaos.query(
@@ -138,6 +141,25 @@ def test_soak_with_worker_kills_a_redis_failover_and_restarts_mariadb_faults_and
     )[0]
     chaos.query(f"UPDATE `{chaos.rescan.table}` SET checked_at = NOW(6) WHERE id = %s", (row,))
     assert chaos.rescan_verdict().double_ack == [(RESCAN_ROWS, row, attempt)]
+
+
+def assert_limits_held(chaos: Chaos) -> None:
+    """The soak's limits held through every fault, and bound: the row-mode source's claims in any
+    window within what its bucket allows (limits_checker.RateLimit.bound), and the limited task's
+    calls running at once within max_running (and per key, where keys have a limit), counted from
+    the handlers' own records."""
+    assert chaos.rescan is not None
+    assert chaos.limited is not None
+    limit = chaos.rescan.rate
+    rate, running = limits_verdicts(chaos)
+    print(f"{RESCAN_ROWS}:", rate.summary(limit))
+    assert not rate.over, f"{RESCAN_ROWS} over its rate limit: {rate.over} (seed {chaos.seed})"
+    # It bound: its rows ask a third more than the rate, so its busiest 10 s took near what it allows.
+    assert rate.windows[10.0][0] >= 0.8 * limit.rate_per_s * 10, f"the rate never bound: {rate.windows}"
+    print("limited task:", running.summary())
+    assert not running.over, f"limits exceeded {running.over}: {running.most} (seed {chaos.seed})"
+    # It bound: each wave brings far more jobs than max_running, and its calls overlap.
+    assert running.most[FLEET][0] >= chaos.limited.max_running - 1, f"max_running never bound: {running.most}"
 
 
 def test_redis_down_the_dispatcher_stops_claiming_nothing_spins_and_all_recovers(chaos: Chaos) -> None:
@@ -148,10 +170,10 @@ def test_redis_down_the_dispatcher_stops_claiming_nothing_spins_and_all_recovers
     chaos.fault("redis_down")
     chaos.redis.kill()
     time.sleep(1.0)  # in-flight ticks finish failing
-    claims = chaos.claims()
+    before = claims(chaos)
     cpu = {p.pid: cpu_seconds(p.pid) for p in [dispatcher, *workers]}
     time.sleep(DOWN_S)  # Redis stays down this long (the long version: 60 s)
-    assert chaos.claims_since(claims) == [], "claims while down"
+    assert claims_since(chaos, before) == [], "claims while down"
     for p in [dispatcher, *workers]:
         used = cpu_seconds(p.pid) - cpu[p.pid]
         assert used < 0.25 * DOWN_S, f"pid {p.pid} used {used:.1f}s of CPU in {DOWN_S}s with Redis down"
@@ -242,7 +264,7 @@ def test_all_workers_stopped_the_list_stays_bounded_then_everything_drains(chaos
     lengths = []
     for _ in range(10):
         time.sleep(0.8)  # sampling the list while no worker runs, past the visibility timeout
-        lengths.append(chaos.jobs_listed(chaos.redis.client.lrange(key, 0, -1)))
+        lengths.append(jobs_listed(chaos, chaos.redis.client.lrange(key, 0, -1)))
     # High water plus at most one claim batch, in jobs (what both count): the list's entries are runs.
     assert max(lengths) <= 500 + 100
     for i in range(2):
