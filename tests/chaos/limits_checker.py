@@ -71,6 +71,7 @@ def most_in_window(times: Sequence[float], window_s: float) -> tuple[int, float]
 @dataclass
 class RateVerdict:
     claims: int
+    statements: int  # claim statements (distinct claim times): claims come as often as tokens refill
     windows: dict[float, tuple[int, float, float]]  # window_s -> (most claims, where, bound)
     starts: tuple[int, float, float]  # handler starts: the most in 1 s, where, bound
 
@@ -87,7 +88,8 @@ class RateVerdict:
             f"{w:g}s: {most} (bound {bound:.0f})" for w, (most, _, bound) in sorted(self.windows.items())
         )
         return (
-            f"rate {limit.rate_per_s:g}/s burst {limit.burst:g}: {self.claims:,} claims, the most in "
+            f"rate {limit.rate_per_s:g}/s burst {limit.burst:g}: {self.claims:,} claims in "
+            f"{self.statements:,} statements, the most in "
             f"any window of {parts}; handler starts, the most in 1 s: {self.starts[0]} "
             f"(bound {self.starts[2]:.0f})"
         )
@@ -107,7 +109,8 @@ def judge_rate(
     (a pop batch per worker process, stopped ones too)."""
     times, begun = sorted(claims), sorted(starts)
     found = {w: (*most_in_window(times, w), limit.bound(w)) for w in windows}
-    return RateVerdict(len(times), found, (*most_in_window(begun, 1.0), limit.bound(1.0) + buffered))
+    starts_1s = (*most_in_window(begun, 1.0), limit.bound(1.0) + buffered)
+    return RateVerdict(len(times), len(set(times)), found, starts_1s)
 
 
 # ---------------------------------------------------------------- concurrency
