@@ -8,7 +8,7 @@ checker needs nothing else. The soak's cluster group's consumer does the same fo
 (DUECAST_CHAOS_MSG_LOG, DUECAST_CHAOS_MSG_ACKS; the message's id in place of the job's). Poison tasks: `raise`
 (always fails), `die` (SIGKILLs its worker), `hang` (never returns). The re-scan handlers append
 "source id attempt pid time" per row to DUECAST_CHAOS_RESCAN_LOG; their acks are recorded by triggers
-(tests/chaos/rescan.py). The async task `limited` (fleet-wide `max_running`, tests/chaos/limited.py)
+(tests/chaos/rescan.py). The async task `limited` (`max_running_per_key` of its queue, tests/chaos/limited.py)
 logs its execution like `work`, and "S|E n key pid time" as each call starts and ends to
 DUECAST_CHAOS_LIMITED_LOG; its ack is recorded by a trigger on the jobs table.
 """

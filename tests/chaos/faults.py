@@ -241,6 +241,21 @@ def all_acked(chaos: Chaos, holding: Holding) -> bool:
     return int(rows[0][0]) == len(holding.units)
 
 
+def kill_holder(chaos: Chaos, sources: Collection[str], timeout_s: float = 5.0) -> Proc:
+    """SIGKILL a worker caught holding a batch of one of `sources`, or a random one if none is seen
+    in time. Frozen (SIGSTOP) before its hold is read again, as it could have moved on to another
+    batch since `holder` saw it (the soak's "killed holding" failed so now and then): if it has, it
+    is let go and another looked for."""
+    deadline = time.monotonic() + timeout_s
+    while (proc := holder(chaos, sources, max(0.0, deadline - time.monotonic()))) is not None:
+        os.kill(proc.pid, signal.SIGSTOP)
+        record = held_by(chaos, proc.pid)
+        if record is not None and record[0] in sources:
+            return kill_worker(chaos, proc)  # SIGKILL ends a stopped process too
+        os.kill(proc.pid, signal.SIGCONT)
+    return kill_worker(chaos)
+
+
 def kill_worker(chaos: Chaos, proc: Proc | None = None) -> Proc:
     """SIGKILL `proc`, or a random live worker, and record what it held."""
     proc = proc or chaos.rng.choice(chaos.live_workers())

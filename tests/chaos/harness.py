@@ -144,8 +144,6 @@ class Chaos:
             self.rescan.drop()
         if self.group is not None:
             self.group.drop()
-        if self.limited is not None:
-            self.limited.drop()
         # The next scenario's dispatcher must not wait out this one's leader lease.
         self.query("DELETE FROM duecast_leases")
         self.query("DELETE FROM duecast_workers")
@@ -183,9 +181,9 @@ class Chaos:
     def add_limited(self, **sizes: Any) -> LimitedTask:
         """The limited task for the processes started from now on (see tests/chaos/limited.py)."""
         self.limited = LimitedTask(self.query, self.table, self.acks, self.limited_log, **sizes)
-        self.jobs["task_limits"] = self.limited.limits()
+        self.jobs = self.limited.jobs_settings(self.jobs)
         self.settings = self.settings.model_copy(update={"jobs": JobsSettings.model_validate(self.jobs)})
-        migrate.apply(self.settings)  # the jobs table's dc_task index
+        migrate.apply(self.settings)  # the jobs table's dc_key index
         self.limited.create_trigger()
         self.env["DUECAST_JOBS"] = json.dumps(self.jobs)
         return self.limited

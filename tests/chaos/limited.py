@@ -1,11 +1,9 @@
-"""The soak's limited task beside the other jobs: `limited` (tests/chaos/app.py) under
-`[jobs.task_limits.limited] max_running`, its jobs spread over a few concurrency keys (each job's
-payload names its key), and the record of every one acked: a trigger on the jobs table, as the
-task is async and cannot write in its ack transaction. This module owns that section and trigger;
-the jobs' checker judges these jobs as it judges `work`, limits_checker their concurrency.
-
-A key-limited task is this one with `per_key` set (`max_running_per_key`) and the key passed at
-enqueue as well as in the payload (`job`): the checker already counts per key.
+"""The soak's key-limited task beside the other jobs: `limited` (tests/chaos/app.py) in a queue of its
+own under `[jobs.key_limits.limited] max_running_per_key`, its jobs spread over a few concurrency
+keys (given at enqueue, and named in each job's payload for the handler's record), and the record of
+every one acked: a trigger on the jobs table, as the task is async and cannot write in its ack
+transaction. This module owns that queue's settings and the trigger; the jobs' checker judges these
+jobs as it judges `work`, limits_checker their concurrency per key.
 """
 
 from __future__ import annotations
@@ -16,8 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from duecast.shared.api.enqueue import Job
-from duecast.shared.settings import DispatcherSettings
-from duecast.shared.storage.limits import task_limit_name
 from tests.chaos.app import LIMITED
 from tests.chaos.checker import Fault
 from tests.chaos.limits_checker import RunningVerdict, judge_running, read_calls
@@ -31,20 +27,20 @@ class LimitedTask:
     jobs_table: str
     acks: str  # the jobs' acks record (group.acks_table), shared with `work`
     log: Path  # DUECAST_CHAOS_LIMITED_LOG: its calls' starts and ends
-    max_running: int = 6
     keys: int = 3
-    per_key: int | None = None  # max_running_per_key, once the task limits take it
+    per_key: int = 2  # max_running_per_key: at most keys x per_key of its calls run at once
 
-    def limits(self) -> dict[str, dict[str, int]]:
-        """`jobs.task_limits`."""
-        section = {"max_running": self.max_running}
-        if self.per_key is not None:
-            section["max_running_per_key"] = self.per_key
-        return {LIMITED: section}
+    queue = "limited"
+
+    def jobs_settings(self, jobs: dict[str, Any]) -> dict[str, Any]:
+        """`jobs` with the task's queue and its key limit added."""
+        queues = [*jobs.get("queues", ["default"]), self.queue]
+        return {**jobs, "queues": queues, "key_limits": {self.queue: {"max_running_per_key": self.per_key}}}
 
     def job(self, n: int) -> Job:
         """Job number `n`, of key k0 .. k<keys-1> in turn."""
-        return Job(LIMITED, {"n": n, "key": f"k{n % self.keys}"})
+        key = f"k{n % self.keys}"
+        return Job(LIMITED, {"n": n, "key": key}, queue=self.queue, concurrency_key=key)
 
     def create_trigger(self) -> None:
         """The task's ack is its finish's DELETE of the job's row (jobs.retention_s = 0): recorded in
@@ -56,11 +52,6 @@ class LimitedTask:
             "VALUES (JSON_VALUE(OLD.payload, '$.n'), OLD.id, 0, UNIX_TIMESTAMP(NOW(6))); END IF"
         )
 
-    def drop(self) -> None:
-        """Its bucket row (the trigger goes with the jobs table)."""
-        table = DispatcherSettings().limits_table
-        self.query(f"DELETE FROM `{table}` WHERE name = %s", (task_limit_name(LIMITED),))
-
     def verdict(self, faults: Sequence[Fault]) -> RunningVerdict:
         """Read once every process has stopped."""
-        return judge_running(read_calls(self.log), faults, self.max_running, self.per_key)
+        return judge_running(read_calls(self.log), faults, None, self.per_key)

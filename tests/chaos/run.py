@@ -9,7 +9,7 @@ and read-locks) and a Sentinel-managed Redis (a master, a replica and three Sent
 tests/chaos/sentinel.py; --failovers SENTINEL FAILOVERs, and the Redis restarts restart the
 master in place, empty), prints the faults as they are injected and the verdicts at the
 end (jobs, the cluster group's messages, then the re-scan sources that ran beside them) with each
-fault's recovery and the limits (the row-mode source's rate, the limited task's max_running), and
+fault's recovery and the limits (the row-mode source's rate, the limited task's max_running_per_key), and
 exits 1 unless nothing was lost, acked twice or unexpected and no limit was exceeded. --defaults runs
 the processes with duecast's default leases (15 s), batches (2,000, in job runs of 500), visibility
 timeout (60 s) and worker heartbeats (dead after 15 s) instead of the suite's short ones (3 s, 100 in

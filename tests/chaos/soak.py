@@ -23,7 +23,7 @@ from tests.chaos.faults import (
     hold_read_lock,
     holder,
     keys,
-    kill_worker,
+    kill_holder,
     restart_mariadb,
     resume,
     stop_in_ack,
@@ -46,8 +46,8 @@ RESCAN_BOUND_S = 60.0
 FAST_DEATH = {"DUECAST_WORKER__HEARTBEAT_S": "0.5", "DUECAST_WORKER__DEAD_AFTER_S": "2"}
 SETTLE_S = 120.0
 # Each wave brings this many jobs of the limited task (tests/chaos/limited.py) at once: far more
-# than its max_running, so the limit binds in every wave; at max_running / LIMITED_CALL_S calls per
-# second they are done well within the wave.
+# per key than its max_running_per_key, so the limit binds in every wave; at keys x per_key /
+# LIMITED_CALL_S calls per second they are done well within the wave.
 LIMITED_PER_WAVE = 40
 
 
@@ -130,7 +130,7 @@ def soak(
     server: PrivateMariaDB | None = None,
 ) -> float:
     """One-off jobs and a cluster group's messages (a quarter as many) enqueued in waves, with each
-    wave LIMITED_PER_WAVE jobs of a task under max_running, and a row-mode (under a rate limit that
+    wave LIMITED_PER_WAVE jobs of a task under a per-key limit, and a row-mode (under a rate limit that
     binds) and a range-mode re-scan source (`rescan`: their sizes, see RescanTables) served by the
     same dispatcher all along, under the faults of `plan`: worker SIGKILLs (aimed at workers holding
     jobs, re-scan rows or the group's messages), Redis restarts and a FLUSHALL, a ready list SET to
@@ -205,7 +205,7 @@ def soak(
 
 
 def limits_verdicts(chaos: Chaos) -> tuple[RateVerdict, RunningVerdict]:
-    """The row-mode source's rate and the limited task's max_running (tests/chaos/limits_checker.py),
+    """The row-mode source's rate and the limited task's max_running_per_key (tests/chaos/limits_checker.py),
     from the records of a soak whose processes have all stopped. A pop batch may wait in each
     worker's hands: the four the soak keeps alive, and those it stopped."""
     assert chaos.rescan is not None
@@ -252,4 +252,4 @@ def _inject(
         if step != "kill_rescan":  # a backlog, so that a worker is caught with a batch of it
             backlog(chaos, step == "kill_group")
         aim = {"kill": (JOBS,), "kill_rescan": rescans, "kill_group": (chaos.group.source,)}[step]
-        kill_worker(chaos, holder(chaos, aim))
+        kill_holder(chaos, aim)
