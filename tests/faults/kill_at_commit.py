@@ -55,7 +55,9 @@ def commit(self: Any) -> None:
     session = commit_then_kill(self)
     marker = Path(os.environ["DUECAST_TEST_KILL_AT_COMMIT_DIR"]) / f"{source}.json"
     body = {"source": source, "entries": [[e.id, e.attempt] for e in entries], "at": time.time()}
-    marker.write_text(json.dumps(body))
+    # Whole or absent: the test reads the marker the moment it exists (it once read it empty).
+    marker.with_suffix(".tmp").write_text(json.dumps(body))
+    marker.with_suffix(".tmp").replace(marker)
     log.warning(
         "fault: session %s KILLed at the COMMIT of a claim of %d entries of %s", session, len(entries), source
     )

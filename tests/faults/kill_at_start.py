@@ -39,7 +39,9 @@ def commit(self: Any) -> None:
     _fired.add(source)
     session = commit_then_kill(self)
     marker = Path(os.environ["DUECAST_TEST_KILL_AT_COMMIT_DIR"]) / f"{source}-{os.getpid()}.json"
-    marker.write_text(json.dumps({"source": source, "rows": rows, "at": time.time()}))
+    # Whole or absent: the test reads the marker the moment it exists.
+    marker.with_suffix(".tmp").write_text(json.dumps({"source": source, "rows": rows, "at": time.time()}))
+    marker.with_suffix(".tmp").replace(marker)
     log.warning(
         "fault: session %s KILLed at the COMMIT of a start of %d rows of %s", session, len(rows), source
     )
