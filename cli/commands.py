@@ -10,22 +10,30 @@ import sys
 from collections.abc import Callable
 from importlib import metadata
 
-from ..shared.process import arguments
+from ..shared.process import arguments, collector
 from ..shared.process.failures import EXIT_CONFIG, EXIT_OK, run_command
 from ..shared.settings import load_settings
 from ..shared.storage.admin import migrate
 
 
 def _cmd_dispatcher(rest: list[str]) -> int:
-    from ..dispatcher.main import main  # noqa: PLC0415 - load a role only when it is asked for
+    collector.pause()  # while the role imports; start_process resumes it (shared/process/collector.py)
+    try:
+        from ..dispatcher.main import main  # noqa: PLC0415 - load a role only when it is asked for
 
-    return main(rest)
+        return main(rest)
+    finally:
+        collector.resume()  # a start that failed before start_process: on again all the same
 
 
 def _cmd_worker(rest: list[str]) -> int:
-    from ..worker.main import main  # noqa: PLC0415
+    collector.pause()  # as _cmd_dispatcher
+    try:
+        from ..worker.main import main  # noqa: PLC0415
 
-    return main(rest)
+        return main(rest)
+    finally:
+        collector.resume()
 
 
 def _cmd_demo(rest: list[str]) -> int:

@@ -20,15 +20,15 @@ from ..shared.process.runtime import (
     build_stores,
     check_redis,
     start_process,
+    store_kinds,
 )
-from ..shared.settings import Settings
+from ..shared.settings import Settings, SourceSettings
 from ..shared.storage.db import Database, close_all
 from ..shared.storage.leased.jobs import JobStore
 from ..shared.storage.leases import LeaseStore
 from ..shared.storage.pause_store import PauseStore
 from ..shared.storage.range_store import RangeStore
 from ..shared.storage.schedule_store import ScheduleStore
-from ..shared.storage.source_store import Store
 from ..shared.storage.worker_registry import WorkerRegistry
 from .coverage import Coverage
 from .dispatcher import Dispatcher
@@ -71,7 +71,7 @@ def serve(
         settings.mysql.lock_wait_s,
         paused=pauses.paused_or_last,
     )
-    keeper = RangeKeeper(_range_stores(build_stores(settings, sources, stop)), settings.dispatcher)
+    keeper = RangeKeeper(_range_stores(settings, sources, stop), settings.dispatcher)
     # Before the first claim, so a new range source is covered at once; a lock held on the ranges
     # table past mysql.lock_wait_s is waited out, not the end of the dispatcher (issue 12.5).
     retry_startup(lambda: keeper.discover(full=True), what="range discovery", stop=stop)
@@ -190,12 +190,14 @@ def _job_duties(settings: Settings, queue: ReadyQueue) -> list[tuple[Role, float
     return duties
 
 
-def _range_stores(stores: list[Store]) -> list[RangeStore]:
-    """The range sources' stores, for the range keeper; the others' sessions closed at once."""
-    for store in stores:
-        if not isinstance(store, RangeStore):
-            store.close()
-    return [s for s in stores if isinstance(s, RangeStore)]
+def _range_stores(
+    settings: Settings, sources: list[SourceSettings], stop: threading.Event
+) -> list[RangeStore]:
+    """The range sources' stores, for the range keeper, on a session of their own. Only theirs are
+    built: each other store would cost a schema check before the first claim (a cold start's)."""
+    leased = store_kinds(settings)  # job queues and topic groups: never range stores
+    ranged = [src for src in sources if src.name not in leased and src.mode != "rows"]
+    return [s for s in build_stores(settings, ranged, stop) if isinstance(s, RangeStore)]
 
 
 def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queue) -> int:

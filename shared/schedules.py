@@ -10,9 +10,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
 
-from apscheduler.triggers.cron import CronTrigger
-from apscheduler.triggers.interval import IntervalTrigger
-
 from .settings import ScheduleSettings
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -34,6 +31,9 @@ def build_trigger(schedule: ScheduleSettings) -> Trigger:
     times (that is what makes the (schedule, time) unique key work).
     """
     if schedule.every_s is not None:
+        # APScheduler loads with the first schedule: a dispatcher without one never imports it.
+        from apscheduler.triggers.interval import IntervalTrigger  # noqa: PLC0415
+
         return IntervalTrigger(seconds=schedule.every_s, start_date=EPOCH, timezone="UTC")  # type: ignore[no-any-return]
     return cron_trigger(schedule.cron or "", schedule.timezone)
 
@@ -49,6 +49,8 @@ def cron_trigger(expr: str, timezone: str = "UTC") -> Trigger:
     second = fields.pop(0) if len(fields) == 6 else "0"
     minute, hour, day, month, weekday = fields
     weekday = _WEEKDAY_NUMBER.sub(lambda m: _weekday_name(m.group(0), expr), weekday)
+    from apscheduler.triggers.cron import CronTrigger  # noqa: PLC0415 - as in build_trigger
+
     try:
         return CronTrigger(  # type: ignore[no-any-return]
             second=second,

@@ -20,7 +20,7 @@ from ..storage.leased.groups import GroupStore
 from ..storage.leased.jobs import JobStore
 from ..storage.range_store import RangeStore
 from ..storage.source_store import SourceStore, Store
-from . import logs
+from . import collector, logs
 from .failures import retry_startup
 from .logs import LogFormat
 from .loop import stop_on_signals
@@ -36,6 +36,7 @@ def start_process(config: str | None) -> tuple[Settings, threading.Event]:
     """Common start of every role's main(): settings, logging, and a stop event tied to signals."""
     settings = load_settings(config)
     setup_logging(settings.log_level, settings.log_format)
+    collector.resume()  # paused by the role's entry module while it imported (collector.py)
     stop = threading.Event()
     stop_on_signals(stop)
     return settings, stop
