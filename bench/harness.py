@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -100,6 +101,16 @@ def compile_bytecode() -> None:
     compileall.compile_dir(root, maxlevels=0, quiet=1)
     for part in PACKAGED:
         compileall.compile_dir(root / part, quiet=1)
+
+
+def remove_bytecode() -> None:
+    """Delete what compile_bytecode wrote: with PYTHONDONTWRITEBYTECODE=1, every process then compiles
+    duecast from source, as a checkout run in this machine's environment does (a cold start measured
+    both ways, bench/cold_start.py --from-source)."""
+    root = Path(duecast.__file__).resolve().parent
+    caches = [root / "__pycache__", *(p for part in PACKAGED for p in (root / part).rglob("__pycache__"))]
+    for cache in caches:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def report_console() -> Console:
