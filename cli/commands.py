@@ -23,7 +23,7 @@ def _cmd_dispatcher(rest: list[str]) -> int:
 
         return main(rest)
     finally:
-        collector.resume()  # a start that failed before start_process: on again all the same
+        collector.release()  # a start that ended before start_process: on again, nothing frozen
 
 
 def _cmd_worker(rest: list[str]) -> int:
@@ -33,7 +33,7 @@ def _cmd_worker(rest: list[str]) -> int:
 
         return main(rest)
     finally:
-        collector.resume()
+        collector.release()
 
 
 def _cmd_demo(rest: list[str]) -> int:

@@ -29,3 +29,11 @@ def resume() -> None:
         _paused.clear()
         gc.freeze()
         gc.enable()
+
+
+def release() -> None:
+    """The collector on again if `pause()` still holds it off, nothing frozen: a command that ended
+    before start_process (--help, a bad argument, a start-up error), perhaps in a test's process."""
+    if _paused:
+        _paused.clear()
+        gc.enable()

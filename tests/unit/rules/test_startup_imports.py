@@ -73,3 +73,14 @@ def test_resume_without_pause_leaves_the_collector_alone() -> None:
     collector.resume()  # a test or an embedding process: nothing paused, nothing frozen
     assert gc.isenabled()
     assert gc.get_freeze_count() == frozen
+
+
+def test_a_command_that_ends_before_its_start_gets_the_collector_back_with_nothing_frozen() -> None:
+    frozen = gc.get_freeze_count()
+    collector.pause()
+    try:
+        assert not gc.isenabled()
+    finally:
+        collector.release()  # what `duecast worker --help` does in the process that ran it
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == frozen
