@@ -10,8 +10,8 @@ import os
 import threading
 import time
 import weakref
-from dataclasses import dataclass
 from datetime import UTC, datetime
+from inspect import iscoroutinefunction
 from typing import Any
 
 import django
@@ -49,29 +49,37 @@ handlers = Registry()
 @handlers.task(PLAIN)
 def run_plain(call: dict[str, Any]) -> Any:
     """A plain Django task, on a worker thread."""
-    run = _started(call)
+    known, started = _known(call["task"]), time.time()
+    result = _started(known, call, started)
     _close_old_connections()  # this thread's connections may be stale from a task long ago
     try:
-        value = run.task.call(*_args(run), **run.kwargs)
+        if known.direct:
+            # What Task.call does for a plain function (no async_to_sync), without its per-call
+            # iscoroutinefunction(); args and kwargs are this job's own freshly decoded JSON (what
+            # TaskResult would normalise them to), unpacked into the call's own tuple and dict.
+            value = known.task.func(*call.get("args", ()), **call.get("kwargs", {}))
+        else:
+            value = known.task.call(*_args(known, call, result), **call.get("kwargs", {}))
     except BaseException:
-        _finished(run, TaskResultStatus.FAILED)
+        _finished(known, call, started, result, TaskResultStatus.FAILED)
         raise
     finally:
         _close_old_connections()
-    _finished(run, TaskResultStatus.SUCCESSFUL)
+    _finished(known, call, started, result, TaskResultStatus.SUCCESSFUL)
     return value
 
 
 @handlers.task(ASYNC)
 async def run_async(call: dict[str, Any]) -> Any:
     """An `async def` Django task, on the worker's event loop."""
-    run = _started(call)
+    known, started = _known(call["task"]), time.time()
+    result = _started(known, call, started)
     try:
-        value = await run.task.acall(*_args(run), **run.kwargs)
+        value = await known.task.acall(*_args(known, call, result), **call.get("kwargs", {}))
     except BaseException:
-        _finished(run, TaskResultStatus.FAILED)
+        _finished(known, call, started, result, TaskResultStatus.FAILED)
         raise
-    _finished(run, TaskResultStatus.SUCCESSFUL)
+    _finished(known, call, started, result, TaskResultStatus.SUCCESSFUL)
     return value
 
 
@@ -81,7 +89,7 @@ async def run_async(call: dict[str, Any]) -> Any:
 # pass left none open and no connection has been opened in the process since (connection_created is
 # sent by every new connection, on whatever thread or context opens it).
 _opened = [0]  # connections opened in this process: only ever counts up
-_passes = threading.local()  # this thread's last pass: (_opened then, whether it left one open)
+_passes = threading.local()  # clean: _opened at this thread's last pass if it left none open, else -1
 
 
 def _count_opened(**_: Any) -> None:
@@ -94,63 +102,55 @@ connection_created.connect(_count_opened, weak=False, dispatch_uid="duecast.djan
 def _close_old_connections() -> None:
     """Django's close_old_connections(), skipped when it has nothing to look at on this thread."""
     opened = _opened[0]  # read first: a connection opened during the pass makes the next one look
-    if getattr(_passes, "last", None) == (opened, False):
+    if getattr(_passes, "clean", -1) == opened:
         return
     left_open = False
     for conn in connections.all(initialized_only=True):
         conn.close_if_unusable_or_obsolete()
         left_open = left_open or conn.connection is not None
-    _passes.last = (opened, left_open)
+    _passes.clean = -1 if left_open else opened
+
+
+class _Known:
+    """What a task path names, looked up once per path and process (import_string, its backend, and
+    whether its function may be called directly): a Task is a frozen dataclass, so none of it changes."""
+
+    __slots__ = ("direct", "sender", "task")
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+        self.sender: type = type(task.get_backend())  # the backend's class, which signals are sent by
+        # A plain function with no TaskContext: Task.call would only call it.
+        self.direct = not task.takes_context and not iscoroutinefunction(task.func)
 
 
 @functools.cache
-def _task(path: str) -> tuple[Task, type]:
-    """The Task at `path` and its backend's class (what signals are sent by), looked up once."""
+def _known(path: str) -> _Known:
     task = import_string(path)
     if not isinstance(task, Task):
         raise TypeError(f"{path} is not a Django task (decorate it with @task)")
-    return task, type(task.get_backend())
+    return _Known(task)
 
 
-@dataclass(slots=True)
-class _Run:
-    """One task's run. Its TaskResult is built only when something can see it: a TaskContext, or a
-    signal that is sent (building it costs a no-op task a seventh of its time in the worker)."""
-
-    task: Task
-    sender: type  # the backend's class, which Django's signals are sent by
-    call: dict[str, Any]
-    started: float  # time.time() at the start: started_at, should a TaskResult be built
-    attempt: int
-    id: int
-    result: TaskResult | None = None
-
-    @property
-    def args(self) -> list[Any]:
-        return list(self.call.get("args", []))  # decoded JSON: what TaskResult would normalise it to
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        return dict(self.call.get("kwargs", {}))
-
-    def task_result(self) -> TaskResult:
-        if self.result is None:
-            at = _aware(self.started)
-            self.result = TaskResult(
-                task=self.task,
-                id=str(self.id),
-                status=TaskResultStatus.RUNNING,
-                enqueued_at=None,
-                started_at=at,
-                finished_at=None,
-                last_attempted_at=at,
-                args=self.args,
-                kwargs=self.kwargs,
-                backend=self.task.backend,
-                errors=[],
-                worker_ids=["duecast"] * self.attempt,
-            )
-        return self.result
+def _task_result(known: _Known, call: dict[str, Any], started: float) -> TaskResult:
+    """The run's TaskResult, built only when something can see it: a TaskContext, or a signal that
+    is sent (building it costs a no-op task a seventh of its time in the worker)."""
+    job = current_job()
+    at = _aware(started)
+    return TaskResult(
+        task=known.task,
+        id=str(job.id),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=None,
+        started_at=at,
+        finished_at=None,
+        last_attempted_at=at,
+        args=list(call.get("args", [])),  # decoded JSON: what TaskResult would normalise it to
+        kwargs=dict(call.get("kwargs", {})),
+        backend=known.task.backend,
+        errors=[],
+        worker_ids=["duecast"] * job.attempt,
+    )
 
 
 def _aware(at: float) -> datetime:
@@ -158,30 +158,34 @@ def _aware(at: float) -> datetime:
     return datetime.fromtimestamp(at, tz=UTC) if settings.USE_TZ else datetime.fromtimestamp(at)
 
 
-def _started(call: dict[str, Any]) -> _Run:
-    """The run of the Task the job names; task_started sent if anything would see it."""
-    task, sender = _task(call["task"])
-    job = current_job()
-    run = _Run(task, sender, call, time.time(), job.attempt, job.id)
+def _started(known: _Known, call: dict[str, Any], started: float) -> TaskResult | None:
+    """task_started sent if anything would see it; the run's TaskResult if one was built (for that
+    signal or a TaskContext), else None."""
     if not _unseen(task_started, logging.INFO):
-        task_started.send(sender=sender, task_result=run.task_result())
-    return run
+        result = _task_result(known, call, started)
+        task_started.send(sender=known.sender, task_result=result)
+        return result
+    return _task_result(known, call, started) if known.task.takes_context else None
 
 
-def _args(run: _Run) -> list[Any]:
-    if run.task.takes_context:
-        return [TaskContext(task_result=run.task_result()), *run.task_result().args]
-    return run.args
+def _args(known: _Known, call: dict[str, Any], result: TaskResult | None) -> list[Any]:
+    if known.task.takes_context:
+        assert result is not None  # _started builds it for a TaskContext
+        return [TaskContext(task_result=result), *result.args]
+    return list(call.get("args", ()))
 
 
-def _finished(run: _Run, status: Any) -> None:
+def _finished(
+    known: _Known, call: dict[str, Any], started: float, result: TaskResult | None, status: Any
+) -> None:
     """task_finished sent if anything would see it (a failure is logged at ERROR by django-tasks)."""
     if _unseen(task_finished, logging.ERROR if status == TaskResultStatus.FAILED else logging.INFO):
         return
-    result = run.task_result()
+    if result is None:
+        result = _task_result(known, call, started)
     object.__setattr__(result, "status", status)
     object.__setattr__(result, "finished_at", timezone.now())
-    task_finished.send(sender=run.sender, task_result=result)
+    task_finished.send(sender=known.sender, task_result=result)
 
 
 def _unseen(signal: Any, level: int) -> bool:
