@@ -26,6 +26,10 @@ def with_context(context, a):
 @task()
 def fails():
     raise ValueError("boom")
+
+@task()
+async def doubled(a):
+    return a * 2
 """
 
 CHILD = """
@@ -85,6 +89,7 @@ if case == "quiet":
     out["value"] = run("tasks.plain", 1, b=2)
     out["context"] = run("tasks.with_context", 5)
     out["failed"] = run("tasks.fails")
+    out["async_as_plain"] = run("tasks.doubled", 4)  # enqueued before its code became async def
 out["built"] = built[0]
 out["records"] = records
 print(json.dumps(out))
@@ -138,3 +143,6 @@ def test_with_nothing_to_see_no_result_is_built_but_a_context_and_a_failure_stil
     assert [level for level, _ in out["records"]] == ["ERROR"]
     assert "state=FAILED" in out["records"][0][1]
     assert out["built"] == 2  # the context's and the failure's; the plain success built none
+    # A plain job whose function is now `async def` still runs, through Task.call (async_to_sync):
+    # only a plain function without a context is called directly.
+    assert out["async_as_plain"] == 8
