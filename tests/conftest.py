@@ -33,7 +33,8 @@ TESTS = Path(__file__).resolve().parent
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test of the serial tiers `serial`, and the chaos scenarios and the integration
     tests marked serial by hand also `alone` (scripts/dev test: `-m "not serial"` on 2 processes,
-    then `-m "serial and not alone"` on 2 processes, then `-m alone` in one).
+    then `-m "serial and not alone"` on 3 processes, then `-m alone` in one). A few fault tests
+    that count handler calls per second are marked `alone` by hand.
 
     `alone` tests start a whole fleet and time it, or run a worker inside the test's own process
     (whose lease watchdog ends the process if a loaded machine stalls its renewals: beside the

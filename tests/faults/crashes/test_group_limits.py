@@ -113,6 +113,10 @@ def group_env(
         sql.execute("DROP TABLE IF EXISTS " + ", ".join(f"`{settings.topics.table(k)}`" for k in kinds))
 
 
+# Alone (scripts/dev test phase 3): handler calls are counted per second against the rate, and
+# beside two other fault tests on 2 cores a stalled worker's waiting entries started together
+# (118 in one second against 100 once, with the fault tier on 3 processes).
+@pytest.mark.alone
 def test_a_groups_rate_limit_holds_in_every_second_across_workers_and_a_leader_kill(group_env: Any) -> None:
     # A claim the killed leader committed but never pushed comes back after the visibility timeout.
     env: GroupEnv = group_env(rate_limit_per_s=RATE, visibility_timeout_s=5)

@@ -43,6 +43,10 @@ def _leader(env: FaultEnv) -> str:
     return str(rows[0][0]) if rows else ""
 
 
+# Alone (scripts/dev test phase 3): handler calls are counted per second against the rate, and
+# beside two other fault tests on 2 cores a stalled worker's waiting entries started together
+# (118 in one second against 100 once, with the fault tier on 3 processes).
+@pytest.mark.alone
 def test_a_rate_limit_holds_in_every_second_across_workers_and_a_leader_kill(
     fault_env: Callable[..., FaultEnv],
 ) -> None:
