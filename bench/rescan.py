@@ -4,10 +4,10 @@ Runs the demo's real processes (one dispatcher, N workers) against a table of --
 re-checked every --period seconds, in row mode and/or range mode, several times each, and prints
 a table of medians: checks/s sustained, the share of users checked within period + 1 s, p50/p99
 staleness at the end of the run, the CPU each process used, and how even the pace is: p1 / median
-/ p99 of the 1-s windows of checks after --settle seconds, against users/period (from the acked
-counters, which each worker sends every 0.5 s: a window is off by up to that much of a worker's
-checks), and the schedule itself at the end: the users due in each second of the next period,
-read from MySQL (exact).
+/ p99 of the 1-s windows of checks after --settle seconds, against users/period (counted where the
+checks run: the workers' handler module is bench/pace_app.py, the demo's check counting the checks
+of each wall-clock second), and the schedule itself at the end: the users due in each second of the
+next period, read from MySQL (exact).
 
     scripts/dev shell python bench/rescan.py --users 1000000 --seconds 60 --runs 3
 
@@ -21,14 +21,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
+import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from harness import quantile
 from rich.console import Console
 from rich.table import Table
 
@@ -39,6 +45,8 @@ from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import Settings, load_settings
 from duecast.shared.storage.admin import demo_table as demo_data
 from duecast.shared.storage.db import connect
+
+BENCH_DIR = Path(__file__).resolve().parent
 
 
 def mariadb_pid() -> int | None:
@@ -82,6 +90,7 @@ def one_run(settings: Settings, args: argparse.Namespace, workers: int, console:
     measured: dict[str, Any] = {}
 
     def before_stop() -> None:
+        measured["ended_at"] = time.time()
         ages, weights = staleness(settings)
         total = sum(weights) or 1
         within = sum(w for a, w in zip(ages, weights, strict=True) if a <= args.period + 1.0)
@@ -95,6 +104,8 @@ def one_run(settings: Settings, args: argparse.Namespace, workers: int, console:
             staleness_p99_s=weighted_quantile(ages, weights, 0.99),
         )
 
+    pace_dir = Path(tempfile.mkdtemp(prefix="duecast-pace-"))
+    path = os.pathsep.join(p for p in (str(BENCH_DIR), os.environ.get("PYTHONPATH")) if p)
     db_pid = mariadb_pid()
     db_cpu_before = cpu_seconds(db_pid) if db_pid else 0.0
     run = demo.run(
@@ -105,16 +116,26 @@ def one_run(settings: Settings, args: argparse.Namespace, workers: int, console:
         console=console,
         before_stop=before_stop,
         all_due=args.start == "due",
+        app="pace_app",
+        extra_env={"PYTHONPATH": path, "DUECAST_BENCH_PACE_DIR": str(pace_dir)},
     )
     db_cpu = (cpu_seconds(db_pid) - db_cpu_before) if db_pid else 0.0
     if run.errors or any(run.exit_codes.values()):
         raise SystemExit(f"run failed: {run.errors or run.exit_codes} (logs: {run.log_dir})")
     cores = {name: cpu / args.seconds for name, cpu in run.cpu_s.items()}
-    p1, p50, p99 = run.window_quantiles(skip_s=args.settle) or (0.0, 0.0, 0.0)
+    per_second = read_counts(pace_dir)
+    shutil.rmtree(pace_dir, ignore_errors=True)
+    first = min(per_second) if per_second else 0  # the first second any check ran
+    last = int(measured.pop("ended_at")) - 1  # the last whole second before the end-of-run reads
+    p1, p50, p99, seconds = window_quantiles(per_second, first + math.ceil(args.settle), last)
+    a1, a50, a99 = run.window_quantiles(skip_s=args.settle) or (0.0, 0.0, 0.0)
     return measured | {
         "windows_p1": p1,
         "windows_p50": p50,
         "windows_p99": p99,
+        "windows_counted": seconds,
+        "checks_per_second": [per_second.get(s, 0) for s in range(first, last + 1)],
+        "acked_windows_p1_p50_p99": [a1, a50, a99],
         "checks_per_s": run.mean_rate(skip_s=args.warmup),
         "cores": {
             "mariadb": db_cpu / args.seconds,
@@ -124,6 +145,23 @@ def one_run(settings: Settings, args: argparse.Namespace, workers: int, console:
         "stale_acks": run.counter("stale_acks"),
         "redeliveries": run.counter("requeued"),
     }
+
+
+def read_counts(folder: Path) -> Counter[int]:
+    """Checks per wall-clock second where they ran (bench/pace_app.py), summed over the workers."""
+    total: Counter[int] = Counter()
+    for path in folder.glob("*.json"):
+        total.update({int(k): int(v) for k, v in json.loads(path.read_text()).items()})
+    return total
+
+
+def window_quantiles(per_second: Counter[int], first: int, last: int) -> tuple[float, float, float, int]:
+    """p1, median and p99 of the checks in each whole second from `first` to `last` (inclusive),
+    and how many seconds that is; a second with no check counts as 0."""
+    windows = sorted(float(per_second.get(s, 0)) for s in range(first, last + 1))
+    if not windows:
+        return 0.0, 0.0, 0.0, 0
+    return quantile(windows, 0.01), quantile(windows, 0.5), quantile(windows, 0.99), len(windows)
 
 
 def median_of(runs: list[dict[str, Any]], key: str) -> float:
@@ -173,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs",
         f"checked ≤ {args.period + 1:g} s",
         "staleness p50 / p99",
-        f"1-s windows p1 / p50 / p99 (target {args.users / args.period:,.0f})",
+        f"1-s windows of checks run: p1 / p50 / p99 (target {args.users / args.period:,.0f})",
         "due per second: min / median / max",
         "cores: MariaDB / dispatcher / workers",
     ):

@@ -69,10 +69,13 @@ def run(
     stop: threading.Event | None = None,
     before_stop: Callable[[], None] | None = None,
     all_due: bool = False,
+    app: str = APP,
+    extra_env: dict[str, str] | None = None,
 ) -> Run:
     """Prepare, start, watch for `seconds`, stop. `before_stop` runs while every process still
     works (benchmarks take their end-of-run measurements there). `all_due`: every user due at the
-    start, the worst case for an even pace (else their last checks are spread over a period)."""
+    start, the worst case for an even pace (else their last checks are spread over a period).
+    `app` and `extra_env`: the workers' handler module and environment (a benchmark's own)."""
     console = console or Console()
     stop = stop or threading.Event()
     with Progress(console=console, transient=True) as bar:
@@ -94,7 +97,7 @@ def run(
     logs = Path(tempfile.mkdtemp(prefix="duecast-demo-"))
     config = logs / "demo.toml"
     write_config(settings, config, concurrency)
-    fleet = Fleet(config, APP, logs)
+    fleet = Fleet(config, app, logs, extra_env=extra_env or {})
     fleet.start_dispatcher()
     for i in range(workers):
         fleet.start_worker(f"worker-{i + 1}")
