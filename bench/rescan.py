@@ -31,6 +31,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ from rich.table import Table
 
 from duecast.cli.demo import run as demo
 from duecast.cli.demo.fleet import cpu_seconds
+from duecast.cli.demo.results import Run
 from duecast.shared.process.runtime import build_queue
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import Settings, load_settings
@@ -86,11 +89,68 @@ def weighted_quantile(values: list[float], weights: list[int], q: float) -> floa
     return pairs[-1][0] if pairs else 0.0
 
 
+@dataclass
+class Counted:
+    """A demo run, with the checks of each wall-clock second counted where they ran."""
+
+    run: Run
+    per_second: Counter[int]
+    first: int  # the first second any check ran
+    last: int  # the last whole second before the end-of-run reads
+
+    def windows(self, settle_s: float) -> tuple[float, float, float, int]:
+        """p1 / median / p99 of the 1-s windows from settle_s after the first check, and their count."""
+        return window_quantiles(self.per_second, self.first + math.ceil(settle_s), self.last)
+
+    def series(self) -> list[int]:
+        return [self.per_second.get(s, 0) for s in range(self.first, self.last + 1)]
+
+
+def counted_run(
+    settings: Settings,
+    users: int,
+    workers: int,
+    seconds: float,
+    *,
+    console: Console,
+    before_stop: Callable[[], None] | None = None,
+    all_due: bool,
+) -> Counted:
+    """demo.run with the workers' handler module bench/pace_app.py, which counts each second's checks."""
+    ended: list[float] = []
+
+    def reads() -> None:
+        ended.append(time.time())
+        if before_stop is not None:
+            before_stop()
+
+    pace_dir = Path(tempfile.mkdtemp(prefix="duecast-pace-"))
+    path = os.pathsep.join(p for p in (str(BENCH_DIR), os.environ.get("PYTHONPATH")) if p)
+    try:
+        run = demo.run(
+            settings,
+            users,
+            workers,
+            seconds,
+            console=console,
+            before_stop=reads,
+            all_due=all_due,
+            app="pace_app",
+            extra_env={"PYTHONPATH": path, "DUECAST_BENCH_PACE_DIR": str(pace_dir)},
+        )
+        per_second = read_counts(pace_dir)
+    finally:
+        shutil.rmtree(pace_dir, ignore_errors=True)
+    if run.errors or any(run.exit_codes.values()):
+        raise SystemExit(f"run failed: {run.errors or run.exit_codes} (logs: {run.log_dir})")
+    first = min(per_second) if per_second else 0
+    return Counted(run, per_second, first, int(ended[0]) - 1 if ended else first)
+
+
 def one_run(settings: Settings, args: argparse.Namespace, workers: int, console: Console) -> dict[str, Any]:
     measured: dict[str, Any] = {}
 
     def before_stop() -> None:
-        measured["ended_at"] = time.time()
         ages, weights = staleness(settings)
         total = sum(weights) or 1
         within = sum(w for a, w in zip(ages, weights, strict=True) if a <= args.period + 1.0)
@@ -104,11 +164,9 @@ def one_run(settings: Settings, args: argparse.Namespace, workers: int, console:
             staleness_p99_s=weighted_quantile(ages, weights, 0.99),
         )
 
-    pace_dir = Path(tempfile.mkdtemp(prefix="duecast-pace-"))
-    path = os.pathsep.join(p for p in (str(BENCH_DIR), os.environ.get("PYTHONPATH")) if p)
     db_pid = mariadb_pid()
     db_cpu_before = cpu_seconds(db_pid) if db_pid else 0.0
-    run = demo.run(
+    counted = counted_run(
         settings,
         args.users,
         workers,
@@ -116,25 +174,18 @@ def one_run(settings: Settings, args: argparse.Namespace, workers: int, console:
         console=console,
         before_stop=before_stop,
         all_due=args.start == "due",
-        app="pace_app",
-        extra_env={"PYTHONPATH": path, "DUECAST_BENCH_PACE_DIR": str(pace_dir)},
     )
+    run = counted.run
     db_cpu = (cpu_seconds(db_pid) - db_cpu_before) if db_pid else 0.0
-    if run.errors or any(run.exit_codes.values()):
-        raise SystemExit(f"run failed: {run.errors or run.exit_codes} (logs: {run.log_dir})")
     cores = {name: cpu / args.seconds for name, cpu in run.cpu_s.items()}
-    per_second = read_counts(pace_dir)
-    shutil.rmtree(pace_dir, ignore_errors=True)
-    first = min(per_second) if per_second else 0  # the first second any check ran
-    last = int(measured.pop("ended_at")) - 1  # the last whole second before the end-of-run reads
-    p1, p50, p99, seconds = window_quantiles(per_second, first + math.ceil(args.settle), last)
+    p1, p50, p99, seconds = counted.windows(args.settle)
     a1, a50, a99 = run.window_quantiles(skip_s=args.settle) or (0.0, 0.0, 0.0)
     return measured | {
         "windows_p1": p1,
         "windows_p50": p50,
         "windows_p99": p99,
         "windows_counted": seconds,
-        "checks_per_second": [per_second.get(s, 0) for s in range(first, last + 1)],
+        "checks_per_second": counted.series(),
         "acked_windows_p1_p50_p99": [a1, a50, a99],
         "checks_per_s": run.mean_rate(skip_s=args.warmup),
         "cores": {
