@@ -13,7 +13,7 @@ The checks are counted where they run, per wall-clock second (bench/pace_app.py,
     scripts/dev shell python bench/limits.py --users 100000 --rate 5000 --seconds 30
     scripts/dev shell python bench/limits.py --users 1000000 --rate 20000 --workers 3 6 --runs 3
 
-The jobs drain with and without a limit that does not bind: bench/jobs.py --limit-rate.
+The jobs drain with and without a limit that does not bind: bench/jobs.py --compare-limit 10000000.
 """
 
 from __future__ import annotations
