@@ -95,9 +95,8 @@ def run(
     result = Run(users, workers, settings.sources[0].period_s, settings.sources[0].mode)
     # Logs are kept (and named in the summary): a demo that went wrong must say why.
     logs = Path(tempfile.mkdtemp(prefix="duecast-demo-"))
-    config = logs / "demo.toml"
-    write_config(settings, config, concurrency)
-    fleet = Fleet(config, app, logs, extra_env=extra_env or {})
+    write_config(settings, logs / "demo.toml", concurrency)
+    fleet = Fleet(logs / "demo.toml", app, logs, extra_env=extra_env or {})
     fleet.start_dispatcher()
     for i in range(workers):
         fleet.start_worker(f"worker-{i + 1}")
