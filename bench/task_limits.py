@@ -123,9 +123,11 @@ def drain(
     with closing(connect(settings.mysql)) as poll, poll.cursor() as cur:
         poll.autocommit(True)
         started = time.time()
-        fleet.start_dispatcher()
+        # Workers first, as in a fleet already running: jobs the dispatcher claimed while no worker
+        # was up yet would start together when one came up, a burst of start-up, not of the limit.
         for i in range(args.workers):
             fleet.start_worker(f"worker-{i + 1}")
+        fleet.start_dispatcher()
         try:
             while True:
                 cur.execute(f"SELECT EXISTS (SELECT 1 FROM {quote(settings.jobs.table)})")
