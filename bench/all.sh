@@ -15,6 +15,7 @@ run bench/rescan.py --users 1000000 --seconds 40 --runs 3 --modes ranges --perio
 run bench/scaling.py --json "$out/scaling.json" --chart "$img/scaling.png"
 run bench/jobs.py --json "$out/jobs.json"
 run bench/interrupted.py --json "$out/interrupted.json"
+run bench/task_limits.py --json "$out/task-limits.json"
 run bench/latency.py --rates 100 1000 2000 --json "$out/latency.json" --chart "$img/latency.png"
 bash bench/peers/setup_env.sh
 run bench/peers/run.py --jobs 100000 --runs 3 --json "$out/peers.json" --chart "$img/peers.png"

@@ -107,6 +107,26 @@ def kill_busiest(fleet: Fleet, calls_dir: Path) -> dict[int, float]:
     return {pid: time.time()}
 
 
+def start_fleet(fleet: Fleet, cur: Any, settings: Settings, args: argparse.Namespace) -> None:
+    """The workers, then the dispatcher once every worker has registered, as in a fleet already
+    running: jobs claimed while no worker was up yet start together when one comes up (229 and 231
+    in the first 1-s window in 2 runs of 3 at load average 5, the workers started just before the
+    dispatcher but not yet up). Even so the first window can hold a few more than the next ones
+    (220 and 223 in 2 runs of 6): the table shows the most after the first second too."""
+    for i in range(args.workers):
+        fleet.start_worker(f"worker-{i + 1}")
+    deadline = time.time() + 60
+    while True:
+        cur.execute(f"SELECT COUNT(*) FROM {quote(settings.worker.registry_table)}")
+        row = cur.fetchone()
+        if row is not None and row[0] >= args.workers:
+            break
+        if time.time() > deadline or len(fleet.alive()) < args.workers:
+            raise SystemExit(f"the workers did not all start in 60 s (logs: {fleet.log_dir})")
+        time.sleep(0.05)
+    fleet.start_dispatcher()
+
+
 def drain(
     settings: Settings, args: argparse.Namespace, run_dir: Path, env: dict[str, str], kill_at: int
 ) -> Any:
@@ -123,12 +143,8 @@ def drain(
     with closing(connect(settings.mysql)) as poll, poll.cursor() as cur:
         poll.autocommit(True)
         started = time.time()
-        # Workers first, as in a fleet already running: jobs the dispatcher claimed while no worker
-        # was up yet would start together when one came up, a burst of start-up, not of the limit.
-        for i in range(args.workers):
-            fleet.start_worker(f"worker-{i + 1}")
-        fleet.start_dispatcher()
         try:
+            start_fleet(fleet, cur, settings, args)
             while True:
                 cur.execute(f"SELECT EXISTS (SELECT 1 FROM {quote(settings.jobs.table)})")
                 row = cur.fetchone()
@@ -172,6 +188,9 @@ def rate_case(base: Settings, args: argparse.Namespace) -> dict[str, Any]:
         "starts": len(starts),
         "most_in_1s": most,
         "busiest_at_s": at - starts[0],  # where that window begins, from the first start
+        # The same after the first second: the first call's longer way in (a cold worker's first pop)
+        # stretches the first window over more than a second of claims, beside the bucket's burst.
+        "most_after_1s": most_in_window([t for t in starts if t >= starts[0] + 1.0])[0],
         "seconds_p1": harness.quantile(steady, 0.01),
         "seconds_p50": statistics.median(steady) if steady else 0.0,
         "seconds_p99": harness.quantile(steady, 0.99),
@@ -212,7 +231,13 @@ def rate_table(args: argparse.Namespace, runs: list[dict[str, Any]]) -> Table:
         title=f"task rate: {args.rate_jobs:,} jobs of a task at rate_limit_per_s = {args.rate:g}, beside "
         f"{args.free:,} of an unlimited task of the same queue, 1 dispatcher + {args.workers} workers"
     )
-    cols = ("run", "load 1m", "most starts in a 1-s window", "whole seconds p1 / p50 / p99", "starts/s")
+    cols = (
+        "run",
+        "load 1m",
+        "most in a 1-s window: all / after the 1st s",
+        "whole s p1 / p50 / p99",
+        "starts/s",
+    )
     for col in (*cols, "free task done at", "drain s"):
         t.add_column(col, justify="right")
 
@@ -221,7 +246,7 @@ def rate_table(args: argparse.Namespace, runs: list[dict[str, Any]]) -> Table:
         t.add_row(
             label,
             f"{get('load_1m'):.1f}",
-            f"{get('most_in_1s'):.0f}",
+            f"{get('most_in_1s'):.0f} / {get('most_after_1s'):.0f}",
             secs,
             f"{get('per_s'):.1f}",
             f"+{get('free_done_s'):.2f} s",
