@@ -133,6 +133,7 @@ class LoopRunner:
     def __init__(self, completions: Completions, timer: Callable[[str], Callable[[float], None]]) -> None:
         self._completions = completions
         self._timer = timer  # source -> observe(seconds) of the handler-duration histogram
+        self._observers: dict[str, Callable[[float], None]] = {}  # made on the loop, once per source
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.pending = 0  # calls on the loop (read without a lock: only an estimate for leaving)
@@ -159,7 +160,9 @@ class LoopRunner:
 
     def _launch(self, flight: Flight, indexes: list[int]) -> None:
         loop = asyncio.get_running_loop()
-        observe = self._timer(flight.source)
+        observe = self._observers.get(flight.source)
+        if observe is None:
+            observe = self._observers[flight.source] = self._timer(flight.source)
         limits = flight.limits
         by_limit: dict[float, list[asyncio.Task[None]]] = {}
         if flight.handler.batch:

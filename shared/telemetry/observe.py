@@ -6,6 +6,7 @@ Redis counters (summed over every process) and this process's /metrics never dis
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from prometheus_client import Histogram
 
 from . import metrics
+from .tally import HistogramTally
 
 # Redis stats field -> counter in shared.telemetry.metrics.COUNTERS. The Redis names came first (and `duecast
 # status` shows them); the metric names are the ones operators search for.
@@ -63,9 +65,10 @@ def timed(fn: Callable[..., Any], source: str) -> Callable[..., Any]:
 
 def handler_timer(source: str) -> Callable[[float], None]:
     """What the worker's event loop calls with each async call's seconds (handler_duration_seconds);
-    the loop times calls itself, so an async handler gets no wrapper coroutine."""
-    observe: Callable[[float], None] = metrics.HANDLER_SECONDS.labels(source=source).observe
-    return observe
+    the loop times calls itself, so an async handler gets no wrapper coroutine. Called on the loop:
+    the observations are tallied there and added to the histogram at most FLUSH_S later."""
+    loop = asyncio.get_running_loop()
+    return HistogramTally(metrics.HANDLER_SECONDS.labels(source=source), loop.call_later).add
 
 
 def _timed(fn: Callable[..., Any], histogram: Histogram) -> Callable[..., Any]:
