@@ -18,7 +18,23 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-_CURRENT: ContextVar[JobContext] = ContextVar("duecast_current_job")
+_CURRENT: ContextVar[JobContext | _Unbuilt] = ContextVar("duecast_current_job")
+
+
+class _Unbuilt:
+    """A plain task's job whose JobContext is built on the first current_job() (call_row_as): most
+    tasks never ask, and building one costs about as much as the rest of a no-op task's call."""
+
+    __slots__ = ("job", "row")
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.row = row
+        self.job: JobContext | None = None
+
+    def built(self) -> JobContext:
+        if self.job is None:
+            self.job = job_context(self.row)
+        return self.job
 
 
 class _Held:
@@ -59,9 +75,10 @@ class JobContext:
 def current_job() -> JobContext:
     """The job the calling task runs for. Raises LookupError outside a task a worker runs."""
     try:
-        return _CURRENT.get()
+        job = _CURRENT.get()
     except LookupError:
         raise LookupError("duecast.current_job() is only known inside a task a duecast worker runs") from None
+    return job.built() if isinstance(job, _Unbuilt) else job
 
 
 def job_context(row: dict[str, Any]) -> JobContext:
@@ -84,26 +101,28 @@ def job_context(row: dict[str, Any]) -> JobContext:
 def running(job: JobContext, task: asyncio.Task[Any] | None = None) -> Iterator[None]:
     """`job` as current_job() and held for a cancel inside the block; `task`: an `async def` job's
     asyncio task (asyncio.current_task()), which a cancel cancels."""
-    token, held = _enter(job, task)
+    token, held = _enter(job.id, job, task)
     try:
         yield
     finally:
-        _leave(job, token, held)
+        _leave(job.id, token, held)
 
 
-def _enter(job: JobContext, task: asyncio.Task[Any] | None) -> tuple[Token[JobContext], _Held]:
+def _enter(
+    job_id: int, job: JobContext | _Unbuilt, task: asyncio.Task[Any] | None
+) -> tuple[Token[JobContext | _Unbuilt], _Held]:
     token = _CURRENT.set(job)
     held = _Held(task)
     with _HELD_LOCK:
-        _HELD[job.id] = held
+        _HELD[job_id] = held
     return token, held
 
 
-def _leave(job: JobContext, token: Token[JobContext], held: _Held) -> None:
+def _leave(job_id: int, token: Token[JobContext | _Unbuilt], held: _Held) -> None:
     _CURRENT.reset(token)
     with _HELD_LOCK:
-        if _HELD.get(job.id) is held:
-            del _HELD[job.id]
+        if _HELD.get(job_id) is held:
+            del _HELD[job_id]
 
 
 def held_jobs() -> list[int]:
@@ -130,8 +149,18 @@ def call_as(job: JobContext, fn: Callable[..., Any], *args: Any) -> Any:
     """fn(*args) with `job` as current_job() for its duration, on a handler thread (a plain task: no
     asyncio task to cancel). Written out rather than `with running(job)`: this is every plain task's
     path, and a generator-based context manager cost as much as the rest of it (bench/job_path.py)."""
-    token, held = _enter(job, None)
+    token, held = _enter(job.id, job, None)
     try:
         return fn(*args)
     finally:
-        _leave(job, token, held)
+        _leave(job.id, token, held)
+
+
+def call_row_as(row: dict[str, Any], fn: Callable[..., Any], *args: Any) -> Any:
+    """call_as for the job of `row`, its JobContext built only if the task asks for it."""
+    job_id = int(row["id"])
+    token, held = _enter(job_id, _Unbuilt(row), None)
+    try:
+        return fn(*args)
+    finally:
+        _leave(job_id, token, held)

@@ -16,7 +16,7 @@ from typing import Any, cast
 from ..acks import Ack, Row
 from ..identifiers import check_identifier
 from ..settings import JOBS_SOURCE, ScheduleSettings, topic_source
-from .context import JobContext, call_as, job_context, running
+from .context import JobContext, call_as, call_row_as, job_context, running
 from .lifespan import Hook, Hooks
 from .messages import Message
 from .middleware import Middleware, achecked, awrapped, checked, checking, wrapped
@@ -305,11 +305,11 @@ class Registry:
         if fn is None:
             return self._unknown(row)
         payload = json.loads(row["payload"])
+        if not self._middleware and name not in self._transactional:  # the common case: no context
+            return task_outcome(call_row_as(row, fn, payload))  # built unless current_job() asks
         job = job_context(row)  # what duecast.current_job() returns while fn runs
         if name in self._transactional:
             return Ack("transaction", work=lambda cursor: task_outcome(self._call(job, fn, payload, cursor)))
-        if not self._middleware:  # the common case, kept as short as before middleware existed
-            return task_outcome(call_as(job, fn, payload))
         return task_outcome(self._call(job, fn, payload))
 
     def _call(self, job: JobContext, fn: TaskFunction, *args: Any) -> Any:

@@ -14,6 +14,7 @@ import pytest
 from duecast import JobContext, current_job
 from duecast.shared.acks import Ack, Row
 from duecast.shared.api.app import AppError, load_registry
+from duecast.shared.api.context import cancel_held, held_jobs
 from duecast.shared.api.handlers import Registry
 from duecast.shared.settings import JOBS_SOURCE
 from tests.unit.rules.test_handlers_async import arun
@@ -241,6 +242,36 @@ def test_a_task_sees_its_own_job_through_current_job() -> None:
     ]
     with pytest.raises(LookupError, match="only known inside a task"):
         current_job()  # outside a task
+
+
+def test_a_plain_task_that_never_asks_for_its_job_is_still_held_for_a_cancel() -> None:
+    """The common path builds no JobContext unless current_job() asks (shared/api/context.py
+    call_row_as); the job is held by its id all the same, so a cancel reaches it, and asking twice
+    gives the one context."""
+    reg = Registry()
+    held: list[list[int]] = []
+    told: list[int] = []
+    asked: list[tuple[JobContext, JobContext, bool]] = []
+
+    @reg.task("quiet")
+    def quiet(payload: object) -> None:
+        held.append(held_jobs())
+        told.append(cancel_held([7]))  # what the worker's cancel watch does
+
+    @reg.task("asks")
+    def asks(payload: object) -> None:
+        asked.append((current_job(), current_job(), current_job().cancelled))
+
+    run = reg.handler(JOBS_SOURCE).run
+    assert run([_job("quiet", None, id=7)]) == [Ack.default()]
+    assert held == [[7]]
+    assert told == [1]
+    assert held_jobs() == []  # left when the call ended
+    assert run([_job("asks", None, id=8, dc_attempt=2)]) == [Ack.default()]
+    ((first, second, cancelled),) = asked
+    assert first is second
+    assert first == JobContext(8, 2, "default", "asks", ENQUEUED, errors=0, max_attempts=20)
+    assert not cancelled
 
 
 def test_one_registry_can_include_another_and_conflicts_are_errors() -> None:
