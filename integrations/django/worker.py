@@ -7,11 +7,11 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import threading
 import time
 import weakref
 from datetime import UTC, datetime
 from inspect import iscoroutinefunction
+from threading import get_ident
 from typing import Any
 
 import django
@@ -44,13 +44,19 @@ if not apps.ready:
     django.setup()
 
 handlers = Registry()
+# Read once: on Python 3.11 an Enum class's attribute goes through its metaclass's __getattr__ hook (a
+# tenth of a no-op task's own cost, for two reads), and the module attributes are looked up each time.
+_SUCCESSFUL, _FAILED = TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED
+_INFO, _ERROR = logging.INFO, logging.ERROR
+_OWN_LOG_RECEIVERS, _TASKS_LOGGER = own_log_receivers()  # fixed once the task API is imported
 
 
 @handlers.task(PLAIN)
 def run_plain(call: dict[str, Any]) -> Any:
     """A plain Django task, on a worker thread."""
     known, started = _known(call["task"]), time.time()
-    result = _started(known, call, started)
+    # A plain function that nothing watches start (the common case) goes without _started's call.
+    result = None if known.direct and _unseen(task_started, _INFO) else _started(known, call, started)
     _close_old_connections()  # this thread's connections may be stale from a task long ago
     try:
         if known.direct:
@@ -61,11 +67,13 @@ def run_plain(call: dict[str, Any]) -> Any:
         else:
             value = known.task.call(*_args(known, call, result), **call.get("kwargs", {}))
     except BaseException:
-        _finished(known, call, started, result, TaskResultStatus.FAILED)
+        if not _unseen(task_finished, _ERROR):  # a failure is logged at ERROR by django-tasks
+            _finished(known, call, started, result, _FAILED)
         raise
     finally:
         _close_old_connections()
-    _finished(known, call, started, result, TaskResultStatus.SUCCESSFUL)
+    if not _unseen(task_finished, _INFO):
+        _finished(known, call, started, result, _SUCCESSFUL)
     return value
 
 
@@ -77,9 +85,11 @@ async def run_async(call: dict[str, Any]) -> Any:
     try:
         value = await known.task.acall(*_args(known, call, result), **call.get("kwargs", {}))
     except BaseException:
-        _finished(known, call, started, result, TaskResultStatus.FAILED)
+        if not _unseen(task_finished, _ERROR):
+            _finished(known, call, started, result, _FAILED)
         raise
-    _finished(known, call, started, result, TaskResultStatus.SUCCESSFUL)
+    if not _unseen(task_finished, _INFO):
+        _finished(known, call, started, result, _SUCCESSFUL)
     return value
 
 
@@ -89,7 +99,10 @@ async def run_async(call: dict[str, Any]) -> Any:
 # pass left none open and no connection has been opened in the process since (connection_created is
 # sent by every new connection, on whatever thread or context opens it).
 _opened = [0]  # connections opened in this process: only ever counts up
-_passes = threading.local()  # clean: _opened at this thread's last pass if it left none open, else -1
+# Per thread (by its ident, a cheaper read than a threading.local's): _opened at its last pass if that
+# left none open, else -1. A thread started later under a dead one's ident inherits its entry, rightly:
+# a new thread has no connection of its own, and one it opens counts up _opened.
+_clean: dict[int, int] = {}
 
 
 def _count_opened(**_: Any) -> None:
@@ -102,13 +115,13 @@ connection_created.connect(_count_opened, weak=False, dispatch_uid="duecast.djan
 def _close_old_connections() -> None:
     """Django's close_old_connections(), skipped when it has nothing to look at on this thread."""
     opened = _opened[0]  # read first: a connection opened during the pass makes the next one look
-    if getattr(_passes, "clean", -1) == opened:
+    if _clean.get(get_ident(), -1) == opened:
         return
     left_open = False
     for conn in connections.all(initialized_only=True):
         conn.close_if_unusable_or_obsolete()
         left_open = left_open or conn.connection is not None
-    _passes.clean = -1 if left_open else opened
+    _clean[get_ident()] = -1 if left_open else opened
 
 
 class _Known:
@@ -161,7 +174,7 @@ def _aware(at: float) -> datetime:
 def _started(known: _Known, call: dict[str, Any], started: float) -> TaskResult | None:
     """task_started sent if anything would see it; the run's TaskResult if one was built (for that
     signal or a TaskContext), else None."""
-    if not _unseen(task_started, logging.INFO):
+    if not _unseen(task_started, _INFO):
         result = _task_result(known, call, started)
         task_started.send(sender=known.sender, task_result=result)
         return result
@@ -178,9 +191,7 @@ def _args(known: _Known, call: dict[str, Any], result: TaskResult | None) -> lis
 def _finished(
     known: _Known, call: dict[str, Any], started: float, result: TaskResult | None, status: Any
 ) -> None:
-    """task_finished sent if anything would see it (a failure is logged at ERROR by django-tasks)."""
-    if _unseen(task_finished, logging.ERROR if status == TaskResultStatus.FAILED else logging.INFO):
-        return
+    """task_finished sent, once the caller found that something would see it (_unseen)."""
     if result is None:
         result = _task_result(known, call, started)
     object.__setattr__(result, "status", status)
@@ -192,7 +203,7 @@ def _unseen(signal: Any, level: int) -> bool:
     """Whether sending `signal` now would do nothing anyone could see: its only receivers are
     django-tasks' (or Django's) own log receivers, and their logger drops lines of `level`. Any other
     receiver, a dead reference included, or a logger that would write, and the signal is sent."""
-    own, logger = own_log_receivers()
+    own, logger = _OWN_LOG_RECEIVERS, _TASKS_LOGGER
     if logger is None or logger.isEnabledFor(level):
         return False
     for entry in signal.receivers:
