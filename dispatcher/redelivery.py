@@ -36,6 +36,13 @@ log = logging.getLogger("duecast.redelivery")
 SWEEP: tuple[Cause, ...] = ("expired", "interrupted")  # what `duecast sweeper` runs
 LEADER: tuple[Cause, ...] = (*SWEEP, "held")  # what a dispatcher hosting the sweeper runs as leader
 
+# Each sweep's scan is SKIP LOCKED, and a claim that finds fewer due rows than it asks for holds, for
+# its transaction (milliseconds), a lock on the first index record past them: the head of the
+# DISPATCHED or RUNNING prefix a sweep reads, even in READ COMMITTED. The interval sweeper takes such
+# a row at its next tick; a one-off drain takes a few passes a moment apart instead.
+SETTLE_PASSES = 3
+SETTLE_PAUSE_S = 0.05
+
 
 def cadence(settings: Settings, causes: Iterable[Cause]) -> dict[Cause, float]:
     """How often each cause runs: the canary every dispatcher poll (as often as it claims), the
@@ -120,11 +127,16 @@ class Redelivery:
         delay = redelivery_delay_s(self.clock(), self.last_s, self.every_s, self.backlog, leader=leader)
         return Tick(delay, idle=not self.backlog)
 
-    def drain(self) -> None:
+    def drain(self, sleep: Callable[[float], None] = time.sleep) -> None:
         """Tick until no cause is left with a full batch (`duecast sweeper --once`, tests): a fresh
-        one runs every cause at its first tick."""
+        one runs every cause at its first tick. Then SETTLE_PASSES more passes, SETTLE_PAUSE_S
+        apart, for rows a pass skipped because another statement held them that instant."""
         while not self.tick().idle:
             pass
+        for _ in range(SETTLE_PASSES):
+            sleep(SETTLE_PAUSE_S)
+            for cause in self.every_s:
+                self._run(cause)
 
     def requeue(self, cause: Cause) -> int:
         """Run one cause once, due or not; returns the rows requeued."""

@@ -11,14 +11,6 @@ ROW_WAITS_AFTER_REDIS_RESTART = (
     "issue 24: after a Redis restart mid-run, one one-off row may wait for the visibility timeout"
 )
 
-# Open (found 2026-11-28, in 1 of 3 clean-clone CI runs): after a worker is SIGKILLed mid-batch and
-# its rows are back-dated past their lease, one `duecast sweeper --once` requeued 9 of the 10 and left
-# the victim's first row (run, its ack not committed) RUNNING; nothing lost, it waits for the next
-# sweep. Suspected: SKIP LOCKED passed over a row the killed session's ack still held. Not strict.
-SWEEP_SKIPS_A_KILLED_ACKS_ROW = (
-    "found 2026-11-28: one sweep may pass over the killed worker's row whose ack was in flight"
-)
-
 # Open (issue 27, seen in 2 clean-clone CI runs, even alone): a consumer group limited to 100/s had
 # 118 handler calls in one 1-s window (bound 1.15x): the claims are bounded at 1.05x, but a worker
 # that stalled starts what waited in Redis together. Not strict.
@@ -26,6 +18,8 @@ GROUP_STARTS_BUNCH_AFTER_A_STALL = (
     "issue 27: a stalled worker's waiting entries may start together, over 1.15x the rate in one second"
 )
 
-# Closed before. (The last one, a copy of an entry re-running its attempt when the holder was SIGKILLed
+# Closed before. (A sweep passing over a killed worker's row was a claim's lock on the first row
+# past its due rows, taken now by the drain's settle passes: tests/integration/recovery/test_locked_rows.py.
+# Before it, a copy of an entry re-running its attempt when the holder was SIGKILLed
 # while the copy waited for its row lock, was closed by committing each start before any handler
 # runs: tests/faults/crashes/test_duplicate_entries.py.)

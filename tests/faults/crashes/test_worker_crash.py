@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.faults import known_bugs
 from tests.faults.conftest import KINDS, RUNNING, FaultEnv
 
 pytestmark = pytest.mark.faults
@@ -23,11 +22,9 @@ ROW_DELAY_MS = 200
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("sweeper", ["in_dispatcher", "once"])
 def test_worker_sigkilled_mid_batch_loses_nothing(
-    fault_env: Callable[..., FaultEnv], kind: str, sweeper: str, request: pytest.FixtureRequest
+    fault_env: Callable[..., FaultEnv], kind: str, sweeper: str
 ) -> None:
     """sweeper: the dispatcher's interval job, or `duecast sweeper --once` run after back-dating."""
-    if sweeper == "once":
-        request.applymarker(pytest.mark.xfail(reason=known_bugs.SWEEP_SKIPS_A_KILLED_ACKS_ROW, strict=False))
     env = fault_env(kind)
     ids = env.insert(ROWS)
     env.dispatcher(DUECAST_DISPATCHER__RUN_SWEEPER=str(sweeper == "in_dispatcher").lower())

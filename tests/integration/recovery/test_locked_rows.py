@@ -21,6 +21,7 @@ from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import DispatcherSettings, MySQLSettings, RedisSettings, Settings, WorkerSettings
+from duecast.shared.states import State
 from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
 from duecast.shared.storage.source_store import Store
@@ -221,3 +222,33 @@ def test_a_range_worker_counts_ranges_held_by_another_session(
     assert stats["locked_skipped"] == 2  # the two held spans, skipped after the lock wait
     assert stats.get("stale_entries", 0) == 0
     queue.client.close()
+
+
+def test_a_one_off_sweep_takes_the_row_a_claim_held_past_its_due_rows(
+    make_env: Callable[..., Env], holder: pymysql.cursors.Cursor
+) -> None:
+    """Found in CI (2026-11-28): `duecast sweeper --once` after a worker's SIGKILL left one of its
+    rows RUNNING. A claim that finds fewer due rows than it asks for also locks, until it commits,
+    the first dc_due record past them, here the head of the RUNNING prefix the sweep reads with
+    SKIP LOCKED. The sweep's drain now takes a few passes a moment apart."""
+    env = make_env("rescan", rows=10)
+    env.sql.execute(
+        f"UPDATE `{env.table}` SET dc_state = {State.RUNNING:d}, dc_attempt = 1, "
+        "dc_dispatched_at = NOW(6) - INTERVAL 1 HOUR"
+    )
+    # The dispatcher's own claim statement, its transaction still open: nothing is due.
+    period_us = round(env.source.period_s * 1e6)
+    holder.execute(env.store.sql.claim_due, (period_us, period_us, 100))
+    assert holder.fetchall() == ()
+    sweep = Redelivery([env.store], env.queue, {"expired": 60.0, "interrupted": 60.0}, 1000)
+    sweep.tick()  # one pass: the claim's lock hides the first row from it
+    assert {i for i, (state, _) in env.states().items() if state == State.RUNNING} == {1}
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        holder.connection.commit()  # the claim ends, as it does milliseconds later
+
+    sweep.drain(sleep=pause)
+    assert pauses
+    assert env.count("dc_state = %s", (State.IDLE,)) == 10
