@@ -11,13 +11,6 @@ ROW_WAITS_AFTER_REDIS_RESTART = (
     "issue 24: after a Redis restart mid-run, one one-off row may wait for the visibility timeout"
 )
 
-# Open (issue 27, seen in 2 clean-clone CI runs, even alone): a consumer group limited to 100/s had
-# 118 handler calls in one 1-s window (bound 1.15x): the claims are bounded at 1.05x, but a worker
-# that stalled starts what waited in Redis together. Not strict.
-GROUP_STARTS_BUNCH_AFTER_A_STALL = (
-    "issue 27: a stalled worker's waiting entries may start together, over 1.15x the rate in one second"
-)
-
 # Closed before. (A sweep passing over a killed worker's row was a claim's lock on the first row
 # past its due rows, taken now by the drain's settle passes: tests/integration/recovery/test_locked_rows.py.
 # Before it, a copy of an entry re-running its attempt when the holder was SIGKILLed
