@@ -1,7 +1,8 @@
 """A cluster consumer group's fleet-wide limits against real processes, MariaDB and Redis: its
 rate_limit_per_s holds in every 1-s window of dispatches, and the consumer calls follow, across two
-workers and two dispatchers, the leader SIGKILLed mid-way; its max_running is never exceeded, counted by the consumers themselves,
-through a worker's SIGKILL, and the dead worker's slots come back with its leases."""
+workers and two dispatchers, the leader SIGKILLed mid-way; its max_running is never exceeded,
+counted by the consumers themselves, through a worker's SIGKILL, and the dead worker's slots come
+back with its leases."""
 
 from __future__ import annotations
 
