@@ -9,7 +9,7 @@ from typing import cast
 
 import pytest
 
-from duecast.dispatcher.redelivery import cadence
+from duecast.dispatcher.redelivery import SETTLE_PASSES, SETTLE_PAUSE_S, cadence
 from duecast.shared.entries import Entry
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.policy import CAUSES, Cause
@@ -88,8 +88,11 @@ def test_one_full_source_keeps_the_cause_busy(ready_queue: ReadyQueue) -> None:
 def test_drain_repeats_until_a_partial_batch(ready_queue: ReadyQueue) -> None:
     store = FakeSweepStore(rescan_source(), 3 * BATCH + 12)
     redelivery = _redelivery([store], ready_queue, {"expired": SWEEP_S})
-    redelivery.drain()
-    assert store.asked == ["expired"] * 4
+    pauses: list[float] = []
+    redelivery.drain(sleep=pauses.append)
+    # Four passes until one was partial, then the settle passes for rows skipped as locked.
+    assert store.asked == ["expired"] * (4 + SETTLE_PASSES)
+    assert pauses == [SETTLE_PAUSE_S] * SETTLE_PASSES
     assert redelivery.counts["expired"] == 312
     assert ready_queue.stats("users") == {"requeued": 312}
     assert store.dispatched == []
@@ -97,7 +100,7 @@ def test_drain_repeats_until_a_partial_batch(ready_queue: ReadyQueue) -> None:
 
 def test_nothing_to_requeue_writes_nothing(ready_queue: ReadyQueue) -> None:
     redelivery = _redelivery([FakeSweepStore(rescan_source())], ready_queue, {"expired": SWEEP_S})
-    redelivery.drain()
+    redelivery.drain(sleep=lambda _: None)
     assert redelivery.counts == {}
     assert ready_queue.stats("users") == {}
 
