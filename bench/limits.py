@@ -13,6 +13,13 @@ The checks are counted where they run, per wall-clock second (bench/pace_app.py,
     scripts/dev shell python bench/limits.py --users 100000 --rate 5000 --seconds 30
     scripts/dev shell python bench/limits.py --users 1000000 --rate 20000 --workers 3 6 --runs 3
 
+The cost of a limit that never binds, in same-run pairs (no limit, then the idle limit, the order
+alternating between runs) from a steady start rather than all due, so that the catch-up of a table
+all due does not decide: the median of the pairs' ratios of checks/s and of CPU per check (every
+role and MariaDB):
+
+    scripts/dev shell python bench/limits.py --users 1000000 --compare-idle --start spread --runs 3
+
 The jobs drain with and without a limit that does not bind: bench/jobs.py --compare-limit 10000000.
 """
 
@@ -21,11 +28,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import harness
 import rescan
+from limits_compare import IDLE_RATE, compare_idle, pairs_table
 from rich.console import Console
 from rich.table import Table
 
@@ -33,8 +42,6 @@ from duecast.cli.demo import run as demo
 from duecast.shared.settings import Settings, load_settings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.limits import read_limits
-
-IDLE_RATE = 10_000_000.0  # the most a rate may be: never reached here
 
 
 def limited(settings: Settings, rate: float | None) -> Settings:
@@ -53,10 +60,19 @@ def one_run(settings: Settings, args: argparse.Namespace, workers: int, console:
             db.close()
         noted["allowed_period_s"] = states[0].allowed_period_s if states else None
 
+    db_pid = rescan.mariadb_pid()
+    db_before = rescan.cpu_seconds(db_pid) if db_pid else 0.0
     counted = rescan.counted_run(
-        settings, args.users, workers, args.seconds, console=console, before_stop=before_stop, all_due=True
+        settings,
+        args.users,
+        workers,
+        args.seconds,
+        console=console,
+        before_stop=before_stop,
+        all_due=args.start == "due",
     )
     run = counted.run
+    cpu_s = sum(run.cpu_s.values()) + ((rescan.cpu_seconds(db_pid) - db_before) if db_pid else 0.0)
     series = counted.series()
     p1, p50, p99, _ = counted.windows(args.warmup)
     return {
@@ -68,7 +84,14 @@ def one_run(settings: Settings, args: argparse.Namespace, workers: int, console:
         "windows_max": max(series, default=0),
         "dispatcher_cores": run.cpu_s.get("dispatcher", 0.0) / args.seconds,
         "allowed_period_s": noted.get("allowed_period_s"),
+        "cpu_per_check_us": cpu_s / max(1, sum(series)) * 1e6,
     }
+
+
+def case_run(
+    settings: Settings, args: argparse.Namespace, workers: int, console: Console, rate: float | None
+) -> dict[str, Any]:
+    return one_run(limited(settings, rate), args, workers, console)
 
 
 def cases(args: argparse.Namespace) -> list[tuple[str, float | None]]:
@@ -86,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modes", nargs="+", choices=["rows", "ranges"], default=["ranges"])
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--json", type=Path)
+    p.add_argument(
+        "--start", choices=["due", "spread"], default="due", help="every user due, or the demo's spread"
+    )
+    p.add_argument(
+        "--compare-idle", action="store_true", help="only same-run pairs of no limit and one that never binds"
+    )
     args = p.parse_args(argv)
     harness.use_bench_namespace()
     base = load_settings()
@@ -96,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         for mode in args.modes:
             settings = demo.demo_settings(base, args.period, 2000, mode)
             for workers in args.workers:
+                if args.compare_idle:
+                    pairs = compare_idle(partial(case_run, settings, args, workers, console), args, console)
+                    results.append({"mode": mode, "workers": workers, "case": "pairs", "pairs": pairs})
+                    continue
                 for case, rate in cases(args):
                     runs = []
                     for i in range(args.runs):
@@ -105,6 +138,12 @@ def main(argv: list[str] | None = None) -> int:
                         {"mode": mode, "workers": workers, "case": case, "rate": rate, "runs": runs}
                     )
     out = harness.report_console()
+    if args.compare_idle:
+        out.print(pairs_table(args, results))
+        out.print(rescan.versions_line(base))
+        if args.json:
+            harness.write_json(args.json, {"args": vars(args), "results": results})
+        return 0
     out.print(table(args, results))
     for r in results:
         if r["case"] == "binding":
