@@ -10,6 +10,7 @@ import logging
 import random
 import time
 from collections import Counter
+from typing import cast
 
 from ..shared.acks import Ack, Row
 from ..shared.api.outcomes import InvalidAck, TimedOut
@@ -53,21 +54,7 @@ class Acker:
 
     def ack(self, flight: Flight) -> None:
         done = flight.take_done()
-        acks: list[tuple[Row, Ack]] = []
-        failed: list[tuple[Row, Outcome]] = []
-        refusals: dict[int, InvalidAck | None] = {}  # by identity: handlers mostly share one Ack
-        for row, outcome in done:
-            if not isinstance(outcome, Ack):
-                failed.append((row, outcome))
-                continue
-            key = id(outcome)
-            if key not in refusals:
-                refusals[key] = _refusal(flight.store, outcome)
-            refused = refusals[key]
-            if refused is None:
-                acks.append((row, outcome))
-            else:
-                failed.append((row, refused))
+        acks, failed = _sorted(flight.store, done)
         counts = self.stats(flight.source)
         try:
             result = flight.batch.ack(acks)
@@ -124,6 +111,39 @@ class Acker:
             delay,
             extra={"event": "worker.ack_retried", "source": flight.source, "count": len(items)},
         )
+
+
+def _sorted(
+    store: Store, done: list[tuple[Row, Outcome]]
+) -> tuple[list[tuple[Row, Ack]], list[tuple[Row, Outcome]]]:
+    """A flight's outcomes as the acks to apply and the failures (exceptions, and Acks the store
+    refuses). Per outcome only a type check and a look-up: an Ack's refusal is asked once per
+    object (handlers mostly share one), and when every outcome is a good Ack, `done` itself is
+    the acks (no second list)."""
+    refusals: dict[int, InvalidAck | None] = {}  # by identity
+    bad: list[int] = []
+    for n, (_, outcome) in enumerate(done):
+        if not isinstance(outcome, Ack):
+            bad.append(n)
+            continue
+        refused = refusals.get(id(outcome), _UNASKED)
+        if refused is _UNASKED:
+            refused = refusals[id(outcome)] = _refusal(store, outcome)
+        if refused is not None:
+            bad.append(n)
+    if not bad:
+        return cast(list[tuple[Row, Ack]], done), []
+    failing = set(bad)
+    acks = [cast(tuple[Row, Ack], pair) for n, pair in enumerate(done) if n not in failing]
+    failed: list[tuple[Row, Outcome]] = []
+    for n in bad:
+        row, outcome = done[n]
+        refused = refusals.get(id(outcome)) if isinstance(outcome, Ack) else None
+        failed.append((row, outcome if refused is None else refused))
+    return acks, failed
+
+
+_UNASKED = InvalidAck("not asked yet")  # a marker: _refusal gives None or a new InvalidAck
 
 
 def _passes(exc: BaseException) -> bool:

@@ -55,7 +55,8 @@ class Flight:
         self.submitted = False  # handed to the runners (an exclusive one waits for the others)
         self.started = time.monotonic()
         self.settled_at = self.started
-        if handler.route is None:  # one way and one limit for every row
+        self.uniform = handler.route is None  # one way and one limit for every row
+        if self.uniform:
             self.on_loop = [handler.fn is None] * len(self.rows)
             self.limits = [limit_s] * len(self.rows)
         else:
@@ -64,16 +65,17 @@ class Flight:
             self.limits = [limit_s if own is None else own for _, own in plans]
         self.left = len(self.rows)  # rows with no outcome yet
         self._known = bytearray(len(self.rows))  # 1: an outcome came (or the row was given up)
-        self._done: list[tuple[int, Outcome]] = []  # outcomes not yet acked
+        self._done: list[tuple[Row, Outcome]] = []  # outcomes not yet acked
         self.oldest_done: float | None = None  # when the oldest of them came
         self._running: dict[int, float] = {}  # first index of a thread item -> when it began
         self._items: dict[int, Sequence[int]] = {}
         self._lock = threading.Lock()
         self.began = False  # a thread began one of its rows
         self.withdrawn = False  # taken back before any row began (withdraw): no row may begin
-        # Outcomes as calls end: (row index, outcome), appended by handler threads and the event
-        # loop, drained by the worker thread (deque appends and pops are thread-safe).
-        self.inbox: deque[tuple[int, Outcome]] = deque()
+        # Outcomes as calls end: each call's (row index, outcome) pairs as one item (a batch call's
+        # thousands cost one append and one pop), appended by handler threads and the event loop,
+        # drained by the worker thread (deque appends and pops are thread-safe).
+        self.inbox: deque[Sequence[tuple[int, Outcome]]] = deque()
         self.late = False  # a call was skipped: the leases may have run out (in_lease)
         # Its number in the worker's started records (Starter.record_started), b"" for none.
         self.record = b""
@@ -128,22 +130,33 @@ class Flight:
 
     def collect(self) -> int:
         """Record what came into the inbox; returns how many outcomes were new."""
-        inbox, pairs = self.inbox, []
-        while inbox:
-            pairs.append(inbox.popleft())
+        pairs = self.drain()
         return self.report(pairs) if pairs else 0
+
+    def drain(self) -> list[tuple[int, Outcome]]:
+        """The pairs that came into the inbox since the last drain, in the order they came."""
+        inbox, pairs = self.inbox, list[tuple[int, Outcome]]()
+        while inbox:
+            pairs.extend(inbox.popleft())
+        return pairs
+
+    def indexes(self, on_loop: bool) -> list[int]:
+        """The rows that run on the event loop (or on threads)."""
+        if self.uniform:  # every row one way: no look at each
+            return list(range(len(self.rows))) if self.on_loop and self.on_loop[0] == on_loop else []
+        return [i for i, a in enumerate(self.on_loop) if a == on_loop]
 
     def report(self, pairs: Sequence[tuple[int, Outcome]]) -> int:
         """Record outcomes; returns how many were new (a given-up row's late outcome is not).
         Only the worker thread calls it, so what it changes needs no lock."""
-        known, done, new = self._known, self._done, 0
+        known, done, rows, new = self._known, self._done, self.rows, 0
         for i, outcome in pairs:
             if known[i]:
                 continue
             known[i] = 1
             new += 1
             if outcome is not RAN_OUT:  # a call not made: nothing to ack, the row waits for its lease
-                done.append((i, outcome))
+                done.append((rows[i], outcome))
         self.left -= new
         if done and self.oldest_done is None:
             self.oldest_done = time.monotonic()
@@ -163,13 +176,11 @@ class Flight:
 
     def take_done(self) -> list[tuple[Row, Outcome]]:
         done, self._done, self.oldest_done = self._done, [], None
-        rows = self.rows
-        return [(rows[i], outcome) for i, outcome in done]
+        return done
 
     def put_back(self, items: Sequence[tuple[Row, Outcome]]) -> None:
         """Outcomes whose ack failed (MySQL): acked again at a later flush."""
-        index = {id(row): i for i, row in enumerate(self.rows)}
-        self._done[:0] = [(index[id(row)], outcome) for row, outcome in items]
+        self._done[:0] = items
         if self.oldest_done is None:
             self.oldest_done = time.monotonic()
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from ..shared.acks import Ack
 from ..shared.inflight import RATE_ROUNDS, ROUND_S, Round, first_window, lowering, next_window, still_waiting
 from ..shared.policy import pop_room
-from .flight import Flight, Outcome
+from .flight import RAN_OUT, Flight, Outcome
 
 log = logging.getLogger("duecast.worker")
 
@@ -87,6 +87,8 @@ class Windows:
         window = self.windows.get(flight.source)
         if window is None:
             return
+        # A call skipped because its lease ran out says nothing about the service called.
+        pairs = [p for p in pairs if p[1] is not RAN_OUT]
         earlier = flight.started < window.cut_at  # started under the old window: already acted on
         self.tallies[flight.source].add(pairs, now - flight.started, earlier=earlier)
 

@@ -104,7 +104,7 @@ class ThreadRunner:
     def _call(self, flight: Flight, item: Sequence[int]) -> bool:
         """Run `item`'s call and put its outcomes in the inbox; False when the flight was withdrawn."""
         if not flight.in_lease():  # checked right before each call: the rows wait for their leases
-            flight.inbox.extend((i, RAN_OUT) for i in item)
+            flight.inbox.append([(i, RAN_OUT) for i in item])
             self._completions.wake()
             return True
         if not flight.begin(item):
@@ -113,7 +113,7 @@ class ThreadRunner:
         if not flight.end(item):  # it was given up: this thread is free again
             with self._lock:
                 self.stuck -= 1
-        flight.inbox.extend(zip(item, outcomes, strict=True))
+        flight.inbox.append(list(zip(item, outcomes, strict=True)))
         self._completions.wake()
         return True
 
@@ -163,25 +163,44 @@ class LoopRunner:
         observe = self._observers.get(flight.source)
         if observe is None:
             observe = self._observers[flight.source] = self._timer(flight.source)
-        limits = flight.limits
-        by_limit: dict[float, list[asyncio.Task[None]]] = {}
+        by_limit: dict[float, list[asyncio.Task[None]]]
         if flight.handler.batch:
-            limit = min(limits[i] for i in indexes)
-            by_limit[limit] = [loop.create_task(self._batch(flight, indexes, limit, observe))]
+            limit = min(flight.limits[i] for i in indexes)
+            by_limit = {limit: [loop.create_task(self._batch(flight, indexes, limit, observe))]}
         else:
-            afn, rows, one = flight.handler.afn, flight.rows, self._one
-            assert afn is not None
-            for i in indexes:
-                limit = limits[i]
-                task = loop.create_task(one(afn, rows[i], flight, i, limit=limit, observe=observe))
-                tasks = by_limit.get(limit)
-                if tasks is None:
-                    by_limit[limit] = [task]
-                else:
-                    tasks.append(task)
+            by_limit = self._row_tasks(loop, flight, indexes, observe)
         self.pending += len(indexes) if not flight.handler.batch else 1
         for limit, tasks in by_limit.items():  # one timer per limit, not one per row
             loop.call_later(limit, _cancel_running, tasks)
+
+    def _row_tasks(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        flight: Flight,
+        indexes: list[int],
+        observe: Callable[[float], None],
+    ) -> dict[float, list[asyncio.Task[None]]]:
+        """A task per row, by time limit."""
+        afn, rows, limits, one = flight.handler.afn, flight.rows, flight.limits, self._one
+        assert afn is not None
+        if flight.uniform:  # one limit for every row (no route): no look-up per row
+            limit = limits[indexes[0]]
+            return {
+                limit: [
+                    loop.create_task(one(afn, rows[i], flight, i, limit=limit, observe=observe))
+                    for i in indexes
+                ]
+            }
+        by_limit: dict[float, list[asyncio.Task[None]]] = {}
+        for i in indexes:
+            limit = limits[i]
+            task = loop.create_task(one(afn, rows[i], flight, i, limit=limit, observe=observe))
+            tasks = by_limit.get(limit)
+            if tasks is None:
+                by_limit[limit] = [task]
+            else:
+                tasks.append(task)
+        return by_limit
 
     async def _one(
         self,
@@ -196,7 +215,7 @@ class LoopRunner:
         outcome: Outcome
         if not flight.in_lease():  # checked right before the call, not only at launch
             self.pending -= 1
-            flight.inbox.append((i, RAN_OUT))
+            flight.inbox.append(((i, RAN_OUT),))
             self._completions.wake()
             return
         began = time.perf_counter()
@@ -210,7 +229,7 @@ class LoopRunner:
             outcome = exc
         observe(time.perf_counter() - began)
         self.pending -= 1
-        flight.inbox.append((i, outcome))
+        flight.inbox.append(((i, outcome),))
         self._completions.wake()
 
     async def _batch(
@@ -218,7 +237,7 @@ class LoopRunner:
     ) -> None:
         if not flight.in_lease():
             self.pending -= 1
-            flight.inbox.extend((i, RAN_OUT) for i in call)
+            flight.inbox.append([(i, RAN_OUT) for i in call])
             self._completions.wake()
             return
         began = time.perf_counter()
@@ -229,7 +248,7 @@ class LoopRunner:
             outcomes = [TimedOut(flight.source, limit)] * len(call)
         observe(time.perf_counter() - began)
         self.pending -= 1
-        flight.inbox.extend(zip(call, outcomes, strict=True))
+        flight.inbox.append(list(zip(call, outcomes, strict=True)))
         self._completions.wake()
 
     def close(self) -> None:

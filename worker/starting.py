@@ -198,8 +198,8 @@ class Starter:
             if flight.exclusive and any(f.submitted for f in self.flights):
                 return
             flight.submitted = True
-            self.loop.submit(flight, [i for i, a in enumerate(flight.on_loop) if a])
-            self.threads.submit(flight, [i for i, a in enumerate(flight.on_loop) if not a])
+            self.loop.submit(flight, flight.indexes(on_loop=True))
+            self.threads.submit(flight, flight.indexes(on_loop=False))
 
     def retire(self, *, leaving: bool) -> None:
         """Flights whose every row is acked or failed: closed, and the runners given what waited."""

@@ -23,7 +23,7 @@ from ..shared.storage.source_store import Store
 from ..shared.telemetry import observe
 from .acker import Acker
 from .cancels import CancelWatch
-from .flight import RAN_OUT, Flight
+from .flight import Flight
 from .leaving import Leaver
 from .pacing import Windows
 from .report import Stats
@@ -107,13 +107,10 @@ class Worker:
 
     def collect(self, flight: Flight, now: float) -> None:
         """Record the outcomes that came for `flight` (as Flight.collect) and feed its window."""
-        inbox, pairs = flight.inbox, []
-        while inbox:
-            pairs.append(inbox.popleft())
+        pairs = flight.drain()
         if pairs:
             flight.report(pairs)
-            # A call skipped because its lease ran out says nothing about the service called.
-            self.windows.record(flight, [p for p in pairs if p[1] is not RAN_OUT], now)
+            self.windows.record(flight, pairs, now)
 
     def entries(
         self, rooms: Mapping[str, int], in_flight: Mapping[str, int], *, shared: bool

@@ -12,7 +12,8 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from operator import itemgetter
+from typing import Any, Protocol
 
 from ..acks import Ack, Row
 from ..entries import Entry
@@ -71,7 +72,7 @@ class RangeBatch:
         self.later: list[list[Entry]] = []
         self.suspects = False  # never interrupted-and-blamed: rows and spans have no such count
         self._started = time.monotonic()
-        seen = Counter(int(row[RANGE_KEY]) for row in rows)
+        seen = Counter(map(itemgetter(RANGE_KEY), rows))  # each row's span, an int (RangeStore's read)
         self._spans = {int(r["lo"]): Span(r, seen[int(r["lo"])]) for r in spans.rows}
         self._key = store.id_column
         self._unreported = NO_ACKS  # what fail() finished, for the next ack() or settle() to return
@@ -125,15 +126,22 @@ class RangeBatch:
         late: list[Late] = []
         strangers = 0
         spans, key_column, writes = self._spans, self._key, self._writes
+        lo: Any = None
+        span: Span | None = None
+        attempt, seen = -1, set[object]()
         for row, ack in outcomes:
-            span = spans.get(row[RANGE_KEY])
-            if span is None or row[ATTEMPT_COLUMN] != span.entry.attempt:
+            if row[RANGE_KEY] != lo:  # a span's rows mostly come together: its look-ups once
+                lo = row[RANGE_KEY]
+                span = spans.get(lo)
+                if span is not None:
+                    attempt, seen = span.entry.attempt, span.seen
+            if span is None or row[ATTEMPT_COLUMN] != attempt:
                 strangers += ack is not None
                 continue
             key = row[key_column]
-            if key in span.seen:
+            if key in seen:
                 continue
-            span.seen.add(key)
+            seen.add(key)
             if ack is None:
                 continue
             if span.finished:

@@ -186,15 +186,7 @@ class RangeStore:
             cur.execute(self.sql.rows_in_ranges.format(columns=column_list(wanted), spans=where))
             names = [d[0] for d in cur.description or ()]
             values = cur.fetchall()
-        size = self.business.range_size
-        rows = []
-        for value in values:
-            row = dict(zip(names, value, strict=True))
-            lo = int(row[pk]) // size * size
-            row[RANGE_KEY] = lo
-            row[ATTEMPT_COLUMN] = attempts[lo]
-            rows.append(row)
-        return rows
+        return with_spans(values, names, names.index(pk), self.business.range_size, attempts)
 
     def _packable(self, columns: Sequence[str]) -> bool:
         """Whether every column reads back the same through JSON as through PyMySQL: integers and
@@ -285,3 +277,26 @@ class RangeStore:
         names = [n for n, _ in key[1]]
         stmt = self.sql.set_values.format(set=assignments(names), ids=ids)
         return int(cur.execute(stmt, tuple(v for _, v in key[1])))
+
+
+def with_spans(
+    values: Sequence[Sequence[Any]], names: Sequence[str], key: int, size: int, attempts: dict[int, int]
+) -> list[Row]:
+    """Each read row as the dict a handler gets: its columns, its span's first id and its span's
+    attempt. The hot path of a range-mode worker (a dict per checked row): the span's values are
+    looked up once per span, not per row (rows come in id order, so a span's rows are adjacent;
+    any order stays right), and each row is one dict(zip()) of its values and those two."""
+    if values and len(values[0]) != len(names):  # every row of one read has the same columns
+        raise ValueError(f"a read gave {len(values[0])} values for {len(names)} columns")
+    names = (*names, RANGE_KEY, ATTEMPT_COLUMN)
+    rows: list[Row] = []
+    append = rows.append
+    lo, hi = 0, -1
+    span: tuple[int, int] = (lo, 0)
+    for value in values:
+        pk = value[key]
+        if not lo <= pk < hi:  # the first row of a span
+            lo = int(pk) // size * size
+            hi, span = lo + size, (lo, attempts[lo])
+        append(dict(zip(names, (*value, *span))))  # noqa: B905 (every row's length is checked above)
+    return rows

@@ -149,6 +149,7 @@ class Hold:
         self._owned: set[int] = set()
         self._before_own = since  # `confirmed` when the first of them was locked
         self._lock = lock
+        self._may_start_lock = (lock.acquire, lock.release)  # the underlying lock's (C) methods
 
     def finishing(self, ids: Iterable[int]) -> None:
         """Their ack is about to run: from now on their rows leaving RUNNING is that ack, not a loss.
@@ -159,8 +160,12 @@ class Hold:
     def may_start(self) -> bool:
         """Whether a handler of this batch may start now: asked right before each call (shared.policy.
         handler_in_time), so a process stopped past its leases runs nothing once it resumes."""
-        with self._lock:
+        acquire, release = self._may_start_lock
+        acquire()  # the condition's own lock, taken without its Python-level `with`: once per call
+        try:
             return handler_in_time(time.monotonic(), self.confirmed, self.lost, self._timing)
+        finally:
+            release()
 
     def own(self, ids: Iterable[int]) -> None:
         """This worker's own finish transaction has locked these units (still running under the
