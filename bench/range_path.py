@@ -33,6 +33,7 @@ from duecast import Registry, Row
 from duecast.examples.block_check import check_users
 from duecast.shared.entries import Entry, encode_entry
 from duecast.shared.policy import lease_timing
+from duecast.shared.process import collector
 from duecast.shared.settings import MySQLSettings, SourceSettings, WorkerSettings
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.keeper import Hold
@@ -207,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.instructions:
         instructions(args.spans)
         return 0
+    collector.pause()
     w, queue = worker(args.check, args.spans)
+    collector.resume()  # the collector as a worker process has it once started (frozen, tuned)
     drain(w, queue, args.spans, 1)  # warm-up: first-use look-ups, the event loop, the thread pool
     started = time.process_time()
     for n in range(args.rounds):

@@ -32,7 +32,8 @@ import duecast.dispatcher.main, duecast.worker.main
 from duecast.shared.process.runtime import start_process
 start_process(None)
 print(json.dumps({"face": face, "roles": sorted(sys.modules), "paused": paused,
-                  "enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}))
+                  "enabled": gc.isenabled(), "frozen": gc.get_freeze_count(),
+                  "threshold": gc.get_threshold()}))
 """
 
 
@@ -58,6 +59,7 @@ def test_a_cold_start_imports_only_what_the_first_job_needs_and_collects_again()
     assert got["enabled"] is True  # start_process turned it back on
     assert isinstance(got["frozen"], int)
     assert got["frozen"] > 10_000  # the modules and settings, never walked again
+    assert got["threshold"] == [collector.YOUNG_OBJECTS, 10, 10]  # a young generation for batches
 
 
 def test_the_face_still_names_every_export_and_resolves_it() -> None:
@@ -69,10 +71,11 @@ def test_the_face_still_names_every_export_and_resolves_it() -> None:
 
 
 def test_resume_without_pause_leaves_the_collector_alone() -> None:
-    frozen = gc.get_freeze_count()
+    frozen, threshold = gc.get_freeze_count(), gc.get_threshold()
     collector.resume()  # a test or an embedding process: nothing paused, nothing frozen
     assert gc.isenabled()
     assert gc.get_freeze_count() == frozen
+    assert gc.get_threshold() == threshold
 
 
 def test_a_command_that_ends_before_its_start_gets_the_collector_back_with_nothing_frozen() -> None:
