@@ -92,10 +92,11 @@ class RangeBatch:
         return [self.rows] if self.rows else []
 
     def ack(self, acks: Sequence[tuple[Row, Ack]]) -> AckCounts:
-        writes = self._writes
+        writes, last = self._writes, None
         for _, ack in acks:  # a bad Ack is refused before anything is recorded
-            if id(ack) not in writes:  # by identity: most rows share one Ack object
+            if ack is not last and id(ack) not in writes:  # by identity: most rows share one Ack object
                 writes[id(ack)] = (ack, self._store.changes(ack))
+            last = ack
         late, strangers = self._record(acks)
         counts = self._finish_complete() + self._store.write_late(self._spans_batch, late)
         return self._reported() + counts + AckCounts(0, strangers)
@@ -129,6 +130,8 @@ class RangeBatch:
         lo: Any = None
         span: Span | None = None
         attempt, seen = -1, set[object]()
+        last: Ack | None = None
+        writes_row = False
         for row, ack in outcomes:
             if row[RANGE_KEY] != lo:  # a span's rows mostly come together: its look-ups once
                 lo = row[RANGE_KEY]
@@ -148,7 +151,9 @@ class RangeBatch:
                 late.append((span, row, ack))
                 continue
             span.succeeded += 1
-            if writes[id(ack)][1]:
+            if ack is not last:  # most rows share one Ack object: its look-up once per run of it
+                last, writes_row = ack, writes[id(ack)][1]
+            if writes_row:
                 span.changes.append((row, ack))
         return late, strangers
 
