@@ -13,7 +13,7 @@ from duecast.shared.acks import Ack, Row
 from duecast.shared.entries import Entry
 from duecast.shared.storage.protocol import NO_ACKS, AckCounts
 from duecast.shared.storage.range_batch import RANGE_KEY, Late, RangeBatch, Span
-from duecast.shared.storage.range_store import with_spans
+from duecast.shared.storage.range_store import row_maker, with_spans
 from duecast.shared.storage.row_batch import RowBatch
 
 SIZE = 10
@@ -49,6 +49,16 @@ def test_the_key_column_may_be_anywhere_and_rows_are_new_dicts() -> None:
     rows = with_spans(values, ["name", "user_id"], 1, SIZE, ATTEMPTS)
     assert rows == [{"name": "x", "user_id": 21, "dc_range": 20, "dc_attempt": 9}]
     assert values == [("x", 21)]  # the read's values are left as they were
+
+
+def test_any_column_name_is_a_key_as_it_is_and_the_spans_values_win() -> None:
+    """The dict is made by generated code (row_maker): a name is only ever a str key, whatever it holds."""
+    odd = ["user_id", "it's", 'a "b" \\ {c}', "x'); import os; ('", "dc_attempt", "user_id"]
+    rows = with_spans([[3, 1, 2, 3, 99, 4]], odd, 0, SIZE, ATTEMPTS)
+    assert rows == [
+        {"user_id": 4, "it's": 1, 'a "b" \\ {c}': 2, "x'); import os; ('": 3, "dc_attempt": 4, "dc_range": 0}
+    ]  # a later name wins, as in dict(zip()); the span's attempt wins over a column of that name
+    assert row_maker(tuple(odd)) is row_maker(tuple(odd))  # made once per column list
 
 
 def test_a_read_whose_rows_do_not_match_its_columns_is_refused() -> None:
