@@ -25,8 +25,6 @@ CREATE_TABLE = (
     f"CREATE TABLE {TABLE} (user_id BIGINT NOT NULL PRIMARY KEY, status INT NOT NULL "
     "DEFAULT 1, updated_time DATETIME(6) NOT NULL) ENGINE=InnoDB"
 )
-
-
 def fill_chunk(period_us: int) -> str:
     """Users start+1 .. start+n (n <= CHUNK), each last checked at its slot in the period (an even
     pace, shared.queries.pace), so the demo starts in steady state: (start + 1, start + 1, n)."""
