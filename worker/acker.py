@@ -122,7 +122,10 @@ def _sorted(
     the acks (no second list)."""
     refusals: dict[int, InvalidAck | None] = {}  # by identity
     bad: list[int] = []
+    good: object = None  # the last good Ack seen: the rows after it mostly share it
     for n, (_, outcome) in enumerate(done):
+        if outcome is good:
+            continue
         if not isinstance(outcome, Ack):
             bad.append(n)
             continue
@@ -131,6 +134,8 @@ def _sorted(
             refused = refusals[id(outcome)] = _refusal(store, outcome)
         if refused is not None:
             bad.append(n)
+            continue
+        good = outcome
     if not bad:
         return cast(list[tuple[Row, Ack]], done), []
     failing = set(bad)

@@ -30,11 +30,16 @@ class Tally:
         self.timed_out_after_s: float | None = None
 
     def add(self, pairs: Sequence[tuple[int, Outcome]], took_s: float, *, earlier: bool) -> None:
-        """Outcomes of one flight's rows, which all took `took_s`."""
-        ok = sum(isinstance(outcome, Ack) for _, outcome in pairs)
-        # duecast's TimedOut, asyncio's or a client's own
-        timed_out = sum(isinstance(outcome, TimeoutError) for _, outcome in pairs)
-        failed = len(pairs) - ok - timed_out
+        """Outcomes of one flight's rows, which all took `took_s`. A call skipped because its lease
+        ran out (RAN_OUT) says nothing about the service called: not counted."""
+        ok = timed_out = failed = 0
+        for _, outcome in pairs:  # one pass: this runs for every outcome of an adaptive source
+            if isinstance(outcome, Ack):
+                ok += 1
+            elif isinstance(outcome, TimeoutError):  # duecast's TimedOut, asyncio's or a client's own
+                timed_out += 1
+            elif outcome is not RAN_OUT:
+                failed += 1
         self.served += ok  # the service's rate, whichever window the rows started under
         if earlier:
             self.earlier_ok += ok
@@ -87,8 +92,6 @@ class Windows:
         window = self.windows.get(flight.source)
         if window is None:
             return
-        # A call skipped because its lease ran out says nothing about the service called.
-        pairs = [p for p in pairs if p[1] is not RAN_OUT]
         earlier = flight.started < window.cut_at  # started under the old window: already acted on
         self.tallies[flight.source].add(pairs, now - flight.started, earlier=earlier)
 

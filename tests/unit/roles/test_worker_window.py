@@ -21,8 +21,8 @@ from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.inflight import ROUND_S
 from duecast.shared.settings import WorkerSettings
 from duecast.shared.storage.source_store import SourceStore
-from duecast.worker.flight import Flight
-from duecast.worker.pacing import Windows
+from duecast.worker.flight import RAN_OUT, Flight
+from duecast.worker.pacing import Tally, Windows
 from duecast.worker.worker import Worker
 from tests.unit.fakes import FakeWorkStore, rescan_source
 from tests.unit.roles.test_worker_inflight import tick_until
@@ -210,3 +210,20 @@ def test_a_worker_keeps_no_more_in_flight_than_a_cut_window(ready_queue: ReadyQu
     finally:
         healthy.set()
         worker.close()
+
+
+def test_a_rounds_tally_counts_each_kind_of_outcome_and_not_a_call_skipped_for_its_lease() -> None:
+    tally = Tally()
+    pairs = [
+        (0, Ack.default()),
+        (1, TimedOut("s", 1.0)),
+        (2, TimeoutError()),
+        (3, ValueError()),
+        (4, RAN_OUT),
+    ]
+    tally.add(pairs, 0.5, earlier=False)
+    tally.add([(5, Ack.default()), (6, RAN_OUT)], 0.5, earlier=True)
+    assert (tally.ok, tally.timed_out, tally.failed, tally.served) == (1, 2, 1, 2)
+    assert (tally.earlier_ok, tally.earlier_failed, tally.earlier_timed_out) == (1, 0, 0)
+    assert tally.latency_sum_s == 0.5
+    assert tally.timed_out_after_s == 0.5
