@@ -20,6 +20,7 @@ from .flight import RAN_OUT, Flight, Outcome
 from .lanes import Lanes
 
 T = TypeVar("T")
+Slots = list["asyncio.Task[None] | None"]  # a limit timer's tasks; None once a call has ended
 _SLICES_PER_THREAD = 4  # a batch handler's rows in more slices than threads keeps threads busy
 
 
@@ -163,15 +164,22 @@ class LoopRunner:
         observe = self._observers.get(flight.source)
         if observe is None:
             observe = self._observers[flight.source] = self._timer(flight.source)
-        by_limit: dict[float, list[asyncio.Task[None]]]
+        # Each limit's timer holds its calls' tasks as slots, and each call empties its own slot as
+        # it ends: a timer would otherwise keep every ended task (and its coroutine) alive for its
+        # whole limit, tens of thousands at a few thousand checks a second, which the cyclic garbage
+        # collector walked again and again (docs/benchmarks.md, "A real HTTP call per check").
+        by_limit: dict[float, Slots]
         if flight.handler.batch:
             limit = min(flight.limits[i] for i in indexes)
-            by_limit = {limit: [loop.create_task(self._batch(flight, indexes, limit, observe))]}
+            slots: Slots = []
+            call = self._batch(flight, indexes, limit=limit, observe=observe, slots=slots, slot=0)
+            slots.append(loop.create_task(call))
+            by_limit = {limit: slots}
         else:
             by_limit = self._row_tasks(loop, flight, indexes, observe)
         self.pending += len(indexes) if not flight.handler.batch else 1
-        for limit, tasks in by_limit.items():  # one timer per limit, not one per row
-            loop.call_later(limit, _cancel_running, tasks)
+        for limit, each in by_limit.items():  # one timer per limit, not one per row
+            loop.call_later(limit, _cancel_running, each)
 
     def _row_tasks(
         self,
@@ -179,27 +187,25 @@ class LoopRunner:
         flight: Flight,
         indexes: list[int],
         observe: Callable[[float], None],
-    ) -> dict[float, list[asyncio.Task[None]]]:
-        """A task per row, by time limit."""
+    ) -> dict[float, Slots]:
+        """A task per row, by time limit; each call empties its own slot as it ends."""
         afn, rows, limits, one = flight.handler.afn, flight.rows, flight.limits, self._one
         assert afn is not None
         if flight.uniform:  # one limit for every row (no route): no look-up per row
             limit = limits[indexes[0]]
-            return {
-                limit: [
-                    loop.create_task(one(afn, rows[i], flight, i, limit=limit, observe=observe))
-                    for i in indexes
-                ]
-            }
-        by_limit: dict[float, list[asyncio.Task[None]]] = {}
+            own: Slots = []
+            for i in indexes:
+                call = one(afn, rows[i], flight, i, limit=limit, observe=observe, slots=own, slot=len(own))
+                own.append(loop.create_task(call))
+            return {limit: own}
+        by_limit: dict[float, Slots] = {}
         for i in indexes:
             limit = limits[i]
-            task = loop.create_task(one(afn, rows[i], flight, i, limit=limit, observe=observe))
-            tasks = by_limit.get(limit)
-            if tasks is None:
-                by_limit[limit] = [task]
-            else:
-                tasks.append(task)
+            slots = by_limit.get(limit)
+            if slots is None:
+                slots = by_limit[limit] = []
+            call = one(afn, rows[i], flight, i, limit=limit, observe=observe, slots=slots, slot=len(slots))
+            slots.append(loop.create_task(call))
         return by_limit
 
     async def _one(
@@ -211,9 +217,13 @@ class LoopRunner:
         *,
         limit: float,
         observe: Callable[[float], None],
+        slots: Slots,
+        slot: int,
     ) -> None:
+        """One row's call; `slots[slot]` is its task, emptied as it ends (see _launch)."""
         outcome: Outcome
         if not flight.in_lease():  # checked right before the call, not only at launch
+            slots[slot] = None
             self.pending -= 1
             flight.inbox.append(((i, RAN_OUT),))
             self._completions.wake()
@@ -228,14 +238,23 @@ class LoopRunner:
         except BaseException as exc:  # SystemExit too: this call's failure, not the event loop's end
             outcome = exc
         observe(time.perf_counter() - began)
+        slots[slot] = None
         self.pending -= 1
         flight.inbox.append(((i, outcome),))
         self._completions.wake()
 
     async def _batch(
-        self, flight: Flight, call: list[int], limit: float, observe: Callable[[float], None]
+        self,
+        flight: Flight,
+        call: list[int],
+        *,
+        limit: float,
+        observe: Callable[[float], None],
+        slots: Slots,
+        slot: int,
     ) -> None:
         if not flight.in_lease():
+            slots[slot] = None
             self.pending -= 1
             flight.inbox.append([(i, RAN_OUT) for i in call])
             self._completions.wake()
@@ -247,6 +266,7 @@ class LoopRunner:
         except asyncio.CancelledError:
             outcomes = [TimedOut(flight.source, limit)] * len(call)
         observe(time.perf_counter() - began)
+        slots[slot] = None
         self.pending -= 1
         flight.inbox.append(list(zip(call, outcomes, strict=True)))
         self._completions.wake()
@@ -276,7 +296,8 @@ def _not_an_ack(value: object) -> TypeError:
     return TypeError(f"a handler must return an Ack or None, not {type(value).__name__}")
 
 
-def _cancel_running(tasks: list[asyncio.Task[None]]) -> None:
-    for task in tasks:
-        if not task.done():
+def _cancel_running(slots: Slots) -> None:
+    """A limit's timer: cancel its calls still running (an ended call has emptied its slot)."""
+    for task in slots:
+        if task is not None and not task.done():
             task.cancel()

@@ -4,9 +4,12 @@ back as it ends, a call past its limit is cancelled (async) or given up (plain),
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -115,6 +118,42 @@ def test_an_async_row_past_its_limit_is_cancelled_and_the_rest_report_at_once(
     assert isinstance(out[0], TimedOut)
     assert out[0].limit_s == 0.3
     assert cancelled.is_set()
+
+
+def test_an_ended_async_call_frees_its_task_while_the_limit_timer_waits(
+    completions: Completions, loop: LoopRunner
+) -> None:
+    """The limit's timer (30 s here) keeps only calls still running: an ended call's task is freed at
+    once (by its reference count, no collector pass), not held for the whole limit, where tens of
+    thousands of them made every collection longer. The hung call is still cancelled at its limit."""
+    ended: list[weakref.ref[asyncio.Task[Any]]] = []
+    hung: list[asyncio.Task[Any]] = []
+
+    async def check(row: Row) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if row["id"] == 0:
+            hung.append(task)
+            await asyncio.Event().wait()
+        ended.append(weakref.ref(task))
+
+    flight = _flight(Handler("s", None, batch=False, afn=check), 50, limit_s=30.0)
+    gc.disable()  # a collection must not be what frees them
+    try:
+        loop.submit(flight, list(range(50)))
+        _gather(completions, flight, 49)
+        deadline = time.monotonic() + 5.0
+        while any(ref() is not None for ref in ended) and time.monotonic() < deadline:
+            time.sleep(0.05)  # a task's last step ends just after its outcome is in the inbox
+        assert len(ended) == 49
+        assert all(ref() is None for ref in ended)
+    finally:
+        gc.enable()
+    assert len(hung) == 1
+    assert not hung[0].done()  # still held by the timer, to be cancelled at 30 s
+    hung[0].get_loop().call_soon_threadsafe(hung[0].cancel)
+    _gather(completions, flight, 50)
+    assert isinstance(_outcomes(flight)[0], TimedOut)
 
 
 def test_an_async_batch_handler_gets_its_rows_in_one_call(completions: Completions, loop: LoopRunner) -> None:
