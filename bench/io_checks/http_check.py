@@ -9,7 +9,8 @@ on one port), then per run:
    pops whole spans of 1,000 rows, and with fewer in flight it ran one span at a time, its CPU half
    idle). Measured after --warmup s: checks/s, and the workers' CPU seconds (/proc) per check.
 2. bare: the same calls (http_bare.py, the same fetch code) with no duecast at all: --workers
-   processes, --concurrency in flight each, as many calls as duecast made in its window. CPU per call.
+   processes, --concurrency in flight each, as many calls as duecast made in its window, on the
+   worker's own event loop (uvloop; --bare-loop asyncio for asyncio's, ~10% more CPU). CPU per call.
 
 overhead = (worker CPU per check - bare CPU per call) / bare CPU per call; target <= 20%. The stub's
 CPU is shown for both, to see that it is not what limits the rate. --compare measures the clients
@@ -72,9 +73,11 @@ def stub(kind: str, procs: int) -> Iterator[tuple[str, list[int]]]:
             proc.wait(10)
 
 
-def bare(url: str, calls: int, concurrency: int, procs: int, client: str = "aiohttp") -> dict[str, float]:
+def bare(
+    url: str, calls: int, concurrency: int, procs: int, *, client: str = "aiohttp", loop: str = "duecast"
+) -> dict[str, float]:
     """`calls` calls split over `procs` bare loop processes at once; their summed calls and CPU."""
-    argv = [sys.executable, str(HERE / "http_bare.py"), "--client", client, "--url", url,
+    argv = [sys.executable, str(HERE / "http_bare.py"), "--client", client, "--url", url, "--loop", loop,
             "--concurrency", str(concurrency), "--calls"]  # fmt: skip
     shares = [calls // procs + (i < calls % procs) for i in range(procs)]
     running = [subprocess.Popen([*argv, str(n)], stdout=subprocess.PIPE, text=True) for n in shares]
@@ -115,7 +118,7 @@ def one_run(
     if checks <= 0:
         raise SystemExit(f"no check was acked after the warm-up (logs: {out.log_dir})")
     stub_before = stub_cpu(pids)
-    plain = bare(url, checks, args.concurrency, args.workers)
+    plain = bare(url, checks, args.concurrency, args.workers, loop=args.bare_loop)
     stub_bare = stub_cpu(pids) - stub_before
     worker_cpu = out.cpu(args.warmup, "worker") / checks
     bare_cpu = plain["cpu_s"] / plain["calls"]
@@ -142,7 +145,7 @@ def compare(args: argparse.Namespace, console: Console) -> list[dict[str, Any]]:
         console.print(f"compare: {client} client, {kind} stub, {args.compare_calls:,} calls")
         with stub(kind, 1) as (url, pids):
             before = stub_cpu(pids)
-            r = bare(url, args.compare_calls, args.compare_concurrency, 1, client)
+            r = bare(url, args.compare_calls, args.compare_concurrency, 1, client=client)
             stub_s = stub_cpu(pids) - before
         rows.append(
             {"client": client, "stub": kind, "calls_per_s": r["calls"] / r["wall_s"],
@@ -158,7 +161,8 @@ def med(runs: list[dict[str, Any]], key: str, sub: str | None = None) -> float:
 def table(args: argparse.Namespace, runs: list[dict[str, Any]]) -> Table:
     t = Table(
         title=f"re-scan with an HTTP call per check: {args.users:,} users every {args.period:g} s, "
-        f"{args.workers} workers x {args.concurrency} in flight, {args.stub} stub x {args.stub_procs} "
+        f"{args.workers} workers x {args.concurrency} in flight, {args.stub} stub x {args.stub_procs}, "
+        f"bare on the {args.bare_loop} loop "
         f"(median of {args.runs}, {args.seconds:g} s runs)"
     )
     cols = ("", "checks/s", "checks/s per worker core", "worker CPU per check", "bare CPU per call",
@@ -205,6 +209,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--stub", choices=("asyncio", "aiohttp"), default="asyncio")
     p.add_argument("--stub-procs", type=int, default=1)
+    p.add_argument("--bare-loop", choices=("duecast", "asyncio"), default="duecast",
+                   help="the bare loop's event loop: the worker's (uvloop) or asyncio's")  # fmt: skip
     p.add_argument("--compare", action="store_true", help="also compare clients and stubs, bare, once")
     p.add_argument("--compare-calls", type=int, default=5000)
     # httpx's pool costs more per call the more connections it has: ~3 ms at 64, ~4-8 ms at 256.
