@@ -14,6 +14,7 @@ from collections.abc import Callable, Set
 
 from ..shared.entries import Entry
 from ..shared.fanout.protocol import Queue, QueueError
+from ..shared.pace import PACE_TICK_S, paced_delay_s
 from ..shared.policy import claim_room, dispatch_delay_s
 from ..shared.process.loop import Tick
 from ..shared.settings import DispatcherSettings
@@ -53,6 +54,7 @@ class Dispatcher:
         self.locked = LockedRows(queue, locked_held_s)
         # Fleet-wide limits (rate_limit_per_s, max_running): claims go through the limiter.
         self.limiter = Limiter(stores, settings.limits_table)
+        self.clock = time.time  # the pace's grid is on the wall clock, as its callers' seconds are
 
     def tick(self) -> Tick:
         for store in self.stores:
@@ -104,6 +106,8 @@ class Dispatcher:
             self.queue.add_stats(src.name, {"claimed": claimed})
             self.counts[src.name] += claimed
         delay = dispatch_delay_s(len(entries) * weight, room, self.settings.poll_interval_s)
+        if delay > 0 and src.period_s > 0:  # a re-scan caught up: its next claim on the pace's grid
+            delay = paced_delay_s(self.clock(), min(PACE_TICK_S, self.settings.poll_interval_s))
         return self.limiter.delay_s(store, delay)
 
     def _settle_unsure(self, store: Store) -> None:

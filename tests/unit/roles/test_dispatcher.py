@@ -12,17 +12,22 @@ from duecast.dispatcher.redelivery import Redelivery
 from duecast.shared.entries import Entry
 from duecast.shared.fanout.protocol import QueueUnavailable
 from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.pace import PACE_TICK_S, paced_delay_s
 from duecast.shared.settings import DispatcherSettings
 from duecast.shared.storage.source_store import Store
 from tests.unit.fakes import FakeClaimStore, rescan_source
 
 POLL_S = 0.25
 SETTINGS = DispatcherSettings(poll_interval_s=POLL_S, sweep_interval_s=5.0, sweep_batch=100)
+CLOCK_S = 1000.0  # the wall clock, fixed: a caught-up re-scan's next claim is on the pace's grid
+PACED_S = paced_delay_s(CLOCK_S, PACE_TICK_S)  # 0.05: the middle of the grid's next step
 
 
 def _dispatcher(stores: list[FakeClaimStore], queue: ReadyQueue) -> Dispatcher:
     redelivery = Redelivery([], queue, {"lost": POLL_S}, SETTINGS.sweep_batch)
-    return Dispatcher(cast(list[Store], stores), queue, SETTINGS, redelivery)
+    dispatcher = Dispatcher(cast(list[Store], stores), queue, SETTINGS, redelivery)
+    dispatcher.clock = lambda: CLOCK_S
+    return dispatcher
 
 
 def _due(n: int, start: int = 1, attempt: int = 1) -> list[Entry]:
@@ -44,7 +49,7 @@ def test_entries_pushed_in_claim_order_with_attempts(ready_queue: ReadyQueue) ->
     tick = _dispatcher([store], ready_queue).tick()
     assert _drain(ready_queue, "users") == [b"9:1", b"3:2", b"7:5"]
     assert store.limits == [10]
-    assert tick.delay_s == POLL_S  # partial batch: nothing more is due right now
+    assert tick.delay_s == PACED_S  # partial batch: nothing more is due until the grid's next step
     assert tick.idle
 
 
@@ -52,16 +57,19 @@ def test_full_batch_claims_again_at_once(ready_queue: ReadyQueue) -> None:
     store = FakeClaimStore(rescan_source(claim_batch=10, high_water=100), _due(25))
     dispatcher = _dispatcher([store], ready_queue)
     ticks = [dispatcher.tick() for _ in range(3)]
-    assert [(t.delay_s, t.idle) for t in ticks] == [(0.0, False), (0.0, False), (POLL_S, True)]
+    assert [(t.delay_s, t.idle) for t in ticks] == [(0.0, False), (0.0, False), (PACED_S, True)]
     assert _drain(ready_queue, "users") == [b"%d:1" % i for i in range(1, 26)]
     assert dispatcher.counts["users"] == 25
     assert ready_queue.stats("users") == {"claimed": 25}
 
 
-def test_nothing_due_waits_a_poll(ready_queue: ReadyQueue) -> None:
+def test_nothing_due_waits_for_the_pace_grid_or_a_poll(ready_queue: ReadyQueue) -> None:
     store = FakeClaimStore(rescan_source(), [])
     tick = _dispatcher([store], ready_queue).tick()
-    assert (tick.delay_s, tick.idle) == (POLL_S, True)
+    assert (tick.delay_s, tick.idle) == (PACED_S, True)
+    oneoff = FakeClaimStore(rescan_source(period_s=0, on_success="delete"), [])
+    tick = _dispatcher([oneoff], ready_queue).tick()
+    assert (tick.delay_s, tick.idle) == (POLL_S, True)  # a one-off source has no pace
     assert ready_queue.length("users") == 0
     assert ready_queue.stats("users") == {}
 

@@ -1,14 +1,16 @@
 """An even pace (shared/policy.py spread_phase_us, slot_us): phases of consecutive keys fill every
-tenth of a period evenly, a check's slot is its key's latest phase time, and SQL renders the same."""
+tenth of a period evenly, a check's slot is its key's latest phase time, and SQL renders the same;
+a caught-up re-scan is claimed on a fixed grid of the wall clock (paced_delay_s)."""
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from decimal import Decimal, getcontext
 
 import pytest
 
-from duecast.shared.pace import PHASE_SCALE, PHASE_STEP, slot_us, spread_phase_us
+from duecast.shared.pace import PHASE_SCALE, PHASE_STEP, paced_delay_s, slot_us, spread_phase_us
 from duecast.shared.queries import pace
 
 PERIODS_US = [1, 7, 1_000, 999_983, 4_000_000, 10_000_000, 86_400_000_000, 366 * 86_400_000_000]
@@ -76,3 +78,28 @@ def test_the_sql_literal_is_the_policys_step_exactly() -> None:
 def test_no_slot_without_a_period(period_us: int) -> None:
     with pytest.raises(ValueError, match="period > 0"):
         pace.slot_sql("`id`", period_us)
+
+
+# --- paced_delay_s: the dispatcher's grid for a caught-up re-scan ---------------------------------
+
+
+@pytest.mark.parametrize("now_s", [1000.0, 1000.01, 1000.049, 1000.051, 1000.0999, 1_764_300_000.123456])
+def test_the_next_claim_is_at_the_middle_of_the_grids_next_step(now_s: float) -> None:
+    delay = paced_delay_s(now_s, 0.1)
+    assert 0 < delay <= 0.1 + 1e-9
+    at = now_s + delay
+    assert abs((at - 0.05) - round((at - 0.05) / 0.1) * 0.1) < 1e-6  # on the grid, half a step off
+
+
+def test_every_second_holds_the_same_number_of_claims_whatever_each_takes() -> None:
+    """Claims 0.2 s after the previous one ended drift: a second then holds 3 or 4 of them. On the
+    grid, a dispatcher whose claims take 0 to 90 ms makes 10 in every second."""
+    now, claims = 5000.0, []
+    for i in range(300):
+        now += paced_delay_s(now, 0.1)
+        claims.append(now)
+        now += (i * 37 % 10) * 0.009  # the claim's own time
+    per_second = Counter(int(at) for at in claims)
+    whole = [per_second[s] for s in range(5001, int(claims[-1]))]
+    assert len(whole) >= 15
+    assert set(whole) == {10}
