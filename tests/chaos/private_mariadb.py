@@ -33,6 +33,7 @@ class PrivateMariaDB:
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.data = workdir / "mariadb-data"
+        self.tmp = workdir / "mariadb-tmp"
         self.port = free_port()
         self.log = workdir / f"mariadb-{self.port}.log"
         self.popen: subprocess.Popen[bytes] | None = None
@@ -42,6 +43,10 @@ class PrivateMariaDB:
 
     def start(self) -> None:
         as_root = ["--user=root"]  # mariadbd refuses to run as root without it; harmless otherwise
+        # Its own tmpdir: mariadbd (and its bootstrap) deletes every #sql* file in its tmpdir as it
+        # starts, and /tmp holds the shared server's internal temporary tables (a worker's query on
+        # it failed, "Error on delete of '/tmp/#sql-temptable-...MAI'", when this one started beside it).
+        self.tmp.mkdir(exist_ok=True)
         if not self.data.exists():
             self._install()
         with self.log.open("ab") as out:
@@ -51,6 +56,7 @@ class PrivateMariaDB:
                     "--no-defaults",
                     *as_root,
                     f"--datadir={self.data}",
+                    f"--tmpdir={self.tmp}",
                     "--bind-address=127.0.0.1",
                     f"--port={self.port}",
                     f"--socket={self.workdir / 'mariadb.sock'}",
@@ -77,6 +83,7 @@ class PrivateMariaDB:
                         _binary("mariadb-install-db", "mysql_install_db"),
                         "--no-defaults",
                         f"--datadir={self.data}",
+                        f"--tmpdir={self.tmp}",
                         "--user=root",  # mariadbd refuses to run as root without it
                         "--auth-root-authentication-method=normal",
                         "--skip-test-db",

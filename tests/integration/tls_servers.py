@@ -185,9 +185,19 @@ class TLSMariaDB:
         server, install = found
         as_root = ["--user=root"] if os.geteuid() == 0 else []  # mariadbd refuses root otherwise
         data = self.dir / "data"
+        tmp = self.dir / "tmp"  # its own: mariadbd deletes every #sql* file in its tmpdir as it starts
+        tmp.mkdir(exist_ok=True)
         # Root with no password: the server listens on 127.0.0.1 only and lives for one test module.
         subprocess.run(
-            [install, "--no-defaults", f"--datadir={data}", *as_root, "--skip-test-db", *NO_ROOT_PASSWORD],
+            [
+                install,
+                "--no-defaults",
+                f"--datadir={data}",
+                f"--tmpdir={tmp}",
+                *as_root,
+                "--skip-test-db",
+                *NO_ROOT_PASSWORD,
+            ],
             check=True,
             capture_output=True,
             timeout=120,
@@ -198,6 +208,7 @@ class TLSMariaDB:
             "--no-defaults",
             *as_root,
             f"--datadir={data}",
+            f"--tmpdir={tmp}",
             "--bind-address=127.0.0.1",
             f"--port={self.port}",
             f"--socket={self.dir / 'sock'}",
