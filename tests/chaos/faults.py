@@ -248,12 +248,29 @@ def kill_holder(chaos: Chaos, sources: Collection[str], timeout_s: float = 5.0) 
     is let go and another looked for."""
     deadline = time.monotonic() + timeout_s
     while (proc := holder(chaos, sources, max(0.0, deadline - time.monotonic()))) is not None:
-        os.kill(proc.pid, signal.SIGSTOP)
+        if not freeze(proc):
+            continue
         record = held_by(chaos, proc.pid)
         if record is not None and record[0] in sources:
             return kill_worker(chaos, proc)  # SIGKILL ends a stopped process too
-        os.kill(proc.pid, signal.SIGCONT)
+        thaw(proc)
     return kill_worker(chaos)
+
+
+def freeze(proc: Proc) -> bool:
+    """SIGSTOP `proc`; False if it had ended first (a poison job kills its worker at any moment): it
+    is reaped here, and `supervise` starts its successor."""
+    try:
+        os.kill(proc.pid, signal.SIGSTOP)
+    except ProcessLookupError:  # reaped already
+        return False
+    return proc.alive()  # an unreaped corpse takes the signal too: polled, it is reaped
+
+
+def thaw(proc: Proc) -> None:
+    """SIGCONT `proc` if it still runs (a stopped process cannot end by itself, but may be killed)."""
+    if proc.alive():
+        os.kill(proc.pid, signal.SIGCONT)
 
 
 def kill_worker(chaos: Chaos, proc: Proc | None = None) -> Proc:
@@ -266,10 +283,11 @@ def kill_worker(chaos: Chaos, proc: Proc | None = None) -> Proc:
 
 
 def stop_worker(chaos: Chaos, proc: Proc | None = None) -> Proc:
-    """SIGSTOP `proc`, or a random live worker; `resume` it later."""
+    """SIGSTOP `proc`, or a random live worker (also if `proc` has ended); `resume` it later."""
     proc = proc or chaos.rng.choice(chaos.live_workers())
+    while not freeze(proc):
+        proc = chaos.rng.choice(chaos.live_workers())
     chaos.fault("sigstop", proc.pid)
-    os.kill(proc.pid, signal.SIGSTOP)
     chaos.stopped.add(proc.pid)
     return proc
 
@@ -287,7 +305,8 @@ def stop_in_ack(chaos: Chaos, tries: int = 40) -> Proc | None:
         if proc is None:  # the workers got through the backlog between tries: a fresh one
             backlog(chaos)
             continue
-        os.kill(proc.pid, signal.SIGSTOP)
+        if not freeze(proc):
+            continue
         time.sleep(0.15)  # MariaDB refreshes INNODB_TRX only when it was not read for 100 ms
         ports = {str(local) for local, remote in tcp_peers(proc.pid) if remote == chaos.mysql.port}
         rows = chaos.query(
@@ -303,12 +322,12 @@ def stop_in_ack(chaos: Chaos, tries: int = 40) -> Proc | None:
             chaos.stopped.add(proc.pid)
             caught(chaos, chaos.faults[-1], [held])
             return proc
-        os.kill(proc.pid, signal.SIGCONT)
+        thaw(proc)
     return None
 
 
 def resume(chaos: Chaos, proc: Proc) -> None:
-    os.kill(proc.pid, signal.SIGCONT)
+    thaw(proc)
     chaos.stopped.discard(proc.pid)
 
 
