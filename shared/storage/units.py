@@ -38,7 +38,12 @@ ACCESS_DENIED = frozenset({1044, 1142, 1143})
 # (deadlock, lock wait timeout), or the connection is gone (refused, lost, killed: 1927/4031), and
 # with it the transaction. An outcome-unknown COMMIT is among the latter: callers re-read under
 # their fence instead of guessing.
-_TRANSIENT_CODES = {DEADLOCK, LOCK_WAIT_TIMEOUT, 2003, 2006, 2013, 1927, 4031}
+# The server's own files and memory failing it for now: the operating system's errors it passes on
+# (codes under 1000: a temporary table's file could not be created, read, written or deleted, out of
+# memory, disk full, too many open files) and its own for disk and memory. The server's state, not a
+# statement's fault: a row's ack hitting one is not that row's refusal.
+SERVER_RESOURCES = frozenset({1, 2, 3, 5, 6, 9, 20, 23, 29, 1021, 1037, 1038, 1041})
+_TRANSIENT_CODES = {DEADLOCK, LOCK_WAIT_TIMEOUT, 2003, 2006, 2013, 1927, 4031, *SERVER_RESOURCES}
 
 
 class StorageError(DuecastError):

@@ -9,12 +9,13 @@ import importlib
 import inspect
 import pkgutil
 
+import pymysql
 import pytest
 
 import duecast
 from duecast.shared.errors import DuecastError, TransientFailure
 from duecast.shared.fanout.protocol import QueueError, QueueUnavailable
-from duecast.shared.storage.units import NotConnected, StorageError, TransientError
+from duecast.shared.storage.units import NotConnected, StorageError, TransientError, translate, whole_unit
 
 PARTS = ("shared", "worker", "dispatcher", "cli")  # integrations/ define no errors; importing
 # duecast.integrations.django.worker sets a Django project up
@@ -79,3 +80,40 @@ def test_the_public_errors_are_duecast_errors_and_keep_their_old_bases() -> None
     assert issubclass(duecast.PublishError, ValueError)
     assert issubclass(duecast.NotConnected, duecast.TransientError)
     assert issubclass(duecast.TransientError, duecast.StorageError)
+
+
+# What the driver raised when a test's private mariadbd, starting beside the shared server, deleted
+# the shared server's temporary table from /tmp under a worker's query.
+TEMP_FILE_GONE = "Error on delete of '/tmp/#sql-temptable-ecf-5e6f-3ff.MAI' (Errcode: 2)"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pymysql.err.InternalError(6, TEMP_FILE_GONE),
+        pymysql.err.OperationalError(3, "Error writing file '/tmp/MYfd=77' (Errcode: 28)"),
+        pymysql.err.OperationalError(1021, "Disk full (/tmp/#sql_1.MAI); waiting for someone to free space"),
+        pymysql.err.OperationalError(1041, "Out of memory."),
+    ],
+    ids=["temp-file-deleted", "write-failed", "disk-full", "out-of-memory"],
+)
+def test_the_servers_file_and_memory_faults_are_its_state_not_the_statements(error: Exception) -> None:
+    """Retried like a lost connection (a WARNING line, not a traceback), and never one row's refusal."""
+    mine = translate(error)
+    assert isinstance(mine, TransientError), mine
+    assert mine.code == error.args[0]
+    assert whole_unit(error)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pymysql.err.OperationalError(1054, "Unknown column 'x' in 'field list'"),
+        pymysql.err.OperationalError(22, "Character set 'nope' is not a compiled character set"),
+        pymysql.err.ProgrammingError(1146, "Table 'db.t' doesn't exist"),
+    ],
+    ids=["unknown-column", "unknown-charset", "no-table"],
+)
+def test_a_statements_own_fault_is_not_retried_as_the_servers(error: Exception) -> None:
+    assert not isinstance(translate(error), TransientError)
+    assert not whole_unit(error)
