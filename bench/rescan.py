@@ -94,16 +94,35 @@ class Counted:
     """A demo run, with the checks of each wall-clock second counted where they ran."""
 
     run: Run
-    per_second: Counter[int]
+    per_tenth: Counter[int]  # checks per tenth of a wall-clock second: int(time * 10)
     first: int  # the first second any check ran
     last: int  # the last whole second before the end-of-run reads
+
+    @property
+    def per_second(self) -> Counter[int]:
+        seconds: Counter[int] = Counter()
+        for tenth, n in self.per_tenth.items():
+            seconds[tenth // 10] += n
+        return seconds
 
     def windows(self, settle_s: float) -> tuple[float, float, float, int]:
         """p1 / median / p99 of the 1-s windows from settle_s after the first check, and their count."""
         return window_quantiles(self.per_second, self.first + math.ceil(settle_s), self.last)
 
     def series(self) -> list[int]:
-        return [self.per_second.get(s, 0) for s in range(self.first, self.last + 1)]
+        per_second = self.per_second
+        return [per_second.get(s, 0) for s in range(self.first, self.last + 1)]
+
+    def landing(self, settle_s: float) -> list[float]:
+        """The share of the checks run in each tenth of their second (0.0-0.1 s past it first), over
+        the windows counted: claims come on a 0.1 s grid, so a claim's checks that land near a second's
+        edge move a whole claim between two windows."""
+        first, tenths = self.first + math.ceil(settle_s), Counter[int]()
+        for tenth, n in self.per_tenth.items():
+            if first <= tenth // 10 <= self.last:
+                tenths[tenth % 10] += n
+        total = sum(tenths.values()) or 1
+        return [tenths[t] / total for t in range(10)]
 
 
 def counted_run(
@@ -138,13 +157,13 @@ def counted_run(
             app="pace_app",
             extra_env={"PYTHONPATH": path, "DUECAST_BENCH_PACE_DIR": str(pace_dir)},
         )
-        per_second = read_counts(pace_dir)
+        per_tenth = read_counts(pace_dir)
     finally:
         shutil.rmtree(pace_dir, ignore_errors=True)
     if run.errors or any(run.exit_codes.values()):
         raise SystemExit(f"run failed: {run.errors or run.exit_codes} (logs: {run.log_dir})")
-    first = min(per_second) if per_second else 0
-    return Counted(run, per_second, first, int(ended[0]) - 1 if ended else first)
+    first = min(per_tenth) // 10 if per_tenth else 0
+    return Counted(run, per_tenth, first, int(ended[0]) - 1 if ended else first)
 
 
 def one_run(settings: Settings, args: argparse.Namespace, workers: int, console: Console) -> dict[str, Any]:
@@ -186,6 +205,7 @@ def one_run(settings: Settings, args: argparse.Namespace, workers: int, console:
         "windows_p99": p99,
         "windows_counted": seconds,
         "checks_per_second": counted.series(),
+        "landing_per_tenth": counted.landing(args.settle),
         "acked_windows_p1_p50_p99": [a1, a50, a99],
         "checks_per_s": run.mean_rate(skip_s=args.warmup),
         "cores": {
@@ -199,10 +219,11 @@ def one_run(settings: Settings, args: argparse.Namespace, workers: int, console:
 
 
 def read_counts(folder: Path) -> Counter[int]:
-    """Checks per wall-clock second where they ran (bench/pace_app.py), summed over the workers."""
+    """Checks per tenth of a wall-clock second where they ran (bench/pace_app.py), summed over the
+    workers."""
     total: Counter[int] = Counter()
     for path in folder.glob("*.json"):
-        total.update({int(k): int(v) for k, v in json.loads(path.read_text()).items()})
+        total.update({int(k): int(v) for k, v in json.loads(path.read_text())["tenths"].items()})
     return total
 
 
@@ -285,6 +306,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     out = Console()
     out.print(table)
+    for r in results:
+        shares = [statistics.median(x["landing_per_tenth"][t] for x in r["runs"]) for t in range(10)]
+        out.print(
+            f"{r['mode']}, {r['workers']} workers: share of the checks in each tenth of their second "
+            f"(0.0-0.1 s first; 10% each if even): {' '.join(f'{v:.1%}' for v in shares)}"
+        )
     versions = versions_line(settings)
     out.print(versions)
     if args.chart:
