@@ -69,10 +69,8 @@ class Dispatcher:
         return Tick(delay, idle=delay > 0)
 
     def pause(self, delay_s: float) -> None:
-        """Idle wait that an enqueuer's wake-up ends at once (BLPOP, so at most delay_s)."""
-        if self.limiter.paces(delay_s):
-            time.sleep(delay_s)  # a rate limit's refill, shorter than Redis times a blocking pop
-            return
+        """Idle wait that an enqueuer's wake-up ends at once (BLPOP, so at most delay_s), ending on
+        time: the pace's grid and a rate limit's refill are shorter than Redis times a blocking pop."""
         self.queue.wait_wake(delay_s)
 
     def _dispatch(self, store: Store) -> float:

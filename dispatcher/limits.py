@@ -18,8 +18,6 @@ from ..shared.telemetry.metrics import LIMIT_PERIOD
 
 log = logging.getLogger("duecast.limits")
 DEMAND_EVERY_S = 60.0  # a limited source's rows are counted at most this often (a full scan)
-# A blocking pop's timeout is served at Redis's hz (10/s by default): a shorter refill wait is slept.
-BLOCK_RESOLUTION_S = 0.1
 
 
 class Limiter:
@@ -131,11 +129,6 @@ class Limiter:
     def delay_s(self, store: Store, delay_s: float) -> float:
         """The dispatcher's next delay for `store`: no later than its bucket refills."""
         return min(delay_s, self.waits.get(store.src.name, delay_s))
-
-    def paces(self, delay_s: float) -> bool:
-        """Whether the dispatcher's next wait, `delay_s`, is a bucket's refill too short for a blocking
-        pop to time (it sleeps it instead: an enqueuer's wake-up can wait that long)."""
-        return delay_s < BLOCK_RESOLUTION_S and any(w <= delay_s for w in self.waits.values())
 
     @staticmethod
     def _wait_s(lim: LimitStore, grant: Grant, room: int) -> float:
