@@ -1,9 +1,9 @@
 """A task's fleet-wide limits (`[jobs.task_limits.<task>]`) against real processes, MariaDB and Redis:
 its rate_limit_per_s holds in every 1-s window of claims (and, within 1.15x, of handler starts)
-across three workers and a leader kill while another
-task's jobs of the same queue run unlimited; its max_running is never exceeded, counted by the
-handlers themselves, through a worker's SIGKILL, and the dead worker's slots come back with its
-leases. Handler calls are timed in tests/faults/limits_app.py (the task `limited`)."""
+across three workers and a leader kill, while another task's jobs of the same queue run unlimited;
+its max_running is never exceeded, counted by the handlers themselves, through a worker's SIGKILL,
+and the dead worker's slots come back with its leases. Handler calls are timed in
+tests/faults/limits_app.py (the task `limited`)."""
 
 from __future__ import annotations
 
