@@ -39,7 +39,10 @@ LEADER: tuple[Cause, ...] = (*SWEEP, "held")  # what a dispatcher hosting the sw
 # Each sweep's scan is SKIP LOCKED, and a claim that finds fewer due rows than it asks for holds, for
 # its transaction (milliseconds), a lock on the first index record past them: the head of the
 # DISPATCHED or RUNNING prefix a sweep reads, even in READ COMMITTED. The interval sweeper takes such
-# a row at its next tick; a one-off drain takes a few passes a moment apart instead.
+# a row at its next tick; a one-off drain takes a few passes a moment apart instead. The "lost"
+# cause runs once per loss (the canary is back after it), so it too makes SETTLE_PASSES more, at its
+# next runs, over the rows dispatched before the loss was seen: one such row had waited for the
+# visibility timeout after a Redis restart (tests/integration/recovery/test_locked_rows.py).
 SETTLE_PASSES = 3
 SETTLE_PAUSE_S = 0.05
 
@@ -104,6 +107,8 @@ class Redelivery:
         self.last_s: dict[Cause, float] = {}  # when each cause last ran (clock); absent: never
         self.backlog: set[Cause] = set()  # causes whose last run filled a batch
         self.counts: Counter[Cause] = Counter()  # rows requeued, by cause
+        self.lost_at = 0.0  # when Redis was last found to have lost its entries (clock)
+        self.lost_passes = 0  # "lost" runs left that take what was dispatched before then
 
     def canary(self) -> Redelivery:
         """This duty's "lost" cause alone, on the same stores: the dispatcher runs it in its own
@@ -146,11 +151,18 @@ class Redelivery:
         """One run of `cause`: rows requeued per store (one count in all for "held")."""
         if cause == "held":
             return [self._requeue_held()]
-        if cause == "lost" and cause not in self.backlog and not self.queue.data_lost():
-            return []  # the canary is there: Redis kept its entries
+        if cause == "lost" and cause not in self.backlog:
+            if self.queue.data_lost():
+                self.lost_at, self.lost_passes = self.clock(), SETTLE_PASSES
+            elif self.lost_passes:  # a row a claim held locked: dispatched before the loss was seen
+                self.lost_passes -= 1
+                return [self._requeue(cause, store, self.clock() - self.lost_at) for store in self.stores]
+            else:
+                return []  # the canary is there: Redis kept its entries
         return [self._requeue(cause, store) for store in self.stores]
 
-    def _requeue(self, cause: Cause, store: Store) -> int:
+    def _requeue(self, cause: Cause, store: Store, lost_s: float = 0.0) -> int:
+        """`lost_s`: for "lost", only what was dispatched at least that long ago."""
         src = store.src
         started = time.perf_counter()
         if cause == "expired":
@@ -165,7 +177,7 @@ class Redelivery:
                 cause, store, store.requeue_expired(src.visibility_timeout_s, self.batch), started
             )
         if cause == "lost":
-            return self._requeued(cause, store, store.requeue_lost(self.batch), started)
+            return self._requeued(cause, store, store.requeue_lost(self.batch, lost_s), started)
         return self._requeued(cause, store, store.requeue_interrupted(self.batch), started)
 
     def _requeued(self, cause: Cause, store: Store, n: int, started: float) -> int:

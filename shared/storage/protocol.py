@@ -159,7 +159,8 @@ class Store(Protocol):
     def group_key(self, ack: Ack) -> Any: ...
     # Redelivery, one method per cause (dispatcher/redelivery.py runs them; shared/policy.py: CAUSES).
     def requeue_expired(self, visibility_timeout_s: float, limit: int) -> int: ...  # DISPATCHED too long
-    def requeue_lost(self, limit: int) -> int: ...  # Redis lost its entries: every unstarted one, now
+    # Redis lost its entries: every unstarted one (dispatched at least dispatched_s ago), now.
+    def requeue_lost(self, limit: int, dispatched_s: float = 0.0) -> int: ...
     def requeue_interrupted(self, limit: int) -> int: ...  # a started lease ran out: its worker died
     def requeue_held(self, entries: Sequence[Entry]) -> int: ...  # popped by a worker now dead
     def release_unpushed(self, entries: Sequence[Entry]) -> int: ...  # claimed, push refused

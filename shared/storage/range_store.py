@@ -93,8 +93,8 @@ class RangeStore:
     def reset_dispatched(self) -> int:
         return self.ranges.reset_dispatched()
 
-    def requeue_lost(self, limit: int) -> int:
-        return self.ranges.requeue_lost(limit)
+    def requeue_lost(self, limit: int, dispatched_s: float = 0.0) -> int:
+        return self.ranges.requeue_lost(limit, dispatched_s)
 
     def requeue_interrupted(self, limit: int) -> int:
         return self.ranges.requeue_interrupted(limit)

@@ -327,10 +327,10 @@ class SourceStore:
                 return 0
             return int(cur.execute(self.sql.requeue.format(ids=in_list(self.sql.id_column, ids))))
 
-    def requeue_lost(self, limit: int) -> int:
-        """Every DISPATCHED row -> IDLE now: their entries were lost with Redis. RUNNING rows are
-        left to their leases: their workers hold them, entry or not."""
-        return self.requeue_expired(0.0, limit)
+    def requeue_lost(self, limit: int, dispatched_s: float = 0.0) -> int:
+        """Every DISPATCHED row (dispatched at least `dispatched_s` ago) -> IDLE now: their entries
+        were lost with Redis. RUNNING rows are left to their leases: their workers hold them."""
+        return self.requeue_expired(dispatched_s, limit)
 
     def requeue_interrupted(self, limit: int) -> int:
         """RUNNING rows whose lease ran out (their worker died or stopped) -> IDLE, due at once.

@@ -218,9 +218,9 @@ class FakeStore:
         self.calls.append((visibility_timeout_s, limit))
         return self._requeue(State.DISPATCHED, visibility_timeout_s, limit)
 
-    def requeue_lost(self, limit: int) -> int:
+    def requeue_lost(self, limit: int, dispatched_s: float = 0.0) -> int:
         self.asked.append("lost")
-        n = self._requeue(State.DISPATCHED, 0.0, limit)
+        n = self._requeue(State.DISPATCHED, dispatched_s, limit)
         self.requeued += n
         return n
 

@@ -210,10 +210,10 @@ class LeasedStore(ABC):
         older = self._requeue_older(visibility_timeout_s)
         return older + self._requeue_dispatched(visibility_timeout_s, limit) + self.interrupt_expired(limit)
 
-    def requeue_lost(self, limit: int) -> int:
-        """Everything DISPATCHED no worker started -> pending now: Redis lost its entries.
-        RUNNING work is left to its leases: its workers hold it, entry or not."""
-        return self._requeue_dispatched(0.0, limit)
+    def requeue_lost(self, limit: int, dispatched_s: float = 0.0) -> int:
+        """Everything DISPATCHED (at least `dispatched_s` ago) no worker started -> pending now: Redis
+        lost its entries. RUNNING work is left to its leases: its workers hold it, entry or not."""
+        return self._requeue_dispatched(dispatched_s, limit)
 
     def requeue_interrupted(self, limit: int) -> int:
         return self.interrupt_expired(limit)

@@ -252,3 +252,35 @@ def test_a_one_off_sweep_takes_the_row_a_claim_held_past_its_due_rows(
     sweep.drain(sleep=pause)
     assert pauses
     assert env.count("dc_state = %s", (State.IDLE,)) == 10
+
+
+def test_a_redis_loss_takes_the_row_a_claim_held_past_its_due_rows(
+    make_env: Callable[..., Env], holder: pymysql.cursors.Cursor
+) -> None:
+    """The known bug of issue 24 (the fault tier, in the whole suite's order): after a Redis restart
+    one one-off row of 300 waited for the visibility timeout. Redis lost its entries, and the "lost"
+    requeue, which runs once per loss, passed over (SKIP LOCKED) the DISPATCHED row a claim held
+    locked past its due rows. Its next runs now take what was dispatched before the loss was seen."""
+    env = make_env("rescan", rows=10)
+    env.sql.execute(
+        f"UPDATE `{env.table}` SET dc_state = {State.DISPATCHED:d}, dc_attempt = 1, "
+        "dc_dispatched_at = NOW(6) - INTERVAL 1 SECOND"
+    )
+    period_us = round(env.source.period_s * 1e6)
+    holder.execute(env.store.sql.claim_due, (period_us, period_us, 100))  # open: nothing is due
+    assert holder.fetchall() == ()
+    clock = Clock()
+    lost = Redelivery([env.store], env.queue, {"lost": 0.2}, 1000, clock=clock)
+    env.queue.client.delete(env.queue.keys.epoch())  # Redis lost everything: the canary too
+    lost.tick()
+    assert {i for i, (state, _) in env.states().items() if state == State.DISPATCHED} == {1}
+    holder.connection.commit()  # the claim ends, milliseconds later
+    # A row dispatched after the loss was seen has its entry in Redis: it stays dispatched.
+    env.sql.execute(
+        f"UPDATE `{env.table}` SET dc_state = {State.DISPATCHED:d}, dc_dispatched_at = NOW(6) "
+        "WHERE user_id = 2"
+    )
+    clock.now += 0.2  # the clock's 0.2 s: row 1 was dispatched 1 s before it, row 2 after
+    lost.tick()  # the canary is back: a pass over what was dispatched before the loss only
+    assert {i for i, (state, _) in env.states().items() if state == State.DISPATCHED} == {2}
+    assert env.count("dc_state = %s", (State.IDLE,)) == 9

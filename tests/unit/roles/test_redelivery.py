@@ -126,9 +126,13 @@ def test_a_lost_epoch_canary_requeues_every_unstarted_row_at_once(ready_queue: R
     redelivery.tick()  # first use: no canary yet, so whatever is dispatched goes back (nothing)
     assert (store.asked, store.requeued) == (["lost"], 0)
     store.add_dispatched({i: 1 for i in range(1, 6)})
+    for _ in range(SETTLE_PASSES):  # passes over what was dispatched before the loss: not these
+        clock.now += POLL_S
+        redelivery.tick()
+    assert (store.asked, store.requeued) == (["lost"] * (1 + SETTLE_PASSES), 0)
     clock.now += POLL_S
     redelivery.tick()
-    assert store.asked == ["lost"]  # canary present: Redis kept its data
+    assert store.asked == ["lost"] * (1 + SETTLE_PASSES)  # canary present: Redis kept its data
     ready_queue.client.flushall()
     clock.now += POLL_S
     tick = redelivery.tick()
@@ -150,16 +154,16 @@ def test_a_row_a_worker_started_is_not_taken_for_lost(ready_queue: ReadyQueue) -
 def test_a_full_batch_of_lost_rows_goes_on_without_asking_the_canary_again(ready_queue: ReadyQueue) -> None:
     store = FakeWorkStore(rescan_source(), {i: 1 for i in range(1, 2 * BATCH + 8)})
     redelivery = _redelivery([store], ready_queue, {"lost": POLL_S})
-    redelivery.drain()  # the canary answers "lost" once only: the backlog carries the rest
-    assert store.asked == ["lost"] * 3
+    redelivery.drain(sleep=lambda _: None)  # the canary answers "lost" once: the backlog carries the rest
+    assert store.asked == ["lost"] * (3 + SETTLE_PASSES)  # then the settle passes
     assert redelivery.counts["lost"] == 2 * BATCH + 7
 
 
 def test_the_canary_alone_shares_the_stores_and_the_tally(ready_queue: ReadyQueue) -> None:
     store = FakeWorkStore(rescan_source(), {1: 1, 2: 3})
     redelivery = _redelivery([store], ready_queue)
-    redelivery.canary().drain()
-    assert store.asked == ["lost"]  # nothing else, even as the leader
+    redelivery.canary().drain(sleep=lambda _: None)
+    assert store.asked == ["lost"] * (1 + SETTLE_PASSES)  # nothing else, even as the leader
     assert redelivery.counts == {"lost": 2}
 
 
