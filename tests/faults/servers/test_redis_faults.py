@@ -11,7 +11,6 @@ from collections.abc import Callable
 import pytest
 
 from duecast.shared.entries import decode_entry
-from tests.faults import known_bugs
 from tests.faults.conftest import KINDS, REDIS_DOWN, FaultEnv
 from tests.faults.private_redis import PrivateRedis
 
@@ -74,18 +73,7 @@ def test_flushall_mid_run_loses_nothing(
     assert vanished <= rerun
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        pytest.param(
-            k,
-            marks=pytest.mark.xfail(reason=known_bugs.ROW_WAITS_AFTER_REDIS_RESTART, strict=False),
-        )
-        if k == "oneoff"
-        else k
-        for k in KINDS
-    ],
-)
+@pytest.mark.parametrize("kind", KINDS)
 def test_redis_restart_mid_run_processes_survive_and_lose_nothing(
     fault_env: Callable[..., FaultEnv], private_redis: PrivateRedis, kind: str
 ) -> None:
