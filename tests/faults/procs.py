@@ -171,6 +171,11 @@ class Procs:
                 print(f"fault tier: {proc.name} (pid {proc.pid}) survived SIGKILL", file=sys.stderr)
 
 
+def serving(proc: Proc) -> bool:
+    """Whether a worker has logged the line it logs as its loop begins ("working on ...")."""
+    return proc.log.exists() and "working on " in proc.log.read_text(errors="replace")
+
+
 def tcp_peers(pid: int) -> list[tuple[int, int]]:
     """(local port, remote port) of every TCP socket `pid` has open, from /proc (Linux only)."""
     inodes = set()

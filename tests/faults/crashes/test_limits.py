@@ -19,7 +19,7 @@ from duecast.shared.settings import DispatcherSettings
 from tests.faults.conftest import FaultEnv
 from tests.faults.env import IDLE
 from tests.faults.limits_app import most_in_window, most_running, read_calls
-from tests.faults.procs import Proc
+from tests.faults.procs import Proc, serving
 
 pytestmark = pytest.mark.faults
 
@@ -74,8 +74,9 @@ def test_a_rate_limit_holds_in_every_second_across_workers_and_a_leader_kill(
     env = fault_env("oneoff", rate_limit_per_s=RATE, visibility_timeout_s=5)
     log = record_claims(env)
     env.insert(ROWS)
-    for n in range(3):
-        _worker(env, f"w{n}")
+    workers = [_worker(env, f"w{n}") for n in range(3)]
+    # Claims only once every worker pops: entries claimed while they import would start together.
+    env.wait_for(lambda: all(serving(w) for w in workers), "the workers to be serving")
     first = env.dispatcher("d1")
     env.wait_for(lambda: f":{first.pid}:" in _leader(env), "the first dispatcher to lead")
     env.dispatcher("d2")
@@ -95,7 +96,7 @@ def test_a_rate_limit_holds_in_every_second_across_workers_and_a_leader_kill(
     # Handler starts can bunch a little more when a worker falls behind and catches up on what
     # waited in Redis (224 seen once on a loaded machine: docs/protecting.md says so).
     print(f"\nrate {RATE}/s: busiest 1-s window of claims {dispatched}, of handler starts {most}")
-    assert most <= RATE * 1.15, f"{most} calls in one second under rate_limit_per_s = {RATE}"
+    assert most <= RATE * 115 // 100, f"{most} calls in one second under rate_limit_per_s = {RATE}"
     starts.sort()
     steady = starts[: int(len(starts) * 0.9)]  # before the stranded claim's redelivery, if any
     span_s = steady[-1] - steady[0]

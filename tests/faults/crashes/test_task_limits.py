@@ -26,7 +26,7 @@ from duecast.shared.storage.admin import migrate
 from tests.faults.conftest import _NOT_INHERITED
 from tests.faults.env import DISPATCHED, IDLE
 from tests.faults.limits_app import most_in_window, most_running, read_calls
-from tests.faults.procs import Proc, Procs, wait_for
+from tests.faults.procs import Proc, Procs, serving, wait_for
 from tests.faults.runs import drop_job_tables
 
 pytestmark = pytest.mark.faults
@@ -152,8 +152,9 @@ def test_a_task_rate_holds_in_every_second_across_three_workers_and_a_leader_kil
     log = record_claims(env)
     env.enqueuer.enqueue_many(Job(TASK, i) for i in range(JOBS))
     env.enqueuer.enqueue_many(Job("free", i) for i in range(FREE))  # the same queue, no limit
-    for n in range(3):
-        _worker(procs, env, f"w{n}")
+    workers = [_worker(procs, env, f"w{n}") for n in range(3)]
+    # Claims only once every worker pops: entries claimed while they import would start together.
+    wait_for(lambda: all(serving(w) for w in workers), 30, "the workers to be serving", procs.check)
     first = procs.spawn("d1", ["-m", "duecast.dispatcher"], env.env)
     wait_for(lambda: f":{first.pid}:" in _leader(env), 20, "the first dispatcher to lead", procs.check)
     procs.spawn("d2", ["-m", "duecast.dispatcher"], env.env)
@@ -178,7 +179,7 @@ def test_a_task_rate_holds_in_every_second_across_three_workers_and_a_leader_kil
     # Handler starts can bunch a little more when a worker catches up on what waited in Redis:
     # 205-216 in 8 of 9 runs, 227 once under load. The bound is test_limits.py's, 1.15.
     where = _busiest(starts)
-    assert most <= RATE * 1.15, (
+    assert most <= RATE * 115 // 100, (
         f"{most} calls in one second under rate_limit_per_s = {RATE}, from {where - starts[0]:.2f}s "
         f"(the leader killed at {killed_at - starts[0]:.2f}s; redelivery at +5s)"
     )
