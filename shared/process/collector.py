@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import gc
 
-# Python's default (700) sets off a young collection every 700 new container objects. A worker makes
-# thousands per batch that live a whole call (a check awaiting 20 ms: its task, coroutine, future and
-# outcome), so most collections found them alive, moved them on and walked them again in the older
-# generations: about 40% of an async range-mode check's CPU (bench/range_path.py: 17.8 -> 10.3 µs
-# per check at 10,000). What it costs: cyclic garbage waits for up to this many new objects.
-YOUNG_OBJECTS = 10_000
+# A young collection is set off when the container objects made since the last one, less those
+# freed (old ones included), pass this count. Python's default, 700, fired every few hundred objects
+# of a worker's batches, which keep thousands of objects alive for a whole call (a check awaiting
+# 20 ms: its task, coroutine, future and outcome): 17.8 -> 10.3 µs an async check at 10,000
+# (bench/range_path.py). At 10,000 it still fired ~20 times a second in each worker of a 1M-user
+# re-scan: a batch makes and frees thousands at once, so the count swings past 10,000 and back; each
+# collection walked the 10,000-25,000 young objects of the checks in flight and found no garbage
+# (0 in ~900), 5-10 s of a worker's 45 (docs/benchmarks.md, "The young collections"). A swing
+# past 100,000 comes a few times a minute. What it costs: cyclic garbage waits for up to this many
+# new objects (a few tens of MB of small ones), and a collection that comes walks a longer list.
+YOUNG_OBJECTS = 100_000
 
 _paused: list[bool] = []  # one item while this module holds the collector off
 
