@@ -66,6 +66,17 @@ def read_calls(path: Path) -> list[Call]:
     return calls
 
 
+def claim_bound(rate: int) -> int:
+    """The most claims (or dispatches) one 1-s window may hold under rate_limit_per_s = `rate`:
+    issue 27's own bound, 1.1 x the rate. The bucket hands out at most rate + rate / 20 a second by
+    MySQL's clock at the reservation, its own transaction; a claim's rows get their NOW(6) when the
+    claim's UPDATE runs, after that commit, so a delay of d between the two moves up to rate x d
+    claims into the next window: 214 at 200/s in one clean-clone run (a delay of 20 ms or more on a
+    loaded machine), where the bucket alone allows 210. A limit lost across the leader's failover
+    shows as both dispatchers' rates together, about twice the rate."""
+    return rate * 11 // 10
+
+
 def most_in_window(starts: list[float], window_s: float = 1.0) -> int:
     """The most calls that started within any `window_s` (every window that begins at a start)."""
     times = sorted(starts)
