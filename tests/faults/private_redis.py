@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_ports(n: int, below: int = 65_536) -> list[int]:
+    """`n` different free ports, each below `below`: every socket stays bound until all are found.
+    Calls of free_port() one after another can return the same port twice (the kernel hands a freed
+    ephemeral port out again), and two servers of one topology on one port leave one not started."""
+    with ExitStack() as held:
+        ports: list[int] = []
+        while len(ports) < n:
+            s = held.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+            if port < below:
+                ports.append(port)
+        return ports
 
 
 def redis_server_bin() -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import redis
 from redis.crc import key_slot
 
-from tests.faults.private_redis import free_port, redis_server_bin
+from tests.faults.private_redis import free_ports, redis_server_bin
 from tests.faults.procs import wait_for
 
 SERVICE = "duecast-ha"
@@ -63,11 +63,7 @@ def answers(port: int, *command: str) -> bool:
     return bool(reply)
 
 
-def cluster_port() -> int:
-    """A free port whose cluster bus port (port + 10000) is a valid port too."""
-    while (port := free_port()) > 55_000:
-        pass
-    return port
+CLUSTER_PORTS_BELOW = 55_000  # a cluster node's bus port (port + 10000) must be a valid port too
 
 
 def plain(port: int) -> tuple[str, ...]:
@@ -82,8 +78,7 @@ class Sentinel:
 
     def __init__(self, servers: Servers) -> None:
         self.servers = servers
-        self.master, self.replica = free_port(), free_port()
-        self.sentinels = [free_port() for _ in range(3)]
+        self.master, self.replica, *self.sentinels = free_ports(5)
 
     def start(self) -> None:
         self.servers.start(f"redis-{self.master}", *plain(self.master))
@@ -142,7 +137,7 @@ class Cluster:
 
     def __init__(self, servers: Servers) -> None:
         self.servers = servers
-        self.ports = [cluster_port() for _ in range(6)]
+        self.ports = free_ports(6, below=CLUSTER_PORTS_BELOW)
 
     def start(self) -> None:
         for port in self.ports:
