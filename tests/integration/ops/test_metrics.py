@@ -31,9 +31,10 @@ from duecast.shared.settings import (
 )
 from duecast.shared.storage.admin import migrate
 from duecast.worker import main as worker_main
+from tests.faults.private_redis import free_ports
 from tests.integration import apps, jobs_app
 from tests.integration.conftest import Env
-from tests.integration.ops.test_health import free_port, get, running
+from tests.integration.ops.test_health import get, running
 from tests.integration.polling import wait_until
 
 pytestmark = pytest.mark.integration
@@ -128,7 +129,7 @@ def test_only_the_dispatcher_sets_the_system_gauges(
     env = make_env("rescan", rows=100, name=apps.RESCAN)
     src = env.source.name
     sql.execute(f"UPDATE `{env.table}` SET updated_time = NOW(6) - INTERVAL 2 SECOND WHERE user_id <= 60")
-    worker_port, dispatcher_port = free_port(), free_port()
+    worker_port, dispatcher_port = free_ports(2)
     SystemGauges.clear()  # whatever an earlier test's dispatcher left in this process
 
     # A worker serving the source exports no gauge for it.
