@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -16,7 +17,7 @@ from ..shared.policy import idle_transaction_limit_s
 from ..shared.process import arguments
 from ..shared.process.failures import StartupError, retry_startup
 from ..shared.process.health import serving, with_port
-from ..shared.process.loop import run
+from ..shared.process.loop import run, stop_on_signals
 from ..shared.process.runtime import (
     QueueFactory,
     build_queue,
@@ -38,7 +39,7 @@ from ..shared.telemetry.observe import timed
 from .broadcast import broadcast_members, running, served_topic_sources
 from .cancels import CancelWatch
 from .lifespan import run_start, run_stop
-from .supervisor import supervise
+from .supervisor import MAX_PROCESSES, supervise
 from .worker import Worker
 
 log = logging.getLogger("duecast.worker")
@@ -201,10 +202,33 @@ def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queu
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
     settings, stop = start_process(args.config)
-    if args.supervise:
-        return supervise(settings, [a for a in argv if not (len(a) > 3 and "--supervise".startswith(a))])
-    settings = _with_flags(with_port(settings, args.health_port), args)
-    worker = serve(settings, stop, drain=args.drain, make_queue=make_queue)
+    settings = _with_flags(settings, args)
+    if args.supervise or args.processes > 1:
+        last_port = _slot_port(settings, args.health_port, args.processes - 1)
+        with_port(settings, last_port)  # a port past 65535 refuses the start here, in one line
+        slot = functools.partial(_run_slot, settings, args, make_queue)
+        return supervise(settings, slot, processes=args.processes)
+    return _run(with_port(settings, args.health_port), stop, drain=args.drain, make_queue=make_queue)
+
+
+def _slot_port(settings: Settings, flag: int | None, slot: int) -> int:
+    """The health port of a supervised child in `slot`: health.port (or --health-port) plus the slot,
+    so the processes on one host serve an endpoint each; 0 stays off."""
+    port = settings.health.port if flag is None else flag
+    return port + slot if port else 0
+
+
+def _run_slot(settings: Settings, args: argparse.Namespace, make_queue: QueueFactory, slot: int) -> int:
+    """A supervised child's worker, in the process forked for `slot`: its own stop event and signal
+    handlers (the parent's forward to it), its own health port."""
+    stop = threading.Event()
+    stop_on_signals(stop)
+    port = _slot_port(settings, args.health_port, slot)
+    return _run(with_port(settings, port), stop, drain=args.drain, make_queue=make_queue)
+
+
+def _run(settings: Settings, stop: threading.Event, *, drain: bool, make_queue: QueueFactory) -> int:
+    worker = serve(settings, stop, drain=drain, make_queue=make_queue)
     if worker is not None and worker.threads.stuck:
         # Python joins every handler thread at exit, and a stuck call may never return: leave now.
         log.warning(
@@ -215,6 +239,17 @@ def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queu
         logging.shutdown()
         os._exit(0)
     return 0
+
+
+def _processes(text: str) -> int:
+    """--processes: an int from 1 to MAX_PROCESSES (an argparse type: a bad one is the usage line)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= n <= MAX_PROCESSES:
+        raise argparse.ArgumentTypeError(f"{n} is not between 1 and {MAX_PROCESSES}")
+    return n
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -242,6 +277,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the worker as a child process and restart it when it exits; what a child that died "
         "held goes back at once, not after its leases (docs/runbook.md#the-worker-supervisor)",
+    )
+    parser.add_argument(
+        "--processes",
+        type=_processes,
+        default=1,
+        help="run this many worker processes under one supervisor (implies --supervise): each is "
+        "forked once the imports are done, so it starts without importing them again; with a health "
+        "port, process i serves it at port + i (docs/runbook.md#the-worker-supervisor)",
     )
     parser.add_argument("--member", help="broadcast groups: this process's member name (topics.member)")
     parser.add_argument(

@@ -1,7 +1,7 @@
-"""Registry.on_start / on_stop in a real worker process (`duecast worker --drain`, and a child under
---supervise): each runs once, the starts before the first handler begins and the stops after the last
-one ends; the async ones on the handlers' loop, so an aiohttp session they open and close is never
-reported unclosed."""
+"""Registry.on_start / on_stop in a real worker process (`duecast worker --drain`, a child under
+--supervise, and each of --processes 2): each runs once per process, the starts before the first
+handler begins and the stops after the last one ends; the async ones on the handlers' loop, so an
+aiohttp session they open and close is never reported unclosed."""
 
 from __future__ import annotations
 
@@ -90,3 +90,40 @@ def test_start_hooks_run_before_the_first_handler_and_stop_hooks_after_the_last(
     assert events[-2:] == ["stop-plain", "stop-async"]  # in reverse order of registration
     runs = events[2:-2]  # every handler began after the starts and ended before the stops
     assert sorted(runs) == sorted(f"{w} {p}" for p in ("a0", "a1", "a2", "p0") for w in ("begin", "end"))
+
+
+def test_each_of_processes_n_is_a_forked_worker_with_its_own_hooks_and_every_job_runs_once(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # `--processes 2 --drain`: two children forked from one parent; each runs its start hooks before
+    # its first handler and its stop hooks after its last; the 12 jobs run once between them.
+    jobs = [f"a{n}" for n in range(8)]
+    enqueuer = Enqueuer.from_settings(settings)
+    plain = [f"p{n}" for n in range(4)]
+    enqueuer.enqueue_many([Job("slow_async", p) for p in jobs] + [Job("slow_plain", p) for p in plain])
+    enqueuer.close()
+    serve_dispatcher(settings, threading.Event(), drain=True)
+    log = tmp_path / "hooks.log"
+    args = [sys.executable, "-m", "duecast", "worker", "--app", APP, "--drain", "--processes", "2"]
+    with subprocess.Popen(
+        args,
+        cwd=ROOT,
+        env=worker_env(settings, log),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert "supervising 2 worker processes" in stderr
+    by_pid: dict[int, list[str]] = {}
+    for line in log.read_text().splitlines():
+        pid, event = line.split(" ", 1)
+        by_pid.setdefault(int(pid), []).append(event)
+    assert len(by_pid) == 2
+    assert proc.pid not in by_pid
+    for events in by_pid.values():
+        assert events[:2] == ["start-plain", "start-async"]
+        assert events[-2:] == ["stop-plain", "stop-async"]
+    ran = sorted(e for events in by_pid.values() for e in events[2:-2] if e.startswith("end "))
+    assert ran == sorted(f"end {p}" for p in [*jobs, *plain])

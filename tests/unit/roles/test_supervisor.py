@@ -1,23 +1,30 @@
-"""The worker supervisor (worker/supervisor.py): when it restarts, how fast, what it exits with, and
-that every exit of a child is handed back under the child's worker name. Real child processes (tiny
-Python scripts), a recording handback: no servers."""
+"""The worker supervisor (worker/supervisor.py): when it restarts, how fast, what it exits with, that
+every exit of a child is handed back under the child's worker name, and that --processes keeps a child
+in each slot. Real child processes (tiny Python scripts, or this process forked), a recording
+handback: no servers."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from duecast.shared.process.failures import StartupError
 from duecast.shared.storage.worker_registry import worker_name
 from duecast.worker.handback import HandedBack
 from duecast.worker.supervisor import (
     FREE_RESTARTS,
     RESTART_CAP_S,
+    Spawn,
     Supervisor,
     describe,
     exit_code,
+    forked,
     next_step,
     restart_delay_s,
 )
@@ -27,11 +34,15 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
         self.fenced: list[bool] = []
+        self.closed = 0
 
     def after_exit(self, worker: str, why: str, *, fenced: bool = False) -> HandedBack:
         self.calls.append((worker, why))
         self.fenced.append(fenced)
         return HandedBack()
+
+    def close(self) -> None:
+        self.closed += 1
 
 
 @pytest.mark.parametrize(
@@ -68,8 +79,14 @@ def test_exit_codes_and_descriptions() -> None:
     assert describe(69) == "exited with code 69"
 
 
-def _script(tmp_path: Path, body: str) -> list[str]:
-    return [sys.executable, "-c", f"import os, signal, sys\nruns = {str(tmp_path / 'runs')!r}\n{body}"]
+def _script(tmp_path: Path, body: str) -> Spawn:
+    """A Spawn that runs `body` as a new Python process; `slot` is its slot, `runs` a file to note in."""
+
+    def spawn(slot: int) -> int:
+        code = f"import os, signal, sys\nslot = {slot}\nruns = {str(tmp_path / 'runs')!r}\n{body}"
+        return os.posix_spawn(sys.executable, [sys.executable, "-c", code], os.environ)
+
+    return spawn
 
 
 def test_each_exit_is_handed_back_under_the_childs_name_and_a_new_child_started(tmp_path: Path) -> None:
@@ -113,3 +130,97 @@ def test_a_stop_before_the_first_child_starts_none(tmp_path: Path) -> None:
     assert supervisor.run() == 0
     assert not (tmp_path / "runs").exists()
     assert recorder.calls == []
+
+
+def _runs(tmp_path: Path) -> list[tuple[int, int]]:
+    """(slot, pid) per child started, in the order they noted themselves."""
+    lines = (tmp_path / "runs").read_text().split("\n")
+    return [(int(a), int(b)) for a, b in (line.split() for line in lines if line)]
+
+
+NOTE = "open(runs, 'a').write(f'{slot} {os.getpid()}\\n')\n"
+
+
+def test_processes_keep_a_child_in_each_slot_and_restart_only_the_slot_that_died(tmp_path: Path) -> None:
+    # Each slot's first child is killed (a poison job), its second ends clean (a --drain's end).
+    body = NOTE + (
+        "mine = [l for l in open(runs).read().split('\\n') if l.startswith(f'{slot} ')]\n"
+        "if len(mine) < 2: os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    recorder = Recorder()
+    assert Supervisor(_script(tmp_path, body), recorder, processes=3).run() == 0  # type: ignore[arg-type]
+    runs = _runs(tmp_path)
+    assert sorted(slot for slot, _ in runs) == [0, 0, 1, 1, 2, 2]
+    assert sorted(w for w, _ in recorder.calls) == sorted(worker_name(pid) for _, pid in runs)
+    killed = [why for _, why in recorder.calls if "SIGKILL" in why]
+    assert len(killed) == 3
+    assert recorder.closed == 6  # no connection of the handback's is left open across a fork
+
+
+def test_a_child_that_says_its_settings_are_wrong_stops_the_other_processes(tmp_path: Path) -> None:
+    # Slot 0 exits 2 at once; the others wait to be told. Nobody is restarted; the parent exits 2.
+    body = NOTE + "if slot == 0: sys.exit(2)\nsignal.pause()\n"
+    recorder = Recorder()
+    assert Supervisor(_script(tmp_path, body), recorder, processes=3).run() == 2  # type: ignore[arg-type]
+    assert len(recorder.calls) == 3
+    whys = sorted(why for _, why in recorder.calls)
+    assert whys == [
+        "interrupted: its worker process exited with code 2 before finishing it",
+        "interrupted: its worker process was killed by SIGTERM before finishing it",
+        "interrupted: its worker process was killed by SIGTERM before finishing it",
+    ]
+
+
+def test_sigterm_is_forwarded_to_every_child_and_the_parent_waits_for_their_drains(tmp_path: Path) -> None:
+    # Each child notes its start, then on SIGTERM notes that it drained and exits 0.
+    body = (
+        "signal.signal(signal.SIGTERM, lambda *_: (open(runs + '.term', 'a').write('x'), os._exit(0)))\n"
+        + NOTE
+        + "while True: signal.pause()\n"
+    )
+    recorder = Recorder()
+    supervisor = Supervisor(_script(tmp_path, body), recorder, processes=2)  # type: ignore[arg-type]
+
+    def stop_once_both_run() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if (tmp_path / "runs").exists() and len(_runs(tmp_path)) == 2:
+                supervisor.forward(signal.SIGTERM)
+                return
+            time.sleep(0.01)
+
+    stopper = threading.Thread(target=stop_once_both_run)
+    stopper.start()
+    assert supervisor.run() == 0
+    stopper.join()
+    assert (tmp_path / "runs.term").read_text() == "xx"
+    assert len(recorder.calls) == 2
+
+
+def test_forked_children_run_the_slot_in_a_new_process_and_exit_with_its_code(tmp_path: Path) -> None:
+    def run_slot(slot: int) -> int:
+        with open(tmp_path / "runs", "a") as f:
+            f.write(f"{slot} {os.getpid()}\n")
+        return 0
+
+    recorder = Recorder()
+    assert Supervisor(forked(run_slot), recorder, processes=2).run() == 0  # type: ignore[arg-type]
+    runs = _runs(tmp_path)
+    assert sorted(slot for slot, _ in runs) == [0, 1]
+    assert os.getpid() not in {pid for _, pid in runs}
+    assert [why for _, why in recorder.calls] == [
+        "interrupted: its worker process exited with code 0 before finishing it"
+    ] * 2
+
+
+def test_a_forked_childs_startup_error_is_its_one_line_and_the_parents_exit_code(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    def run_slot(slot: int) -> int:
+        raise StartupError("no app given; pass --app package.module")
+
+    recorder = Recorder()
+    assert Supervisor(forked(run_slot), recorder).run() == 2  # type: ignore[arg-type]
+    err = capfd.readouterr().err
+    assert err.strip().splitlines() == ["duecast worker: no app given; pass --app package.module"]
+    assert len(recorder.calls) == 1
