@@ -67,7 +67,9 @@ def drain_start(settings: Settings, args: argparse.Namespace, logs: Path) -> dic
         started = time.perf_counter()
         try:
             fleet.start_dispatcher()
-            for i in range(args.workers):
+            if args.processes:  # one parent, its workers forked from it once it has imported
+                fleet.start_worker("worker-forked", "--processes", str(args.processes))
+            for i in range(0 if args.processes else args.workers):
                 fleet.start_worker(f"worker-{i + 1}")
             while out["done"] is None:
                 cur.execute(poll_sql)
@@ -132,10 +134,8 @@ def _s(v: float | None) -> str:
 
 def table(args: argparse.Namespace, results: list[dict[str, Any]]) -> Table:
     how = "compiled from source in each process" if args.from_source else "bytecode compiled first"
-    t = Table(
-        title=f"cold start: {args.jobs:,} jobs waiting, 1 dispatcher + {args.workers} workers spawned; "
-        f"duecast {how}"
-    )
+    fleet = f"worker --processes {args.processes}" if args.processes else f"{args.workers} workers spawned"
+    t = Table(title=f"cold start: {args.jobs:,} jobs waiting, 1 dispatcher + {fleet}; duecast {how}")
     events = list(results[0]["seconds"])
     t.add_column("run", justify="right")
     for event in events:
@@ -154,7 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", type=int, default=100_000, help="jobs waiting when the fleet starts")
     p.add_argument("--batch", type=int, default=10_000, help="jobs per enqueue_many call")
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=2, help="worker processes, each spawned")
+    p.add_argument(
+        "--processes",
+        type=int,
+        help="instead of --workers: one `duecast worker --processes N`, its N workers forked from it",
+    )
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--poll-ms", type=float, default=5.0, help="how often the counters are read")
     p.add_argument("--timeout", type=float, default=60.0)

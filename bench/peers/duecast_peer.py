@@ -1,4 +1,5 @@
-"""duecast on the peer workload: INSERT N jobs into duecast_jobs, drain with 1 dispatcher + W workers.
+"""duecast on the peer workload: INSERT N jobs into duecast_jobs, drain with 1 dispatcher and
+`duecast worker --processes W` (W workers forked from one parent, as Dramatiq's `--processes W`).
 
 Runs from duecast's own .venv with the DUECAST_* environment the runner sets (database
 duecast_bench_peers, key prefix duecast-bench-peers). Variants: `plain` (every setting at its
@@ -105,8 +106,9 @@ def drain(settings: Settings, opts: Options, workers: Workers) -> Drain:
         poll.autocommit(True)
         started = time.monotonic()
         workers.start("dispatcher", [sys.executable, "-m", "duecast.dispatcher"])
-        for i in range(opts.workers):
-            workers.start(f"worker-{i + 1}", [sys.executable, "-m", "duecast.worker", "--app", "duecast_app"])
+        # One parent, its W workers forked once it has imported (as Dramatiq's --processes W).
+        forked = ["--app", "duecast_app", "--processes", str(opts.workers)]
+        workers.start("workers", [sys.executable, "-m", "duecast.worker", *forked])
         try:
             result = time_drain(mysql_backlog(poll, table), opts.jobs, started, opts.timeout_s, workers)
         finally:
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         result,
         {
             "enqueue": how,
-            "processes": f"1 dispatcher + {opts.workers} workers",
+            "processes": f"1 dispatcher + `duecast worker --processes {opts.workers}` (+1 parent)",
             "claim_batch": src.claim_batch,
             "pop_batch": settings.worker.pop_batch,
             "high_water": src.high_water,

@@ -60,7 +60,8 @@ class System:
 
 SYSTEMS = (
     System(
-        "duecast", "duecast", "duecast", "duecast_peer.py", "1 dispatcher + W workers, defaults (batch 2,000)"
+        "duecast", "duecast", "duecast", "duecast_peer.py",
+        "1 dispatcher + worker --processes W, defaults (batch 2,000)",
     ),
     System("celery", "Celery", "peers", "celery_peer.py", "W x worker --pool solo, prefetch 4, no results"),
     System("rq", "RQ", "peers", "rq_peer.py", "W x SimpleWorker, enqueue_many"),
@@ -76,11 +77,11 @@ SYSTEMS = (
     # The io workload: the first system is the baseline of its ratios.
     System(
         "duecast_async", "duecast, async def task", "duecast", "duecast_peer.py",
-        "1 dispatcher + W workers, defaults", "io", "plain",
+        "1 dispatcher + worker --processes W, defaults", "io", "plain",
     ),
     System(
         "duecast_threads", "duecast, plain task on 256 threads", "duecast", "duecast_peer.py",
-        "1 dispatcher + W workers, worker.concurrency 256", "io", "threads",
+        "1 dispatcher + worker --processes W, worker.concurrency 256", "io", "threads",
     ),
     System(
         "celery_gevent", "Celery (gevent)", "peers", "celery_peer.py",

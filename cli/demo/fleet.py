@@ -45,8 +45,13 @@ class Fleet:
             proc.send_signal(sig)
 
     def cpu_seconds(self) -> dict[str, float]:
-        """CPU time (user + system) used so far by each live child (Linux /proc)."""
-        return {name: cpu_seconds(proc.pid) for name, proc in self.procs.items() if proc.poll() is None}
+        """CPU time (user + system) used so far by each live child and its own children (the processes
+        of `worker --processes N`), from Linux /proc."""
+        live = {name: proc.pid for name, proc in self.procs.items() if proc.poll() is None}
+        if not live:
+            return {}
+        parents = _parents()
+        return {name: sum(cpu_seconds(p) for p in _tree(pid, parents)) for name, pid in live.items()}
 
     def stop(self, timeout_s: float = 15.0) -> dict[str, int]:
         """SIGTERM everyone, wait up to `timeout_s`, SIGKILL stragglers; returns exit codes."""
@@ -64,10 +69,33 @@ class Fleet:
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process from /proc/<pid>/stat (0.0 where /proc is not available)."""
+    """utime + stime of a process, and of its children it has waited for, from /proc/<pid>/stat (0.0
+    where /proc is not available)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
     ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
+    return sum(int(f) for f in fields[11:15]) / ticks
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process /proc shows (empty where there is no /proc)."""
+    out = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            out[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile
+    return out
+
+
+def _tree(pid: int, parents: dict[int, int]) -> list[int]:
+    """`pid` and its descendants."""
+    out, todo = [pid], [pid]
+    while todo:
+        parent = todo.pop()
+        kids = [p for p, pp in parents.items() if pp == parent]
+        out.extend(kids)
+        todo.extend(kids)
+    return out
