@@ -15,7 +15,6 @@ there were no supervisor.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import time
@@ -25,7 +24,6 @@ from typing import TypeVar
 
 from ..shared.entries import BadHold
 from ..shared.fanout.protocol import Queue, QueueError
-from ..shared.fanout.queue import ReadyQueue
 from ..shared.process.runtime import build_queue, build_stores, store_kinds
 from ..shared.settings import Settings
 from ..shared.storage.db import Database
@@ -75,7 +73,7 @@ class Handback:
         )
         self.clock = clock
         self.sleep = sleep
-        self._queue: ReadyQueue | None = None
+        self._queue: Queue | None = None
         self._stores: dict[str, Store] = {}
         self._workers: WorkerRegistry | None = None
 
@@ -240,8 +238,7 @@ class Handback:
         process, which must carry no socket of ours. Each opens again when next needed."""
         self._close()
         if self._queue is not None:
-            with contextlib.suppress(Exception):  # a client whose server is gone: nothing to close
-                self._queue.client.close()
+            self._queue.close()
             self._queue = None
 
     def _close(self) -> None:

@@ -43,6 +43,7 @@ from .supervisor import MAX_PROCESSES, supervise
 from .worker import Worker
 
 log = logging.getLogger("duecast.worker")
+MAX_PORT = 65535
 FINISH_GRACE_S = 30.0  # on SIGTERM: how long in-flight checks may take to finish and be acked
 
 
@@ -205,7 +206,11 @@ def main(argv: list[str] | None = None, *, make_queue: QueueFactory = build_queu
     settings = _with_flags(settings, args)
     if args.supervise or args.processes > 1:
         last_port = _slot_port(settings, args.health_port, args.processes - 1)
-        with_port(settings, last_port)  # a port past 65535 refuses the start here, in one line
+        if last_port > MAX_PORT:
+            raise StartupError(
+                f"--processes {args.processes} serves health ports up to {last_port}, past {MAX_PORT}; "
+                "set a lower health.port (or --health-port)"
+            )
         slot = functools.partial(_run_slot, settings, args, make_queue)
         return supervise(settings, slot, processes=args.processes)
     return _run(with_port(settings, args.health_port), stop, drain=args.drain, make_queue=make_queue)

@@ -36,6 +36,7 @@ class Queue(Protocol):
     keys: Keys  # the key names, for log lines that say where something went
 
     def ping(self) -> None: ...  # a round trip: does Redis answer?
+    def close(self) -> None: ...  # the client's connections; the next call opens one again
     def push(self, source: str, entries: Sequence[Entry]) -> None: ...
     def push_raw(self, source: str, items: Sequence[bytes]) -> None: ...  # a handed-back batch, as popped
     # Work coming back (handed back, redelivered): ahead of the backlog, popped next, in this order.

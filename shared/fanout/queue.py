@@ -7,6 +7,7 @@ and a key of the wrong type (WRONGTYPE) is moved aside (retype.py) rather than l
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import secrets
@@ -65,6 +66,12 @@ class ReadyQueue(StartedRecords):
     @translating
     def ping(self) -> None:
         self.client.ping()
+
+    def close(self) -> None:
+        """Close the client's connections (a forking supervisor's, before each fork); never raises:
+        a client whose server is gone has nothing left to close."""
+        with contextlib.suppress(Exception):
+            self.client.close()
 
     @translating
     def push(self, source: str, entries: Sequence[Entry]) -> None:

@@ -164,3 +164,28 @@ def test_a_misspelled_column_in_range_mode_names_the_business_table(
 
     line = assert_one_line(done, EXIT_CONFIG, "column(s) statuz", f"table {range_source.table} does not")
     assert "dc_ranges_" not in line
+
+
+def test_processes_with_an_app_that_cannot_be_loaded_exit_2_without_restarts(
+    source_env: dict[str, str], tmp_path: Path  # noqa: F811
+) -> None:
+    # Each of the 3 forked children imports the app; the first exit 2 stops the others, none restarts.
+    name, path = _app(tmp_path, "import no_such_dep_xyz\n")
+
+    done = run(["-m", "duecast", "worker", "--app", name, "--processes", "3"], {**source_env, **path})
+
+    assert done.returncode == EXIT_CONFIG, done.stderr
+    said = [line for line in done.stderr.splitlines() if "cannot import the app module" in line]
+    assert 1 <= len(said) <= 3, done.stderr  # no child was started again (each says it at its start)
+    assert "said its settings or app are wrong; stopping the others" in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_processes_whose_health_ports_would_pass_65535_are_refused_in_one_line(
+    source_env: dict[str, str],  # noqa: F811
+) -> None:
+    env = {**source_env, "DUECAST_HEALTH__PORT": "65535"}
+
+    done = run(["-m", "duecast", "worker", "--app", "x", "--processes", "2"], env)
+
+    assert_one_line(done, EXIT_CONFIG, "--processes 2", "65536", "health.port")
