@@ -1,7 +1,8 @@
 """Benchmark: a cold drain's start-up. How long after its processes are spawned does a fleet claim,
 start and finish its first job?
 
-N no-op jobs are enqueued first; then one dispatcher and --workers worker processes are spawned and
+N no-op jobs are enqueued first; then one dispatcher and --workers worker processes (or, with
+--processes N, one `duecast worker --processes N`, its workers forked from it) are spawned and
 the clock starts (where bench/peers/run.py's drain clock starts). Every --poll-ms the jobs table is
 read: *claimed* is when the claims' cursor first moved (the dispatcher's first claim committed),
 *started* when the first job's row left `idle` (a worker's start committed), *done* when the
@@ -14,6 +15,7 @@ theirs every 0.5 s.)
 
     scripts/dev shell python bench/cold_start.py                  # 100,000 jobs, 2 workers, 3 runs
     scripts/dev shell python bench/cold_start.py --jobs 2000 --runs 1
+    scripts/dev shell python bench/cold_start.py --processes 2    # one parent forks the 2 workers
     scripts/dev shell python bench/cold_start.py --from-source    # no bytecode: each process compiles duecast
 
 Runs in database duecast_bench / key prefix duecast-bench (bench/harness.py); it empties that
