@@ -59,28 +59,34 @@ def worker_env(settings: Settings, log: Path) -> dict[str, str]:
     }
 
 
+def drain_jobs(
+    settings: Settings, log: Path, jobs: list[Job], flags: list[str]
+) -> tuple[subprocess.Popen[str], str]:
+    """Enqueue `jobs`, push them all, and run `duecast worker --app APP --drain *flags` until it
+    exits 0 (the hooks and handlers note their events in `log`); the process and its stderr."""
+    enqueuer = Enqueuer.from_settings(settings)
+    enqueuer.enqueue_many(jobs)
+    enqueuer.close()
+    serve_dispatcher(settings, threading.Event(), drain=True)  # every job on its ready list
+    args = [sys.executable, "-m", "duecast", "worker", "--app", APP, "--drain", *flags]
+    env = worker_env(settings, log)
+    with subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    return proc, stderr
+
+
 @pytest.mark.parametrize("supervise", [False, True], ids=["worker", "supervised-child"])
 def test_start_hooks_run_before_the_first_handler_and_stop_hooks_after_the_last(
     supervise: bool, settings: Settings, tmp_path: Path
 ) -> None:
-    enqueuer = Enqueuer.from_settings(settings)
-    enqueuer.enqueue_many([Job("slow_async", f"a{n}") for n in range(3)] + [Job("slow_plain", "p0")])
-    enqueuer.close()
-    serve_dispatcher(settings, threading.Event(), drain=True)  # every job on its ready list
-    log = tmp_path / "hooks.log"
-    args = [sys.executable, "-m", "duecast", "worker", "--app", APP, "--drain", "--concurrency", "2"]
-    with subprocess.Popen(
-        [*args, "--supervise"] if supervise else args,
-        cwd=ROOT,
-        env=worker_env(settings, log),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as proc:
-        _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 0, stderr
+    jobs = [Job("slow_async", f"a{n}") for n in range(3)] + [Job("slow_plain", "p0")]
+    flags = ["--concurrency", "2", *(["--supervise"] if supervise else [])]
+    proc, stderr = drain_jobs(settings, tmp_path / "hooks.log", jobs, flags)
     assert "Unclosed client session" not in stderr
-    lines = [line.split(" ", 1) for line in log.read_text().splitlines()]
+    lines = [line.split(" ", 1) for line in (tmp_path / "hooks.log").read_text().splitlines()]
     events = [event for _, event in lines]
     pids = {int(pid) for pid, _ in lines}
     # One process ran every hook and handler: the worker itself, or under --supervise its child.
@@ -97,27 +103,12 @@ def test_each_of_processes_n_is_a_forked_worker_with_its_own_hooks_and_every_job
 ) -> None:
     # `--processes 2 --drain`: two children forked from one parent; each runs its start hooks before
     # its first handler and its stop hooks after its last; the 12 jobs run once between them.
-    jobs = [f"a{n}" for n in range(8)]
-    enqueuer = Enqueuer.from_settings(settings)
-    plain = [f"p{n}" for n in range(4)]
-    enqueuer.enqueue_many([Job("slow_async", p) for p in jobs] + [Job("slow_plain", p) for p in plain])
-    enqueuer.close()
-    serve_dispatcher(settings, threading.Event(), drain=True)
-    log = tmp_path / "hooks.log"
-    args = [sys.executable, "-m", "duecast", "worker", "--app", APP, "--drain", "--processes", "2"]
-    with subprocess.Popen(
-        args,
-        cwd=ROOT,
-        env=worker_env(settings, log),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as proc:
-        _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 0, stderr
+    payloads = [f"a{n}" for n in range(8)] + [f"p{n}" for n in range(4)]
+    jobs = [Job("slow_async" if p[0] == "a" else "slow_plain", p) for p in payloads]
+    proc, stderr = drain_jobs(settings, tmp_path / "hooks.log", jobs, ["--processes", "2"])
     assert "supervising 2 worker processes" in stderr
     by_pid: dict[int, list[str]] = {}
-    for line in log.read_text().splitlines():
+    for line in (tmp_path / "hooks.log").read_text().splitlines():
         pid, event = line.split(" ", 1)
         by_pid.setdefault(int(pid), []).append(event)
     assert len(by_pid) == 2
@@ -126,4 +117,4 @@ def test_each_of_processes_n_is_a_forked_worker_with_its_own_hooks_and_every_job
         assert events[:2] == ["start-plain", "start-async"]
         assert events[-2:] == ["stop-plain", "stop-async"]
     ran = sorted(e for events in by_pid.values() for e in events[2:-2] if e.startswith("end "))
-    assert ran == sorted(f"end {p}" for p in [*jobs, *plain])
+    assert ran == sorted(f"end {p}" for p in payloads)
