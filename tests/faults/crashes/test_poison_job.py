@@ -1,5 +1,5 @@
 """A poison job that SIGKILLs every worker that runs it, in one batch with 400 healthy jobs, under
-`duecast worker --supervise` with the default leases (jobs.lease_s 15 s, worker.dead_after_s 15 s):
+`duecast worker --supervise` (and `--processes 2`) with the default leases (jobs.lease_s 15 s, worker.dead_after_s 15 s):
 it ends `dead` after jobs.max_interruptions deaths, and its healthy batch-mates are all done within
 30 s of its first death (issue 16.1), because the supervisor hands back each dead child's jobs at
 once instead of leaving them to their leases. Real dispatcher and worker processes.
@@ -71,9 +71,16 @@ def children(pid: int) -> list[int]:
     return [int(p) for p in text.split()]
 
 
+@pytest.mark.parametrize("processes", [1, 2], ids=["supervise", "processes-2"])
 def test_a_poison_jobs_batch_mates_are_done_within_30s_of_its_first_death_under_the_supervisor(
-    jobs_env: tuple[Settings, dict[str, str]], procs: Procs, sql: pymysql.cursors.Cursor, tmp_path: Path
+    processes: int,
+    jobs_env: tuple[Settings, dict[str, str]],
+    procs: Procs,
+    sql: pymysql.cursors.Cursor,
+    tmp_path: Path,
 ) -> None:
+    """--supervise, and --processes 2 (the poison job kills whichever child runs it; the other
+    goes on, and the dead one's slot gets a new child)."""
     settings, env = jobs_env
     table = f"`{settings.jobs.table}`"
     enqueuer = Enqueuer(settings, None)
@@ -87,7 +94,9 @@ def test_a_poison_jobs_batch_mates_are_done_within_30s_of_its_first_death_under_
         return sql.fetchone()[0]  # type: ignore[index]
 
     procs.spawn("dispatcher", ["-m", "duecast.dispatcher"], env)
-    supervisor = procs.spawn("worker", WORKER, env)  # one process, never restarted by the test
+    forked = [a for a in WORKER if a != "--supervise"] + ["--processes", str(processes)]
+    worker = WORKER if processes == 1 else forked
+    supervisor = procs.spawn("worker", worker, env)  # one process, never restarted by the test
     left = f"SELECT COUNT(*) FROM {{t}} WHERE dc_state NOT IN ({int(State.DONE)}, {int(State.DEAD)})"
     wait_for(lambda: scalar(left) == 0, WAIT_S, "every job to be done or dead", procs.check)
 
@@ -107,11 +116,13 @@ def test_a_poison_jobs_batch_mates_are_done_within_30s_of_its_first_death_under_
     took_s = float(last) - deaths[0]
     assert took_s < TARGET_S, f"the last healthy job was done {took_s:.1f}s after the first death"
 
-    # SIGTERM reaches the child through the supervisor: it drains, and both exit cleanly.
-    (child,) = children(supervisor.pid)
+    # Every slot has its child again; SIGTERM reaches each through the supervisor: they drain, and
+    # all exit cleanly.
+    wait_for(lambda: len(children(supervisor.pid)) == processes, WAIT_S, "every slot's child", procs.check)
+    kids = children(supervisor.pid)
     procs.signal(supervisor, signal.SIGTERM)
     assert procs.wait_exit(supervisor, WAIT_S) == 0
-    assert not Path(f"/proc/{child}").exists()
+    assert not any(Path(f"/proc/{child}").exists() for child in kids)
 
 
 def test_a_stopped_child_keeps_its_leases_the_supervisor_acts_on_exits_only(
