@@ -65,6 +65,15 @@ class BroadcastMember:
                 self.joined = False
 
 
+def slot_member(base: str, slot: int) -> str:
+    """The broadcast member name of `duecast worker --processes N`'s child in `slot`: `base-slot`.
+    Each process is a member of its own (a consumer that evicts a local cache must run in every
+    one), and a child started again in its slot resumes that slot's position. Cut to the 100
+    characters a member name may have."""
+    suffix = f"-{slot}"
+    return base[: 100 - len(suffix)] + suffix
+
+
 def broadcast_members(
     settings: Settings, registry: Registry, names: list[str], stop: threading.Event
 ) -> list[BroadcastMember]:

@@ -31,12 +31,13 @@ from ..shared.storage.db import Database, close_all
 from ..shared.storage.job_cancels import JobCancels
 from ..shared.storage.leased.jobs import JobStore
 from ..shared.storage.leased.keeper import last_words
+from ..shared.storage.member_store import member_name
 from ..shared.storage.pause_store import PauseStore
 from ..shared.storage.pool import Pool
 from ..shared.storage.source_store import Store
 from ..shared.storage.worker_registry import Heartbeat
 from ..shared.telemetry.observe import timed
-from .broadcast import broadcast_members, running, served_topic_sources
+from .broadcast import broadcast_members, running, served_topic_sources, slot_member
 from .cancels import CancelWatch
 from .lifespan import run_start, run_stop
 from .supervisor import MAX_PROCESSES, supervise
@@ -225,10 +226,15 @@ def _slot_port(settings: Settings, flag: int | None, slot: int) -> int:
 
 def _run_slot(settings: Settings, args: argparse.Namespace, make_queue: QueueFactory, slot: int) -> int:
     """A supervised child's worker, in the process forked for `slot`: its own stop event and signal
-    handlers (the parent's forward to it), its own health port."""
+    handlers (the parent's forward to it), its own health port and, with --processes, its own
+    broadcast member name."""
     stop = threading.Event()
     stop_on_signals(stop)
     port = _slot_port(settings, args.health_port, slot)
+    if args.processes > 1:  # a broadcast member per process, not one for all of them
+        member = slot_member(member_name(settings.topics), slot)
+        topics = settings.topics.model_validate({**settings.topics.model_dump(), "member": member})
+        settings = settings.model_copy(update={"topics": topics})
     return _run(with_port(settings, port), stop, drain=args.drain, make_queue=make_queue)
 
 

@@ -1,8 +1,9 @@
 """A poison job that SIGKILLs every worker that runs it, in one batch with 400 healthy jobs, under
-`duecast worker --supervise` (and `--processes 2`) with the default leases (jobs.lease_s 15 s, worker.dead_after_s 15 s):
-it ends `dead` after jobs.max_interruptions deaths, and its healthy batch-mates are all done within
-30 s of its first death (issue 16.1), because the supervisor hands back each dead child's jobs at
-once instead of leaving them to their leases. Real dispatcher and worker processes.
+`duecast worker --supervise` (and `--processes 2`) with the default leases (jobs.lease_s 15 s,
+worker.dead_after_s 15 s): it ends `dead` after jobs.max_interruptions deaths, and its healthy
+batch-mates are all done within 30 s of its first death (issue 16.1), because the supervisor hands
+back each dead child's jobs at once instead of leaving them to their leases. Real dispatcher and
+worker processes.
 
 Nothing is back-dated and nothing waits out a lease: the deaths' times are the poison job's own
 (it writes the time before it kills its worker), the finishes are the jobs' `finished_at`.

@@ -274,3 +274,44 @@ def test_a_broadcast_member_stopped_with_sigterm_is_not_live_at_once(
     assert [(m.name, m.owner, m.live) for m in after.members] == [("m1", None, False)]
     assert time.monotonic() - stopped < settings.topics.member_ttl_s
     assert after.finished_through == after.members[0].position  # still holds retention for its TTL
+
+
+def test_each_of_processes_n_is_a_broadcast_member_of_its_own_and_reads_every_message(
+    make_env: Callable[..., tuple[Settings, dict[str, str]]],
+    procs: Procs,
+    sql: pymysql.cursors.Cursor,
+) -> None:
+    """`duecast worker --processes 2` with topics.member "hb": the children are members "hb-0" and
+    "hb-1", each runs the consumer for every message (a local cache in each process is evicted),
+    rather than one member's row shared, and so one process's cache never told."""
+    settings, env = make_env(
+        groups=[{"topic": "orders", "name": "cache", "mode": "broadcast", "start": "earliest"}], read_batch=50
+    )
+    members = f"`{settings.topics.table('members')}`"
+    worker_args = [
+        "-m",
+        "duecast.worker",
+        "--app",
+        "tests.faults.topics_app",
+        "--source",
+        "topics.orders-cache",
+    ]
+    parent = procs.spawn("hb", [*worker_args, "--processes", "2"], {**env, "DUECAST_TOPICS__MEMBER": "hb"})
+    ids = Publisher(settings, None).publish_many(Publish("orders", {"n": n}) for n in range(120))
+
+    def positions() -> list[tuple[Any, ...]]:
+        sql.execute(f"SELECT name, position FROM {members} ORDER BY name")
+        return list(sql.fetchall())
+
+    wait_for(
+        lambda: positions() == [("hb-0", ids[-1]), ("hb-1", ids[-1])], WAIT_S, "both members", procs.check
+    )
+    runs = executions(Path(env["DUECAST_TEST_EXEC_LOG"]))
+    by_pid: dict[int, list[int]] = {}
+    for _, i, _, pid, _ in runs:
+        by_pid.setdefault(pid, []).append(i)
+    assert len(by_pid) == 2
+    assert parent.pid not in by_pid
+    assert all(sorted(seen) == ids for seen in by_pid.values())
+    procs.signal(parent, signal.SIGTERM)
+    assert procs.wait_exit(parent, WAIT_S) == 0

@@ -16,6 +16,7 @@ import pytest
 
 from duecast.shared.process.failures import StartupError
 from duecast.shared.storage.worker_registry import worker_name
+from duecast.worker.broadcast import slot_member
 from duecast.worker.handback import HandedBack
 from duecast.worker.supervisor import (
     FREE_RESTARTS,
@@ -224,3 +225,11 @@ def test_a_forked_childs_startup_error_is_its_one_line_and_the_parents_exit_code
     err = capfd.readouterr().err
     assert err.strip().splitlines() == ["duecast worker: no app given; pass --app package.module"]
     assert len(recorder.calls) == 1
+
+
+def test_each_process_is_a_broadcast_member_of_its_own_named_by_its_slot() -> None:
+    assert slot_member("host-a", 0) == "host-a-0"
+    assert slot_member("host-a", 11) == "host-a-11"
+    long = "h" * 100  # a member name may have 100 characters: the base is cut, the slot kept
+    assert slot_member(long, 3) == "h" * 98 + "-3"
+    assert len({slot_member(long, s) for s in range(12)}) == 12
