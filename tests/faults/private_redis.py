@@ -7,6 +7,7 @@ the test owns the process, kills it with SIGKILL and may start it again on the s
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -25,8 +26,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def free_ports(n: int, below: int = 65_536) -> list[int]:
-    """`n` different free ports, each below `below`: every socket stays bound until all are found.
+def free_ports(n: int) -> list[int]:
+    """`n` different free ports: every socket stays bound until all are found.
     Calls of free_port() one after another can return the same port twice (the kernel hands a freed
     ephemeral port out again), and two servers of one topology on one port leave one not started."""
     with ExitStack() as held:
@@ -34,9 +35,35 @@ def free_ports(n: int, below: int = 65_536) -> list[int]:
         while len(ports) < n:
             s = held.enter_context(socket.socket())
             s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-            if port < below:
-                ports.append(port)
+            ports.append(int(s.getsockname()[1]))
+        return ports
+
+
+CLUSTER_BUS_OFFSET = 10_000  # a Redis Cluster node listens on its port + 10000 too (the cluster bus)
+# Below the kernel's ephemeral ports (ip_local_port_range: 32768 up by default), bus ports included:
+# no outgoing connection elsewhere in the suite is given one between the check here and redis-server's
+# bind. A port found free by binding port 0 is an ephemeral one, and its bus port was never checked:
+# a clean-clone run's cluster node never answered, its port or bus port taken meanwhile.
+CLUSTER_PORTS = range(20_000, 32_768 - CLUSTER_BUS_OFFSET)
+
+
+def cluster_ports(n: int) -> list[int]:
+    """`n` different ports from CLUSTER_PORTS, each free with its bus port; every socket stays bound
+    until all are found."""
+    with ExitStack() as held:
+        ports: list[int] = []
+        for port in random.sample(CLUSTER_PORTS, len(CLUSTER_PORTS)):
+            if len(ports) == n:
+                break
+            try:
+                pair = [held.enter_context(socket.socket()) for _ in range(2)]
+                pair[0].bind(("127.0.0.1", port))
+                pair[1].bind(("127.0.0.1", port + CLUSTER_BUS_OFFSET))
+            except OSError:
+                continue  # in use: the next one
+            ports.append(port)
+        if len(ports) < n:
+            raise AssertionError(f"only {len(ports)} of {n} cluster ports free in {CLUSTER_PORTS}")
         return ports
 
 

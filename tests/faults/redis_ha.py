@@ -15,7 +15,7 @@ from pathlib import Path
 import redis
 from redis.crc import key_slot
 
-from tests.faults.private_redis import free_ports, redis_server_bin
+from tests.faults.private_redis import cluster_ports, free_ports, redis_server_bin
 from tests.faults.procs import wait_for
 
 SERVICE = "duecast-ha"
@@ -61,9 +61,6 @@ def answers(port: int, *command: str) -> bool:
     except redis.RedisError:
         return False
     return bool(reply)
-
-
-CLUSTER_PORTS_BELOW = 55_000  # a cluster node's bus port (port + 10000) must be a valid port too
 
 
 def plain(port: int) -> tuple[str, ...]:
@@ -137,7 +134,7 @@ class Cluster:
 
     def __init__(self, servers: Servers) -> None:
         self.servers = servers
-        self.ports = free_ports(6, below=CLUSTER_PORTS_BELOW)
+        self.ports = cluster_ports(6)
 
     def start(self) -> None:
         for port in self.ports:

@@ -20,9 +20,9 @@ from duecast.shared.fanout.client import connect_redis
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import RedisSettings
-from tests.faults.private_redis import free_ports, redis_server_bin
+from tests.faults.private_redis import cluster_ports, free_ports, redis_server_bin
 from tests.faults.procs import wait_for
-from tests.faults.redis_ha import CLUSTER_PORTS_BELOW, Servers, answers, plain
+from tests.faults.redis_ha import Servers, answers, plain
 
 PREFIX = "duecast-test-topology"
 
@@ -95,7 +95,7 @@ def test_ready_queue_through_sentinel(servers: Servers) -> None:
 
 
 def test_ready_queue_through_cluster(servers: Servers) -> None:
-    ports = free_ports(3, below=CLUSTER_PORTS_BELOW)
+    ports = cluster_ports(3)
     for port in ports:
         servers.start(
             f"node{port}", *plain(port), "--cluster-enabled", "yes", "--cluster-config-file", f"n{port}.conf"
