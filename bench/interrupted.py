@@ -27,6 +27,7 @@ database's jobs table and its interrupted_* topic tables, and their keys.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import statistics
 import sys
@@ -52,6 +53,9 @@ from duecast.shared.storage.admin import migrate
 from duecast.shared.storage.db import connect
 
 BENCH_DIR = Path(__file__).resolve().parent
+# The children import the app from bench/ and duecast from what this process's PYTHONPATH puts
+# first (an A/B against an archived tree, as in docs/benchmarks.md).
+CHILD_PATH = os.pathsep.join(p for p in (str(BENCH_DIR), os.environ.get("PYTHONPATH")) if p)
 APP = "interrupted_app"
 PREFIX = "interrupted_"
 TOPICS = {
@@ -100,7 +104,7 @@ def one_run(settings: Settings, kind: str, args: argparse.Namespace) -> dict[str
     text = "[jobs]\nretention_s = 3600\n"  # done jobs stay, so the clock sees them finish
     text += f"[topics]\n{toml_fields(TOPICS)}" if kind == "group" else ""
     config.write_text(text)
-    extra = {"PYTHONPATH": str(BENCH_DIR), "DUECAST_BENCH_GATE": str(gate)}
+    extra = {"PYTHONPATH": CHILD_PATH, "DUECAST_BENCH_GATE": str(gate)}
     fleet = Fleet(config, APP, logs, extra_env=extra)
     sources = ("--source", JOBS_SOURCE if kind == "jobs" else source)
     # A job runs as a member of a run (docs/architecture.md, "Job runs"): the batch is running when
@@ -161,7 +165,7 @@ def poison_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     logs = Path(tempfile.mkdtemp(prefix="duecast-poison-bench-"))
     config = logs / "poison.toml"
     config.write_text("[jobs]\nretention_s = 3600\n")  # done jobs stay, with their finish time
-    extra = {"PYTHONPATH": str(BENCH_DIR), "DUECAST_BENCH_DEATHS": str(logs / "deaths")}
+    extra = {"PYTHONPATH": CHILD_PATH, "DUECAST_BENCH_DEATHS": str(logs / "deaths")}
     fleet = Fleet(config, APP, logs, extra_env=extra)
     with closing(connect(settings.mysql)) as poll:
         poll.autocommit(True)
