@@ -190,12 +190,11 @@ class Supervisor:
         waiting = set(range(self.processes))  # slots to start a child in
         while True:
             if waiting and not self.stop.is_set() and self.clock() >= self.not_before:
-                for slot in sorted(waiting):
-                    self._start(slot)
-                waiting.clear()
+                waiting = {slot for slot in sorted(waiting) if not self._started(slot)}  # refused: wait on
             if not self.children and (self.stop.is_set() or not waiting):
                 return exit_code(self.last if self.decided is None else self.decided)
-            self.wake.wait(max(0.0, self.not_before - self.clock()) if waiting else 1.0)
+            starting = waiting and not self.stop.is_set()
+            self.wake.wait(max(0.0, self.not_before - self.clock()) if starting else 1.0)
             self.wake.clear()  # before the reaping: an exit after it sets it again
             for pid, code in self._reap():
                 child = self.children.pop(pid)
@@ -219,6 +218,17 @@ class Supervisor:
                 )
             self.not_before = max(self.not_before, self.clock() + delay_s)
         return step
+
+    def _started(self, slot: int) -> bool:
+        """Start the child of `slot`; False if the system would not fork (out of memory or processes):
+        then the slot is tried again in a second, the others run on."""
+        try:
+            self._start(slot)
+        except OSError as exc:
+            log.warning("could not start a worker process (%s); trying again in 1s", exc)
+            self.not_before = self.clock() + 1.0
+            return False
+        return True
 
     def _start(self, slot: int) -> None:
         pid = self.spawn(slot)

@@ -233,3 +233,19 @@ def test_each_process_is_a_broadcast_member_of_its_own_named_by_its_slot() -> No
     long = "h" * 100  # a member name may have 100 characters: the base is cut, the slot kept
     assert slot_member(long, 3) == "h" * 98 + "-3"
     assert len({slot_member(long, s) for s in range(12)}) == 12
+
+
+def test_a_fork_the_system_refuses_is_tried_again_and_the_other_slots_start(tmp_path: Path) -> None:
+    script = _script(tmp_path, NOTE)
+    refused: list[int] = []
+
+    def spawn(slot: int) -> int:
+        if slot == 1 and not refused:
+            refused.append(slot)
+            raise BlockingIOError(11, "Resource temporarily unavailable")  # fork's EAGAIN
+        return script(slot)
+
+    recorder = Recorder()
+    assert Supervisor(spawn, recorder, processes=2).run() == 0  # type: ignore[arg-type]
+    assert refused == [1]
+    assert sorted(slot for slot, _ in _runs(tmp_path)) == [0, 1]
