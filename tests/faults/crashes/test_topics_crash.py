@@ -37,6 +37,8 @@ pytestmark = pytest.mark.faults
 MESSAGES = 600
 PARKED = 300  # the message whose billing consumer parks (and is killed) mid-transaction
 WAIT_S = 60.0
+# A worker serving only the broadcast group "cache" (tests/faults/topics_app.py).
+CACHE_WORKER = ["-m", "duecast.worker", "--app", "tests.faults.topics_app", "--source", "topics.orders-cache"]
 
 
 @pytest.fixture
@@ -84,6 +86,12 @@ def make_env(
         tables += [settings.topics.table(k) for k in ("topics", "messages", "groups")]
         tables += [settings.topics.table(k) for k in ("deliveries", "attempts", "members")]
     sql.execute("DROP TABLE IF EXISTS " + ", ".join(f"`{t}`" for t in tables))
+
+
+def member_positions(sql: pymysql.cursors.Cursor, members: str) -> list[tuple[Any, ...]]:
+    """(name, position) of each broadcast member, by name."""
+    sql.execute(f"SELECT name, position FROM {members} ORDER BY name")
+    return list(sql.fetchall())
 
 
 def executions(path: Path) -> list[tuple[str, int, int, int, str]]:
@@ -193,14 +201,7 @@ def test_a_sigkilled_broadcast_member_resumes_from_its_last_position_and_the_oth
     )
     members = f"`{settings.topics.table('members')}`"
     marker, gate = tmp_path / "parked.json", tmp_path / "gate"
-    worker_args = [
-        "-m",
-        "duecast.worker",
-        "--app",
-        "tests.faults.topics_app",
-        "--source",
-        "topics.orders-cache",
-    ]
+    worker_args = CACHE_WORKER
     for name in ("m1", "m3"):
         procs.spawn(name, worker_args, {**env, "DUECAST_TOPICS__MEMBER": name})
     doomed = procs.spawn(
@@ -220,8 +221,7 @@ def test_a_sigkilled_broadcast_member_resumes_from_its_last_position_and_the_oth
     wait_for(marker.exists, WAIT_S, "member m2 to park in the middle of a batch", procs.check)
 
     def positions() -> list[tuple[Any, ...]]:
-        sql.execute(f"SELECT name, position FROM {members} ORDER BY name")
-        return list(sql.fetchall())
+        return member_positions(sql, members)
 
     assert ("m2", 100) in positions()  # batches of 50: the parked batch (101..150) is not committed
 
@@ -252,14 +252,7 @@ def test_a_broadcast_member_stopped_with_sigterm_is_not_live_at_once(
     settings, env = make_env(
         groups=[{"topic": "orders", "name": "cache", "mode": "broadcast", "start": "earliest"}]
     )
-    worker_args = [
-        "-m",
-        "duecast.worker",
-        "--app",
-        "tests.faults.topics_app",
-        "--source",
-        "topics.orders-cache",
-    ]
+    worker_args = CACHE_WORKER
     member = procs.spawn("m1", worker_args, {**env, "DUECAST_TOPICS__MEMBER": "m1"})
     monitor = TopicMonitor(Database(settings.mysql), settings.topics)
 
@@ -288,20 +281,12 @@ def test_each_of_processes_n_is_a_broadcast_member_of_its_own_and_reads_every_me
         groups=[{"topic": "orders", "name": "cache", "mode": "broadcast", "start": "earliest"}], read_batch=50
     )
     members = f"`{settings.topics.table('members')}`"
-    worker_args = [
-        "-m",
-        "duecast.worker",
-        "--app",
-        "tests.faults.topics_app",
-        "--source",
-        "topics.orders-cache",
-    ]
+    worker_args = CACHE_WORKER
     parent = procs.spawn("hb", [*worker_args, "--processes", "2"], {**env, "DUECAST_TOPICS__MEMBER": "hb"})
     ids = Publisher(settings, None).publish_many(Publish("orders", {"n": n}) for n in range(120))
 
     def positions() -> list[tuple[Any, ...]]:
-        sql.execute(f"SELECT name, position FROM {members} ORDER BY name")
-        return list(sql.fetchall())
+        return member_positions(sql, members)
 
     wait_for(
         lambda: positions() == [("hb-0", ids[-1]), ("hb-1", ids[-1])], WAIT_S, "both members", procs.check
