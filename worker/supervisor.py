@@ -254,6 +254,18 @@ class Supervisor:
         lived_s = self.clock() - child.started
         self.quick_exits = self.quick_exits + 1 if lived_s < QUICK_EXIT_S else 0
         worker = worker_name(pid)
+        if code == EXIT_CONFIG:
+            # Its own start-up refused (settings, app, schema: its one line said which) before its
+            # first pop: nothing to hand back, and a hand-back would only repeat the fault (a MySQL
+            # database that does not exist) as more lines. A registry row it made goes as a silent one's.
+            log.warning(
+                "worker process %s %s after %.1fs: it did not start",
+                worker,
+                describe(code),
+                lived_s,
+                extra={"event": "supervisor.child_exited", "worker": worker, "code": code},
+            )
+            return code
         why = f"interrupted: its worker process {describe(code)} before finishing it"
         try:
             # A worker that fenced itself lost MySQL (a restart, a read lock): not its jobs' fault.

@@ -121,7 +121,8 @@ def test_a_child_that_says_its_settings_are_wrong_is_not_restarted(tmp_path: Pat
     recorder = Recorder()
     body = "open(runs, 'a').write('x\\n'); sys.exit(2)"
     assert Supervisor(_script(tmp_path, body), recorder).run() == 2  # type: ignore[arg-type]
-    assert len(recorder.calls) == 1
+    assert (tmp_path / "runs").read_text() == "x\n"  # one child, not started again
+    assert recorder.calls == []  # it refused its own start: it held nothing, there is no hand-back
 
 
 def test_a_stop_before_the_first_child_starts_none(tmp_path: Path) -> None:
@@ -163,13 +164,13 @@ def test_a_child_that_says_its_settings_are_wrong_stops_the_other_processes(tmp_
     body = NOTE + "if slot == 0: sys.exit(2)\nsignal.pause()\n"
     recorder = Recorder()
     assert Supervisor(_script(tmp_path, body), recorder, processes=3).run() == 2  # type: ignore[arg-type]
-    assert len(recorder.calls) == 3
-    whys = sorted(why for _, why in recorder.calls)
-    assert whys == [
-        "interrupted: its worker process exited with code 2 before finishing it",
-        "interrupted: its worker process was killed by SIGTERM before finishing it",
-        "interrupted: its worker process was killed by SIGTERM before finishing it",
-    ]
+    slots = [slot for slot, _ in _runs(tmp_path)]  # a stopped child may end before it notes itself
+    assert 0 in slots
+    assert len(slots) == len(set(slots))  # none started again
+    # The two stopped ones are handed back; the one that refused its start held nothing.
+    assert [why for _, why in recorder.calls] == [
+        "interrupted: its worker process was killed by SIGTERM before finishing it"
+    ] * 2
 
 
 def test_sigterm_is_forwarded_to_every_child_and_the_parent_waits_for_their_drains(tmp_path: Path) -> None:
@@ -224,7 +225,7 @@ def test_a_forked_childs_startup_error_is_its_one_line_and_the_parents_exit_code
     assert Supervisor(forked(run_slot), recorder).run() == 2  # type: ignore[arg-type]
     err = capfd.readouterr().err
     assert err.strip().splitlines() == ["duecast worker: no app given; pass --app package.module"]
-    assert len(recorder.calls) == 1
+    assert recorder.calls == []  # a child that refused its start held nothing
 
 
 def test_each_process_is_a_broadcast_member_of_its_own_named_by_its_slot() -> None:
