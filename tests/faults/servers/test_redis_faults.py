@@ -13,6 +13,7 @@ import pytest
 from duecast.shared.entries import decode_entry
 from tests.faults.conftest import KINDS, REDIS_DOWN, FaultEnv
 from tests.faults.private_redis import PrivateRedis
+from tests.faults.procs import serving
 
 pytestmark = pytest.mark.faults
 
@@ -24,12 +25,13 @@ ROW_DELAY_MS = 5
 
 def _start_run(env: FaultEnv, *, allow: tuple[str, ...] = ()) -> list[int]:
     ids = env.insert(ROWS)
-    for name in ("w1", "w2"):
-        env.worker(name, allow=allow, DUECAST_TEST_ROW_DELAY_MS=ROW_DELAY_MS)
+    workers = [env.worker(name, allow=allow, DUECAST_TEST_ROW_DELAY_MS=ROW_DELAY_MS) for name in ("w1", "w2")]
     env.dispatcher(allow=allow)
+    # Both workers past their start-up too: one whose start-up check met the fault would end in its
+    # one line (Redis unreachable at start is fatal, by design), while the other carried the run.
     env.wait_for(
-        lambda: len(env.executions()) >= 40 and env.llen() >= 30,
-        "the run to be under way with entries queued",
+        lambda: all(serving(w) for w in workers) and len(env.executions()) >= 40 and env.llen() >= 30,
+        "both workers serving and the run under way with entries queued",
     )
     return ids
 
