@@ -48,8 +48,9 @@ class Acker:
         if now < self._after:
             return
         for flight in flights:
-            age = 0.0 if flight.oldest_done is None else now - flight.oldest_done
-            if ack_now(flight.pending, age, flight.left):
+            if flight.oldest_done is None:  # nothing waits to be acked (most open flights, most ticks)
+                continue
+            if ack_now(flight.pending, now - flight.oldest_done, flight.left):
                 self.ack(flight)
 
     def ack(self, flight: Flight) -> None:

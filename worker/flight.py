@@ -66,7 +66,7 @@ class Flight:
         self.left = len(self.rows)  # rows with no outcome yet
         self._known = bytearray(len(self.rows))  # 1: an outcome came (or the row was given up)
         self._done: list[tuple[Row, Outcome]] = []  # outcomes not yet acked
-        self.oldest_done: float | None = None  # when the oldest of them came
+        self.oldest_done: float | None = None  # when the oldest of them came; None: none waits
         self._running: dict[int, float] = {}  # first index of a thread item -> when it began
         self._items: dict[int, Sequence[int]] = {}
         self._lock = threading.Lock()
@@ -135,7 +135,10 @@ class Flight:
 
     def drain(self) -> list[tuple[int, Outcome]]:
         """The pairs that came into the inbox since the last drain, in the order they came."""
-        inbox, pairs = self.inbox, list[tuple[int, Outcome]]()
+        inbox = self.inbox
+        if not inbox:  # asked of every open flight on every tick: most have nothing new
+            return []
+        pairs: list[tuple[int, Outcome]] = []  # (a subscripted `list[...]()` cost 0.7 µs a call)
         while inbox:
             pairs.extend(inbox.popleft())
         return pairs
@@ -164,6 +167,8 @@ class Flight:
 
     def overdue(self, now: float) -> list[Sequence[int]]:
         """Thread items running past their time limit: given up now (their thread is left to finish)."""
+        if not self._running:  # asked of every open flight on every tick; an item begun after this
+            return []  # look is seen by the next tick, long before its limit
         with self._lock:
             late = [
                 self._items[first]

@@ -129,7 +129,8 @@ class RangeBatch:
         spans, key_column, writes = self._spans, self._key, self._writes
         lo: Any = None
         span: Span | None = None
-        attempt, seen = -1, set[object]()
+        attempt = -1
+        seen: set[object] = set()
         last: Ack | None = None
         writes_row = False
         for row, ack in outcomes:
