@@ -146,19 +146,28 @@ def registry(check: str) -> Registry:
     handlers = Registry()
     if check == "batch":
         handlers.batch(SOURCE, columns=["status"])(check_users)
-    else:
+    elif check == "async":
 
         async def awaiting(row: Row) -> None:
             await asyncio.sleep(0.02)
 
         handlers.row(SOURCE, columns=["status"])(awaiting)
+    else:
+
+        async def awaiting_slow(row: Row) -> None:
+            user_id = row["user_id"]
+            if user_id % 1000 == 3:
+                await asyncio.Event().wait()
+            await asyncio.sleep(2.0 if user_id % 100 == 7 else 0.02)
+
+        handlers.row(SOURCE, columns=["status"])(awaiting_slow)
     return handlers
 
 
 def worker(check: str, spans: int) -> tuple[Worker, FakeQueue]:
     src = SourceSettings.model_validate(
         {"name": SOURCE, "table": SOURCE, "id_column": "user_id", "due_column": "updated_time",
-         "period_s": 10.0, "on_success": "touch", "mode": "ranges", "range_size": SPAN}
+         "period_s": 10.0, "on_success": "touch", "mode": "ranges", "range_size": SPAN, "timeout_s": 5.0}
     )  # fmt: skip
     store = RangeStore(FakeDatabase(FakeTable(spans)), src)
     store.columns = frozenset({"user_id", "status", "updated_time"})
@@ -176,7 +185,8 @@ def drain(w: Worker, queue: FakeQueue, spans: int, attempt: int) -> None:
     queue.ready.extend(encode_entry(i + 1, attempt) for i in range(spans))
     while queue.ready or w.flights:
         w.tick()
-    assert w.counts["acked"] == w.counts["started"] == spans * SPAN * attempt, w.counts
+    done = w.counts["acked"] + w.counts["failed"]
+    assert done == w.counts["started"] == spans * SPAN * attempt, w.counts
 
 
 def instructions(spans: int) -> dict[str, float]:
@@ -200,7 +210,7 @@ def instructions(spans: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--check", choices=("batch", "async"), default="batch")
+    p.add_argument("--check", choices=("batch", "async", "async-slow"), default="batch")
     p.add_argument("--spans", type=int, default=20, help="spans of 1,000 users per round")
     p.add_argument("--rounds", type=int, default=1, help="times every span is checked, after a warm-up")
     p.add_argument("--instructions", action="store_true", help="both checks under callgrind (valgrind)")

@@ -8,6 +8,7 @@ namespace is touched (bench/harness.py checks it before a run).
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,6 +26,9 @@ from duecast.shared.storage.admin import migrate
 
 SOURCE = demo_data.TABLE
 BENCH_DIR = Path(__file__).resolve().parent  # the handler modules' folder: on the workers' PYTHONPATH
+# ...followed by the caller's, so that an A/B against an archived tree (PYTHONPATH=/tmp/base) runs
+# that tree's workers too, not only its benchmark process.
+CHILD_PATH = os.pathsep.join(p for p in (str(BENCH_DIR), os.environ.get("PYTHONPATH")) if p)
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,7 @@ def run(
     logs = Path(tempfile.mkdtemp(prefix="duecast-bench-io-"))
     config = logs / "settings.toml"
     config.write_text(settings_toml(settings, setup))
-    fleet = Fleet(config, setup.app, logs, extra_env={"PYTHONPATH": str(BENCH_DIR), **setup.env})
+    fleet = Fleet(config, setup.app, logs, extra_env={"PYTHONPATH": CHILD_PATH, **setup.env})
     queue = build_queue(settings)
     ticks: list[Tick] = []
     offsets: dict[str, int] = {}
