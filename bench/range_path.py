@@ -3,7 +3,9 @@
 answer at once. Each span's rows come as the packed read returns them (bench/job_path.py's pattern).
 
 Two checks: the demo's plain batch check (examples/block_check.py, on one handler thread) and an
-`async def` check awaiting 20 ms (bench/io_checks' re-scan check, on the event loop). Its figure for
+`async def` check awaiting 20 ms (bench/io_checks' re-scan check, on the event loop); and
+`--check async-slow`, the same with bench/io_checks' slow and hung users (1% take 2 s, 0.1% hang
+until the source's timeout_s = 5), which hold their batches open as in the 1M re-scan. Its figure for
 an A/B is instructions, not time: each check run under callgrind over the same users once and three
 times, the difference of the two totals over the checks between them is the per-check cost, start-up
 and building the fakes cancelled, whatever else the machine does (a few minutes):
