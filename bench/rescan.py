@@ -205,6 +205,7 @@ def one_run(settings: Settings, args: argparse.Namespace, workers: int, console:
         "windows_p99": p99,
         "windows_counted": seconds,
         "checks_per_second": counted.series(),
+        "checks_per_tenth": {str(k): v for k, v in sorted(counted.per_tenth.items())},
         "landing_per_tenth": counted.landing(args.settle),
         "acked_windows_p1_p50_p99": [a1, a50, a99],
         "checks_per_s": run.mean_rate(skip_s=args.warmup),

@@ -20,7 +20,7 @@ from tests.unit.fakes import FakeClaimStore, rescan_source
 POLL_S = 0.25
 SETTINGS = DispatcherSettings(poll_interval_s=POLL_S, sweep_interval_s=5.0, sweep_batch=100)
 CLOCK_S = 1000.0  # the wall clock, fixed: a caught-up re-scan's next claim is on the pace's grid
-PACED_S = paced_delay_s(CLOCK_S, PACE_TICK_S)  # 0.05: the middle of the grid's next step
+PACED_S = paced_delay_s(CLOCK_S, PACE_TICK_S)  # 0.02: 20 ms into the grid's next step
 
 
 def _dispatcher(stores: list[FakeClaimStore], queue: ReadyQueue) -> Dispatcher:

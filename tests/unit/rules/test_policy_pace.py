@@ -83,12 +83,12 @@ def test_no_slot_without_a_period(period_us: int) -> None:
 # --- paced_delay_s: the dispatcher's grid for a caught-up re-scan ---------------------------------
 
 
-@pytest.mark.parametrize("now_s", [1000.0, 1000.01, 1000.049, 1000.051, 1000.0999, 1_764_300_000.123456])
-def test_the_next_claim_is_at_the_middle_of_the_grids_next_step(now_s: float) -> None:
+@pytest.mark.parametrize("now_s", [1000.0, 1000.01, 1000.019, 1000.021, 1000.049, 1000.0999, 1_764_300_000.123456])
+def test_the_next_claim_is_early_in_the_grids_next_step(now_s: float) -> None:
     delay = paced_delay_s(now_s, 0.1)
     assert 0 < delay <= 0.1 + 1e-9
     at = now_s + delay
-    assert abs((at - 0.05) - round((at - 0.05) / 0.1) * 0.1) < 1e-6  # on the grid, half a step off
+    assert abs((at - 0.02) - round((at - 0.02) / 0.1) * 0.1) < 1e-6  # on the grid, 20 ms into a step
 
 
 def test_every_second_holds_the_same_number_of_claims_whatever_each_takes() -> None:
