@@ -83,7 +83,9 @@ def test_no_slot_without_a_period(period_us: int) -> None:
 # --- paced_delay_s: the dispatcher's grid for a caught-up re-scan ---------------------------------
 
 
-@pytest.mark.parametrize("now_s", [1000.0, 1000.01, 1000.019, 1000.021, 1000.049, 1000.0999, 1_764_300_000.123456])
+@pytest.mark.parametrize(
+    "now_s", [1000.0, 1000.01, 1000.019, 1000.021, 1000.049, 1000.0999, 1_764_300_000.123456]
+)
 def test_the_next_claim_is_early_in_the_grids_next_step(now_s: float) -> None:
     delay = paced_delay_s(now_s, 0.1)
     assert 0 < delay <= 0.1 + 1e-9
