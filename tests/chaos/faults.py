@@ -49,6 +49,10 @@ _LATEST_DEADLOCK = re.compile(r"LATEST DETECTED DEADLOCK\n-+\n(.*?)\n-{10,}\n", 
 _THREAD = re.compile(r"(?:MySQL|MariaDB) thread id (\d+),")
 _VICTIM = re.compile(r"WE ROLL BACK TRANSACTION \((\d)\)")
 POLL_S = 0.2  # MariaDB refreshes its INNODB_* tables only when they were not read for 100 ms
+# The runs table is read as any table: polled often, since a fast machine works a wave of 1,000 jobs
+# off in well under POLL_S, and a try whose polls all fall outside the wave finds no run to hold
+# (every try of one CI run on a fast day: no cycle in 8).
+HELD_POLL_S = 0.005
 
 
 def force_deadlock(chaos: Chaos, timeout_s: float = 10.0) -> bool:
@@ -71,7 +75,7 @@ def force_deadlock(chaos: Chaos, timeout_s: float = 10.0) -> bool:
                 )
                 held = cur.fetchone()
                 if held is None:
-                    time.sleep(POLL_S)
+                    time.sleep(HELD_POLL_S)
             if held is None:
                 return False
             cur.execute(
