@@ -16,9 +16,9 @@ import contextlib
 import ctypes
 import logging
 import os
+import select
 import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -131,6 +131,40 @@ def forked(run_slot: Callable[[int], int]) -> Spawn:
     return spawn
 
 
+class Bell:
+    """Wakes the supervisor's loop from a signal handler (SIGCHLD, SIGTERM) or another thread: a byte
+    down a pipe. Not a threading.Event: its set() takes a lock, and a handler that runs while the
+    main thread holds that lock (inside the loop's own wait() or clear()) waits on itself forever. A
+    burst of children's exits hung a parent so in one CI run; a pipe's write takes no lock."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+
+    def ring(self) -> None:
+        if self._write < 0:  # closed: the loop has ended
+            return
+        with contextlib.suppress(BlockingIOError):  # the pipe is full: it has been rung already
+            os.write(self._write, b"\0")
+
+    def wait(self, timeout_s: float) -> None:
+        """Until rung since the last clear(), or timeout_s (a signal's handler rings it, and select()
+        resumes after a handler, PEP 475)."""
+        select.select([self._read], [], [], timeout_s)
+
+    def clear(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # drained
+            while os.read(self._read, 4096):
+                pass
+
+    def close(self) -> None:
+        fds, self._read, self._write = (self._read, self._write), -1, -1
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 @dataclass(frozen=True)
 class Child:
     slot: int
@@ -152,8 +186,8 @@ class Supervisor:
         self.handback = handback
         self.processes = processes
         self.clock = clock
-        self.stop = threading.Event()
-        self.wake = threading.Event()  # set by SIGCHLD and by a stop: the loop looks at its children
+        self.stopping = False  # a plain flag: set from a signal handler, which must take no lock
+        self.wake = Bell()  # rung by SIGCHLD and by a stop: the loop looks at its children
         self.children: dict[int, Child] = {}  # pid -> its slot
         self.quick_exits = 0
         self.not_before = 0.0  # no child starts before this (the restart backoff)
@@ -162,7 +196,7 @@ class Supervisor:
 
     def forward(self, signum: int, _frame: FrameType | None = None) -> None:
         """SIGTERM/SIGINT: ask every child to finish its batch and stop; the parent exits after them."""
-        if not self.stop.is_set():
+        if not self.stopping:
             log.info(
                 "received %s; stopping the worker",
                 signal.Signals(signum).name,
@@ -171,8 +205,8 @@ class Supervisor:
         self._stop_children(signum)
 
     def _stop_children(self, signum: int) -> None:
-        self.stop.set()
-        self.wake.set()
+        self.stopping = True
+        self.wake.ring()
         for pid in list(self.children):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
@@ -180,20 +214,21 @@ class Supervisor:
     def run(self) -> int:
         """Run the children until every slot has ended; returns the exit code to leave with: the code
         of a child that said its settings are wrong, else the last child's."""
-        previous = signal.signal(signal.SIGCHLD, lambda _signum, _frame: self.wake.set())
+        previous = signal.signal(signal.SIGCHLD, lambda _signum, _frame: self.wake.ring())
         try:
             return self._loop()
         finally:
             signal.signal(signal.SIGCHLD, previous)
+            self.wake.close()
 
     def _loop(self) -> int:
         waiting = set(range(self.processes))  # slots to start a child in
         while True:
-            if waiting and not self.stop.is_set() and self.clock() >= self.not_before:
+            if waiting and not self.stopping and self.clock() >= self.not_before:
                 waiting = {slot for slot in sorted(waiting) if not self._started(slot)}  # refused: wait on
-            if not self.children and (self.stop.is_set() or not waiting):
+            if not self.children and (self.stopping or not waiting):
                 return exit_code(self.last if self.decided is None else self.decided)
-            starting = waiting and not self.stop.is_set()
+            starting = waiting and not self.stopping
             self.wake.wait(max(0.0, self.not_before - self.clock()) if starting else 1.0)
             self.wake.clear()  # before the reaping: an exit after it sets it again
             for pid, code in self._reap():
@@ -206,10 +241,10 @@ class Supervisor:
         self.last = self._handed_back(pid, child, code)
         if code == EXIT_CONFIG and self.decided is None:
             self.decided = code
-            if self.children and not self.stop.is_set():
+            if self.children and not self.stopping:
                 log.warning("a worker process said its settings or app are wrong; stopping the others")
             self._stop_children(signal.SIGTERM)  # each would fail alike
-        step = next_step(code, stopping=self.stop.is_set())
+        step = next_step(code, stopping=self.stopping)
         if step == "restart":
             delay_s = restart_delay_s(self.quick_exits)
             if delay_s:
@@ -233,7 +268,7 @@ class Supervisor:
     def _start(self, slot: int) -> None:
         pid = self.spawn(slot)
         self.children[pid] = Child(slot, self.clock())
-        if self.stop.is_set():  # a signal came between the loop's check and the child's start
+        if self.stopping:  # a signal came between the loop's check and the child's start
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -21,6 +22,7 @@ from duecast.worker.handback import HandedBack
 from duecast.worker.supervisor import (
     FREE_RESTARTS,
     RESTART_CAP_S,
+    Bell,
     Spawn,
     Supervisor,
     describe,
@@ -250,3 +252,49 @@ def test_a_fork_the_system_refuses_is_tried_again_and_the_other_slots_start(tmp_
     assert Supervisor(spawn, recorder, processes=2).run() == 0  # type: ignore[arg-type]
     assert refused == [1]
     assert sorted(slot for slot, _ in _runs(tmp_path)) == [0, 1]
+
+
+# A signal's handler runs in the main thread between two of its bytecodes, wherever it is. The loop
+# was woken by a threading.Event set from the SIGCHLD handler: a handler that came while the loop held
+# the Event's lock (in its own wait() or clear()) waited on that lock forever; three children that
+# refused their start at once hung a `--processes 3` parent so in one CI run. The same loop with an
+# Event under this pounding dies or hangs in well under its second (RecursionError, no line printed).
+BELL_UNDER_SIGNALS = """
+import signal, time
+from duecast.worker.supervisor import Bell
+bell = Bell()
+signal.signal(signal.SIGALRM, lambda _signum, _frame: bell.ring())
+signal.setitimer(signal.ITIMER_REAL, 0.00005, 0.00005)
+start, loops = time.monotonic(), 0
+while time.monotonic() - start < 1.0:
+    bell.wait(0.0005)
+    bell.clear()
+    loops += 1
+signal.setitimer(signal.ITIMER_REAL, 0)
+print("loops", loops)
+"""
+
+
+def test_the_loops_bell_rung_by_a_signal_handler_at_any_moment_never_hangs_it() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", BELL_UNDER_SIGNALS], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    word, loops = done.stdout.split()
+    assert word == "loops"
+    assert int(loops) > 100  # it ran, rung thousands of times a second, to its end
+
+
+def test_a_rung_bell_wakes_a_wait_until_cleared_and_a_closed_one_ignores_a_late_ring() -> None:
+    bell = Bell()
+    bell.ring()
+    bell.ring()  # rung twice before the loop looks: one wake-up is enough
+    started = time.monotonic()
+    bell.wait(5.0)
+    assert time.monotonic() - started < 1.0
+    bell.clear()
+    started = time.monotonic()
+    bell.wait(0.05)  # cleared: the wait runs to its timeout
+    assert time.monotonic() - started >= 0.04
+    bell.close()
+    bell.ring()  # a handler after the loop ended: nothing written to a closed (or reused) descriptor
