@@ -16,7 +16,6 @@ import contextlib
 import ctypes
 import logging
 import os
-import select
 import signal
 import sys
 import time
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Literal
 
+from ..shared.process.bell import Bell
 from ..shared.process.failures import EXIT_BUG, EXIT_CONFIG, run_command
 from ..shared.settings import Settings
 from ..shared.storage.leased.keeper import EXIT_FENCED
@@ -129,40 +129,6 @@ def forked(run_slot: Callable[[int], int]) -> Spawn:
             os._exit(code)  # never back into the parent's stack, its atexit handlers or finalizers
 
     return spawn
-
-
-class Bell:
-    """Wakes the supervisor's loop from a signal handler (SIGCHLD, SIGTERM) or another thread: a byte
-    down a pipe. Not a threading.Event: its set() takes a lock, and a handler that runs while the
-    main thread holds that lock (inside the loop's own wait() or clear()) waits on itself forever. A
-    burst of children's exits hung a parent so in one CI run; a pipe's write takes no lock."""
-
-    def __init__(self) -> None:
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._read, False)
-        os.set_blocking(self._write, False)
-
-    def ring(self) -> None:
-        if self._write < 0:  # closed: the loop has ended
-            return
-        with contextlib.suppress(BlockingIOError):  # the pipe is full: it has been rung already
-            os.write(self._write, b"\0")
-
-    def wait(self, timeout_s: float) -> None:
-        """Until rung since the last clear(), or timeout_s (a signal's handler rings it, and select()
-        resumes after a handler, PEP 475)."""
-        select.select([self._read], [], [], timeout_s)
-
-    def clear(self) -> None:
-        with contextlib.suppress(BlockingIOError):  # drained
-            while os.read(self._read, 4096):
-                pass
-
-    def close(self) -> None:
-        fds, self._read, self._write = (self._read, self._write), -1, -1
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
 
 
 @dataclass(frozen=True)

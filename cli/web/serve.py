@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import FrameType
 from typing import Any
 
 from waitress import create_server
@@ -15,6 +13,7 @@ from waitress import create_server
 from ...shared.api.app import load_registry
 from ...shared.api.enqueue import Enqueuer
 from ...shared.process import arguments, logs
+from ...shared.process.loop import stop_on_signals
 from ...shared.settings import Settings, WebSettings, load_settings
 from ..history import History
 from ..sampler import Sampler, SamplerThread
@@ -86,12 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     sampler = Sampler.connect(settings)  # verified stores: an unmigrated table fails here, clearly
     ctx = build_context(settings, sampler, args.app)
     stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_on_signals(stop)  # its handler sets no lock-taking Event itself (shared/process/bell.py)
     with running(ctx, sampler) as port:
         actions = "retry/discard on (web.token set)" if ctx.actions_enabled else "read-only (no web.token)"
         log.info(

@@ -19,6 +19,7 @@ from typing import Protocol
 from ..fanout.protocol import QueueUnavailable
 from ..policy import error_backoff_s
 from ..storage.units import refuses_writes
+from .bell import Bell
 from .failures import log_failure
 
 log = logging.getLogger("duecast.loop")
@@ -99,7 +100,12 @@ def run(
 
 
 def stop_on_signals(stop: threading.Event) -> None:
-    """SIGTERM and SIGINT ask the loop to finish its current tick and return."""
+    """SIGTERM and SIGINT ask the loop to finish its current tick and return.
+
+    The handler only rings a Bell, and a thread of its own sets `stop`: a handler that set the Event
+    itself could come while the main thread held the Event's lock (inside its wait(), say) and wait
+    on itself forever, a role that never stops (shared/process/bell.py)."""
+    bell = Bell()
 
     def _handler(signum: int, _frame: FrameType | None) -> None:
         log.info(
@@ -107,8 +113,13 @@ def stop_on_signals(stop: threading.Event) -> None:
             signal.Signals(signum).name,
             extra={"event": "process.stopping"},
         )
+        bell.ring()
+
+    def _relay() -> None:
+        bell.wait(None)
         stop.set()
 
+    threading.Thread(target=_relay, name="duecast-stop-on-signals", daemon=True).start()
     signal.signal(signal.SIGTERM, _handler)
     signal.signal(signal.SIGINT, _handler)
 

@@ -204,6 +204,23 @@ def test_stop_on_signals_sets_the_event() -> None:
             signal.signal(sig, handler)
 
 
+def test_a_stop_signal_that_comes_while_the_main_thread_holds_the_events_lock_still_stops() -> None:
+    """A handler runs in the main thread between two of its bytecodes, wherever it is: here, inside
+    the stop Event's own lock, as inside its wait(). A handler that set the Event itself waited on
+    that lock forever (the role never stopped); it only rings a bell, and a thread sets the Event."""
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        stop = threading.Event()
+        stop_on_signals(stop)
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler)
+        with stop._cond:  # type: ignore[attr-defined]  # the lock Event.wait() and set() take
+            handler(signal.SIGTERM, None)  # returns: it took no lock
+        assert stop.wait(5.0)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @pytest.mark.parametrize(
     "transient",
     [

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from duecast.shared.process.bell import Bell
 from duecast.shared.process.failures import StartupError
 from duecast.shared.storage.worker_registry import worker_name
 from duecast.worker.broadcast import slot_member
@@ -22,7 +23,6 @@ from duecast.worker.handback import HandedBack
 from duecast.worker.supervisor import (
     FREE_RESTARTS,
     RESTART_CAP_S,
-    Bell,
     Spawn,
     Supervisor,
     describe,
@@ -261,7 +261,7 @@ def test_a_fork_the_system_refuses_is_tried_again_and_the_other_slots_start(tmp_
 # Event under this pounding dies or hangs in well under its second (RecursionError, no line printed).
 BELL_UNDER_SIGNALS = """
 import signal, time
-from duecast.worker.supervisor import Bell
+from duecast.shared.process.bell import Bell
 bell = Bell()
 signal.signal(signal.SIGALRM, lambda _signum, _frame: bell.ring())
 signal.setitimer(signal.ITIMER_REAL, 0.00005, 0.00005)
