@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..identifiers import quote
 from .jobs import DEAD, DISPATCHED, DONE, IDLE, PRIORITIES, RUNNING
+from .source import delete_by_key
 
 # Run ids start here (the runs table's AUTO_INCREMENT), above any job id a table will reach, so a
 # ready-list entry names a job or a run by its id alone and the entry codec stays one.
@@ -177,7 +178,8 @@ def _claiming(n: _RunNames) -> dict[str, str]:
             "AND `queue` = %s ORDER BY `priority`, `id` LIMIT %s FOR UPDATE SKIP LOCKED"
         ),
         mark_dispatched=(
-            f"UPDATE {r} SET `dc_state` = {DISPATCHED}, `dc_attempt` = `dc_attempt` + 1, "
+            f"UPDATE {r} FORCE INDEX (PRIMARY) SET `dc_state` = {DISPATCHED}, "
+            "`dc_attempt` = `dc_attempt` + 1, "
             "`dc_dispatched_at` = NOW(6) WHERE {ids}"
         ),
     )
@@ -189,49 +191,49 @@ def _starting(n: _RunNames) -> dict[str, str]:
     return dict(
         # Worker start: the entries' runs still DISPATCHED under their attempt, locked.
         lock_dispatched=(
-            f"SELECT `id`, `dc_attempt`, `suspects`, `members` FROM {r} WHERE "
+            f"SELECT `id`, `dc_attempt`, `suspects`, `members` FROM {r} FORCE INDEX (PRIMARY) WHERE "
             + fenced.replace("{state}", str(DISPATCHED))
             + " FOR UPDATE"
         ),
         lock_dispatched_skip=(
-            f"SELECT `id`, `dc_attempt`, `suspects`, `members` FROM {r} WHERE "
+            f"SELECT `id`, `dc_attempt`, `suspects`, `members` FROM {r} FORCE INDEX (PRIMARY) WHERE "
             + fenced.replace("{state}", str(DISPATCHED))
             + " FOR UPDATE SKIP LOCKED"
         ),
         # ...-> RUNNING with a lease, committed before any of their jobs runs: one write per run.
         # started_at is the start's own NOW(6) (source.START_TIME, read in its transaction).
         mark_running=(
-            f"UPDATE {r} SET `dc_state` = {RUNNING}, `started_at` = %s, "
+            f"UPDATE {r} FORCE INDEX (PRIMARY) SET `dc_state` = {RUNNING}, `started_at` = %s, "
             "`lease_until` = %s + INTERVAL %s MICROSECOND, `worker` = %s WHERE {ids}"
         ),
         # A start whose COMMIT got no answer: the runs it would have started, if it did (RUNNING
         # under their attempt, by this worker, since that start's time). Locking: it waits for a
         # start still open on a lost session to end. PRIMARY.
-        started_by=f"SELECT `id` FROM {r} WHERE "
+        started_by=f"SELECT `id` FROM {r} FORCE INDEX (PRIMARY) WHERE "
         + fenced.replace("{state}", str(RUNNING))
         + " AND `started_at` = %s AND `worker` = %s FOR UPDATE",
         # A start too late to trust its leases: the runs go back to pending, to be dispatched again.
-        give_back=f"UPDATE {r} SET `dc_state` = {IDLE}, `lease_until` = NULL WHERE "
+        give_back=f"UPDATE {r} FORCE INDEX (PRIMARY) SET `dc_state` = {IDLE}, `lease_until` = NULL WHERE "
         + fenced.replace("{state}", str(RUNNING)),
         # The lease keeper (shared.storage.leased.keeper.renew_leases), on the runs' rows.
-        lock_leased=f"SELECT `id` FROM {r} WHERE "
+        lock_leased=f"SELECT `id` FROM {r} FORCE INDEX (PRIMARY) WHERE "
         + fenced.replace("{state}", str(RUNNING))
         + " FOR UPDATE SKIP LOCKED",
         extend_lease=(
-            f"UPDATE {r} SET `lease_until` = NOW(6) + INTERVAL %s MICROSECOND WHERE "
+            f"UPDATE {r} FORCE INDEX (PRIMARY) SET `lease_until` = NOW(6) + INTERVAL %s MICROSECOND WHERE "
             + fenced.replace("{state}", str(RUNNING))
         ),
-        leased=f"SELECT `id` FROM {r} WHERE " + fenced.replace("{state}", str(RUNNING)),
+        leased=f"SELECT `id` FROM {r} FORCE INDEX (PRIMARY) WHERE " + fenced.replace("{state}", str(RUNNING)),
         # A finish's fence: the runs still RUNNING under the attempt the worker started them with,
         # locked for the finish's transaction; a run not found is no longer this worker's. Its
         # started_at is when its members' attempt began: each finish writes it into the job's row.
         lock_running=(
-            f"SELECT `id`, `members`, `started_at` FROM {r} WHERE "
+            f"SELECT `id`, `members`, `started_at` FROM {r} FORCE INDEX (PRIMARY) WHERE "
             + fenced.replace("{state}", str(RUNNING))
             + " FOR UPDATE"
         ),
         keep_members=f"UPDATE {r} SET `members` = %s, `jobs` = %s WHERE `id` = %s",
-        drop_runs=f"DELETE FROM {r} WHERE {{ids}}",
+        drop_runs=delete_by_key(r, "{ids}", "`id`"),
     )
 
 
@@ -244,9 +246,12 @@ def _requeueing(n: _RunNames) -> dict[str, str]:
             f"SELECT `id` FROM {r} FORCE INDEX (`dc_runs`) WHERE `dc_state` = {DISPATCHED} AND `queue` = %s "
             "AND `dc_dispatched_at` < NOW(6) - INTERVAL %s MICROSECOND LIMIT %s FOR UPDATE SKIP LOCKED"
         ),
-        requeue_dispatched=f"UPDATE {r} SET `dc_state` = {IDLE} WHERE {{ids}} AND `dc_state` = {DISPATCHED}",
+        requeue_dispatched=(
+            f"UPDATE {r} FORCE INDEX (PRIMARY) SET `dc_state` = {IDLE} "
+            f"WHERE {{ids}} AND `dc_state` = {DISPATCHED}"
+        ),
         # Claimed but never pushed, or popped by a worker now dead before its start: pending now.
-        release_unpushed=f"UPDATE {r} SET `dc_state` = {IDLE} WHERE "
+        release_unpushed=f"UPDATE {r} FORCE INDEX (PRIMARY) SET `dc_state` = {IDLE} WHERE "
         + fenced.replace("{state}", str(DISPATCHED)),
         # Sweeper, per queue: started runs whose lease ran out (their worker died or stalled).
         expired_running=(
@@ -287,7 +292,7 @@ def _requeueing(n: _RunNames) -> dict[str, str]:
             f"SELECT `dc_state`, COALESCE(SUM(`jobs`), 0) FROM {r} FORCE INDEX (`dc_runs`) "
             "WHERE `queue` = %s GROUP BY `dc_state`"
         ),
-        jobs_of_runs=f"SELECT COALESCE(SUM(`jobs`), 0) FROM {r} WHERE {{ids}}",
+        jobs_of_runs=f"SELECT COALESCE(SUM(`jobs`), 0) FROM {r} FORCE INDEX (PRIMARY) WHERE {{ids}}",
         jobs_in_runs=f"SELECT COALESCE(SUM(`jobs`), 0) FROM {r} WHERE `queue` = %s",
     )
 
@@ -296,6 +301,7 @@ def _members(n: _RunNames) -> dict[str, str]:
     """A run's members: read at its start, and finished, failed or interrupted one by one."""
     j, cols, member, finished = n.j, n.cols, n.member, n.finished
     ran = "`worker` = %s, `started_at` = %s"  # the run's worker and started_at, as parameters
+    jp = f"{j} FORCE INDEX (PRIMARY)"  # by id: a small table's scan would wait on others' rows
     return dict(
         member_interruptions=f"SELECT `id`, `interruptions` FROM {j} FORCE INDEX (PRIMARY) WHERE " + member,
         # A start's read of its members, as one packed value (shared.storage.packed).
@@ -304,48 +310,49 @@ def _members(n: _RunNames) -> dict[str, str]:
             + member
         ),
         member_rows_plain=f"SELECT {cols} FROM {j} FORCE INDEX (PRIMARY) WHERE " + member,
-        finish_delete=f"DELETE FROM {j} WHERE " + member,
+        finish_delete=delete_by_key(j, member, "`id`"),
         # Every finish that keeps the row records the worker that ran it and when its run started
         # (`ran`: a job's own row is not written while its run runs), and counts the run.
         finish_done=(
-            f"UPDATE {j} SET `dc_state` = {DONE}, `dc_attempt` = `dc_attempt` + 1, {ran}, {finished} "
+            f"UPDATE {jp} SET `dc_state` = {DONE}, `dc_attempt` = `dc_attempt` + 1, {ran}, {finished} "
             "WHERE " + member
         ),
         # One done member whose task returned a value: kept with it (jobs.retention_s > 0 only).
         finish_done_result=(
-            f"UPDATE {j} SET `dc_state` = {DONE}, `dc_attempt` = `dc_attempt` + 1, `worker` = %s, "
+            f"UPDATE {jp} SET `dc_state` = {DONE}, `dc_attempt` = `dc_attempt` + 1, `worker` = %s, "
             f"`result` = %s, `last_error` = %s, {finished} WHERE " + member
         ),
         # A failed member with attempts left: pending again after the backoff (ahead of the cursor).
         # dc_attempt counts a job's ended runs: the next run is attempt dc_attempt + 1.
         fail_retry=(
-            f"UPDATE {j} SET `errors` = `errors` + 1, `dc_attempt` = `dc_attempt` + 1, {ran}, "
+            f"UPDATE {jp} SET `errors` = `errors` + 1, `dc_attempt` = `dc_attempt` + 1, {ran}, "
             "`run_at` = NOW(6) + INTERVAL %s MICROSECOND, `last_error` = %s WHERE " + member
         ),
         fail_dead=(
-            f"UPDATE {j} SET `dc_state` = {DEAD}, `errors` = `errors` + %s, `dc_attempt` = `dc_attempt` + 1, "
+            f"UPDATE {jp} SET `dc_state` = {DEAD}, `errors` = `errors` + %s, "
+            "`dc_attempt` = `dc_attempt` + 1, "
             f"{ran}, `last_error` = %s, {finished} WHERE " + member
         ),
         snooze_delay=(
-            f"UPDATE {j} SET `dc_attempt` = `dc_attempt` + 1, {ran}, "
+            f"UPDATE {jp} SET `dc_attempt` = `dc_attempt` + 1, {ran}, "
             "`run_at` = NOW(6) + INTERVAL %s MICROSECOND WHERE " + member
         ),
         snooze_at=(
-            f"UPDATE {j} SET `dc_attempt` = `dc_attempt` + 1, {ran}, "
+            f"UPDATE {jp} SET `dc_attempt` = `dc_attempt` + 1, {ran}, "
             "`run_at` = CONVERT_TZ(%s, '+00:00', @@session.time_zone) WHERE " + member
         ),
         # Members of a run whose lease ran out: each interruption counts (shared.policy)...
         interrupted_retry=(
-            f"UPDATE {j} SET `interruptions` = `interruptions` + 1, `dc_attempt` = `dc_attempt` + 1, "
+            f"UPDATE {jp} SET `interruptions` = `interruptions` + 1, `dc_attempt` = `dc_attempt` + 1, "
             f"{ran}, `run_at` = NOW(6), `last_error` = %s WHERE " + member
         ),
         interrupted_dead=(
-            f"UPDATE {j} SET `dc_state` = {DEAD}, `interruptions` = `interruptions` + 1, "
+            f"UPDATE {jp} SET `dc_state` = {DEAD}, `interruptions` = `interruptions` + 1, "
             f"`dc_attempt` = `dc_attempt` + 1, {ran}, `last_error` = %s, {finished} WHERE " + member
         ),
         # ...or, excused (shared.blame_policy: a fleet-wide event, not the job's doing), not counted.
         interrupted_excused=(
-            f"UPDATE {j} SET `dc_attempt` = `dc_attempt` + 1, {ran}, `run_at` = NOW(6), `last_error` = %s "
+            f"UPDATE {jp} SET `dc_attempt` = `dc_attempt` + 1, {ran}, `run_at` = NOW(6), `last_error` = %s "
             "WHERE " + member
         ),
     )

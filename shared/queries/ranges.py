@@ -14,6 +14,7 @@ from ..identifiers import quote
 from ..settings import SourceSettings
 from ..states import ATTEMPT_COLUMN, DISPATCHED_AT_COLUMN, DUE_INDEX, STATE_COLUMN, State
 from .pace import slot_sql
+from .source import delete_by_key
 
 IDLE, RUNNING = int(State.IDLE), int(State.RUNNING)
 
@@ -112,7 +113,7 @@ def render_ranges(src: SourceSettings, ranges_table: str) -> RangeSQL:
         # Only rows whose handler asked for a change are written (their due column records the
         # change, as a touch does in row mode); PRIMARY lookups. `{set}` starts with ", ".
         set_values=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {due} = NOW(6){{set}} WHERE {{ids}}",
-        delete_ids=f"DELETE {t} FROM {t} FORCE INDEX (PRIMARY) WHERE {{ids}}",
+        delete_ids=delete_by_key(t, "{ids}", pk),
         # Range discovery: one range per span of ids that holds a row, from `%s` up. New ranges
         # start long ago, so they are due at once. A PRIMARY range scan, then a PRIMARY lookup per
         # span in the ranges table. Only spans with no range yet are inserted: INSERT IGNORE of a

@@ -224,9 +224,7 @@ def _finishing(n: _SourceNames) -> dict[str, str]:
             f"{due} = {checked} + INTERVAL %s MICROSECOND{{set}} WHERE {running}"
         ),
         # Ack, one-off: the row is done and removed.
-        # (The multi-table form: a single-table DELETE takes no index hint, and without one the
-        # optimizer may scan a small table and lock rows other workers hold.)
-        ack_delete=f"DELETE {t} FROM {t} FORCE INDEX (PRIMARY) WHERE {running}",
+        ack_delete=delete_by_key(t, running, n.pk),
         # A failed check of a re-scan row: due again at its next period, as if checked now.
         fail_rescan=f"UPDATE {t} FORCE INDEX (PRIMARY) SET {st} = {IDLE}, {due} = {checked} WHERE {running}",
         # A failed one-off row: DISPATCHED for the sweeper (its visibility timeout, counted from now,
@@ -333,6 +331,15 @@ def in_list(column: str, values: Iterable[int]) -> str:
         raise ValueError("an IN list needs at least one value")
     parts = [f"{column} IN ({','.join(ids[i : i + IN_CHUNK])})" for i in range(0, len(ids), IN_CHUNK)]
     return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
+
+
+def delete_by_key(table: str, where: str, key: str) -> str:
+    """A DELETE of the rows a `where` of ids names, run with the number of ids as its one
+    parameter. A DELETE takes no index hint (nor does the multi-table form's hold where a scan
+    costs less): on a small table (runs in flight, a short queue) the optimizer scans it, and waits
+    on every row another session holds, another worker's open start or finish among them. `ORDER BY`
+    the key with that exact `LIMIT` has it dive by PRIMARY instead (`key` and `table` are quoted)."""
+    return f"DELETE FROM {table} WHERE {where} ORDER BY {key} LIMIT %s"
 
 
 ATTEMPT = quote(ATTEMPT_COLUMN)

@@ -273,7 +273,7 @@ class RangeStore:
     def _write(self, cur: Cursor, key: Any, rows: list[Row]) -> int:
         ids = in_list(self._pk, (int(r[self.business.id_column]) for r in rows))
         if key[0] == "delete":
-            return int(cur.execute(self.sql.delete_ids.format(ids=ids)))
+            return int(cur.execute(self.sql.delete_ids.format(ids=ids), (len(rows),)))
         names = [n for n, _ in key[1]]
         stmt = self.sql.set_values.format(set=assignments(names), ids=ids)
         return int(cur.execute(stmt, tuple(v for _, v in key[1])))

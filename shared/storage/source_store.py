@@ -285,7 +285,7 @@ class SourceStore:
         """One fenced ack statement for `rows`; returns how many rows it really changed."""
         where = self._fence(rows)
         if key[0] == "delete":
-            return int(cur.execute(self.sql.ack_delete.format(fence=where)))
+            return int(cur.execute(self.sql.ack_delete.format(fence=where), (len(rows),)))
         values = key[2]
         stmt = self.sql.ack_touch.format(set=assignments([n for n, _ in values]), fence=where)
         return int(cur.execute(stmt, (_us(key[1]), *(v for _, v in values))))

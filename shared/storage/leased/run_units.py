@@ -96,7 +96,8 @@ class RunUnits(LeasedStore):
         for job in left:
             began.run_of.pop(job, None)
         if emptied:
-            cur.execute(self.runs.drop_runs.format(ids=in_list(RUN_KEY, (e.id for e in emptied))))
+            dropped = in_list(RUN_KEY, (e.id for e in emptied))
+            cur.execute(self.runs.drop_runs.format(ids=dropped), (len(emptied),))
             began.units = [e for e in began.units if e not in emptied]
         self.scope.log.info(
             "%d jobs of paused tasks left pending, not started (%s)",
@@ -130,7 +131,7 @@ class RunUnits(LeasedStore):
             cur.execute(self.runs.lock_running.format(fence=fence(units, RUN_KEY)))
             gone = [int(r[0]) for r in cur.fetchall()]
             if gone:
-                cur.execute(self.runs.drop_runs.format(ids=in_list(RUN_KEY, gone)))
+                cur.execute(self.runs.drop_runs.format(ids=in_list(RUN_KEY, gone)), (len(gone),))
 
     def _batch(self, began: Started, rows: list[Row]) -> LeasedBatch:
         runs = began.units if rows else []
@@ -221,7 +222,7 @@ class RunUnits(LeasedStore):
             cur.execute(self.runs.member_interruptions.format(ids=in_list("`id`", ran_in)))
             found = [(int(i), int(n), ran_in[int(i)], str(ran_in[int(i)][1])) for i, n in cur.fetchall()]
         dead = self._blame(cur, found, why, fenced)
-        cur.execute(self.runs.drop_runs.format(ids=in_list(RUN_KEY, runs)))
+        cur.execute(self.runs.drop_runs.format(ids=in_list(RUN_KEY, runs)), (len(runs),))
         return len(found), len(dead)
 
     def _interrupted(
@@ -251,7 +252,7 @@ class RunUnits(LeasedStore):
 
     def finish_ok(self, cur: Cursor, rows: Sequence[Row]) -> int:
         if self._done_args is None:  # deleted: nothing to record
-            return int(cur.execute(self._done.format(ids=_ids(rows))))
+            return int(cur.execute(self._done.format(ids=_ids(rows)), (len(rows),)))
         by_start: dict[Any, list[Row]] = {}  # one statement per run start (one, usually)
         for row in rows:
             by_start.setdefault(row.get("started_at"), []).append(row)

@@ -85,7 +85,7 @@ class RunBatch(LeasedBatch):
         if emptied:
             if self.hold is not None:  # its row leaving is the run's end, not a lost lease
                 self.hold.finishing(emptied)
-            cur.execute(self._sql.drop_runs.format(ids=in_list(RUN_KEY, emptied)))
+            cur.execute(self._sql.drop_runs.format(ids=in_list(RUN_KEY, emptied)), (len(emptied),))
         self._extend_locked(cur, [run for run in self._members if run not in emptied])
 
     def _extend_locked(self, cur: Cursor, runs: Sequence[int]) -> None:

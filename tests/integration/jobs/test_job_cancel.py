@@ -150,7 +150,7 @@ def waiting(env: JobsEnv, state: State) -> Callable[[], bool]:
     def check() -> bool:
         env.sql.execute(
             "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE command = 'Query' AND info LIKE %s",
-            (f"UPDATE `{env.table}` SET `dc_state` = {int(state)},%",),
+            (f"UPDATE `{env.table}`% SET `dc_state` = {int(state)},%",),  # (FORCE INDEX (PRIMARY))
         )
         return int(env.sql.fetchone()[0]) > 0
 

@@ -90,7 +90,7 @@ def test_state_values_are_the_enum_values() -> None:
     assert f"`{STATE_COLUMN}` = {int(State.IDLE)} AND" in sql.claim_due
     assert f"SET `{STATE_COLUMN}` = {int(State.DISPATCHED)}" in sql.mark_dispatched
     assert f"SET `{STATE_COLUMN}` = {int(State.RUNNING)}" in sql.mark_running
-    assert f"AND `{STATE_COLUMN}` = {int(State.RUNNING)}" in sql.ack_delete
+    assert f"AND `{STATE_COLUMN}` = {int(State.RUNNING)} ORDER BY" in sql.ack_delete
 
 
 # The CAS of every fenced statement: (id, attempt, state). A start takes only DISPATCHED rows; every
