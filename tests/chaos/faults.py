@@ -4,10 +4,10 @@ read-locked, a Sentinel failover of Redis, a MySQL session killed, and a real In
 worker starting its batch.
 
 The deadlock: a rival session writes ballast rows first (InnoDB rolls back the transaction that
-changed fewer rows, so the worker is the victim), locks the newest dispatched job run, waits until a
-worker's start waits for that row (INNODB_LOCK_WAITS), and asks for the first run of the waiting
-worker's batch, which the worker locked before (ids are locked in order): a cycle. The worker must
-retry its unit.
+changed fewer rows, so the worker is the victim), locks the newest dispatched job run (that row
+alone, by its primary key), waits until a worker's start waits for that row (INNODB_LOCK_WAITS), and
+asks for the first run of the waiting worker's batch, which the worker locked before (ids are locked
+in order): a cycle. The worker must retry its unit.
 
 A job is dispatched, started and leased as a member of a run (shared/queries/job_runs.py): a
 worker's hold names runs, which `held_by` reads as the jobs they still hold.
@@ -55,25 +55,26 @@ POLL_S = 0.2  # MariaDB refreshes its INNODB_* tables only when they were not re
 HELD_POLL_S = 0.005
 
 
-def force_deadlock(chaos: Chaos, timeout_s: float = 10.0) -> bool:
-    """True when the rival closed a cycle with a waiting worker and InnoDB's own report says it
-    rolled the worker back. Not every try does: on a loaded machine the worker's lock wait
-    (mysql.lock_wait_s) can run out before the rival asks for its row, and then no cycle forms."""
+def force_deadlock(chaos: Chaos, wave: int = 1000, timeout_s: float = 10.0) -> bool:
+    """Enqueue a wave of `wave` jobs and close a cycle with a worker starting a batch of it: True
+    when InnoDB's own report says it rolled the worker back. Not every try does: on a loaded machine
+    the worker's lock wait (mysql.lock_wait_s) can run out before the rival asks for its row, and a
+    batch may hold nothing before the rival's run."""
     ballast = f"chaos_ballast_{uuid.uuid4().hex[:8]}"
     chaos.query(f"CREATE TABLE `{ballast}` (id INT AUTO_INCREMENT PRIMARY KEY, pad CHAR(8) NOT NULL)")
     conn = connect(chaos.mysql)
     try:
         with conn.cursor() as cur:
             cur.execute(f"INSERT INTO `{ballast}` (pad) SELECT 'x' FROM seq_1_to_1000")
+            # Only a run of this wave: one left DISPATCHED by an earlier fault (its start skipped it
+            # after a lock wait; the sweeper takes it only once its visibility timeout is past, and
+            # skips it while the rival holds it) would be the newest each try, with no start to come.
+            ((floor,),) = chaos.query(f"SELECT COALESCE(MAX(id), 0) FROM `{runs_table(chaos)}`")
+            chaos.enqueue(wave)
             deadline = time.monotonic() + timeout_s
             held = None
-            while held is None and time.monotonic() < deadline:  # until the dispatcher claims a wave
-                cur.execute(
-                    f"SELECT id FROM `{runs_table(chaos)}` WHERE dc_state = %s ORDER BY id DESC LIMIT 1 "
-                    "FOR UPDATE SKIP LOCKED",
-                    (int(State.DISPATCHED),),
-                )
-                held = cur.fetchone()
+            while held is None and time.monotonic() < deadline:  # until the dispatcher claims the wave
+                held = _lock_newest_dispatched(chaos, cur, int(floor))
                 if held is None:
                     time.sleep(HELD_POLL_S)
             if held is None:
@@ -82,7 +83,7 @@ def force_deadlock(chaos: Chaos, timeout_s: float = 10.0) -> bool:
                 "SELECT trx_id FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = CONNECTION_ID()"
             )
             (trx,) = cur.fetchone() or (None,)
-            first = _first_of_waiting_batch(chaos, trx, int(held[0]), deadline)
+            first = _first_of_waiting_batch(chaos, trx, held, deadline)
             if first is None:
                 return False
             chaos.fault("mysql_deadlock")
@@ -95,6 +96,25 @@ def force_deadlock(chaos: Chaos, timeout_s: float = 10.0) -> bool:
         conn.rollback()
         conn.close()
         chaos.query(f"DROP TABLE IF EXISTS `{ballast}`")
+
+
+def _lock_newest_dispatched(chaos: Chaos, cur: pymysql.cursors.Cursor, floor: int) -> int | None:
+    """Lock the newest DISPATCHED run above `floor`, that row alone: found by a plain read, then
+    locked by its primary key, so the rival holds exactly the row it names (a locking read that sorts
+    the small runs table may lock rows it does not return)."""
+    cur.execute(
+        f"SELECT id FROM `{runs_table(chaos)}` WHERE dc_state = %s AND id > %s ORDER BY id DESC LIMIT 1",
+        (int(State.DISPATCHED), floor),
+    )
+    newest = cur.fetchone()
+    if newest is None:
+        return None
+    cur.execute(  # a worker's start may have taken it since: skipped, or (RUNNING) not matched
+        f"SELECT id FROM `{runs_table(chaos)}` WHERE id = %s AND dc_state = %s FOR UPDATE SKIP LOCKED",
+        (int(newest[0]), int(State.DISPATCHED)),
+    )
+    held = cur.fetchone()
+    return None if held is None else int(held[0])
 
 
 def _first_locked(chaos: Chaos, query: str, held: int) -> int | None:
@@ -133,7 +153,10 @@ def _rival_won_deadlock(cur: pymysql.cursors.Cursor) -> bool:
 
 def _first_of_waiting_batch(chaos: Chaos, trx: object, held: int, deadline: float) -> int | None:
     """The first run id in the start statement of a worker waiting for the rival's lock (`held`):
-    one the worker already locked. A batch of the held run alone can close no cycle."""
+    one the worker already locked. None when the deadline passes, or at once when the waiting start
+    can close no cycle: a batch of the held run alone, or one whose runs are all newer than it (a
+    wave dispatched run by run, the rival in between): the worker locked nothing the rival could ask
+    for, and waiting out its lock wait would only cost the try its time."""
     while time.monotonic() < deadline:
         rows = chaos.query(
             "SELECT r.trx_query FROM information_schema.INNODB_LOCK_WAITS w "
@@ -141,14 +164,20 @@ def _first_of_waiting_batch(chaos: Chaos, trx: object, held: int, deadline: floa
             "WHERE w.blocking_trx_id = %s",
             (trx,),
         )
-        for (query,) in rows:
-            if _START not in str(query or ""):  # a finish waiting for it is not what is tested here
-                continue
-            first = _first_locked(chaos, str(query or ""), held)
+        starts = [str(query or "") for (query,) in rows if _START in str(query or "")]
+        for query in starts:  # a finish waiting for it is not what is tested here
+            first = _first_locked(chaos, query, held)
             if first is not None:
                 return first
+        if any(_fence_ids(query) and min(_fence_ids(query)) >= held for query in starts):
+            return None
         time.sleep(POLL_S)
     return None
+
+
+def _fence_ids(query: str) -> list[int]:
+    """The run ids a start statement's fence names (none when its text was cut short)."""
+    return [int(i) for ids, _ in _GROUPS.findall(query) for i in ids.split(",")]
 
 
 def kill_mysql_session(chaos: Chaos) -> bool:

@@ -196,13 +196,12 @@ def test_mysql_sessions_killed_again_and_again(chaos: Chaos) -> None:
         wait_for(partial(_acked, chaos, target), 60, "work to flow", chaos.procs.check)
         kills += kill_mysql_session(chaos)
     # And a deadlock forced on a worker starting a batch: it retries the unit. A try forms no cycle
-    # when the worker's lock wait runs out first (a loaded machine), or no batch held more than the
-    # rival's run: a fresh wave, up to 8 tries (a try that forms a cycle ends the loop at once, so
-    # more tries cost time only on a machine loaded enough to need them; 4 ran out in one CI run).
+    # when the worker's lock wait runs out first (a loaded machine), or the waiting batch locked
+    # nothing before the rival's run (that try ends at once): a fresh wave, up to 8 tries (a try that
+    # forms a cycle ends the loop, so more tries cost time only on a machine that needs them).
     deadlocked = False
     for _ in range(8):
-        chaos.enqueue(1000)
-        if deadlocked := force_deadlock(chaos):
+        if deadlocked := force_deadlock(chaos, wave=1000):
             break
     chaos.wait_done(120)
     assert kills >= 8
