@@ -112,6 +112,17 @@ def sql(mysql_settings: MySQLSettings) -> Iterator[pymysql.cursors.Cursor]:
 
 
 @pytest.fixture
+def holder(mysql_settings: MySQLSettings) -> Iterator[pymysql.cursors.Cursor]:
+    """Another session, as an application's or another worker's: takes row locks in a transaction
+    it leaves open until the test ends it."""
+    conn = connect(mysql_settings)
+    with conn.cursor() as cur:
+        yield cur
+    conn.rollback()
+    conn.close()
+
+
+@pytest.fixture
 def redis_settings() -> Iterator[RedisSettings]:
     """The configured Redis under a key prefix unique to this test; its keys are deleted after."""
     base = Settings().redis

@@ -21,7 +21,6 @@ from duecast.shared.process.runtime import build_stores
 from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import DispatcherSettings, MySQLSettings, RedisSettings, Settings
 from duecast.shared.storage.admin import migrate
-from duecast.shared.storage.db import connect
 from tests.faults.env import WAIT_S, _child_env
 from tests.faults.procs import Proc, Procs, wait_for
 from tests.integration import range_app
@@ -80,16 +79,6 @@ def ranged(
     procs.kill_all()  # before dropping what it uses
     sql.execute(f"DELETE FROM `{leases}`")
     sql.execute(f"DROP TABLE IF EXISTS `{src.table}`, `{ranges_table(src)}`")
-
-
-@pytest.fixture
-def holder(mysql_settings: MySQLSettings) -> Iterator[pymysql.cursors.Cursor]:
-    """Another session that takes locks in a transaction it leaves open until the test ends it."""
-    conn = connect(mysql_settings)
-    with conn.cursor() as cur:
-        yield cur
-    conn.rollback()
-    conn.close()
 
 
 def test_discovery_does_not_wait_on_a_range_a_worker_holds(

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
 
 import pymysql
 import pytest
 
 from duecast.shared.acks import Ack
-from duecast.shared.settings import MySQLSettings
-from duecast.shared.storage.db import connect
 from duecast.shared.storage.source_store import AckCounts
 from tests.integration.flow.store_helpers import DISPATCHED, IDLE, RUNNING, MakeEnv, due_times, entries
 
@@ -97,16 +94,6 @@ def test_a_copy_of_an_entry_started_elsewhere_starts_nothing_and_waits_for_nobod
 
 
 # ---------------------------------------------------------------- an application's locks
-
-
-@pytest.fixture
-def holder(mysql_settings: MySQLSettings) -> Iterator[pymysql.cursors.Cursor]:
-    """Another session, as an application's: locks rows in a transaction it leaves open."""
-    conn = connect(mysql_settings)
-    with conn.cursor() as cur:
-        yield cur
-    conn.rollback()
-    conn.close()
 
 
 def test_after_the_lock_wait_a_start_skips_rows_an_application_holds(

@@ -23,7 +23,6 @@ from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import DispatcherSettings, MySQLSettings, RedisSettings, Settings, WorkerSettings
 from duecast.shared.states import State
 from duecast.shared.storage.admin import migrate
-from duecast.shared.storage.db import connect
 from duecast.shared.storage.source_store import Store
 from duecast.shared.telemetry import metrics
 from duecast.worker import main as worker_main
@@ -32,16 +31,6 @@ from tests.integration.conftest import Env
 from tests.integration.flow.roles_helpers import role_settings, work
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def holder(mysql_settings: MySQLSettings) -> Iterator[pymysql.cursors.Cursor]:
-    """Another session, as an application's: locks rows in a transaction it leaves open."""
-    conn = connect(mysql_settings)
-    with conn.cursor() as cur:
-        yield cur
-    conn.rollback()
-    conn.close()
 
 
 HELD_S = 2.0  # mysql.lock_wait_s's default: a row passed over that long is reported

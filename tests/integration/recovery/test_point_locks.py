@@ -31,7 +31,7 @@ from duecast.shared.fanout.queue import ReadyQueue
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, WorkerSettings
 from duecast.shared.states import State
 from duecast.shared.storage.admin import migrate
-from duecast.shared.storage.db import Database, connect
+from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.leased.members import decode_members
 from duecast.shared.storage.source_store import Store
@@ -50,16 +50,6 @@ RAN: Counter[int] = Counter()
 @handlers.task("counted")
 def counted(payload: Any) -> None:
     RAN[int(payload)] += 1
-
-
-@pytest.fixture
-def holder(mysql_settings: MySQLSettings) -> Iterator[pymysql.cursors.Cursor]:
-    """Another session, as another worker's open transaction: locks rows and keeps them."""
-    conn = connect(mysql_settings)
-    with conn.cursor() as cur:
-        yield cur
-    conn.rollback()
-    conn.close()
 
 
 @pytest.fixture
