@@ -30,6 +30,7 @@ class Plan:
             self.attempts: dict[int, list[int]] = {}
             self.fail: set[int] = set()
             self.set_status: dict[int, int] = {}
+            self.delete: set[int] = set()  # users whose check deletes their row (Ack.delete)
             self.times: list[float] = []  # time.monotonic() of every check, for per-second series
 
 
@@ -69,5 +70,7 @@ def check(row: Row) -> Ack | None:
         PLAN.attempts.setdefault(user, []).append(int(row["dc_attempt"]))
         if user in PLAN.fail:
             raise RuntimeError(f"check of {user} failed")
+        if user in PLAN.delete:
+            return Ack.delete()
         status = PLAN.set_status.get(user)
     return None if status is None else Ack.touch(status=status)

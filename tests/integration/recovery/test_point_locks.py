@@ -13,6 +13,7 @@ by `ORDER BY` its key and `LIMIT` the number of ids).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections import Counter
@@ -22,12 +23,14 @@ from typing import Any, cast
 import pymysql
 import pytest
 
+from duecast.dispatcher.main import serve as serve_dispatcher
 from duecast.shared.acks import Ack, Row
 from duecast.shared.api.enqueue import Enqueuer
 from duecast.shared.api.handlers import Handler, Registry
 from duecast.shared.fanout.client import connect_redis
 from duecast.shared.fanout.keys import Keys
 from duecast.shared.fanout.queue import ReadyQueue
+from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, WorkerSettings
 from duecast.shared.states import State
 from duecast.shared.storage.admin import migrate
@@ -35,7 +38,9 @@ from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.leased.members import decode_members
 from duecast.shared.storage.source_store import Store
+from duecast.worker.main import serve as serve_worker
 from duecast.worker.worker import Worker
+from tests.integration import range_app
 from tests.integration.conftest import Env
 
 pytestmark = pytest.mark.integration
@@ -168,3 +173,46 @@ def test_a_row_held_by_another_session_never_stalls_a_one_off_delete(
     assert sorted(handled) == [1, 2, 3, 4, 5]
     assert lock_waits(caplog) == []
     assert env.states() == {6: (State.DISPATCHED, 1)}  # the others deleted by their acks
+
+
+@pytest.fixture
+def ranged(
+    mysql_settings: MySQLSettings, redis_settings: RedisSettings, sql: pymysql.cursors.Cursor
+) -> Iterator[Settings]:
+    """A range-mode source over a fresh table of users 1..6 (one span), migrated; dropped after
+    (ask for it before `holder`, so the holder's locks are gone by then)."""
+    src = range_app.users_source(sql, 6)
+    settings = Settings(
+        mysql=mysql_settings.model_copy(update={"lock_wait_s": 1}),
+        redis=redis_settings,
+        sources=[src],
+        jobs={"enabled": False},  # type: ignore[arg-type]
+        worker={"app": "tests.integration.range_app"},  # type: ignore[arg-type]
+    )
+    migrate.apply(settings)
+    range_app.PLAN.reset()
+    yield settings
+    sql.execute(f"DROP TABLE IF EXISTS `{src.table}`, `{ranges_table(src)}`")
+
+
+def test_a_row_held_by_another_session_never_stalls_a_range_batchs_deletes(
+    ranged: Settings,
+    holder: pymysql.cursors.Cursor,
+    sql: pymysql.cursors.Cursor,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A span of six users on a six-row table: five checks delete their rows while the sixth
+    user's row is held (an application's open transaction); the batch's DELETE dives by the key,
+    so it neither waits on that row nor touches it."""
+    caplog.set_level(logging.WARNING)
+    table = ranged.sources[0].table
+    range_app.PLAN.delete = {1, 2, 3, 4, 5}
+    holder.execute(f"SELECT user_id FROM `{table}` WHERE user_id = 6 FOR UPDATE")
+    serve_dispatcher(ranged, threading.Event(), drain=True)
+    worker = serve_worker(ranged, threading.Event(), drain=True)
+
+    assert lock_waits(caplog) == []
+    assert range_app.PLAN.runs == dict.fromkeys(range(1, 7), 1)  # each user checked once
+    assert (worker.counts["acked"], worker.counts["stale_acks"]) == (6, 0)
+    sql.execute(f"SELECT user_id FROM `{table}`")
+    assert sql.fetchall() == ((6,),)  # the five deleted, the held row untouched
