@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..identifiers import quote
 from ..states import State
-from .source import int_list
+from .source import delete_by_key, int_list
 
 IDLE, DISPATCHED, RUNNING, DONE, DEAD, CANCELLED = (
     int(State.IDLE),
@@ -184,8 +184,10 @@ def _upkeep(t: str) -> dict[str, str]:
             f"SELECT `id` FROM {t} FORCE INDEX (`dc_due`) WHERE `dc_state` = %s AND `queue` IN ({{queues}}) "
             f"AND {_PRIO} AND `run_at` < NOW(6) - INTERVAL %s MICROSECOND LIMIT %s"
         ),
-        # ...deleted only if still in that state (a replay may have revived one meanwhile).
-        prune=f"DELETE FROM {t} WHERE {{ids}} AND `dc_state` = %s",
+        # ...deleted only if still in that state (a replay may have revived one meanwhile); by
+        # PRIMARY (delete_by_key), so a short table's prune never waits on a row it does not name.
+        # Parameters: the state, then the number of ids.
+        prune=delete_by_key(t, "{ids} AND `dc_state` = %s", "`id`"),
         # Status, per queue: a dc_due prefix count, capped so a huge queue costs a bounded read.
         count_state=(
             f"SELECT COUNT(*) FROM (SELECT 1 FROM {t} FORCE INDEX (`dc_due`) "
@@ -222,9 +224,9 @@ def _operating(t: str) -> dict[str, str]:
         # Jobs without a unique key go in bulk; a unique job takes its key back one by one, and
         # is left alone if another active job holds that key.
         revive=(
-            f"UPDATE {t} SET `dc_state` = {IDLE}, `run_at` = NOW(6), `errors` = 0, `interruptions` = 0, "
-            "`finished_at` = NULL, `lease_until` = NULL WHERE {ids} AND `dc_state` IN ({states}) "
-            "AND `unique_key` IS NULL"
+            f"UPDATE {t} FORCE INDEX (PRIMARY) SET `dc_state` = {IDLE}, `run_at` = NOW(6), `errors` = 0, "
+            "`interruptions` = 0, `finished_at` = NULL, `lease_until` = NULL "
+            "WHERE {ids} AND `dc_state` IN ({states}) AND `unique_key` IS NULL"
         ),
         unique_among=f"SELECT `id` FROM {t} WHERE {{ids}} AND `unique_key` IS NOT NULL",
         revive_unique=(
@@ -232,8 +234,9 @@ def _operating(t: str) -> dict[str, str]:
             "`finished_at` = NULL, `lease_until` = NULL, `unique_slot` = `unique_key` "
             "WHERE `id` = %s AND `dc_state` IN ({states}) AND `unique_key` IS NOT NULL"
         ),
-        # Discard: gone for good, and only when not in flight (a running job finishes first).
-        discard=f"DELETE FROM {t} WHERE {{ids}} AND `dc_state` IN ({IDLE}, {DONE}, {DEAD}, {CANCELLED})",
+        # Discard: gone for good, and only when not in flight (a running job finishes first). By
+        # PRIMARY, with the number of ids as its parameter (delete_by_key).
+        discard=delete_by_key(t, f"{{ids}} AND `dc_state` IN ({IDLE}, {DONE}, {DEAD}, {CANCELLED})", "`id`"),
     )
 
 
@@ -248,8 +251,9 @@ def _cancelling(t: str) -> dict[str, str]:
         # key is freed and run_at is the finish time, as for a dead job (the pruner's clock); the
         # last error, if any, is kept.
         cancel=(
-            f"UPDATE {t} SET `dc_state` = {CANCELLED}, `finished_at` = NOW(6), `run_at` = NOW(6), "
-            f"`unique_slot` = NULL, `lease_until` = NULL WHERE {{ids}} AND `dc_state` = {IDLE}"
+            f"UPDATE {t} FORCE INDEX (PRIMARY) SET `dc_state` = {CANCELLED}, `finished_at` = NOW(6), "
+            f"`run_at` = NOW(6), `unique_slot` = NULL, `lease_until` = NULL "
+            f"WHERE {{ids}} AND `dc_state` = {IDLE}"
         ),
         # A worker's poll: which of the jobs it runs were cancelled meanwhile.
         cancelled_among=f"SELECT `id` FROM {t} WHERE {{ids}} AND `dc_state` = {CANCELLED}",

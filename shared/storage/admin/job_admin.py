@@ -150,7 +150,8 @@ class JobAdmin:
                 held = {job for (members,) in cur.fetchall() for job in decode_members(members)}
                 free = [i for i in ids if i not in held]
                 if free:
-                    changed += int(cur.execute(self.sql.discard.format(ids=in_list("`id`", free))))
+                    discard = self.sql.discard.format(ids=in_list("`id`", free))
+                    changed += int(cur.execute(discard, (len(free),)))
             progress(len(ids))
         return Outcome(matched, changed)
 

@@ -339,7 +339,8 @@ class JobStore(RunUnits):
                 )
                 ids = [int(r[0]) for r in cur.fetchall()]
                 if ids:
-                    pruned += int(cur.execute(self.sql.prune.format(ids=in_list("`id`", ids)), (state,)))
+                    prune = self.sql.prune.format(ids=in_list("`id`", ids))
+                    pruned += int(cur.execute(prune, (state, len(ids))))
         return pruned
 
     def status(self) -> SourceStatus:

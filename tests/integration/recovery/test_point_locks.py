@@ -34,6 +34,7 @@ from duecast.shared.queries.ranges import ranges_table
 from duecast.shared.settings import MySQLSettings, RedisSettings, Settings, WorkerSettings
 from duecast.shared.states import State
 from duecast.shared.storage.admin import migrate
+from duecast.shared.storage.admin.job_admin import Filter, JobAdmin
 from duecast.shared.storage.db import Database
 from duecast.shared.storage.leased.jobs import JobStore
 from duecast.shared.storage.leased.members import decode_members
@@ -216,3 +217,67 @@ def test_a_row_held_by_another_session_never_stalls_a_range_batchs_deletes(
     assert (worker.counts["acked"], worker.counts["stale_acks"]) == (6, 0)
     sql.execute(f"SELECT user_id FROM `{table}`")
     assert sql.fetchall() == ((6,),)  # the five deleted, the held row untouched
+
+
+def test_a_job_held_by_another_session_never_stalls_the_pruner(
+    jobs_settings: Callable[[int], Settings], holder: pymysql.cursors.Cursor, sql: pymysql.cursors.Cursor
+) -> None:
+    """Five done jobs past their retention and a sixth, pending, held (a worker's open start or
+    finish, or an application's transaction): the pruner deletes the five without waiting on it."""
+    settings = jobs_settings(3600)
+    enqueuer = Enqueuer(settings, None)
+    ids = [enqueuer.enqueue("counted", n) for n in range(6)]
+    enqueuer.db.close()
+    table = settings.jobs.table
+    done, held = ids[:5], ids[5]
+    marks = ", ".join(["%s"] * len(done))
+    sql.execute(  # finished two hours ago: time passes by back-dating the column
+        f"UPDATE `{table}` SET dc_state = %s, run_at = NOW(6) - INTERVAL 2 HOUR WHERE id IN ({marks})",
+        (State.DONE, *done),
+    )
+    holder.execute(f"SELECT id FROM `{table}` WHERE id = %s FOR UPDATE", (held,))
+    store = JobStore(Database(settings.mysql), settings.source("jobs.default"), settings.jobs, settings.mysql)
+    try:
+        assert store.prune(100) == 5  # before: (1205, 'Lock wait timeout exceeded')
+    finally:
+        store.db.close()
+    sql.execute(f"SELECT id, dc_state FROM `{table}`")
+    assert sql.fetchall() == ((held, State.IDLE),)
+
+
+# action -> (the state the five jobs are put in first, the state each is left in: None = deleted)
+OPERATOR_ACTIONS = {
+    "cancel": (State.IDLE, State.CANCELLED),
+    "discard": (State.DEAD, None),
+    "revive": (State.DEAD, State.IDLE),
+}
+
+
+@pytest.mark.parametrize("action", sorted(OPERATOR_ACTIONS))
+def test_a_job_held_by_another_session_never_stalls_an_operator_command(
+    jobs_settings: Callable[[int], Settings],
+    holder: pymysql.cursors.Cursor,
+    sql: pymysql.cursors.Cursor,
+    action: str,
+) -> None:
+    """`duecast jobs cancel / discard / retry` on five jobs of a six-job table while the sixth is
+    held: each changes the five by PRIMARY and waits on nothing."""
+    before, after = OPERATOR_ACTIONS[action]
+    settings = jobs_settings(3600)
+    enqueuer = Enqueuer(settings, None)
+    ids = [enqueuer.enqueue("counted", n) for n in range(6)]
+    enqueuer.db.close()
+    table, named, held = settings.jobs.table, [int(i) for i in ids[:5]], int(ids[5])
+    marks = ", ".join(["%s"] * len(named))
+    sql.execute(f"UPDATE `{table}` SET dc_state = %s WHERE id IN ({marks})", (before, *named))
+    holder.execute(f"SELECT id FROM `{table}` WHERE id = %s FOR UPDATE", (held,))
+    admin = JobAdmin(Database(settings.mysql), settings.jobs)
+    try:
+        outcome = getattr(admin, action)(Filter(ids=named))  # before: (1205, 'Lock wait timeout ...')
+    finally:
+        admin.db.close()
+
+    assert (outcome.matched, outcome.changed) == (5, 5)
+    sql.execute(f"SELECT id, dc_state FROM `{table}`")
+    left = {} if after is None else dict.fromkeys(named, after)
+    assert dict(sql.fetchall()) == {**left, held: State.IDLE}
