@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.table import Table
 
 import duecast
 from duecast.shared.fanout.client import connect_redis
@@ -113,9 +114,21 @@ def remove_bytecode() -> None:
         shutil.rmtree(cache, ignore_errors=True)
 
 
+class ReportConsole(Console):
+    """A Console whose tables fold a cell that does not fit its column onto the next line: rich's
+    default cuts it, and a figure shown as "105,7…" reads as a number it is not."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        for obj in objects:
+            if isinstance(obj, Table):
+                for column in obj.columns:
+                    column.overflow = "fold"
+        super().print(*objects, **kwargs)
+
+
 def report_console() -> Console:
     """Where result tables go: stdout, wide enough for every column when it is not a terminal."""
-    return Console() if sys.stdout.isatty() else Console(width=160)
+    return ReportConsole() if sys.stdout.isatty() else ReportConsole(width=160)
 
 
 def quantile(sorted_values: Sequence[float], q: float) -> float:

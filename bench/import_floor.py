@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from rich.console import Console
+from harness import report_console
 from rich.table import Table
 
 # (what, statement): the interpreter, each fixed library, the three together, then the roles.
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if not os.access(args.python, os.X_OK):
         p.error(f"--python {args.python}: not an executable interpreter")
     rows = measure(args.python, args.rounds)
-    Console().print(table(args.python, args.rounds, rows))
+    report_console().print(table(args.python, args.rounds, rows))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import quantile
+from harness import quantile, report_console
 from rich.console import Console
 from rich.table import Table
 
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             " / ".join(f"{median_of(runs, f'due_{q}'):,.0f}" for q in ("p0", "p50", "p100")),
             f"{cores['mariadb']:.2f} / {cores['dispatcher']:.2f} / {cores['workers']:.2f}",
         )
-    out = Console()
+    out = report_console()
     out.print(table)
     for r in results:
         shares = [statistics.median(x["landing_per_tenth"][t] for x in r["runs"]) for t in range(10)]
