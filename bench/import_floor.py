@@ -29,12 +29,14 @@ from pathlib import Path
 from harness import report_console
 from rich.table import Table
 
-# (what, statement): the interpreter, each fixed library, the three together, then the roles.
+# (what, statement): the interpreter, each fixed library, the least a role needs before its first
+# claim (its settings and its MySQL driver), the three together, then the roles.
 STATEMENTS = (
     ("the interpreter (site included)", "pass"),
     ("pydantic-settings", "import pydantic_settings"),
     ("redis-py", "import redis"),
     ("PyMySQL", "import pymysql"),
+    ("settings and MySQL: what any claim needs", "import pydantic_settings, pymysql"),
     ("the three fixed libraries", "import pydantic_settings, redis, pymysql"),
     ("a worker's imports", "import duecast.worker.main"),
     ("a dispatcher's imports", "import duecast.dispatcher.main"),
